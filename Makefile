@@ -1,0 +1,52 @@
+# Two commands set everything up on a fresh machine: `make run` and `make test`.
+# Both are idempotent: the venv and the install are redone only when pyproject.toml changes.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PORT ?= 8501
+PYTEST_ARGS ?=
+
+.PHONY: run test setup browser clean samples bench
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# torch first, so a CPU-only machine never pulls a multi-GB CUDA build through `torch>=2.5`:
+# with no GPU, take the CPU wheel on hand (torch==2.13.0 here), else PyTorch's CPU index.
+$(STAMP): pyproject.toml | $(BIN)/python
+	@if ! $(BIN)/python -c "import torch" 2>/dev/null; then \
+	  if command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install -q "torch>=2.5"; \
+	  else $(BIN)/pip install -q torch==2.13.0 || \
+	       $(BIN)/pip install -q torch --index-url https://download.pytorch.org/whl/cpu; fi; \
+	fi
+	$(BIN)/pip install -q -e ".[ui,test,gpu,cli]"
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+# Debian's chromium + chromium-driver for the real-browser test (never a downloaded browser).
+browser:
+	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+	     (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver >/dev/null 2>&1)) || \
+	    echo "note: could not install chromium; the browser test will skip with a reason"; \
+	  else echo "note: chromium missing and not root; the browser test will skip with a reason"; fi; \
+	fi
+
+run: setup
+	$(BIN)/streamlit run app/main.py --server.address localhost --server.port $(PORT)
+
+test: setup browser
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+samples: setup
+	$(BIN)/mystique capture --all-samples --out sample_traces
+
+bench: setup
+	$(BIN)/python benchmarks/load_speed.py
+
+clean:
+	rm -rf $(VENV) .mystique_cache

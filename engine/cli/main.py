@@ -1,0 +1,46 @@
+"""`mystique` console script: one subcommand module per concern (engine/cli/<name>.py).
+
+Each module exposes `register(subparsers)` (adds its parser and sets `func`) and the function
+it sets returns an exit code. Errors from bad input (`TraceError`) become one line on stderr and
+exit code 2, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from engine.errors import TraceError
+
+COMMANDS = ("info", "capture", "replay", "compare", "compose", "app")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mystique", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"engine.cli.{name}")
+        except ModuleNotFoundError as exc:  # a subcommand whose optional deps are missing
+            if exc.name and exc.name.startswith("engine.cli."):
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except TraceError as exc:
+        print(f"mystique {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"mystique {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,8 +1,29 @@
-"""Streamlit router (placeholder until the dashboard lands): lists the bundled samples."""
+"""Streamlit router: `streamlit run app/main.py` (or `mystique app`). Pages live in `pages/`.
+
+`streamlit run` puts `app/` (not the repo root) on sys.path, so the root is added here: pages
+import `app.state` and `engine` from a plain checkout as well as from an editable install.
+"""
+import sys
 from pathlib import Path
 
-import streamlit as st
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-st.title("mystique-studio")
-samples = sorted(Path(__file__).resolve().parents[1].joinpath("sample_traces").glob("*"))
-st.write([p.name for p in samples])
+import streamlit as st  # noqa: E402
+
+from app import state  # noqa: E402
+
+st.set_page_config(page_title="mystique-studio", page_icon="🧬", layout="wide")
+state.ensure_started()
+if err := st.session_state.pop("_start_error", None):
+    st.warning(err)
+
+PAGES = [
+    st.Page(str(ROOT / "pages" / "traces.py"), title="Traces", icon="📂", default=True),
+    st.Page(str(ROOT / "pages" / "explore.py"), title="Explore", icon="🔎"),
+    st.Page(str(ROOT / "pages" / "compose.py"), title="Compose", icon="🧩"),
+    st.Page(str(ROOT / "pages" / "replay.py"), title="Replay", icon="▶️"),
+    st.Page(str(ROOT / "pages" / "compare.py"), title="Compare", icon="⚖️"),
+]
+st.navigation(PAGES).run()

@@ -157,6 +157,11 @@ class MetricsSampler:
             row.update(self._nvml.read())
         self._rows.append(row)
 
+    @property
+    def t0(self) -> float:
+        """`time.perf_counter()` at start: t_s = perf_counter() - t0."""
+        return self._t0
+
     # -- results -----------------------------------------------------------------------------
     @property
     def columns(self) -> list[str]:
@@ -185,6 +190,7 @@ class MetricsSampler:
             "samples": {c: [None if math.isnan(v) else round(float(v), 4) for v in df[c]]
                         for c in df.columns},
             "summary": self.summary(),
+            "background_load_cores": round(background_load_cores(self.samples), 4),
         }
 
     def to_json(self) -> str:
@@ -203,6 +209,20 @@ class MetricsSampler:
                     for c in cols} for i in range(n)]
         m._frame = pd.DataFrame(m._rows, columns=cols or ["t_s", *CPU_COLUMNS], dtype="float64")
         return m
+
+
+def background_load_cores(samples: pd.DataFrame, cpu_count: int | None = None) -> float:
+    """Mean number of cores other processes kept busy while sampling: machine-wide busy cores
+    minus this process's. Why: on a shared machine this, not the workload, often explains a
+    slow step; a capture or replay taken with background load > ~0.2 cores is suspect."""
+    import os
+
+    if samples.empty or not {"cpu_util_pct", "sys_cpu_util_pct"} <= set(samples.columns):
+        return math.nan
+    n = cpu_count or os.cpu_count() or 1
+    other = (samples["sys_cpu_util_pct"] * n - samples["cpu_util_pct"]) / 100.0
+    other = other.dropna().clip(lower=0.0)
+    return float(other.mean()) if len(other) else math.nan
 
 
 def summarize(samples: pd.DataFrame) -> dict[str, dict[str, float]]:

@@ -30,6 +30,8 @@ ops (one row per ET node, in file order; empty when the trace has no ET)
     k_ts_us     float64  start of the linked Kineto cpu_op
     k_dur_us    float64  its duration
     gpu_dur_us  float64  total duration of GPU kernels/memcpy/memset launched under this op (incl. children)
+  loader bookkeeping:
+    src         int16    index of the file this row came from in meta["sources"]
 
 tensors (one row per tensor occurrence in an op's inputs or outputs; tensor lists are flattened)
     op_id       int64    ET node id
@@ -65,10 +67,14 @@ events (one row per Kineto "X" (complete) event; `meta["events"]` counts every e
     rf_id       Int64    "Record function id" (newer traces)
     seq_num     Int64    "Sequence number"
     fwd_tid     Int64    "Fwd thread id"
+    src         int16    index of the file in meta["sources"]
+    op_id       Int64    ET node id of the op this event belongs to after linking: the linked host op,
+                         the innermost linked op enclosing a runtime launch, or a GPU event's launcher
+                         (<NA> when unlinked or no ET was loaded)
 
 flows (one row per flow event: "s"/"f"/"t" phases)
     rank int32, id int64, cat category ("ac2g", "fwdbwd", ...), ph category, ts_us float64,
-    pid category, tid category
+    pid category, tid category, src int16
 
 meta (dict, JSON-serializable)
     sources      list of {"path", "kind", "schema", "nodes" | "events", "rank", "sha256"}
@@ -83,6 +89,9 @@ meta (dict, JSON-serializable)
     iterations   list of {"name": "ProfilerStep#N", "ts_us": float, "dur_us": float, "rank": int}
     content_hash sha256 of the inputs (the cache key)
     resources    {"pt2_et_resources/x.py": "<never executed unless the user opts in>"} names only
+    process_names / thread_names   Kineto "M" metadata: {"pid": name}, {"pid/tid": name}
+    device_properties              Kineto "deviceProperties" (list of dicts)
+  sources[i] also carries "rank_in_file" (distributedInfo.rank or None) and "world_size".
 """
 from __future__ import annotations
 

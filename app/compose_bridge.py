@@ -1,0 +1,148 @@
+"""The Compose page's data side: the spec dict kept in session state and its translation to
+the engine's `engine.compose` objects. Kept out of the page so the page stays layout only and
+tests can drive the same translation without a browser.
+
+The spec dict *is* the engine's BenchmarkSpec JSON (version 1, see `engine.compose.spec`):
+    {"version": 1, "name", "sources": [ET path], "segments": [{"selection", "source": 0,
+     "repeat", "label"}], "device", "dtype", "batch_scale", "warmup", "iters", "sharding"}
+plus a UI-only "trace" key (the loaded trace's name), dropped on save.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pandas as pd
+import streamlit as st
+
+from engine.errors import TraceError
+
+DTYPES = ("as traced", "fp32", "bf16", "fp16")
+SHARDING = ("none", "dp", "tp", "embedding")
+EMBEDDING_PLANS = ("table", "row", "column", "greedy")
+
+
+def et_sources(trace, paths: list[str]) -> list[str]:
+    """The ET file(s) among a loaded trace's paths (what a spec's `sources` names)."""
+    ets = [s["path"] for s in trace.meta.get("sources", []) if s.get("kind") == "execution_trace"]
+    return [str(p) for p in ets] or [str(paths[0])]
+
+
+def spec_state(trace_name: str, trace=None, paths: list[str] | None = None) -> dict:
+    specs = st.session_state.setdefault("specs", {})
+    if trace_name not in specs:
+        specs[trace_name] = {"version": 1, "name": "benchmark", "trace": trace_name,
+                             "sources": et_sources(trace, paths or []) if trace is not None else [],
+                             "segments": [], "device": "cpu", "dtype": None, "batch_scale": 1.0,
+                             "warmup": 1, "iters": 5, "sharding": None}
+    return specs[trace_name]
+
+
+def op_table(trace, pattern: str = "") -> pd.DataFrame:
+    """Replayable ops of the trace (lowest rank) as a table for row selection."""
+    from engine.graph import replay_ops
+
+    ids = replay_ops(trace)
+    ops = trace.ops[trace.ops["id"].isin(ids)]
+    cols = [c for c in ("id", "name", "category", "phase", "module", "k_dur_us", "gpu_dur_us") if c in ops.columns]
+    t = ops[cols].copy()
+    for c in ("name", "category", "phase", "module"):
+        if c in t:
+            t[c] = t[c].astype(str)
+    if pattern:
+        try:
+            t = t[t["name"].str.contains(pattern, regex=True)]
+        except Exception as exc:  # noqa: BLE001 - re.error from a user's regex: shown, table unfiltered
+            st.warning(f"bad regex {pattern!r}: {exc}")
+    return t.reset_index(drop=True)
+
+
+def new_segment(trace, ids: list[int], *, whole_module: bool, index: int) -> dict:
+    """A segment selecting `ids` (closed over call-tree descendants), or the ops of their module."""
+    ops = trace.ops
+    sel: dict[str, Any] = {"ids": sorted(int(i) for i in ids)}
+    label = f"{len(ids)} ops"
+    if whole_module and "module" in ops.columns:
+        mods = sorted(set(ops[ops["id"].isin(ids)]["module"].astype(str)) - {""})
+        if len(mods) == 1:
+            sel, label = {"module": mods[0]}, mods[0]
+        elif mods:
+            members = ops[ops["module"].astype(str).isin(mods)]["id"].astype(int)
+            sel, label = {"ids": sorted(set(members) | {int(i) for i in ids})}, f"{len(mods)} modules"
+    return {"selection": sel, "source": 0, "repeat": 1, "label": f"segment {index + 1}: {label}"}
+
+
+def describe(seg: dict) -> str:
+    s = seg["selection"]
+    if s.get("module"):
+        return f"module {s['module']}"
+    return f"{len(s.get('ids') or [])} picked ops (+ descendants)"
+
+
+def spec_json(spec: dict) -> dict:
+    return {k: v for k, v in spec.items() if k != "trace"}
+
+
+def spec_from_json(data: bytes, trace_name: str) -> dict:
+    """A saved spec back into session form; validated by the engine (TraceError names the field)."""
+    from engine.compose.spec import spec_from_dict
+
+    try:
+        d = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise TraceError(f"spec is not JSON: {exc}") from None
+    spec = spec_from_dict(d)
+    out = spec.to_dict()
+    out["trace"] = trace_name
+    return out
+
+
+@st.cache_resource(max_entries=8, show_spinner="Composing…")
+def _compose_cached(spec_key: str):
+    from engine.compose.build import compose
+    from engine.compose.spec import spec_from_dict
+
+    return compose(spec_from_dict(orjson.loads(spec_key)))
+
+
+def compose_spec(trace, spec: dict):
+    """(benchmark, summary): summary has ops, inputs, memory_mb, ranks, op_table, inputs_table.
+
+    The op list and memory come from the composed benchmark (rank 0); the closure table lists
+    the tensors each segment reads from outside its selection (synthesized at replay).
+    """
+    from engine.compose.export import rank_summary
+    from engine.graph import select, selection_from_dict
+
+    if not spec["segments"]:
+        raise TraceError("the spec has no segment")
+    bench = _compose_cached(orjson.dumps(spec_json(spec), option=orjson.OPT_SORT_KEYS).decode())
+    rank0 = sorted(bench.ranks)[0]
+    rs = rank_summary(bench, rank0)
+    replay = set(bench.replay_ids[rank0])
+    rows = [{"id": n["id"], "name": n["name"],
+             "input shapes": str((n.get("inputs") or {}).get("shapes", ""))[:120]}
+            for n in bench.ranks[rank0] if n["id"] in replay]
+    closures = []
+    for seg in spec["segments"]:
+        ext = select(trace, selection_from_dict(seg["selection"])).external_inputs
+        cols = [c for c in ("tensor_id", "shape", "dtype", "numel", "device", "consumer") if c in ext.columns]
+        closures.append(ext[cols].assign(segment=seg["label"]).astype({"shape": str} if "shape" in cols else {}))
+    inputs = pd.concat(closures, ignore_index=True) if closures else pd.DataFrame()
+    summary = {"ops": rs["replay_ops"], "inputs": rs["external_inputs"],
+               "memory_mb": rs["estimated_memory_bytes"] / 2**20, "ranks": bench.world_size,
+               "op_table": pd.DataFrame(rows), "inputs_table": inputs, "warnings": bench.meta.get("warnings", [])}
+    return bench, summary
+
+
+def export_benchmark(bench, out_dir: str) -> dict:
+    """Write the benchmark folder; returns {"files", "et_path", "dir"} for session state."""
+    from pathlib import Path
+
+    from engine.compose.export import export
+
+    res = export(bench, out_dir)
+    ranks = res["ranks"]
+    first = ranks[sorted(ranks)[0]]
+    return {"dir": res["dir"], "et_path": str(first),
+            "files": sorted(p.name for p in Path(res["dir"]).iterdir())}

@@ -1,0 +1,194 @@
+"""Replay fidelity: does the replay of a captured sample take as long as the original step?
+
+    .venv/bin/python benchmarks/fidelity.py [--quick] [--device cpu] [--models mlp cnn ...]
+                                            [--fresh] [--rounds R] [--per-round K]
+
+For each sample model: rebuild the live model (engine.capture.models) and time its real
+training step without any profiler; replay the committed capture (sample_traces/<m>/, or a
+fresh capture into a temp folder with --fresh) with engine.replay; both run in the SAME process,
+interleaved in rounds (K original steps, then K replay iterations, R times) so machine-load drift
+hits both equally; within a round they alternate step by step. Reported per model:
+    original_ms   median of all live steps     captured_ms  the capture meta's median (recorded earlier)
+    replay_ms     median of replay iterations  error        |replay - original| / original
+    paired_error  median of replay_i/original_i - 1 over adjacent pairs (robust to load drift)
+    noise         the original's run-to-run noise: IQR/median of its steps, and the spread
+                  (max - min)/median of its per-round medians
+plus CPU/GPU metrics side by side. Writes benchmarks/results/fidelity.json with one record per
+model and `geomean_error` (fraction). Targets: geomean <= 5 %, each <= 10 %.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+MODELS = ("mlp", "cnn", "transformer", "dlrm")
+
+
+def _iqr_over_median(xs: list[float]) -> float:
+    if len(xs) < 4:
+        return (max(xs) - min(xs)) / statistics.median(xs) if xs else float("nan")
+    q = statistics.quantiles(xs, n=4)
+    return (q[2] - q[0]) / statistics.median(xs)
+
+
+def _capture_fresh(name: str, device: str, tmp: Path, threads: int) -> Path:
+    from engine.capture.api import capture
+    from engine.capture.models import build
+
+    step_fn, config = build(name, device)
+    capture(step_fn, out_dir=tmp / name, name=name, steps=1, warmup=3, timing_steps=10, device=device,
+            model_name=name, model_config=config, threads=threads)
+    return tmp / name
+
+
+def _metric_block(fn, n: int, device: str) -> dict:
+    from engine.metrics import MetricsSampler
+
+    with MetricsSampler(interval_s=0.02, device=device) as m:
+        for _ in range(n):
+            fn()
+    return m.summary()
+
+
+def run_model(name: str, *, device: str, rounds: int, per_round: int, warmup: int, fresh: bool,
+              tmp: Path, metrics: bool, host_gaps: bool = False) -> dict:
+    import orjson
+    import torch
+
+    import engine.trace as T
+    from engine.capture.models import build
+    from engine.replay import ReplayConfig
+    from engine.replay.executor import ReplaySession
+
+    folder = ROOT / "sample_traces" / name
+    meta_path = folder / f"{name}_meta.json"
+    meta = orjson.loads(meta_path.read_bytes()) if meta_path.is_file() else {}
+    threads = int(meta.get("num_threads") or torch.get_num_threads())
+    if fresh:
+        folder = _capture_fresh(name, device, tmp, threads)
+        meta = orjson.loads((folder / f"{name}_meta.json").read_bytes())
+    overrides = {k: (tuple(v) if isinstance(v, list) else v) for k, v in (meta.get("model_config") or {}).items()
+                 if k != "model"}
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        step_fn, _ = build(name, device, **overrides)
+        trace = T.load(folder / f"{name}_et.json.gz", folder / f"{name}_kineto.json.gz")
+        sync = (lambda: torch.cuda.synchronize()) if device.startswith("cuda") else (lambda: None)
+
+        def original_step() -> float:
+            t0 = time.perf_counter()
+            step_fn()
+            sync()
+            return (time.perf_counter() - t0) * 1e3
+
+        cfg = ReplayConfig(device=device, warmup=0, iters=1, num_threads=threads, metrics=False,
+                           host_gaps=host_gaps)
+        orig: list[float] = []
+        rep: list[float] = []
+        orig_rounds: list[float] = []
+        rep_rounds: list[float] = []
+        with ReplaySession(trace, config=cfg) as session:
+            for _ in range(warmup):
+                original_step()
+                session.run_iteration(measured=False)
+            for _ in range(rounds):
+                # alternate step by step (ABAB): load changes on a shared machine hit both alike
+                o, r = [], []
+                for _ in range(per_round):
+                    o.append(original_step())
+                    r.append(session.run_iteration(measured=True))
+                orig += o
+                rep += r
+                orig_rounds.append(statistics.median(o))
+                rep_rounds.append(statistics.median(r))
+            m_orig = _metric_block(step_fn, per_round, device) if metrics else {}
+            m_rep = _metric_block(lambda: session.run_iteration(measured=False), per_round, device) if metrics else {}
+            res = session.finish()
+    finally:
+        torch.set_num_threads(old_threads)
+    o_med, r_med = statistics.median(orig), statistics.median(rep)
+    cov = res.coverage
+    return {
+        "model": name, "device": device, "threads": threads,
+        "original_ms": round(o_med, 3), "captured_ms": meta.get("median_ms"),
+        "replay_ms": round(r_med, 3), "error": abs(r_med - o_med) / o_med,
+        "signed_error": (r_med - o_med) / o_med,
+        # paired estimate: median over adjacent (original, replay) pairs of replay/original - 1
+        "paired_error": statistics.median(r_ / o_ for o_, r_ in zip(orig, rep)) - 1.0,
+        "min_error": (min(rep) - min(orig)) / min(orig),
+        "noise_iqr": _iqr_over_median(orig), "noise_round_spread": (max(orig_rounds) - min(orig_rounds)) / o_med,
+        "replay_noise_iqr": _iqr_over_median(rep),
+        "original_steps_ms": [round(x, 3) for x in orig], "replay_iters_ms": [round(x, 3) for x in rep],
+        "coverage": {k: cov[k] for k in ("selected", "replayed", "substituted", "skipped", "compute_rate",
+                                         "by_reason")},
+        "metrics": {"original": m_orig, "replay": m_rep},
+        "trace": str(folder), "fresh_capture": fresh, "host_gaps": host_gaps,
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="few rounds (< 60 s on CPU)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--models", nargs="*", default=list(MODELS))
+    ap.add_argument("--fresh", action="store_true", help="capture each model fresh instead of using sample_traces")
+    ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--per-round", type=int, default=None)
+    ap.add_argument("--no-metrics", action="store_true")
+    ap.add_argument("--host-gaps", action="store_true",
+                    help="replay with the original's CPU gaps between ops (from the profiled Kineto trace)")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "fidelity.json"))
+    args = ap.parse_args(argv)
+    rounds = args.rounds or (3 if args.quick else 8)
+    per_round = args.per_round or (3 if args.quick else 5)
+    warmup = 2 if args.quick else 3
+
+    import orjson
+
+    records = []
+    t_start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="mystique_fidelity_") as tmp:
+        for name in args.models:
+            if name not in MODELS:
+                print(f"unknown model {name!r}; choose from {MODELS}", file=sys.stderr)
+                return 2
+            rec = run_model(name, device=args.device, rounds=rounds, per_round=per_round, warmup=warmup,
+                            fresh=args.fresh, tmp=Path(tmp), metrics=not args.no_metrics,
+                            host_gaps=args.host_gaps)
+            records.append(rec)
+            sys.stdout.flush()
+    errors = [max(r["error"], 1e-6) for r in records]
+    geo = math.exp(sum(math.log(e) for e in errors) / len(errors)) if errors else float("nan")
+    print(f"{'model':<12} {'original_ms':>11} {'captured_ms':>11} {'replay_ms':>9} {'error':>7} "
+          f"{'paired':>7} {'noise(IQR)':>10} {'noise(rounds)':>13} {'coverage':>9}  cpu% orig/replay")
+    for r in records:
+        cpu_o = (r["metrics"]["original"].get("cpu_util_pct") or {}).get("mean")
+        cpu_r = (r["metrics"]["replay"].get("cpu_util_pct") or {}).get("mean")
+        cpu = f"{cpu_o:.0f}/{cpu_r:.0f}" if cpu_o is not None and cpu_r is not None else "-"
+        cap = f"{r['captured_ms']:.2f}" if isinstance(r["captured_ms"], (int, float)) else "-"
+        print(f"{r['model']:<12} {r['original_ms']:>11.2f} {cap:>11} {r['replay_ms']:>9.2f} "
+              f"{r['signed_error']:>+7.1%} {r['paired_error']:>+7.1%} {r['noise_iqr']:>10.1%} {r['noise_round_spread']:>13.1%} "
+              f"{r['coverage']['compute_rate']:>9.1%}  {cpu}")
+    print(f"geomean error: {geo:.2%}   (wall {time.perf_counter() - t_start:.1f} s)")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(orjson.dumps({"records": records, "geomean_error": geo,
+                                  "settings": {"rounds": rounds, "per_round": per_round, "device": args.device,
+                                               "quick": args.quick, "fresh": args.fresh,
+                                               "host_gaps": args.host_gaps}},
+                                 option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

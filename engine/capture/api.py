@@ -1,0 +1,394 @@
+"""Capture a user's training step as the "original": step times, metrics, ET and Kineto.
+
+Why three phases, in this order:
+  1. warm-up (`warmup` steps): caches, allocator and oneDNN/cuBLAS heuristics settle;
+  2. timing (`timing_steps` steps) WITHOUT any profiler, with the metrics sampler running: the
+     step time the replay must reproduce is the unprofiled one (profiling adds per-op overhead);
+  3. recording (`steps` steps, after one profiler warm-up step): the Execution Trace observer
+     and Kineto run in the SAME profiler window (`profile(execution_trace_observer=et)`), so
+     every ET node's `rf_id` has a matching Kineto cpu_op "Record function id", and both files
+     cover exactly the same `ProfilerStep#N` iterations.
+
+While recording, forward pre/post hooks on the model wrap every submodule in a
+`record_function("nn.Module: <qualified.name>")` label so the ET call tree carries module
+scopes (meta["modules"] maps each qualified name to its class). The hooks are installed only
+for the recording phase so they never perturb the measured step times.
+
+Files written to `out_dir`: `{name}_et.json.gz`, `{name}_kineto.json.gz`, `{name}_meta.json`.
+
+Two forms:
+    res = capture(step_fn, out_dir="out", name="mlp")          # runs the loop itself
+
+    with CaptureSession(out_dir="out", name="mine") as cap:     # drives the user's loop
+        while not cap.done:
+            train_step()
+            cap.step()
+    res = cap.result
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import gzip
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import orjson
+
+from engine.errors import TraceError
+from engine.metrics.sampler import MetricsSampler
+from engine.progress import Progress, report
+
+MODULE_LABEL_PREFIX = "nn.Module: "
+
+
+@dataclass(kw_only=True, slots=True)
+class CaptureConfig:
+    out_dir: Path
+    name: str
+    steps: int = 1
+    warmup: int = 3
+    timing_steps: int = 20
+    device: str = "cpu"
+    metrics_interval_s: float = 0.02
+    threads: int | None = None  # torch intra-op threads during the capture; None = leave as is
+
+    def __post_init__(self) -> None:
+        self.out_dir = Path(self.out_dir)
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            raise TraceError(f"capture threads must be an int >= 1, got {self.threads!r}")
+        if not self.name or any(c in self.name for c in "/\\\0") or self.name.startswith("."):
+            raise TraceError(f"capture name must be a plain file-name stem, got {self.name!r}")
+        for n, lo in (("steps", 1), ("warmup", 0), ("timing_steps", 1)):
+            v = getattr(self, n)
+            if not isinstance(v, int) or v < lo:
+                raise TraceError(f"capture {n} must be an int >= {lo}, got {v!r}")
+        if not str(self.device).startswith(("cpu", "cuda")):
+            raise TraceError(f"capture device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
+
+    @property
+    def total_steps(self) -> int:
+        # +1: the profiler's own warm-up step (schedule warmup=1) before the recorded steps
+        return self.warmup + self.timing_steps + 1 + self.steps
+
+
+@dataclass(kw_only=True, slots=True)
+class CaptureResult:
+    et_path: Path
+    kineto_path: Path
+    meta_path: Path
+    step_ms: list[float]
+    median_ms: float
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def paths(self) -> dict[str, str]:
+        return {"et": str(self.et_path), "kineto": str(self.kineto_path), "meta": str(self.meta_path)}
+
+
+class _ModuleLabels:
+    """Forward pre/post hooks wrapping each submodule call in a record_function label."""
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.handles: list[Any] = []
+        self.stack: list[Any] = []
+        self.classes: dict[str, str] = {}
+
+    def install(self) -> None:
+        import torch
+
+        for qname, mod in self.model.named_modules():
+            label = MODULE_LABEL_PREFIX + (qname or type(mod).__name__)
+            self.classes[qname or type(mod).__name__] = type(mod).__name__
+
+            def pre(_m, _args, _label=label):
+                rf = torch.profiler.record_function(_label)
+                rf.__enter__()
+                self.stack.append(rf)
+
+            def post(_m, _args, _out):
+                if self.stack:
+                    self.stack.pop().__exit__(None, None, None)
+
+            self.handles.append(mod.register_forward_pre_hook(pre))
+            self.handles.append(mod.register_forward_hook(post, always_call=True))
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+        while self.stack:  # a forward that raised mid-way: close its labels innermost first
+            self.stack.pop().__exit__(None, None, None)
+
+
+class CaptureSession:
+    """Drives warm-up, timing and recording from a loop that calls `step()` after each step."""
+
+    def __init__(self, *, out_dir: str | os.PathLike, name: str, steps: int = 1, warmup: int = 3,
+                 timing_steps: int = 20, device: str = "cpu", module: Any = None,
+                 model_name: str | None = None, model_config: dict | None = None,
+                 command: str | None = None, progress: Progress | None = None,
+                 metrics_interval_s: float = 0.02, threads: int | None = None):
+        self.config = CaptureConfig(out_dir=Path(out_dir), name=name, steps=steps, warmup=warmup,
+                                    timing_steps=timing_steps, device=str(device),
+                                    metrics_interval_s=metrics_interval_s, threads=threads)
+        self.module = module
+        self.model_name = model_name
+        self.model_config = model_config or {}
+        self.command = command if command is not None else " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
+        self.progress = progress
+        self.result: CaptureResult | None = None
+        self._n = 0
+        self._t_last = 0.0
+        self._step_ms: list[float] = []
+        self._sampler: MetricsSampler | None = None
+        self._metrics: dict[str, Any] = {}
+        self._prof: Any = None
+        self._et: Any = None
+        self._labels: _ModuleLabels | None = None
+        self._tmp: str | None = None
+        self._kineto_tmp: str | None = None
+        self._t_timing0 = 0.0
+        self._threads_before: int | None = None
+
+    # -- public ------------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self._n >= self.config.total_steps
+
+    def __enter__(self) -> "CaptureSession":
+        self.config.out_dir.mkdir(parents=True, exist_ok=True)
+        self._tmp = tempfile.mkdtemp(prefix="mystique_capture_")
+        if self.config.threads is not None:
+            import torch
+
+            self._threads_before = torch.get_num_threads()
+            torch.set_num_threads(self.config.threads)
+        report(self.progress, 0.0, "warm-up")
+        self._maybe_transition()
+        return self
+
+    def step(self) -> None:
+        """Mark the end of one training step (call exactly once per step)."""
+        if self.done:
+            return
+        c = self.config
+        self._n += 1
+        if c.warmup < self._n <= c.warmup + c.timing_steps:
+            now = self._now()
+            self._step_ms.append((now - self._t_last) * 1e3)
+            self._t_last = now
+        elif self._prof is not None:
+            self._sync()
+            self._prof.step()
+        report(self.progress, 0.9 * self._n / c.total_steps, self._phase_message())
+        self._maybe_transition()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if exc_type is None and not self.done:
+                raise TraceError(f"capture {self.config.name!r} ended after {self._n} of "
+                                 f"{self.config.total_steps} steps")
+            if exc_type is None:
+                self.result = self._write()
+        finally:
+            self._cleanup()
+
+    # -- phases ------------------------------------------------------------------------------
+    def _phase_message(self) -> str:
+        c = self.config
+        if self._n < c.warmup:
+            return f"warm-up {self._n}/{c.warmup}"
+        if self._n < c.warmup + c.timing_steps:
+            return f"timing {self._n - c.warmup}/{c.timing_steps}"
+        return f"recording {self._n - c.warmup - c.timing_steps}/{c.steps + 1}"
+
+    def _maybe_transition(self) -> None:
+        c = self.config
+        if self._n == c.warmup and self._sampler is None:  # timing starts
+            self._sampler = MetricsSampler(interval_s=c.metrics_interval_s, device=c.device).start()
+            self._t_last = self._now()
+            self._t_timing0 = self._t_last
+        if self._n == c.warmup + c.timing_steps and self._prof is None:  # recording starts
+            self._sampler.stop()
+            self._metrics = self._sampler.to_dict()
+            # the timed steps' window on the metrics time axis (t_s), for aligning curves
+            t0 = self._sampler.t0
+            self._metrics["window_s"] = [round(self._t_timing0 - t0, 6), round(self._t_last - t0, 6)]
+            self._start_profiler()
+        if self.done and self._prof is not None:
+            self._stop_profiler()
+
+    def _start_profiler(self) -> None:
+        import torch
+        from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, schedule
+
+        activities = [ProfilerActivity.CPU]
+        if self.config.device.startswith("cuda"):
+            activities.append(ProfilerActivity.CUDA)
+        if self.module is not None and isinstance(self.module, torch.nn.Module):
+            self._labels = _ModuleLabels(self.module)
+            self._labels.install()
+        # Uncompressed temp file: register_callback("*.gz") prints to stdout while compressing.
+        self._et = ExecutionTraceObserver().register_callback(os.path.join(self._tmp, "et.json"))
+        self._prof = profile(activities=activities, record_shapes=True, with_stack=False,
+                             schedule=schedule(wait=0, warmup=1, active=self.config.steps, repeat=1),
+                             execution_trace_observer=self._et)
+        self._prof.__enter__()
+
+    def _stop_profiler(self) -> None:
+        prof, self._prof = self._prof, None
+        prof.__exit__(None, None, None)  # also finalizes the ET observer (cleanup())
+        self._kineto_tmp = os.path.join(self._tmp, "kineto.json")
+        prof.export_chrome_trace(self._kineto_tmp)
+        if self._labels is not None:
+            self._labels.remove()
+
+    def _cleanup(self) -> None:
+        if self._threads_before is not None:
+            import torch
+
+            torch.set_num_threads(self._threads_before)
+            self._threads_before = None
+        if self._sampler is not None:
+            self._sampler.stop()
+        if self._prof is not None:
+            try:
+                self._prof.__exit__(None, None, None)
+            finally:
+                self._prof = None
+        if self._labels is not None:
+            self._labels.remove()
+        if self._et is not None:
+            self._et.unregister_callback()
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _sync(self) -> None:
+        if self.config.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.synchronize(self.config.device)
+
+    def _now(self) -> float:
+        self._sync()
+        return time.perf_counter()
+
+    def _write(self) -> CaptureResult:
+        c = self.config
+        report(self.progress, 0.92, "writing files")
+        et_src = os.path.join(self._tmp, "et.json")
+        if not os.path.exists(et_src) or not self._kineto_tmp or not os.path.exists(self._kineto_tmp):
+            raise TraceError("the profiler produced no trace files", c.out_dir)
+        et_path = c.out_dir / f"{c.name}_et.json.gz"
+        kineto_path = c.out_dir / f"{c.name}_kineto.json.gz"
+        meta_path = c.out_dir / f"{c.name}_meta.json"
+        for src, dst in ((et_src, et_path), (self._kineto_tmp, kineto_path)):
+            # mtime=0: identical content gives identical bytes (stable sha256 cache keys)
+            with open(src, "rb") as fin, open(dst, "wb") as raw, \
+                    gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as fout:
+                shutil.copyfileobj(fin, fout)
+        median = statistics.median(self._step_ms)
+        meta = {
+            "format": "mystique-capture/1",
+            "name": c.name,
+            "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "files": {"et": et_path.name, "kineto": kineto_path.name},
+            "model": self.model_name,
+            "model_config": self.model_config,
+            "command": self.command,
+            "steps": c.steps, "warmup": c.warmup, "timing_steps": c.timing_steps,
+            "step_ms": [round(x, 4) for x in self._step_ms],
+            "median_ms": round(median, 4),
+            "metrics": self._metrics,
+            "modules": self._labels.classes if self._labels is not None else {},
+            **environment(c.device),
+        }
+        meta_path.write_bytes(orjson.dumps(meta, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+        report(self.progress, 1.0, "done")
+        return CaptureResult(et_path=et_path, kineto_path=kineto_path, meta_path=meta_path,
+                             step_ms=list(self._step_ms), median_ms=median, meta=meta)
+
+
+def capture(step_fn: Callable[[], Any], *, out_dir: str | os.PathLike, name: str, steps: int = 1,
+            warmup: int = 3, timing_steps: int = 20, device: str = "cpu",
+            progress: Progress | None = None, module: Any = None, model_name: str | None = None,
+            model_config: dict | None = None, command: str | None = None,
+            threads: int | None = None) -> CaptureResult:
+    """Run `step_fn` through warm-up, timing and recording; write ET, Kineto and meta files.
+
+    `module` (default: `step_fn.model` when present) gets module labels during recording.
+    `threads` sets torch's intra-op thread count for the capture (recorded as meta num_threads;
+    a replay should use the same count).
+    """
+    if module is None:
+        module = getattr(step_fn, "model", None)
+    session = CaptureSession(out_dir=out_dir, name=name, steps=steps, warmup=warmup,
+                             timing_steps=timing_steps, device=device, module=module,
+                             model_name=model_name, model_config=model_config, command=command,
+                             progress=progress, threads=threads)
+    with session as cap:
+        while not cap.done:
+            step_fn()
+            cap.step()
+    return session.result
+
+
+def environment(device: str) -> dict[str, Any]:
+    """Where a capture ran: enough to judge whether a replay elsewhere is comparable."""
+    import torch
+
+    env = {
+        "device": device,
+        "device_name": cpu_model(),
+        "torch_version": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "num_threads": torch.get_num_threads(),
+        "cuda_version": torch.version.cuda,
+    }
+    if device.startswith("cuda") and torch.cuda.is_available():
+        env["device_name"] = torch.cuda.get_device_name(torch.device(device))
+    return env
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def read_meta(path: str | os.PathLike) -> dict[str, Any]:
+    """Load a `{name}_meta.json` (or the single one in a capture folder), with file paths resolved."""
+    p = Path(path)
+    if p.is_dir():
+        metas = sorted(p.glob("*_meta.json"))
+        if len(metas) != 1:
+            raise TraceError(f"expected exactly one *_meta.json in the folder, found {len(metas)}", p)
+        p = metas[0]
+    try:
+        meta = orjson.loads(p.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise TraceError(f"cannot read capture metadata: {exc}", p) from None
+    if not isinstance(meta, dict) or "step_ms" not in meta or "files" not in meta:
+        raise TraceError("not a mystique capture meta file (no step_ms/files)", p)
+    meta["et_path"] = str(p.parent / meta["files"]["et"])
+    meta["kineto_path"] = str(p.parent / meta["files"]["kineto"])
+    meta["meta_path"] = str(p)
+    return meta

@@ -1,0 +1,76 @@
+"""`mystique info PATH... [--json] [--rank R] [--no-cache]`: what a trace holds, at a glance.
+
+With `--json`: one JSON object when the paths hold one trace file, else a list with one
+object per file (tarball members and directory entries count as files). Keys are documented
+in `engine.trace.summary`; they match MANIFEST.json entries (`kind`, `schema`, `nodes`,
+`events`, `rank`, `world_size`, `kernels`, `cpu_ops`). When an ET and a Kineto trace are given
+together they are linked and every object carries the pair's `link_rate`.
+"""
+from __future__ import annotations
+
+import argparse
+import warnings
+
+from engine.cli.common import print_json, progress_bar
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("info", help="summarize ET / Kineto trace files",
+                              description=__doc__.splitlines()[0])
+    p.add_argument("paths", nargs="+", help="trace files (.json, .json.gz, .tar.gz) or a directory of ranks")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--rank", type=int, default=None, help="rank for files that do not declare one")
+    p.add_argument("--no-cache", action="store_true", help="parse again instead of reading the cache")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.trace import load
+    from engine.trace.summary import summarize_sources
+
+    # Loader warnings (e.g. an unknown ET schema) are part of the output below, so Python's
+    # own warning lines would only repeat them on stderr.
+    with progress_bar("loading", enabled=not args.json) as cb, warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        trace = load(*args.paths, rank=args.rank, progress=cb, use_cache=not args.no_cache)
+    objs = summarize_sources(trace)
+    if args.json:
+        print_json(objs[0] if len(objs) == 1 else objs)
+    else:
+        print(render(objs))
+    return 0
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3f}" if v < 10 else f"{v:,.0f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def render(objs: list[dict]) -> str:
+    """Compact human-readable table: one block per file."""
+    lines = []
+    for o in objs:
+        lines.append(o["path"])
+        rows = [("kind", o["kind"]), ("schema", o["schema"] or "-"),
+                ("nodes" if o["kind"].startswith("execution") else "events",
+                 o["nodes"] if o["kind"].startswith("execution") else o["events"]),
+                ("ranks", ",".join(map(str, o["ranks"])) or "-"), ("world size", o["world_size"]),
+                ("link rate", None if o["link_rate"] is None else f"{100 * o['link_rate']:.1f}%"),
+                ("kernels", o["kernels"]), ("cpu ops", o["cpu_ops"]),
+                ("time span (us)", o["time_span_us"]), ("iterations", len(o["iterations"]))]
+        for k, v in rows:
+            lines.append(f"  {k:<15} {_fmt(v)}")
+        if o["ops_by_category"]:
+            lines.append("  categories      " + ", ".join(f"{k} {v:,}" for k, v in o["ops_by_category"].items()))
+        if o["top_ops"]:
+            lines.append(f"  {'top ops':<40} {'count':>8} {'total us':>12}")
+            for t in o["top_ops"]:
+                lines.append(f"    {t['name'][:38]:<38} {t['count']:>8,} {_fmt(t['dur_us']):>12}")
+        for w in o["warnings"]:
+            lines.append(f"  warning: {w}")
+    return "\n".join(lines)

@@ -1,0 +1,167 @@
+"""`mystique replay TRACE`: replay an execution trace (or an exported benchmark) and time it.
+
+TRACE is an ET file (with `--kineto K` to link its Kineto trace for streams/host gaps), a
+capture folder / `<name>_et.json.gz` next to a `<name>_meta.json` (its thread count is reused),
+or an exported benchmark folder (`DIR/spec.json` + `DIR/rank_<r>.et.json`): with `--rank R`
+that rank is replayed, else every rank in turn. Writes `replay.json` (+ the replay's Kineto
+trace) into --out (default ./replay_out/<name>).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from engine.cli.common import print_json, progress_bar
+from engine.errors import TraceError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("replay", help="replay a trace as a benchmark (CPU or CUDA)",
+                              description=__doc__.splitlines()[0])
+    p.add_argument("trace", help="ET file, capture folder, or exported benchmark folder")
+    p.add_argument("--kineto", default=None, help="Kineto trace to link (streams, host gaps)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    p.add_argument("--warmup", type=int, default=2, help="warm-up iterations (default 2)")
+    p.add_argument("--iters", type=int, default=5, help="measured iterations (default 5)")
+    p.add_argument("--mode", choices=("top", "leaf"), default="top", help="operator selection (default top)")
+    p.add_argument("--host-gaps", action="store_true", help="reproduce the original CPU gaps between ops")
+    p.add_argument("--lazy", action="store_true", help="allocate trace inputs per op (low memory)")
+    p.add_argument("--no-streams", action="store_true", help="CUDA: run everything on one stream")
+    p.add_argument("--allow-trace-code", action="store_true",
+                   help="allow executing code shipped inside the trace (PT2 Triton kernels); off by default")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: the capture's)")
+    p.add_argument("--no-profile", action="store_true", help="do not write the replay's Kineto trace")
+    p.add_argument("--out", default=None, help="output folder (default ./replay_out/<name>)")
+    p.add_argument("--rank", type=int, default=None, help="rank to replay (exported benchmarks / multi-rank)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run)
+
+
+_ET_NAME = re.compile(r"^(?P<name>.+?)(_et)?\.json(\.gz|\.tar\.gz)?$")
+
+
+def _name_of(path: Path) -> str:
+    m = _ET_NAME.match(path.name)
+    return (m.group("name") if m else path.stem) if path.is_file() else path.name
+
+
+def _meta_for(et: Path) -> dict:
+    """The capture meta next to an ET (`<name>_meta.json`), or {}."""
+    import orjson
+
+    name = _name_of(et)
+    for cand in (et.parent / f"{name}_meta.json", et.parent / "meta.json"):
+        if cand.is_file():
+            try:
+                return orjson.loads(cand.read_bytes())
+            except orjson.JSONDecodeError:
+                raise TraceError("capture meta is not valid JSON", cand) from None
+    return {}
+
+
+def _spec_meta(spec: Path) -> dict:
+    """Thread count of the capture a composed benchmark came from (its first source's meta)."""
+    import orjson
+
+    try:
+        doc = orjson.loads(spec.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        raise TraceError("benchmark spec is not valid JSON", spec) from None
+    for src in (doc.get("sources") or [])[:1] if isinstance(doc, dict) else []:
+        src_path = Path(str(src))
+        if not src_path.is_absolute():
+            src_path = spec.parent / src_path
+        meta = _meta_for(src_path) if src_path.is_file() else {}
+        if isinstance(meta.get("num_threads"), int):
+            return {"num_threads": meta["num_threads"]}
+    return {}
+
+
+def resolve_inputs(trace: str, kineto: str | None, rank: int | None) -> list[tuple[int | None, list[Path], dict, str]]:
+    """[(rank, paths to load, capture meta, name)] for one TRACE argument."""
+    p = Path(trace)
+    if not p.exists():
+        raise TraceError("no such file or folder", p)
+    if p.is_dir():
+        rank_files = sorted(p.glob("rank_*.et.json*"))
+        if (p / "spec.json").is_file() and rank_files:
+            meta = _spec_meta(p / "spec.json")
+            out = []
+            for f in rank_files:
+                m = re.match(r"rank_(\d+)\.et\.json", f.name)
+                r = int(m.group(1)) if m else None
+                if rank is None or r == rank:
+                    out.append((r, [f], meta, f"{p.name}_rank{r}"))
+            if not out:
+                raise TraceError(f"exported benchmark has no rank {rank}", p)
+            return out
+        ets = sorted(p.glob("*_et.json*"))
+        if len(ets) != 1:
+            raise TraceError(f"folder holds {len(ets)} '*_et.json*' files; give one ET file", p)
+        p = ets[0]
+    paths = [p]
+    if kineto:
+        k = Path(kineto)
+        if not k.is_file():
+            raise TraceError("no such Kineto file", k)
+        paths.append(k)
+    else:
+        name = _name_of(p)
+        k = p.parent / f"{name}_kineto.json.gz"
+        if k.is_file():
+            paths.append(k)
+    return [(rank, paths, _meta_for(p), _name_of(p))]
+
+
+def run(args: argparse.Namespace) -> int:
+    import engine.trace as T
+    from engine.replay import ReplayConfig, replay
+
+    jobs = resolve_inputs(args.trace, args.kineto, args.rank)
+    results = {}
+    for rank, paths, meta, name in jobs:
+        out = Path(args.out) if args.out else Path("replay_out") / name
+        if len(jobs) > 1:
+            out = out / f"rank_{rank}"
+        threads = args.threads or (meta.get("num_threads") if isinstance(meta.get("num_threads"), int) else None)
+        cfg = ReplayConfig(device=args.device, warmup=args.warmup, iters=args.iters, mode=args.mode,
+                           streams=not args.no_streams, host_gaps=args.host_gaps,
+                           lazy=True if args.lazy else "auto", profile=not args.no_profile, out_dir=out,
+                           allow_trace_code=args.allow_trace_code, num_threads=threads)
+        with progress_bar(f"replay {name}", enabled=not args.json) as cb:
+            trace = T.load(*paths, progress=None)
+            ranks_present = set(trace.ops["rank"].astype(int).tolist()) if trace.has_et else set()
+            # an exported rank file may carry rank 0 inside: replay what the file holds
+            try:
+                res = replay(trace, config=cfg, progress=cb,
+                             rank=rank if rank in ranks_present or len(ranks_present) != 1 else None)
+            except TraceError as exc:
+                if exc.path is None:   # name the file in the one-line message
+                    raise TraceError(exc.problem, paths[0]) from None
+                raise
+        res.paths["trace"] = str(paths[0])
+        path = res.write(out)
+        cov = res.coverage
+        summary = {"name": name, "rank": rank, "iteration_ms": [round(x, 4) for x in res.iteration_ms],
+                   "median_ms": round(res.median_ms, 4),
+                   "coverage": {k: cov[k] for k in ("selected", "replayed", "substituted", "skipped", "by_reason",
+                                                    "selected_compute", "replayed_compute", "compute_rate")},
+                   "metrics": res.metrics.get("summary", {}), "paths": {**res.paths, "replay_json": str(path)},
+                   "device": res.device}
+        if meta.get("median_ms"):
+            summary["original_median_ms"] = meta["median_ms"]
+        results[rank if rank is not None else 0] = summary
+        if not args.json:
+            orig = f" (original {meta['median_ms']:.2f} ms)" if meta.get("median_ms") else ""
+            print(f"{name}: median {res.median_ms:.2f} ms over {len(res.iteration_ms)} iterations on "
+                  f"{res.device}{orig}")
+            print(f"  ops: {cov['selected']} selected, {cov['replayed']} replayed "
+                  f"({cov['substituted']} substituted), {cov['skipped']} skipped; compute "
+                  f"{cov['replayed_compute']}/{cov['selected_compute']} ({cov['compute_rate']:.1%})")
+            for reason, n in cov["by_reason"].items():
+                print(f"    {n:>5} x {reason}")
+            print(f"  wrote {path}" + (f" and {res.kineto_path}" if res.kineto_path else ""))
+    if args.json:
+        print_json(next(iter(results.values())) if len(results) == 1 else {"ranks": results})
+    return 0

@@ -1,0 +1,49 @@
+"""Resolve what a user points `mystique compare` at into loaded objects.
+
+ORIGINAL: a capture folder (one `*_meta.json`), a capture meta file, or trace file(s)
+(ET and/or Kineto; passed to `engine.trace.load`).
+REPLAY: a replay output folder holding `replay.json`, a `replay.json` file, or anything
+ORIGINAL accepts (then the comparison is trace vs trace).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from engine.errors import TraceError
+from engine.progress import Progress
+
+
+def load_original(*paths: str | os.PathLike, progress: Progress | None = None) -> tuple[Any, dict | None]:
+    """(Trace, capture meta or None) from one capture folder/meta file or trace file(s)."""
+    from engine.capture.api import read_meta
+    from engine.trace import load
+
+    ps = [Path(p) for p in paths]
+    for p in ps:
+        if not p.exists():
+            raise TraceError("no such file or folder", p)
+    if len(ps) == 1 and (ps[0].is_dir() and list(ps[0].glob("*_meta.json")) or ps[0].name.endswith("_meta.json")):
+        meta = read_meta(ps[0])
+        return load(meta["et_path"], meta["kineto_path"], progress=progress), meta
+    return load(*ps, progress=progress), None
+
+
+def load_replay_json(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The replay result dict when `path` is a folder holding replay.json or a `*replay.json`
+    file; None otherwise (then the caller treats `path` as a trace)."""
+    from engine.compare.replay import validate_replay
+
+    p = Path(path)
+    f = p / "replay.json" if p.is_dir() else p
+    if not (f.is_file() and f.name.endswith("replay.json")):
+        return None
+    try:
+        data = orjson.loads(f.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise TraceError(f"cannot read replay result: {exc}", f) from None
+    validate_replay(data, str(f))
+    return data

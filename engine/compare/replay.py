@@ -1,0 +1,220 @@
+"""Original (a loaded Trace + its capture meta) versus a replay result.
+
+The replay result is a plain JSON-ready dict written by `engine.replay` as `replay.json`
+(the contract between replay and compare):
+
+    {
+      "iteration_ms": [float, ...],      # wall time of each timed replay iteration
+      "median_ms": float,                # median of iteration_ms
+      "per_op": [                        # one row per replayed op (median over iterations)
+        {"op_id": int,                   #   ET node id of the ORIGINAL trace
+         "name": str, "category": str, "phase": str,
+         "dur_us": float}, ...           #   host time of the op (device time on cuda)
+      ],
+      "coverage": {"selected": int, "replayed": int, "substituted": int, "skipped": int,
+                   "by_reason": {reason: int}},
+      "metrics": {"samples": {column: [float, ...]}, "summary": {...},
+                  "window_s": [t0, t1]?},    # MetricsSampler.to_dict() layout
+      "kineto_path": str | null,         # the replay's own Kineto trace, if recorded
+      "device": "cpu" | "cuda:N"
+    }
+
+Why per-op matching is by ET node id: the replay executes the original's ops and labels each
+with its node id, so the id names the same operator on both sides. Original per-op times are
+the linked Kineto `k_dur_us` of those ops (host time), or `gpu_dur_us` (kernel time launched
+under the op) when the replay ran on a GPU and the original has GPU kernels.
+Errors are relative: |replay - original| / original.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from engine.compare.curves import align
+from engine.errors import TraceError
+
+REPLAY_KEYS = ("iteration_ms", "median_ms", "per_op", "coverage")
+
+
+def rel_error(original: float, replay: float) -> float:
+    if original is None or replay is None:
+        return math.nan
+    o, r = float(original), float(replay)
+    if not (math.isfinite(o) and math.isfinite(r)) or o == 0:
+        return math.nan
+    return abs(r - o) / abs(o)
+
+
+def validate_replay(replay: dict[str, Any], path: str | None = None) -> None:
+    if not isinstance(replay, dict):
+        raise TraceError("replay result must be a JSON object", path)
+    missing = [k for k in REPLAY_KEYS if k not in replay]
+    if missing:
+        raise TraceError(f"replay result lacks {', '.join(missing)}", path)
+    if not isinstance(replay["per_op"], list) or not isinstance(replay["iteration_ms"], list):
+        raise TraceError("replay result per_op and iteration_ms must be lists", path)
+
+
+@dataclass(kw_only=True, slots=True)
+class Comparison:
+    """Original vs replay. Tables are DataFrames; `to_json()` gives the JSON-ready dict."""
+
+    kind: str = "replay"
+    e2e: dict[str, Any] = field(default_factory=dict)
+    time_basis: str = "cpu"
+    per_op: pd.DataFrame = field(default_factory=pd.DataFrame)
+    by_name: pd.DataFrame = field(default_factory=pd.DataFrame)
+    by_phase: pd.DataFrame = field(default_factory=pd.DataFrame)
+    by_category: pd.DataFrame = field(default_factory=pd.DataFrame)
+    curves: pd.DataFrame = field(default_factory=pd.DataFrame)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    coverage: dict[str, Any] = field(default_factory=dict)
+    matching: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind, "e2e": _clean(self.e2e), "time_basis": self.time_basis,
+            "matching": _clean(self.matching), "coverage": self.coverage,
+            "by_phase": _records(self.by_phase), "by_category": _records(self.by_category),
+            "by_name": _records(self.by_name), "per_op": _records(self.per_op),
+            "metrics": _clean(self.metrics), "curves": _records(self.curves),
+            "warnings": list(self.warnings),
+        }
+
+
+def original_step_ms(trace: Any, meta: dict[str, Any] | None) -> tuple[float, str]:
+    """(median step ms, source): the capture's unprofiled median, else the profiled iterations."""
+    if meta and meta.get("median_ms") is not None:
+        return float(meta["median_ms"]), "capture meta median_ms (unprofiled)"
+    iters = [it["dur_us"] for it in (trace.meta.get("iterations") or []) if it.get("dur_us")]
+    if iters:
+        return float(pd.Series(iters).median()) / 1e3, "trace ProfilerStep iterations (profiled)"
+    return math.nan, "unknown (no capture meta and no ProfilerStep iterations)"
+
+
+def compare_replay(original: Any, replay: dict[str, Any], *,
+                   original_meta: dict[str, Any] | None = None) -> Comparison:
+    """Compare an original Trace (+ capture meta) with a replay result dict (see module doc)."""
+    validate_replay(replay)
+    cmp = Comparison(kind="replay")
+    o_ms, source = original_step_ms(original, original_meta)
+    r_ms = float(replay["median_ms"]) if replay.get("median_ms") is not None else math.nan
+    cmp.e2e = {"original_ms": o_ms, "replay_ms": r_ms, "error": rel_error(o_ms, r_ms),
+               "original_source": source, "original_device": (original_meta or {}).get("device"),
+               "replay_device": replay.get("device"), "replay_iterations": len(replay["iteration_ms"])}
+    cmp.coverage = dict(replay.get("coverage") or {})
+
+    ops = original.ops
+    gpu = str(replay.get("device") or "").startswith("cuda") and "gpu_dur_us" in ops \
+        and ops["gpu_dur_us"].notna().any()
+    cmp.time_basis = "gpu" if gpu else "cpu"
+    col = "gpu_dur_us" if gpu else "k_dur_us"
+    if not original.has_et:
+        cmp.warnings.append("original trace has no ET: per-op matching by node id is impossible")
+    if not gpu and (col not in ops or ops[col].notna().sum() == 0):
+        cmp.warnings.append("original ops carry no linked Kineto durations (k_dur_us): "
+                            "per-op original times are unknown")
+
+    rep = pd.DataFrame(replay["per_op"], columns=["op_id", "name", "category", "phase", "dur_us"])
+    rep = rep.astype({"op_id": "int64", "dur_us": "float64"})
+    rep = rep.groupby("op_id", as_index=False, sort=False).agg(
+        {"name": "first", "category": "first", "phase": "first", "dur_us": "sum"})
+    orig = pd.DataFrame({"op_id": ops["id"].astype("int64") if len(ops) else pd.Series(dtype="int64"),
+                         "o_name": ops["name"].astype(str) if len(ops) else pd.Series(dtype=str),
+                         "o_category": ops["category"].astype(str) if len(ops) else pd.Series(dtype=str),
+                         "o_phase": ops["phase"].astype(str) if len(ops) else pd.Series(dtype=str),
+                         "original_us": ops[col].astype("float64") if col in ops else math.nan})
+    orig = orig.drop_duplicates("op_id")  # multi-rank traces: the first rank's node
+    per = rep.merge(orig, on="op_id", how="left")
+    per["name"] = per["o_name"].fillna(per["name"])
+    per["category"] = per["o_category"].fillna(per["category"])
+    per["phase"] = per["o_phase"].fillna(per["phase"])
+    per = per.rename(columns={"dur_us": "replay_us"})[
+        ["op_id", "name", "category", "phase", "original_us", "replay_us"]]
+    per["error"] = [rel_error(o, r) for o, r in zip(per["original_us"], per["replay_us"])]
+    cmp.per_op = per.reset_index(drop=True)
+
+    matched = per["original_us"].notna()
+    unknown = int((~per["op_id"].isin(orig["op_id"])).sum())
+    cmp.matching = {"replay_ops": len(per), "matched": int(matched.sum()),
+                    "unknown_ids": unknown,
+                    "match_rate": float(matched.mean()) if len(per) else math.nan,
+                    "original_sum_us": float(per.loc[matched, "original_us"].sum()),
+                    "replay_sum_us": float(per.loc[matched, "replay_us"].sum())}
+    cmp.matching["sum_error"] = rel_error(cmp.matching["original_sum_us"], cmp.matching["replay_sum_us"])
+    if unknown:
+        cmp.warnings.append(f"{unknown} replayed op ids are not ET node ids of the original")
+
+    both = per[matched]
+    cmp.by_name = _group(both, "name")
+    cmp.by_phase = _group(both, "phase")
+    cmp.by_category = _group(both, "category")
+
+    cmp.curves, summary = align((original_meta or {}).get("metrics"), replay.get("metrics"))
+    cmp.metrics = {"shared": summary,
+                   "original_summary": ((original_meta or {}).get("metrics") or {}).get("summary", {}),
+                   "replay_summary": (replay.get("metrics") or {}).get("summary", {})}
+    cmp.metrics["starved"] = starved = cpu_starvation(summary)
+    for side, flag in starved.items():
+        if flag:
+            s = summary["cpu_util_pct"]
+            cmp.warnings.append(
+                f"the {side} was CPU-starved: its process used {s[side + '_mean']:.0f}% of a core "
+                f"(the other side {s[('replay' if side == 'original' else 'original') + '_mean']:.0f}%) while "
+                f"the machine was {summary['sys_cpu_util_pct'][side + '_mean']:.0f}% busy; "
+                "its times include waiting for a CPU and are not comparable")
+    return cmp
+
+
+def cpu_starvation(shared: dict[str, dict[str, float]], *, ratio: float = 0.75,
+                   busy_pct: float = 90.0) -> dict[str, bool]:
+    """Which side ran CPU-starved: its process got < `ratio` of the other side's CPU while the
+    whole machine was >= `busy_pct` busy (another process held the cores). Why: on shared
+    machines that, not the replay, is the usual cause of a large end-to-end error."""
+    out = {"original": False, "replay": False}
+    cpu, sys_ = shared.get("cpu_util_pct"), shared.get("sys_cpu_util_pct")
+    if not cpu or not sys_:
+        return out
+    for side, other in (("original", "replay"), ("replay", "original")):
+        mine, theirs, busy = cpu[f"{side}_mean"], cpu[f"{other}_mean"], sys_[f"{side}_mean"]
+        if all(isinstance(v, float) and math.isfinite(v) for v in (mine, theirs, busy)):
+            out[side] = mine < ratio * theirs and busy >= busy_pct
+    return out
+
+
+def _group(df: pd.DataFrame, key: str) -> pd.DataFrame:
+    """Side-by-side sums per `key` over matched ops: count, original_us, replay_us, error, share."""
+    cols = [key, "count", "original_us", "replay_us", "delta_us", "error", "original_share"]
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    g = df.groupby(df[key].astype(str), sort=False).agg(
+        count=("op_id", "size"), original_us=("original_us", "sum"), replay_us=("replay_us", "sum"))
+    g = g.reset_index().rename(columns={"index": key})
+    g["delta_us"] = g["replay_us"] - g["original_us"]
+    g["error"] = [rel_error(o, r) for o, r in zip(g["original_us"], g["replay_us"])]
+    total = g["original_us"].sum()
+    g["original_share"] = g["original_us"] / total if total else math.nan
+    return g.sort_values("original_us", ascending=False, kind="stable").reset_index(drop=True)[cols]
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    if df is None or df.empty:
+        return []
+    return [_clean(r) for r in df.to_dict(orient="records")]
+
+
+def _clean(obj: Any) -> Any:
+    """JSON-safe: NaN -> None, numpy scalars -> Python."""
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj

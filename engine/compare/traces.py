@@ -1,0 +1,106 @@
+"""Two loaded Traces side by side (e.g. two Kineto runs, or an original and a replay's Kineto).
+
+What is compared and why:
+  * iterations: median `ProfilerStep#N` duration on each side (the end-to-end figure);
+  * Kineto events by (cat, name) and by cat: count and total duration, with deltas. Kernels,
+    runtime calls and cpu_ops are the units people reason about when two runs differ
+    ("which kernels got slower, which ops appeared"), as in HTA's trace diff;
+  * ET ops by name (count) when both sides have an ET: structural changes of the program.
+Durations are totals over the whole trace; `*_per_iter_us` divides by the side's iteration
+count when both sides have iterations, so runs of different lengths stay comparable.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from engine.compare.replay import _clean, _records, rel_error
+
+
+@dataclass(kw_only=True, slots=True)
+class TraceDiff:
+    kind: str = "traces"
+    e2e: dict[str, Any] = field(default_factory=dict)
+    by_name: pd.DataFrame = field(default_factory=pd.DataFrame)      # (cat, name) rows
+    by_category: pd.DataFrame = field(default_factory=pd.DataFrame)  # cat rows
+    ops_by_name: pd.DataFrame = field(default_factory=pd.DataFrame)  # ET op name counts
+    sides: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self, top: int | None = None) -> dict[str, Any]:
+        """JSON-ready dict; `top` keeps only the rows with the largest |delta_us| per table."""
+        def cut(df: pd.DataFrame) -> pd.DataFrame:
+            if top is None or df.empty or "delta_us" not in df:
+                return df
+            return df.reindex(df["delta_us"].abs().sort_values(ascending=False, kind="stable").index[:top])
+        return {"kind": self.kind, "e2e": _clean(self.e2e), "sides": _clean(self.sides),
+                "by_category": _records(self.by_category), "by_name": _records(cut(self.by_name)),
+                "ops_by_name": _records(self.ops_by_name if top is None else self.ops_by_name.head(top)),
+                "warnings": list(self.warnings)}
+
+
+def _iter_stats(trace: Any) -> dict[str, Any]:
+    iters = [it for it in (trace.meta.get("iterations") or []) if it.get("dur_us")]
+    durs = [float(it["dur_us"]) for it in iters]
+    return {"iterations": len(durs),
+            "median_iter_ms": float(np.median(durs)) / 1e3 if durs else math.nan}
+
+
+def _events_by(trace: Any, keys: list[str]) -> pd.DataFrame:
+    ev = trace.events
+    if ev is None or ev.empty:
+        return pd.DataFrame(columns=[*keys, "count", "dur_us"])
+    frame = pd.DataFrame({k: ev[k].astype(str) for k in keys})
+    frame["dur_us"] = ev["dur_us"].astype("float64").fillna(0.0)
+    return frame.groupby(keys, sort=False).agg(count=("dur_us", "size"), dur_us=("dur_us", "sum")).reset_index()
+
+
+def _side_by_side(a: pd.DataFrame, b: pd.DataFrame, keys: list[str], ia: int, ib: int) -> pd.DataFrame:
+    m = a.merge(b, on=keys, how="outer", suffixes=("_a", "_b"))
+    for c in ("count_a", "count_b"):
+        m[c] = m[c].fillna(0).astype("int64")
+    for c in ("dur_us_a", "dur_us_b"):
+        m[c] = m[c].fillna(0.0).astype("float64")
+    m["delta_count"] = m["count_b"] - m["count_a"]
+    m["delta_us"] = m["dur_us_b"] - m["dur_us_a"]
+    m["error"] = [rel_error(x, y) for x, y in zip(m["dur_us_a"], m["dur_us_b"])]
+    if ia and ib:
+        m["per_iter_us_a"] = m["dur_us_a"] / ia
+        m["per_iter_us_b"] = m["dur_us_b"] / ib
+        m["delta_per_iter_us"] = m["per_iter_us_b"] - m["per_iter_us_a"]
+    order = m["dur_us_a"].combine(m["dur_us_b"], max)
+    return m.loc[order.sort_values(ascending=False, kind="stable").index].reset_index(drop=True)
+
+
+def compare_traces(a: Any, b: Any, *, labels: tuple[str, str] = ("a", "b")) -> TraceDiff:
+    """Side-by-side tables of two Traces; columns suffixed `_a` (first) and `_b` (second)."""
+    diff = TraceDiff()
+    sa, sb = _iter_stats(a), _iter_stats(b)
+    diff.e2e = {"a_ms": sa["median_iter_ms"], "b_ms": sb["median_iter_ms"],
+                "error": rel_error(sa["median_iter_ms"], sb["median_iter_ms"]),
+                "a_iterations": sa["iterations"], "b_iterations": sb["iterations"]}
+    for label, t, s in ((labels[0], a, sa), (labels[1], b, sb)):
+        diff.sides[label] = {"sources": [src.get("path") for src in t.meta.get("sources", [])],
+                             "kind": t.meta.get("kind"), "events": int(len(t.events)),
+                             "ops": int(len(t.ops)), "ranks": t.meta.get("ranks"), **s}
+    ia, ib = sa["iterations"], sb["iterations"]
+    if a.has_kineto and b.has_kineto:
+        diff.by_name = _side_by_side(_events_by(a, ["cat", "name"]), _events_by(b, ["cat", "name"]),
+                                     ["cat", "name"], ia, ib)
+        diff.by_category = _side_by_side(_events_by(a, ["cat"]), _events_by(b, ["cat"]), ["cat"], ia, ib)
+    elif a.has_kineto or b.has_kineto:
+        diff.warnings.append("only one side has Kineto events: no timing comparison")
+    if a.has_et and b.has_et:
+        ca = a.ops["name"].astype(str).value_counts().rename("count_a")
+        cb = b.ops["name"].astype(str).value_counts().rename("count_b")
+        ops = pd.concat([ca, cb], axis=1).fillna(0).astype("int64")
+        ops.index.name = "name"
+        ops = ops.reset_index()
+        ops["delta_count"] = ops["count_b"] - ops["count_a"]
+        diff.ops_by_name = ops.sort_values(["delta_count", "count_a"], key=lambda s: s.abs(),
+                                           ascending=False, kind="stable").reset_index(drop=True)
+    return diff

@@ -1,0 +1,20 @@
+"""Benchmark composition: specs -> per-rank ETs -> an exported folder `mystique replay` runs.
+
+Public API:
+    BenchmarkSpec, Segment, Sharding, load_spec(path), save_spec(spec, path), spec_from_dict(d)
+    compose(spec, progress=None) -> Benchmark          # ranks {r: [ET node dicts]}, replay_ids, meta
+    export(benchmark, out_dir) -> {"dir", "spec", "ranks", "summary"}
+    validate_et(path_or_dict, meta=True, strict=True) -> report   # TraceError when invalid
+    propagate(...)  (meta_check) shape propagation on meta tensors
+
+Spec paths: `sources` resolve against the spec file's folder first, then the current
+directory (examples/*.json use repo-root-relative paths, run from the repo root).
+"""
+from engine.compose.build import Benchmark, compose
+from engine.compose.export import export
+from engine.compose.meta_check import propagate
+from engine.compose.spec import BenchmarkSpec, Segment, Sharding, load_spec, save_spec, spec_from_dict
+from engine.compose.validate import validate_et
+
+__all__ = ["BenchmarkSpec", "Segment", "Sharding", "load_spec", "save_spec", "spec_from_dict", "compose",
+           "Benchmark", "export", "validate_et", "propagate"]

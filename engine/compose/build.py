@@ -1,0 +1,286 @@
+"""`compose(spec) -> Benchmark`: select segments, repeat them with fresh ids, then transform.
+
+Why ids are renumbered: the replayer runs ops in id order and names ops by id everywhere, so a
+composed ET gets new, unique, execution-ordered node ids (root = 1, then segment by segment,
+repeat by repeat). Tensor identity (Lumos-style layer duplication):
+  * tensors a segment consumes from outside keep one identity across repeats (shared inputs),
+  * tensors a segment produces get fresh tensor/storage ids in every repeat after the first,
+  * a repeated segment *chains* when its outputs match its external inputs in shape and dtype
+    (a decoder layer: hidden -> hidden): repeat i+1 reads repeat i's output instead.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from engine.compose.nodes import (ROOT_ID, label_node, node_from_row, root_node, set_slot, tensors_of,
+                                  is_defined)
+from engine.compose.spec import BenchmarkSpec
+from engine.errors import TraceError
+from engine.progress import Progress, report, scaled
+
+_SKIP_ANCESTORS = ("[pytorch|profiler|execution_trace|",)
+
+
+@dataclass(kw_only=True, slots=True)
+class Benchmark:
+    """Composed benchmark: per-rank ET node lists (chakra 1.1.1 dicts, root first) + metadata.
+
+    `replay_ids[rank]` are the node ids a replay runs (one level per call path); `meta` holds
+    the batch size, transforms applied, sharding plan, per-rank lookups, collectives, warnings.
+    """
+
+    spec: BenchmarkSpec
+    ranks: dict[int, list[dict]]
+    replay_ids: dict[int, list[int]]
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.ranks)
+
+    def et_doc(self, rank: int = 0) -> dict:
+        """The rank's ET as a JSON-ready dict (schema 1.1.1-chakra.0.0.4)."""
+        nodes = [{k: v for k, v in n.items() if not k.startswith("_")} for n in self.ranks[rank]]
+        doc: dict[str, Any] = {"schema": "1.1.1-chakra.0.0.4", "pid": 0, "time": self.meta.get("time", ""),
+                               "start_ts": 0, "finish_ts": 0, "nodes": nodes}
+        if self.world_size > 1:
+            doc["distributedInfo"] = {"rank": rank, "world_size": self.world_size, "backend": "nccl"}
+        return doc
+
+    def summary(self) -> dict:
+        from engine.compose.export import rank_summary
+
+        return {"name": self.spec.name, "world_size": self.world_size,
+                "ranks": {r: rank_summary(self, r) for r in sorted(self.ranks)},
+                "meta": {k: v for k, v in self.meta.items() if k != "time" and not k.startswith("_")}}
+
+
+class _Ids:
+    """Allocators for node ids and fresh tensor/storage ids."""
+
+    def __init__(self, first_tensor_id: int):
+        self.node = ROOT_ID
+        self.tensor = first_tensor_id
+
+    def next_node(self) -> int:
+        self.node += 1
+        return self.node
+
+    def fresh(self) -> int:
+        self.tensor += 1
+        return self.tensor
+
+
+def _max_tensor_id(trace) -> int:
+    t = trace.tensors
+    if len(t) == 0:
+        return 0
+    return int(max(t["tensor_id"].max(), t["storage_id"].max()))
+
+
+def _chain_pairs(sub, phase: dict, params: set) -> dict[tuple[int, int], tuple[int, int]]:
+    """external input key -> output key of the same shape/dtype/phase (latest producer first).
+
+    Parameters (and optimizer state) never chain: a layer's weight grad has the weight's shape
+    but must not replace the weight of the next repeat. Pairs stay within one phase, so a
+    segment holding a layer's forward and backward chains activations with activations.
+    """
+    ext, out = sub.external_inputs, sub.outputs
+    if len(ext) == 0 or len(out) == 0:
+        return {}
+    outs = sorted(((int(r.producer), (int(r.tensor_id), int(r.storage_id)), tuple(r.shape), str(r.dtype))
+                   for r in out.itertuples(index=False) if int(r.storage_id) not in params), reverse=True)
+    used: set = set()
+    pairs = {}
+    for r in ext.sort_values("consumer", kind="stable").itertuples(index=False):
+        if getattr(r, "aliases_internal", False) or int(r.storage_id) in params:
+            continue
+        for prod, okey, shp, dt in outs:
+            if okey not in used and shp == tuple(r.shape) and dt == str(r.dtype) and len(shp) >= 2 \
+                    and phase.get(prod) == phase.get(int(r.consumer)):
+                pairs[(int(r.tensor_id), int(r.storage_id))] = okey
+                used.add(okey)
+                break
+    return pairs
+
+
+def _segment_nodes(trace, sub) -> tuple[list[dict], set[int]]:
+    """Node dicts of a Subgraph (id order) plus its annotation ancestors (module/phase labels)."""
+    ops = trace.ops[trace.ops["rank"] == sub.rank]
+    parent = dict(zip(ops["id"].to_numpy(dtype=np.int64).tolist(), ops["parent"].to_numpy(dtype=np.int64).tolist()))
+    cat = dict(zip(ops["id"].astype(int), ops["category"].astype(str)))
+    name = dict(zip(ops["id"].astype(int), ops["name"].astype(str)))
+    keep = set(int(i) for i in sub.op_ids)
+    for i in list(keep):
+        p = parent.get(i, -1)
+        while p >= 0 and p in parent and p not in keep:
+            if cat.get(p) == "annotation" and not name[p].startswith(_SKIP_ANCESTORS):
+                keep.add(p)
+            p = parent[p] if parent[p] != p else -1
+    rows = ops[ops["id"].isin(keep)].sort_values("id", kind="stable")
+    nodes = [node_from_row(r) for r in rows.itertuples(index=False)]
+    for n, ph in zip(nodes, rows["phase"].astype(str)):
+        n["_phase"] = ph  # private (not exported): batch inference looks for forward inputs
+    for n in nodes:  # reparent onto the nearest kept ancestor (or the segment label)
+        p = n["ctrl_deps"]
+        while p >= 0 and p not in keep and p in parent and parent[p] != p:
+            p = parent[p]
+        n["ctrl_deps"] = p if p in keep else -1
+    return nodes, set(int(i) for i in sub.replay_ids)
+
+
+def _emit_repeat(nodes, replay, ids: _Ids, label_id: int, canon: dict, canon_s: dict, rep: int,
+                 chain_sub: dict, chain_sid: dict, out_watch: set, seen_out: dict) -> list[dict]:
+    """One repeat of a segment: renumbered nodes with remapped tensor ids (module docstring)."""
+    new_id = {}
+    out_nodes = []
+    local_t: dict = {}
+    local_s: dict = {}
+    seen_in: set = set()
+    seen_sin: set = set()
+    for n in nodes:
+        m = copy.deepcopy(n)
+        nid = ids.next_node()
+        new_id[n["id"]] = nid
+        m["id"] = nid
+        m["ctrl_deps"] = new_id.get(n["ctrl_deps"], label_id)
+        m["_orig"] = n["id"]
+        if n["id"] in replay:
+            m["_replay"] = True
+        for io_name, io, arg, sub, v in tensors_of(m):
+            if not is_defined(v):
+                continue
+            key = (v[0], v[1])
+            if io_name == "in" and key in chain_sub and key not in local_t:
+                nv, nst = chain_sub[key]
+                set_slot(io, "values", arg, sub, list(nv))
+                if nst is not None and io.get("strides"):
+                    set_slot(io, "strides", arg, sub, list(nst))
+                continue
+            if key not in local_t:
+                internal = io_name == "out" and key not in seen_in and rep > 0
+                local_t[key] = ids.fresh() if internal else canon.setdefault(key, key[0])
+            if v[1] not in local_s:
+                internal_s = io_name == "out" and v[1] not in seen_sin and rep > 0
+                local_s[v[1]] = ids.fresh() if internal_s else chain_sid.get(v[1], canon_s.setdefault(v[1], v[1]))
+            if io_name == "in":
+                seen_in.add(key)
+                seen_sin.add(v[1])
+            nv = [local_t[key], local_s[v[1]], *v[2:]]
+            set_slot(io, "values", arg, sub, nv)
+            if io_name == "out" and key in out_watch:
+                st = io.get("strides")
+                seen_out[key] = (nv, (st[arg] if sub is None else st[arg][sub]) if st else None)
+        out_nodes.append(m)
+    return out_nodes
+
+
+def compose(spec: BenchmarkSpec, progress: Progress | None = None) -> "Benchmark":
+    """Build the benchmark a spec describes (see module docstring and engine.compose)."""
+    import engine.trace as et_load
+    from engine.graph import select, selection_from_dict
+
+    if not isinstance(spec, BenchmarkSpec):
+        raise TraceError(f"compose() needs a BenchmarkSpec, not {type(spec).__name__}")
+    paths = spec.source_paths()
+    traces = []
+    for k, p in enumerate(paths):
+        report(progress, 0.3 * k / len(paths), f"loading {p.name}")
+        if not p.exists():
+            raise TraceError(f"sources[{k}]: trace not found", p)
+        traces.append(et_load.load(p))
+    ids = _Ids(max(_max_tensor_id(t) for t in traces) + 1)
+    nodes: list[dict] = [root_node()]
+    replay: list[int] = []
+    seg_meta = []
+    canon_maps: dict = {}
+    for si, seg in enumerate(spec.segments):
+        report(progress, 0.3 + 0.3 * si / len(spec.segments), f"segment {si}")
+        trace = traces[seg.source]
+        try:
+            sub = select(trace, selection_from_dict(seg.selection))
+        except TraceError as e:
+            raise TraceError(f"segments[{si}]: {e.problem}", paths[seg.source]) from None
+        if not sub.replay_ids:
+            raise TraceError(f"segments[{si}]: selection has no replayable operators", paths[seg.source])
+        seg_nodes, seg_replay = _segment_nodes(trace, sub)
+        pairs = {}
+        if seg.repeat > 1:
+            from engine.compose.transforms.scale import _param_storages
+
+            phase = dict(zip(trace.ops["id"].astype(int), trace.ops["phase"].astype(str)))
+            pairs = _chain_pairs(sub, phase, _param_storages(trace))
+        canon = canon_maps.setdefault((seg.source, "t"), _canon(ids, seg.source))
+        canon_s = canon_maps.setdefault((seg.source, "s"), _canon(ids, seg.source))
+        prev_out: dict = {}
+        first_rep_node = ids.node + 1
+        for rep in range(seg.repeat):
+            label = label_node(ids.next_node(), ROOT_ID,
+                               f"[compose|segment {si}|{seg.label or 'segment'}|repeat {rep + 1}/{seg.repeat}]")
+            chain_sub = {e: prev_out[o] for e, o in pairs.items() if o in prev_out} if rep > 0 else {}
+            chain_sid = {e[1]: v[0][1] for e, v in chain_sub.items()}
+            seen_out: dict = {}
+            out = _emit_repeat(seg_nodes, seg_replay, ids, label["id"], canon, canon_s, rep, chain_sub,
+                               chain_sid, set(pairs.values()), seen_out)
+            prev_out = {o: seen_out[o] for o in pairs.values() if o in seen_out}
+            nodes.append(label)
+            nodes.extend(out)
+            replay.extend(n["id"] for n in out if n.get("_replay"))
+        seg_meta.append({"index": si, "label": seg.label, "source": seg.source, "repeat": seg.repeat,
+                         "ops": len(seg_nodes), "replay_ops": len(seg_replay), "chained_inputs": len(pairs),
+                         "external_inputs": int(len(sub.external_inputs)), "node_ids": [first_rep_node, ids.node]})
+    meta: dict[str, Any] = {"segments": seg_meta, "sources": [str(p) for p in paths], "warnings": [],
+                            "transforms": []}
+    from engine.compose.transforms.scale import _param_storages, parameters
+
+    meta["_param_storages"] = sorted(_param_storages(traces[0]))
+    if spec.sharding is not None and spec.sharding.kind == "dp":
+        src = traces[spec.segments[0].source]
+        meta["_params"] = parameters(src)
+        meta["_backward_ids"] = src.ops.loc[src.ops["phase"].astype(str) == "backward", "id"].astype(int).tolist()
+    meta["time"] = __import__("datetime").datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    bench = Benchmark(spec=spec, ranks={0: nodes}, replay_ids={0: replay}, meta=meta)
+    from engine.compose.transforms.dtype import change_dtype
+    from engine.compose.transforms.scale import scale_batch
+
+    if spec.batch_scale != 1.0 or spec.sharding is not None or spec.batch_size is not None:
+        from engine.compose.transforms.scale import infer_batch
+
+        meta["batch_size"] = spec.batch_size or infer_batch(traces[spec.segments[0].source], paths[spec.segments[0].source])
+    if spec.batch_scale != 1.0:
+        report(progress, 0.65, f"scaling batch x{spec.batch_scale:g}")
+        scale_batch(bench, 0, spec.batch_scale, meta["batch_size"])
+    if spec.dtype is not None:
+        change_dtype(bench, 0, spec.dtype)
+    if spec.sharding is not None:
+        report(progress, 0.8, f"sharding ({spec.sharding.kind})")
+        from engine.compose.shard import apply_sharding
+
+        apply_sharding(bench, traces, paths, scaled(progress, 0.8, 1.0))
+    report(progress, 1.0, "composed")
+    return bench
+
+
+def _canon(ids: _Ids, source: int) -> dict:
+    """Source 0 keeps its tensor ids; later sources get a fresh namespace (ids never collide)."""
+    if source == 0:
+        return {}
+    return _FreshMap(ids)
+
+
+class _FreshMap(dict):
+    def __init__(self, ids: _Ids):
+        super().__init__()
+        self._ids = ids
+
+    def setdefault(self, key, default=None):  # type: ignore[override]
+        if key not in self:
+            self[key] = self._ids.fresh()
+        return self[key]
+
+
+__all__ = ["Benchmark", "compose"]

@@ -1,0 +1,92 @@
+"""Export a Benchmark as a folder that `mystique replay DIR [--rank R]` runs.
+
+Layout: `spec.json` (the spec, sources made absolute), `rank_<r>.et.json` per rank (chakra
+1.1.1 ET), `benchmark.json` (summary: per-rank op counts, inputs, memory, collectives),
+`README.md` with the one command to run it, and optionally `run_benchmark.py`
+(`engine.compose.script`, torch-only standalone replay).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+
+from engine.compose.nodes import is_defined, tensors_of
+from engine.progress import Progress, report
+
+
+def rank_summary(bench, rank: int) -> dict:
+    """Op counts, external inputs and a memory estimate (bytes of distinct storages) of one rank."""
+    nodes = bench.ranks[rank]
+    replay = set(bench.replay_ids[rank])
+    produced: set = set()
+    ext: dict = {}
+    storages: dict = {}
+    comm = 0
+    comm_bytes = 0
+    for n in nodes:
+        if n["id"] not in replay:
+            continue
+        if n["name"].startswith(("c10d::", "record_param_comms", "nccl:")):
+            comm += 1
+            comm_bytes += int(next((a["value"] for a in n["attrs"] if a["name"] == "comm_bytes"), 0) or 0)
+        for io, _, _, _, v in tensors_of(n):
+            if not is_defined(v):
+                continue
+            key = (v[0], v[1])
+            nbytes = int(v[3]) * int(v[4])
+            storages[v[1]] = max(storages.get(v[1], 0), (int(v[2]) + int(v[3])) * int(v[4]))
+            if io == "out":
+                produced.add(key)
+            elif key not in produced and key not in ext:
+                ext[key] = nbytes
+    return {"nodes": len(nodes), "replay_ops": len(replay), "communication_ops": comm,
+            "communication_bytes": comm_bytes, "external_inputs": len(ext),
+            "external_input_bytes": int(sum(ext.values())), "estimated_memory_bytes": int(sum(storages.values()))}
+
+
+_README = """# {name}
+
+Composed by `mystique compose` from {sources}.
+
+Run it (single process per rank; collectives are recorded and reported as skipped):
+
+    mystique replay {out}
+    mystique replay {out} --rank R     # R in 0..{last}
+
+Files: `spec.json` (the spec), `rank_<r>.et.json` (one execution trace per rank, schema
+1.1.1-chakra.0.0.4), `benchmark.json` (per-rank op counts, external inputs, memory estimate),
+and, with `mystique compose --script`, `run_benchmark.py` (standalone, needs only torch:
+`python run_benchmark.py [--rank R]`).
+"""
+
+
+def export(bench, out_dir: str | os.PathLike, progress: Progress | None = None, script: bool = False) -> dict:
+    """Write the benchmark folder; returns {"dir", "spec", "ranks": {r: path}, "summary"[, "script"]}."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    spec = bench.spec.to_dict()
+    spec["sources"] = [str(p) for p in bench.spec.source_paths()]
+    (out / "spec.json").write_bytes(orjson.dumps(spec, option=orjson.OPT_INDENT_2))
+    paths = {}
+    for k, r in enumerate(sorted(bench.ranks)):
+        report(progress, k / max(bench.world_size, 1), f"writing rank {r}")
+        p = out / f"rank_{r}.et.json"
+        p.write_bytes(orjson.dumps(bench.et_doc(r)))
+        paths[r] = str(p)
+    summary = bench.summary()
+    summary["paths"] = {str(r): p for r, p in paths.items()}
+    (out / "benchmark.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+    (out / "README.md").write_text(_README.format(name=bench.spec.name, out=out, last=bench.world_size - 1,
+                                                  sources=", ".join(f"`{s}`" for s in bench.spec.sources)))
+    res = {"dir": str(out), "spec": str(out / "spec.json"), "ranks": paths, "summary": summary}
+    if script:
+        from engine.compose.script import write_script
+
+        res["script"] = str(write_script(bench, out))
+    report(progress, 1.0, "exported")
+    return res
+
+
+__all__ = ["export", "rank_summary"]

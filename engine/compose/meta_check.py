@@ -1,0 +1,374 @@
+"""Shape propagation on meta tensors: the check behind batch scaling, dtype changes and validation.
+
+Why meta tensors: they run every ATen op's real shape logic without memory or time, so a
+batch scale that a model cannot take (a hard-coded `view`, a batch that no longer divides) is
+caught at compose time, naming the node, instead of at replay time on a GPU.
+
+`propagate(nodes, replay_ids, scale=s, batch=B, seeds=...)` walks the replayed nodes in id
+order with one meta tensor per recorded tensor. Seed tensors (the model's batch inputs) get
+dim 0 scaled by s; size arguments of view/reshape/expand/factory ops are rewritten (the entry
+carrying the batch); every output's meta shape must equal its recorded shape with some dims
+multiplied by s, and with `mutate` the recorded shapes/numels/strides are rewritten to it.
+Ops without a meta kernel keep recorded shapes scaled by the dims known to carry the batch
+and are counted as `unchecked`.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from engine.compose.nodes import tensors_of as _tensors_of
+from engine.compose.nodes import get_slot, is_defined, set_slot, slot_type, tensor_slots
+from engine.errors import TraceError
+
+_OP_NAME = re.compile(r"^[A-Za-z_]\w*::[A-Za-z_][\w.]*$")
+SIZE_ARG_OPS = frozenset("""view _unsafe_view reshape expand new_empty new_zeros new_ones new_full zeros ones empty
+full rand randn randint empty_strided unflatten _reshape_alias""".split())
+
+
+_AUX_OUTPUT_OPS = frozenset(("embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"))
+
+
+@dataclass(kw_only=True, slots=True)
+class MetaReport:
+    checked: int = 0
+    unchecked: list[str] = field(default_factory=list)
+    mismatches: list[str] = field(default_factory=list)
+    batch_dims: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"checked": self.checked, "unchecked": len(self.unchecked), "unchecked_ops": self.unchecked[:20],
+                "mismatches": self.mismatches[:20]}
+
+
+def _dtype(t: str) -> torch.dtype:
+    from engine.trace.dtypes import dtype_of
+
+    name = dtype_of(t) or "float32"
+    return getattr(torch, name, torch.float32)
+
+
+def _meta(shape, strides, dtype) -> torch.Tensor:
+    shape = [int(x) for x in shape]
+    if strides and len(strides) == len(shape) and all(isinstance(s, int) and s >= 0 for s in strides):
+        try:
+            return torch.empty_strided(shape, [int(s) for s in strides], dtype=dtype, device="meta")
+        except RuntimeError:
+            pass
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+class _Runner:
+    def __init__(self, scale: float, batch: int | None, seeds: set, mutate: bool):
+        self.s, self.batch, self.seeds, self.mutate = scale, batch, seeds, mutate
+        self.env: dict[tuple, torch.Tensor] = {}
+        self.inner: dict = {}            # key -> first node id producing it (not replayed)
+        self.inner_storages: dict = {}   # storage -> first node id producing it
+        self.params: set = set()
+        self.from_replay: set = set()   # keys whose meta tensor a replayed op made (children never override)
+        self.is_replay = True
+        self.S: set[int] = {batch} if batch else set()
+        self.report = MetaReport()
+
+    def scaled(self, d: int, node) -> int:
+        v = d * self.s
+        if abs(v - round(v)) > 1e-9:
+            raise TraceError(f"batch scale {self.s:g} breaks shape at node {node['id']} ({node['name']}): "
+                             f"dim {d} x {self.s:g} = {v:g} is not an integer")
+        return int(round(v))
+
+    def input_tensor(self, node, io, arg, sub) -> torch.Tensor:
+        v = get_slot(io, "values", arg, sub)
+        shp = list(get_slot(io, "shapes", arg, sub) or [])
+        key = (v[0], v[1])
+        hit = self.env.get(key)
+        if hit is not None and hit[1] == shp:
+            t = hit[0]
+            if self.mutate and list(t.shape) != shp:
+                self._write(io, arg, sub, t)
+            return t
+        st = get_slot(io, "strides", arg, sub) if io.get("strides") else None
+        if key in self.seeds and shp:
+            shp = [self.scaled(shp[0], node)] + shp[1:]
+            st = None
+        elif (self.inner.get(key, 1 << 62) < node["id"] or self.inner_storages.get(v[1], 1 << 62) < node["id"]) \
+                and v[1] not in self.params and shp and self.s != 1.0:
+            # made by a child of a replayed op (e.g. log_softmax saved inside cross_entropy):
+            # scale the dims known to carry the batch
+            shp = self.value_rule(shp, node)
+            st = None
+        t = _meta(shp, st, _dtype(slot_type(io, arg, sub)))
+        self.env[key] = (t, list(get_slot(io, "shapes", arg, sub) or []))
+        if self.mutate and list(t.shape) != list(get_slot(io, "shapes", arg, sub) or []):
+            self._write(io, arg, sub, t)
+        return t
+
+    def value_rule(self, shp: list, node) -> list:
+        """Scale the first dim known to carry the batch (batch dims lead; a later dim that
+        happens to equal B, e.g. 10 classes at batch 10, is left alone)."""
+        out = list(shp)
+        for i, d in enumerate(out):
+            if d in self.S and d > 1:
+                out[i] = self.scaled(d, node)
+                break
+        return out
+
+    def _write(self, io, arg, sub, t: torch.Tensor) -> None:
+        v = list(get_slot(io, "values", arg, sub))
+        v[3] = int(t.numel())
+        set_slot(io, "values", arg, sub, v)
+        set_slot(io, "shapes", arg, sub, list(t.shape))
+        if io.get("strides"):
+            set_slot(io, "strides", arg, sub, list(t.stride()))
+
+
+def _call_args(node, res, values, types, tensors) -> tuple[list, dict]:
+    from engine.replay.dispatch import convert_scalar
+
+    def val(i):
+        if i in tensors:
+            return tensors[i]
+        return convert_scalar(values[i] if i < len(values) else None, types[i], res.arg_types.get(i), "meta")
+
+    pos = [val(x) if kind == "rec" else x for kind, x in res.positional]
+    kw = {k: (val(x) if kind == "rec" else x) for k, (kind, x) in res.keywords.items()}
+    return pos, kw
+
+
+def _size_candidates(sizes: list, S: set, batch: int | None, s: float) -> list[list]:
+    ints = [i for i, x in enumerate(sizes) if isinstance(x, int) and x > 1]
+    cands = []
+    in_s = [i for i in ints if sizes[i] in S]
+    if in_s:
+        cands.append([int(round(x * s)) if i in in_s else x for i, x in enumerate(sizes)])
+    singles = in_s + [i for i in ints if i not in in_s and batch and sizes[i] % batch == 0]
+    for i in singles:
+        c = list(sizes)
+        c[i] = int(round(c[i] * s))
+        if c not in cands:
+            cands.append(c)
+    cands.append(list(sizes))
+    return [c for c in cands if all(not isinstance(x, float) for x in c)]
+
+
+def _run(res, node, ins, types, tensors, sizes_at=None, sizes=None):
+    values = list(ins.get("values", []))
+    if sizes_at is not None:
+        values[sizes_at] = sizes
+    pos, kw = _call_args(node, res, values, types, tensors)
+    return res.overload(*pos, **kw)
+
+
+def propagate(nodes: list[dict], replay_ids, *, scale: float = 1.0, batch: int | None = None,
+              seeds: set | None = None, mutate: bool = False, strict: bool = True,
+              params: set | None = None) -> MetaReport:
+    """Run the replayed nodes on meta tensors (module docstring); returns a MetaReport."""
+    from engine.replay.dispatch import DispatchError, resolve
+
+    run = _Runner(scale, batch, set(seeds or ()), mutate)
+    run.params = set(params or ())
+    rep = run.report
+    want = set(int(i) for i in replay_ids)
+    run_ids = set(want)
+    if scale != 1.0:  # children too: tensors they make (saved for backward) get real meta shapes
+        run_ids |= {n["id"] for n in nodes if _OP_NAME.match(n["name"]) and not n["name"].startswith("c10d::")}
+    for node in nodes:
+        if node["id"] not in run_ids:
+            for io, _, _, _, v in _tensors_of(node):
+                if io == "out" and is_defined(v):
+                    run.inner.setdefault((v[0], v[1]), node["id"])
+                    run.inner_storages.setdefault(v[1], node["id"])
+        else:
+            for io, _, _, _, v in _tensors_of(node):
+                if io == "out" and is_defined(v):
+                    run.inner_storages.setdefault(v[1], node["id"])
+    for node in nodes:
+        if node["id"] not in run_ids:
+            continue
+        is_replay = node["id"] in want
+        ins, outs = node.get("inputs") or {}, node.get("outputs") or {}
+        types = list(ins.get("types", []))
+        name = node["name"]
+        schema = ""
+        for a in node.get("attrs", []):
+            if a.get("name") == "op_schema":
+                schema = a.get("value") or ""
+        tensors: dict[int, Any] = {}
+        lists: dict[int, list] = {}
+        orig_shapes = [list(x) if isinstance(x, list) else x for x in ins.get("shapes", [])]
+        for arg, sub in tensor_slots(ins):
+            if not is_defined(get_slot(ins, "values", arg, sub)):
+                if sub is None:
+                    tensors[arg] = None
+                continue
+            t = run.input_tensor(node, ins, arg, sub)
+            if sub is None:
+                tensors[arg] = t
+            else:
+                lists.setdefault(arg, {})[sub] = t
+        for arg, got in lists.items():  # tensor lists: element by element, None where undefined
+            tensors[arg] = [got.get(j) for j in range(len(ins["values"][arg]))]
+        if not is_replay:  # a child's in-place op (resize_, as_strided_) must not edit shared tensors
+            tensors = {a: (t.clone() if isinstance(t, torch.Tensor) else
+                           [x.clone() if isinstance(x, torch.Tensor) else x for x in t] if isinstance(t, list) else t)
+                       for a, t in tensors.items()}
+        try:
+            res = resolve(name, schema, types, "cpu")
+        except DispatchError as e:
+            _fallback(run, node, outs, f"{name}: {e}", count=is_replay)
+            continue
+        out = None
+        base = name.split("::", 1)[-1].split(".", 1)[0]
+        if scale != 1.0 and base in ("slice", "narrow") and isinstance(tensors.get(0), torch.Tensor):
+            _rescale_slice(base, ins, orig_shapes, tensors[0], mutate)
+        size_arg = None
+        if scale != 1.0 and base in SIZE_ARG_OPS:
+            for i, (t, v) in enumerate(zip(types, ins.get("values", []))):
+                if isinstance(t, str) and t.startswith("GenericList[Int") and isinstance(v, list):
+                    size_arg = i
+                    break
+        try:
+            if size_arg is not None:
+                err = None
+                for cand in _size_candidates(ins["values"][size_arg], run.S, batch, scale):
+                    try:
+                        out = _run(res, node, ins, types, tensors, size_arg, cand)
+                    except (RuntimeError, ValueError, TypeError, IndexError, AssertionError) as e:
+                        err = e
+                        continue
+                    if mutate and cand != ins["values"][size_arg]:
+                        ins["values"][size_arg] = cand
+                    break
+                if out is None and not is_replay:
+                    _fallback(run, node, outs, f"{name}: {str(err).splitlines()[0][:100]}", count=False)
+                    continue
+                if out is None:
+                    raise TraceError(f"batch scale {scale:g} breaks shape at node {node['id']} ({name}): no batch "
+                                     f"dim in size {ins['values'][size_arg]} fits: {str(err).splitlines()[0][:160]}")
+            else:
+                out = _run(res, node, ins, types, tensors)
+        except TraceError:
+            raise
+        except NotImplementedError as e:
+            _fallback(run, node, outs, f"{name}: no meta kernel ({str(e).splitlines()[0][:80]})", count=is_replay)
+            continue
+        except (RuntimeError, ValueError, TypeError, IndexError, AssertionError) as e:
+            changed = any(isinstance(t, torch.Tensor) and a < len(orig_shapes) and list(t.shape) != orig_shapes[a]
+                          for a, t in tensors.items())
+            msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            if scale != 1.0 and changed and strict and is_replay and "meta" not in msg.lower() \
+                    and "data-dependent" not in msg:
+                raise TraceError(f"batch scale {scale:g} breaks shape at node {node['id']} ({name}): {msg}") from None
+            _fallback(run, node, outs, f"{name}: {msg[:100]}", count=is_replay)
+            continue
+        rep.checked += int(is_replay)
+        run.is_replay = is_replay
+        _bind_outputs(run, node, res, outs, out)
+    if mutate:  # wrappers that do not run (autograd nodes, labels) show the new shapes too
+        for node in nodes:
+            if node["id"] in run_ids:
+                continue
+            for _, io, arg, sub, v in _tensors_of(node):
+                hit = run.env.get((v[0], v[1])) if is_defined(v) else None
+                if hit is not None and hit[1] == list(get_slot(io, "shapes", arg, sub) or []) \
+                        and list(hit[0].shape) != hit[1]:
+                    run._write(io, arg, sub, hit[0])
+    rep.batch_dims = sorted(run.S)
+    return rep
+
+
+def _rescale_slice(base: str, ins: dict, orig_shapes: list, t: torch.Tensor, mutate: bool) -> None:
+    """slice/narrow whose end was tied to x's (batch-carrying) size: keep the same distance
+    from the end (PyTorch records `x[:-1]` as end = B - 1)."""
+    vals = ins.get("values", [])
+    if len(vals) < 4 or not orig_shapes or not isinstance(orig_shapes[0], list):
+        return
+    dim, a, b = vals[1], vals[2], vals[3]
+    if not isinstance(dim, int) or not orig_shapes[0] or not -len(orig_shapes[0]) <= dim < len(orig_shapes[0]):
+        return
+    old, new = orig_shapes[0][dim], int(t.shape[dim])
+    if old == new:
+        return
+    if base == "slice" and isinstance(b, int) and 0 < b <= old and old - b < old / 2:
+        ins["values"][3] = new - (old - b)   # x[:B] -> x[:sB], x[:B-1] -> x[:sB-1]
+    elif base == "narrow" and isinstance(a, int) and isinstance(b, int) and a + b == old:
+        ins["values"][3] = new - a
+
+
+def _bind_outputs(run: _Runner, node, res, outs, out) -> None:
+    base = node["name"].split("::", 1)[-1].split(".", 1)[0]
+    single = len(res.overload._schema.returns) == 1
+    r = (out,) if single else tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    for arg, sub in tensor_slots(outs):
+        v = get_slot(outs, "values", arg, sub)
+        if not is_defined(v):
+            continue
+        pos = res.out_map[arg] if res.out_map is not None and arg < len(res.out_map) else arg
+        t = r[pos] if 0 <= pos < len(r) else None
+        if sub is not None:
+            t = t[sub] if isinstance(t, (list, tuple)) and sub < len(t) else None
+        rec = list(get_slot(outs, "shapes", arg, sub) or [])
+        key = (v[0], v[1])
+        if not run.is_replay and key in run.from_replay:
+            hit = run.env[key][0]
+            if run.mutate and list(hit.shape) != rec:
+                run._write(outs, arg, sub, hit)
+            continue
+        if run.is_replay:
+            run.from_replay.add(key)
+        if not isinstance(t, torch.Tensor):
+            run.env[(v[0], v[1])] = (_meta(rec, None, _dtype(slot_type(outs, arg, sub))), rec)
+            continue
+        got = list(t.shape)
+        if got != rec and (rec == [0] or got == [0] or (arg > 0 and base in _AUX_OUTPUT_OPS)):
+            # CPU fast paths return empty aux outputs (embedding_bag offset2bag, max_indices)
+            # where the meta kernel sizes them, and vice versa: keep the recorded aux tensor
+            t = _meta(run.value_rule(rec, node) if run.s != 1.0 else rec, None, t.dtype)
+            got = list(t.shape)
+            if run.mutate and got != rec:
+                run._write(outs, arg, sub, t)
+            run.env[(v[0], v[1])] = (t, rec)
+            continue
+        if got != rec:
+            ok = len(got) == len(rec) and all(g == d or (run.s != 1.0 and abs(g - d * run.s) < 1e-9)
+                                              or (run.s != 1.0 and any(abs((g - d) - b * (run.s - 1)) < 1e-9
+                                                                       for b in run.S))  # B-1 -> sB-1
+                                              for g, d in zip(got, rec))
+            if not ok:
+                msg = f"node {node['id']} ({node['name']}): output {arg} recorded {rec}, meta {got}"
+                if run.s != 1.0:
+                    raise TraceError(f"batch scale {run.s:g} breaks shape at {msg}")
+                run.report.mismatches.append(msg)
+            else:
+                run.S.update(d for g, d in zip(got, rec) if g != d and abs(g - d * run.s) < 1e-9)
+                if run.mutate:
+                    run._write(outs, arg, sub, t)
+        run.env[(v[0], v[1])] = (t, rec)
+
+
+def _fallback(run: _Runner, node, outs, why: str, count: bool = True) -> None:
+    """No meta run: outputs keep recorded shapes, with batch-carrying dims scaled."""
+    if count and any(True for _ in tensor_slots(outs)):
+        run.report.unchecked.append(why)
+    run.is_replay = count
+    for arg, sub in tensor_slots(outs):
+        v = get_slot(outs, "values", arg, sub)
+        if not is_defined(v):
+            continue
+        rec = list(get_slot(outs, "shapes", arg, sub) or [])
+        key = (v[0], v[1])
+        if not run.is_replay and key in run.from_replay:
+            continue
+        if run.is_replay:
+            run.from_replay.add(key)
+        shp = run.value_rule(rec, node) if run.s != 1.0 else rec
+        t = _meta(shp, None, _dtype(slot_type(outs, arg, sub)))
+        if run.mutate and shp != rec:
+            run._write(outs, arg, sub, t)
+        run.env[(v[0], v[1])] = (t, rec)
+
+
+__all__ = ["propagate", "MetaReport", "SIZE_ARG_OPS"]

@@ -1,0 +1,285 @@
+"""Embedding-table sharding of DLRM-style traces across N ranks (model-parallel tables).
+
+Why per-shard rewrites of the recorded ops: a rank's embedding work is its shards' lookups
+(`embedding_bag` forward and `_embedding_bag_backward`), so each shard is the table's ops with
+the weight cut to the shard's rows/columns and the indices cut to its share of the lookups.
+Plans:
+  table   whole tables, round-robin by table index (the naive plan)
+  row     every table split row-wise in N: rank r holds rows/N and serves ~1/N of the lookups
+  column  every table split column-wise in N: dim/N per rank, all lookups
+  greedy  LPT (longest first onto the least-loaded rank) on a per-table cost
+              cost = dim * itemsize * (rows + LOOKUP_ROWS * lookups)
+          i.e. table bytes plus lookup traffic: the dense-gradient pass of `_embedding_bag_backward`
+          touches every row, each lookup gathers and scatters one row (LOOKUP_ROWS = 2 rows'
+          worth, fitted on the DLRM sample's table-wise replay on CPU). Tables costing more than
+          a rank's share are first split row-wise (split counts that lower the max load win;
+          each extra shard pays a 2 % overhead so splits must earn their keep)
+Each rank's ET holds its lookups, a forward all_to_all of pooled embeddings and a backward
+all_to_all of their gradients (`c10d::alltoall_base_` nodes with byte counts and split sizes;
+single-process replay skips them). The dense part (MLPs, interaction) is left out of the
+per-rank ETs: this benchmarks the sharded embedding stage.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+
+from engine.compose.nodes import (ROOT_ID, label_node, make_attrs, root_node, set_attr, tensors_of,
+                                  is_defined, set_slot)
+from engine.errors import TraceError
+
+LOOKUP_ROWS = 2.0
+FWD = ("aten::embedding_bag", "aten::_embedding_bag", "aten::_embedding_bag_forward_only")
+BWD = ("aten::_embedding_bag_backward", "aten::_embedding_bag_dense_backward")
+A2A_SCHEMA = ("c10d::alltoall_base_(Tensor output, Tensor input, __torch__.torch.classes.c10d.ProcessGroup "
+              "process_group, int[] output_split_sizes, int[] input_split_sizes, int timeout) -> "
+              "__torch__.torch.classes.c10d.Work")
+
+
+@dataclass(kw_only=True, slots=True)
+class Table:
+    index: int
+    fwd: dict
+    bwd: dict | None
+    rows: int
+    dim: int
+    itemsize: int
+    lookups: int
+    batch: int
+
+    @property
+    def cost(self) -> float:
+        return self.dim * self.itemsize * (self.rows + LOOKUP_ROWS * self.lookups)
+
+
+@dataclass(kw_only=True, slots=True)
+class Shard:
+    table: int
+    rank: int
+    rows: int
+    dim: int
+    lookups: int
+    row0: int = 0
+    col0: int = 0
+    cost: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"table": self.table, "rank": self.rank, "rows": self.rows, "dim": self.dim, "lookups": self.lookups,
+                "row_offset": self.row0, "col_offset": self.col0, "cost": round(self.cost, 1)}
+
+
+def find_tables(nodes: list[dict], replay_ids) -> list[Table]:
+    want = set(replay_ids)
+    fwds = [n for n in nodes if n["id"] in want and n["name"] in FWD]
+    bwds = [n for n in nodes if n["id"] in want and n["name"] in BWD]
+    tables = []
+    for i, f in enumerate(fwds):
+        ins = f["inputs"]
+        w, idx, off = ins["values"][0], ins["values"][1], ins["values"][2]
+        rows, dim = ins["shapes"][0]
+        include_last = len(ins["values"]) > 7 and ins["values"][7] is True
+        batch = ins["shapes"][2][0] - (1 if include_last else 0)
+        b = next((x for x in bwds if x["inputs"]["values"][1][:2] == idx[:2]), None)
+        tables.append(Table(index=i, fwd=f, bwd=b, rows=int(rows), dim=int(dim), itemsize=int(w[4]),
+                            lookups=int(idx[3]), batch=int(batch)))
+    return tables
+
+
+def _split(n: int, k: int) -> list[int]:
+    return [n // k + (1 if r < n % k else 0) for r in range(k)]
+
+
+def _lpt(shards: list[Shard], n_ranks: int, overhead: float = 0.0) -> float:
+    """Longest-processing-time-first; `overhead` per shard makes extra splits pay their way."""
+    load = [0.0] * n_ranks
+    for s in sorted(shards, key=lambda s: (-s.cost, s.table, s.row0)):
+        r = min(range(n_ranks), key=lambda j: (load[j], j))
+        s.rank = r
+        load[r] += s.cost + overhead
+    return max(load)
+
+
+def _row_shards(t: Table, k: int) -> list[Shard]:
+    rows, lk = _split(t.rows, k), _split(t.lookups, k)
+    out, r0 = [], 0
+    for j in range(k):
+        out.append(Shard(table=t.index, rank=j, rows=rows[j], dim=t.dim, lookups=lk[j], row0=r0,
+                         cost=t.dim * t.itemsize * (rows[j] + LOOKUP_ROWS * lk[j])))
+        r0 += rows[j]
+    return out
+
+
+def plan_shards(tables: list[Table], plan: str, n_ranks: int) -> list[Shard]:
+    if plan == "table":
+        return [Shard(table=t.index, rank=t.index % n_ranks, rows=t.rows, dim=t.dim, lookups=t.lookups, cost=t.cost)
+                for t in tables]
+    if plan == "row":
+        return [s for t in tables for s in _row_shards(t, n_ranks)]
+    if plan == "column":
+        out = []
+        for t in tables:
+            c0 = 0
+            for j, d in enumerate(_split(t.dim, n_ranks)):
+                if d:
+                    out.append(Shard(table=t.index, rank=j, rows=t.rows, dim=d, lookups=t.lookups, col0=c0,
+                                     cost=d * t.itemsize * (t.rows + LOOKUP_ROWS * t.lookups)))
+                c0 += d
+        return out
+    # greedy: start from the splits the per-rank share implies, then refine while it helps
+    target = sum(t.cost for t in tables) / n_ranks
+    k = {t.index: max(1, min(n_ranks, math.ceil(t.cost / target - 1e-9))) for t in tables}
+
+    overhead = 0.02 * target  # a shard's fixed cost (kernel launches, an extra all_to_all slice)
+
+    def build(kk):
+        sh = [s for t in tables for s in _row_shards(t, kk[t.index])]
+        return sh, _lpt(sh, n_ranks, overhead)
+
+    best, best_load = build(k)
+    for _ in range(len(tables) * n_ranks):
+        big = max((s for s in best if k[s.table] < n_ranks), key=lambda s: s.cost, default=None)
+        if big is None:
+            break
+        trial = dict(k)
+        trial[big.table] += 1
+        sh, load = build(trial)
+        k = trial
+        if load < best_load - 1e-9:
+            best, best_load = sh, load
+    return best
+
+
+class _Fresh:
+    def __init__(self, start: int):
+        self.n = start
+
+    def __call__(self) -> int:
+        self.n += 1
+        return self.n
+
+
+def _shard_nodes(t: Table, s: Shard, fresh: _Fresh) -> tuple[dict, dict | None]:
+    """Copies of the table's forward/backward nodes rewritten for one shard (fresh tensor ids)."""
+    f = copy.deepcopy(t.fwd)
+    b = copy.deepcopy(t.bwd) if t.bwd is not None else None
+    remap: dict = {}
+    for n in (f, b):
+        if n is None:
+            continue
+        for _, io, arg, sub, v in tensors_of(n):
+            if not is_defined(v):
+                continue
+            key = (v[0], v[1])
+            if key not in remap:
+                remap[key] = (fresh(), fresh())
+            set_slot(io, "values", arg, sub, [*remap[key], *v[2:]])
+
+    def put(io, arg, shape):
+        v = io["values"][arg]
+        io["values"][arg] = [v[0], v[1], 0, int(math.prod(shape)), v[4], v[5] if len(v) > 5 else "cpu"]
+        io["shapes"][arg] = list(shape)
+        if io.get("strides"):
+            io["strides"][arg] = [shape[1], 1] if len(shape) == 2 else [1]
+
+    put(f["inputs"], 0, [s.rows, s.dim])
+    put(f["inputs"], 1, [s.lookups])
+    put(f["outputs"], 0, [f["outputs"]["shapes"][0][0], s.dim])
+    if b is not None:
+        put(b["inputs"], 0, [b["inputs"]["shapes"][0][0], s.dim])
+        # the gradient arrives from the backward all_to_all: a fresh, unaliased tensor
+        b["inputs"]["values"][0][:2] = [fresh(), fresh()]
+        put(b["inputs"], 1, [s.lookups])
+        b["inputs"]["values"][6] = s.rows
+        put(b["outputs"], 0, [s.rows, s.dim])
+    return f, b
+
+
+def _a2a(node_id: int, parent: int, send: list[int], recv: list[int], itemsize: int, fresh: _Fresh,
+         n_ranks: int, what: str, ts: str = "Tensor(float)") -> dict:
+    out_t = [fresh(), fresh(), 0, int(sum(recv)), itemsize, "cpu"]
+    in_t = [fresh(), fresh(), 0, int(sum(send)), itemsize, "cpu"]
+    ins = {"values": [out_t, in_t, "default_pg", list(recv), list(send), 1800000],
+           "shapes": [[sum(recv)], [sum(send)], [], [[] for _ in recv], [[] for _ in send], []],
+           "types": [ts, ts, "String", "GenericList[" + ",".join(["Int"] * len(recv)) + "]",
+                     "GenericList[" + ",".join(["Int"] * len(send)) + "]", "Int"],
+           "strides": [[1], [1], [], [[] for _ in recv], [[] for _ in send], []]}
+    outs = {"values": [out_t], "shapes": [[sum(recv)]], "types": [ts], "strides": [[1]]}
+    node = {"id": node_id, "name": "c10d::alltoall_base_", "ctrl_deps": parent, "inputs": ins, "outputs": outs,
+            "attrs": make_attrs(op_schema=A2A_SCHEMA)}
+    set_attr(node, "comm_type", "all_to_all", "string")
+    set_attr(node, "comm_phase", what, "string")
+    set_attr(node, "pg_size", n_ranks, "int64")
+    set_attr(node, "comm_bytes", int(max(sum(send), sum(recv)) * itemsize), "int64")
+    set_attr(node, "in_split_elems", list(send), "string")
+    node["attrs"][-1]["value"] = ",".join(str(x) for x in send)
+    return node
+
+
+def shard_embeddings(bench, path) -> dict:
+    sh = bench.spec.sharding
+    n_ranks, plan = int(sh.ranks), sh.plan
+    nodes, replay = bench.ranks[0], bench.replay_ids[0]
+    tables = find_tables(nodes, replay)
+    if not tables:
+        raise TraceError(f"no embedding tables to shard in {path}", path)
+    shards = plan_shards(tables, plan, n_ranks)
+    batch = tables[0].batch
+    bsplit = _split(batch, n_ranks)
+    fresh = _Fresh(max((v[0] for n in nodes for _, _, _, _, v in tensors_of(n)), default=0)
+                   + max((v[1] for n in nodes for _, _, _, _, v in tensors_of(n)), default=0) + 1)
+    per_rank_dim = [sum(s.dim for s in shards if s.rank == r) for r in range(n_ranks)]
+    ranks, rids, per_rank = {}, {}, {}
+    itemsize = tables[0].itemsize
+    wtype = tables[0].fwd["outputs"]["types"][0]  # pooled embeddings' dtype (after any dtype change)
+    for r in range(n_ranks):
+        mine = [s for s in shards if s.rank == r]
+        out = [root_node()]
+        nid = [ROOT_ID]
+
+        def nxt():
+            nid[0] += 1
+            return nid[0]
+
+        fw_label = label_node(nxt(), ROOT_ID, "## forward ##")
+        out.append(fw_label)
+        pairs = [_shard_nodes(tables[s.table], s, fresh) for s in mine]
+        ids = []
+        for (f, _), s in zip(pairs, mine):
+            lab = label_node(nxt(), fw_label["id"], f"nn.Module: tables.{s.table}")
+            f["id"], f["ctrl_deps"] = nxt(), lab["id"]
+            out += [lab, f]
+            ids.append(f["id"])
+        send = [bsplit[j] * per_rank_dim[r] for j in range(n_ranks)]
+        recv = [bsplit[r] * per_rank_dim[i] for i in range(n_ranks)]
+        a = _a2a(nxt(), fw_label["id"], send, recv, itemsize, fresh, n_ranks, "forward", wtype)
+        out.append(a)
+        ids.append(a["id"])
+        bw_label = label_node(nxt(), ROOT_ID, "## backward ##")
+        out.append(bw_label)
+        a = _a2a(nxt(), bw_label["id"], recv, send, itemsize, fresh, n_ranks, "backward", wtype)
+        out.append(a)
+        ids.append(a["id"])
+        for (_, b), s in zip(pairs, mine):
+            if b is not None:
+                b["id"], b["ctrl_deps"] = nxt(), bw_label["id"]
+                out.append(b)
+                ids.append(b["id"])
+        ranks[r], rids[r] = out, ids
+        per_rank[r] = {"tables": sorted({s.table for s in mine}), "shards": len(mine),
+                       "lookups": sum(s.lookups for s in mine), "cost": round(sum(s.cost for s in mine), 1),
+                       "weight_bytes": sum(s.rows * s.dim * itemsize for s in mine),
+                       "all_to_all_bytes": int(max(sum(send), sum(recv)) * itemsize)}
+    bench.ranks, bench.replay_ids = ranks, rids
+    info = {"kind": "embedding", "plan": plan, "ranks": n_ranks, "batch": batch,
+            "tables": [{"index": t.index, "rows": t.rows, "dim": t.dim, "lookups": t.lookups,
+                        "cost": round(t.cost, 1)} for t in tables],
+            "original_lookups": sum(t.lookups for t in tables),
+            "shards": [s.to_dict() for s in shards], "per_rank": per_rank,
+            "max_cost": max(p["cost"] for p in per_rank.values()),
+            "note": "per-rank ETs hold the sharded embedding stage; dense layers are not included"}
+    bench.meta["sharding"] = info
+    return info
+
+
+__all__ = ["shard_embeddings", "plan_shards", "find_tables", "Table", "Shard"]

@@ -1,0 +1,1 @@
+"""Benchmark transforms: batch scaling (`scale`) and dtype changes (`dtype`) on ET node dicts."""

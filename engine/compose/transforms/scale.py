@@ -1,0 +1,166 @@
+"""Batch scaling: multiply the model's batch by s and propagate it through every replayed op.
+
+Why infer the batch from the trace: a captured ET does not say which tensor is "the batch".
+The model's inputs are the forward ops' external tensors that are not parameters (parameters
+and optimizer state are read by optimizer-phase ops); B is dim 0 of the first such tensor.
+`spec.batch_size` overrides the guess. Propagation and the shape check are the meta run of
+`engine.compose.meta_check` (size arguments of view/reshape/expand are rewritten there).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from engine.compose.meta_check import propagate
+from engine.compose.nodes import is_defined, tensors_of
+from engine.errors import TraceError
+
+
+def _param_storages(trace) -> set[int]:
+    """Storages of parameters and optimizer state: read by optimizer-phase ops and first seen
+    as an op *input* (never produced in the step). Storage ids are recycled, so the second
+    condition keeps activations/gradients that reuse an id out."""
+    ops, t = trace.ops, trace.tensors
+    opt_ids = ops.loc[ops["phase"].astype(str) == "optimizer", "id"].to_numpy(dtype=np.int64)
+    if len(opt_ids) == 0 or len(t) == 0:
+        return set()
+    opt = set(t.loc[t["op_id"].isin(opt_ids), "storage_id"].astype(int).tolist())
+    tt = t.sort_values(["op_id", "io"], kind="stable")  # "in" sorts before "out" within an op
+    first = tt.drop_duplicates("storage_id")
+    external = set(first.loc[first["io"].astype(str) == "in", "storage_id"].astype(int).tolist())
+    return (opt & external) - {0}
+
+
+_ET_TYPE = {"float32": "float", "bfloat16": "c10::BFloat16", "float16": "c10::Half", "float64": "double"}
+
+
+def parameters(trace) -> list[tuple[int, int, str]]:
+    """(numel, itemsize, ET dtype) of the model's parameters in first-use order: float tensors
+    the forward reads from outside that the optimizer also touches."""
+    from engine.graph import replay_ops
+
+    params = _param_storages(trace)
+    ops, t = trace.ops, trace.tensors
+    fwd = set(ops.loc[ops["phase"].astype(str) == "forward", "id"].astype(int))
+    ids = [i for i in replay_ops(trace) if i in fwd]
+    tt = t[t["op_id"].isin(ids) & (t["io"].astype(str) == "in")].sort_values(["op_id", "arg", "sub"], kind="stable")
+    seen: set = set()
+    out = []
+    for r in tt.itertuples(index=False):
+        sid = int(r.storage_id)
+        if sid in params and sid not in seen and str(r.dtype) in _ET_TYPE:
+            seen.add(sid)
+            out.append((int(r.numel), int(r.itemsize), _ET_TYPE[str(r.dtype)]))
+    return out
+
+
+def infer_batch(trace, path=None) -> int:
+    """B: dim 0 of the first non-parameter external input of a forward op (module docstring)."""
+    from engine.graph import replay_ops
+
+    params = _param_storages(trace)
+    t = trace.tensors
+    ops = trace.ops
+    fwd = set(ops.loc[ops["phase"].astype(str) == "forward", "id"].astype(int))
+    comm = set(ops.loc[ops["category"].astype(str) == "communication", "id"].astype(int))
+    ids = [i for i in replay_ops(trace) if i in fwd and i not in comm] or replay_ops(trace)
+    tt = t[t["op_id"].isin(ids)].sort_values(["op_id", "io", "arg", "sub"], kind="stable")
+    # tensor-list arguments (DDP buffer broadcast, foreach optimizers) hold parameters/buffers
+    lists = set(map(tuple, tt.loc[tt["sub"] > 0, ["op_id", "arg"]].to_numpy().tolist()))
+    produced: set = set()
+    fallback = None
+    for r in tt.itertuples(index=False):
+        if (int(r.op_id), int(r.arg)) in lists:
+            continue
+        key = (int(r.tensor_id), int(r.storage_id))
+        if str(r.io) == "out":
+            produced.add(key)
+            continue
+        if key in produced or int(r.storage_id) in params or int(r.storage_id) == 0 or not r.shape:
+            continue
+        if len(r.shape) >= 2:  # a model's first input is a batch of samples, not a flat buffer
+            return int(r.shape[0])
+        fallback = fallback if fallback is not None else int(r.shape[0])
+    if fallback is not None:
+        return fallback
+    raise TraceError("cannot infer the batch size (no non-parameter input tensor); set 'batch_size' in the spec",
+                     path)
+
+
+def batch_seeds(nodes: list[dict], replay_ids, batch: int, params: set[int]) -> set[tuple[int, int]]:
+    """External (never produced) non-parameter tensors whose dim 0 is the batch."""
+    want = set(replay_ids)
+    produced: set = set()
+    seeds: set = set()
+    seen: set = set()
+    # when phases are known, the model's inputs are never first read by an optimizer op
+    # (phase labels of backward vs forward are not reliable enough to use: param's resnet
+    # computes its loss under a backward label)
+    phased = any(n.get("_phase") == "forward" for n in nodes if n["id"] in want)
+    for n in nodes:
+        if n["id"] not in want:
+            continue
+        for io, _, _, sub, v in tensors_of(n):
+            if not is_defined(v):
+                continue
+            key = (v[0], v[1])
+            if io == "out":
+                produced.add(key)
+            elif key not in produced and key not in seen and v[1] not in params:
+                seen.add(key)
+                # tensors first passed inside a list (DDP buffer broadcast, foreach optimizers)
+                # are parameters/buffers, not the model's batch
+                if (not phased or n.get("_phase") != "optimizer") and sub is None:
+                    seeds.add(key)
+    shapes = {}
+    for n in nodes:
+        if n["id"] in want:
+            ins = n.get("inputs") or {}
+            for _, _, arg, sub, v in (x for x in tensors_of(n) if x[0] == "in"):
+                shp = ins["shapes"][arg] if sub is None else ins["shapes"][arg][sub]
+                shapes.setdefault((v[0], v[1]), shp)
+    primary = [shapes[k] for k in seeds if shapes.get(k) and shapes[k][0] == batch]
+    # inputs flattened outside the step (targets of shape [B*T]) carry the batch too
+    flat = {batch}
+    for shp in primary:
+        prod = batch
+        for d in shp[1:]:
+            prod *= int(d)
+            flat.add(prod)
+    return {k for k in seeds if shapes.get(k) and shapes[k][0] in flat}
+
+
+def prune_to_replay(nodes: list[dict], replay_ids) -> list[dict]:
+    """Drop descendants of replayed nodes: after a shape rewrite they would be stale."""
+    want = set(replay_ids)
+    drop: set = set()
+    for n in nodes:  # id order: parents precede children
+        p = n.get("ctrl_deps")
+        if p in want or p in drop:
+            drop.add(n["id"])
+    return [n for n in nodes if n["id"] not in drop]
+
+
+def scale_batch(bench, rank: int, scale: float, batch: int, params: set[int] | None = None) -> dict:
+    """Scale the batch of `bench.ranks[rank]` in place; returns the meta report as a dict."""
+    nodes = bench.ranks[rank]
+    if params is None:
+        params = set(bench.meta.get("_param_storages", ()))
+    new_b = batch * scale
+    if abs(new_b - round(new_b)) > 1e-9 or round(new_b) < 1:
+        raise TraceError(f"batch scale {scale:g} gives a non-integer batch: {batch} x {scale:g} = {new_b:g}")
+    seeds = batch_seeds(nodes, bench.replay_ids[rank], batch, params)
+    if not seeds:
+        raise TraceError(f"batch scale {scale:g}: no input tensor has the batch size {batch} as dim 0")
+    rep = propagate(nodes, bench.replay_ids[rank], scale=scale, batch=batch, seeds=seeds, mutate=True,
+                    params=params)
+    bench.ranks[rank] = prune_to_replay(nodes, bench.replay_ids[rank])
+    info = {"kind": "batch_scale", "scale": scale, "batch": batch, "new_batch": int(round(new_b)),
+            "seeds": len(seeds), **rep.to_dict()}
+    bench.meta["transforms"].append(info)
+    if rep.unchecked:
+        bench.meta["warnings"].append(f"batch scale: {len(rep.unchecked)} op(s) had no meta check "
+                                      f"(e.g. {rep.unchecked[0]})")
+    return info
+
+
+__all__ = ["infer_batch", "scale_batch", "batch_seeds", "prune_to_replay"]

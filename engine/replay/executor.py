@@ -1,0 +1,479 @@
+"""Run a replay plan: warm-up, measured iterations, per-op times, optional profile and metrics.
+
+Timing fidelity is the point of the product, so the measured loop is a flat list of closures
+built once (`_make_step`): each closure copies a pre-built argument template, patches the
+tensors in from the slot table, calls the pre-resolved `OpOverload` and stores/drops slots.
+No name lookups, no JSON, no dict building in the loop. Iteration time is the wall time of the
+whole op sequence (plus the original's host gaps when asked), synchronized on CUDA.
+
+Robustness: a failing op never aborts the replay. Its error is recorded (coverage by_reason),
+its outputs are synthesized from the recorded shapes/dtypes so dependents still run, and the
+closure is swapped for that synthesis so later iterations stay clean.
+"""
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+from engine.errors import TraceError
+from engine.progress import Progress, report
+from engine.replay.config import ReplayConfig
+from engine.replay.memory import available_bytes, estimate, skip_oversized
+from engine.replay.plan import OpStep, Plan, build_plan
+from engine.replay.result import ReplayResult, coverage_report
+from engine.replay.tensors import StorageManager, empty_like_rec
+
+
+def _target_device(cfg: ReplayConfig) -> str:
+    if cfg.device == "cuda":
+        return f"cuda:{torch.cuda.current_device()}"
+    return cfg.device
+
+
+def _rank_ops(trace, rank):
+    ops = trace.ops
+    if len(ops) == 0:
+        raise TraceError("trace has no execution-trace operators to replay (Kineto-only trace?)")
+    if rank is None:
+        rank = int(ops["rank"].min())
+    sub = ops[ops["rank"] == rank]
+    if len(sub) == 0:
+        raise TraceError(f"trace has no operators on rank {rank}; ranks: {sorted(set(ops['rank'].tolist()))}")
+    return sub, rank
+
+
+def _make_step(st: OpStep, env: list, device: str, failures: dict, steps: list) -> Callable[[], None]:
+    """The closure that runs one op (see module docstring)."""
+    ov = st.resolved.overload
+    pos_t = st.pos
+    kw_t = st.kw
+    pfix = [(p, slot) for w, p, sub, slot in st.fixups if w == "p" and sub is None]
+    psub = [(p, sub, slot) for w, p, sub, slot in st.fixups if w == "p" and sub is not None]
+    kfix = [(k, slot) for w, k, sub, slot in st.fixups if w == "k" and sub is None]
+    ksub = [(k, sub, slot) for w, k, sub, slot in st.fixups if w == "k" and sub is not None]
+    plists = sorted({p for p, _, _ in psub})
+    klists = sorted({k for k, _, _ in ksub})
+    single = len(ov._schema.returns) == 1
+    outs = st.outs
+    rel = st.release
+    synth_cache: dict[int, torch.Tensor] = {}
+
+    def synth(slot, rec):
+        t = synth_cache.get(slot)
+        if t is None:
+            t = empty_like_rec(rec, device)
+            if rec.numel == 0 or rec.dtype == "uint8":
+                synth_cache[slot] = t   # e.g. cudnn reserve space: keep one
+        return t
+
+    def synthesize_outputs() -> None:
+        for _, _, slot, rec in outs:
+            env[slot] = empty_like_rec(rec, device)
+        for s in rel:
+            env[s] = None
+
+    def run() -> None:
+        a = pos_t.copy()
+        for p, slot in pfix:
+            a[p] = env[slot]
+        if psub:
+            for p in plists:
+                a[p] = list(a[p])
+            for p, sub, slot in psub:
+                a[p][sub] = env[slot]
+        if kw_t:
+            kw = kw_t.copy()
+            for k, slot in kfix:
+                kw[k] = env[slot]
+            if ksub:
+                for k in klists:
+                    kw[k] = list(kw[k])
+                for k, sub, slot in ksub:
+                    kw[k][sub] = env[slot]
+        else:
+            kw = kw_t
+        try:
+            res = ov(*a, **kw)
+        except Exception as exc:  # noqa: BLE001 - any op failure is recorded, never fatal
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            failures[st.index] = f"failed: {type(exc).__name__}: {msg[:80]}"
+            st.detail = f"op {st.op_id} {st.name}: {type(exc).__name__}: {msg[:300]}"
+            synthesize_outputs()
+            steps[st.index] = synthesize_outputs
+            return
+        if outs:
+            r = (res,) if single else res
+            for p, sub, slot, rec in outs:
+                if 0 <= p < len(r):
+                    v = r[p]
+                    if sub is not None:
+                        v = v[sub] if isinstance(v, (list, tuple)) and sub < len(v) else None
+                    env[slot] = v if isinstance(v, torch.Tensor) else synth(slot, rec)
+                else:
+                    env[slot] = synth(slot, rec)
+        for s in rel:
+            env[s] = None
+
+    return run
+
+
+def _skip_step(st: OpStep, env: list) -> Callable[[], None]:
+    rel = st.release
+
+    def run() -> None:
+        for s in rel:
+            env[s] = None
+    return run
+
+
+def _with_lazy(fn, mats, drops, env, store: StorageManager, gen):
+    def run() -> None:
+        for e in mats:
+            env[e.slot] = store.standalone(e, gen)
+        fn()
+        for s in drops:
+            env[s] = None
+    return run
+
+
+def _with_stream(fn, stream, waits):
+    def run() -> None:
+        for w in waits:
+            stream.wait_stream(w)
+        with torch.cuda.stream(stream):
+            fn()
+    return run
+
+
+def _with_label(fn, label: str):
+    rf = torch.profiler.record_function
+
+    def run() -> None:
+        with rf(label):
+            fn()
+    return run
+
+
+def _busy_wait_ns(ns: int) -> None:
+    end = time.perf_counter_ns() + ns
+    while time.perf_counter_ns() < end:
+        pass
+
+
+def replay(trace, *, config: ReplayConfig, op_ids=None, progress: Progress | None = None,
+           rank: int | None = None) -> ReplayResult:
+    """Replay `trace` (one rank) per `config`; `op_ids`: exact ET ids to run (e.g. a Subgraph's
+    `replay_ids`), default: the operator-selection rule of `config.mode` over the whole rank."""
+    with ReplaySession(trace, config=config, op_ids=op_ids, progress=progress, rank=rank) as session:
+        total = config.warmup + config.iters
+        for it in range(config.warmup):
+            session.run_iteration(measured=False)
+            report(progress, 0.3 + 0.65 * (it + 1) / total, f"warm-up {it + 1}/{config.warmup}")
+        session.start_metrics()
+        for it in range(config.iters):
+            session.run_iteration(measured=True)
+            report(progress, 0.3 + 0.65 * (config.warmup + it + 1) / total, f"iteration {it + 1}/{config.iters}")
+        session.stop_metrics()
+        res = session.finish()
+    report(progress, 1.0, "done")
+    return res
+
+
+class ReplaySession:
+    """A prepared replay that runs iterations on demand (benchmarks interleave it with the
+    original to cancel machine-load drift). Use as a context manager: it sets the thread count
+    and denormal flushing for the replay and restores them on exit."""
+
+    def __init__(self, trace, *, config: ReplayConfig, op_ids=None, progress: Progress | None = None,
+                 rank: int | None = None):
+        from engine.graph import replay_ops
+
+        ops, rank = _rank_ops(trace, rank)
+        self.config, self.rank, self.trace = config, rank, trace
+        device = self.device = _target_device(config)
+        ids = list(op_ids) if op_ids is not None else replay_ops(trace, config.mode, rank=rank)
+        report(progress, 0.0, f"planning {len(ids)} ops")
+        plan = self.plan = build_plan(ops, ids, device=device, allow_trace_code=config.allow_trace_code,
+                                      progress=(lambda f, m: report(progress, 0.2 * f, m)))
+        avail = available_bytes(device)
+        est = self.est_initial = estimate(plan, avail)
+        lazy = config.lazy is True or (config.lazy == "auto" and est.eager_peak_bytes > avail)
+        if est.eager_peak_bytes > avail and config.lazy is False:
+            raise TraceError(f"replay needs about {est.eager_peak_bytes / 2**30:.1f} GiB on {device} but only "
+                             f"{avail / 2**30:.1f} GiB is free; use lazy allocation (--lazy)")
+        if lazy:
+            skip_oversized(plan, avail)
+            est = estimate(plan, avail)
+            if est.lazy_peak_bytes > avail:
+                raise TraceError(f"replay needs about {est.lazy_peak_bytes / 2**30:.1f} GiB on {device} even "
+                                 f"with lazy allocation, only {avail / 2**30:.1f} GiB is free")
+        _skip_orphans(plan)
+        self.lazy, self.est, self.progress = lazy, est, progress
+        self.n_threads = config.num_threads or _meta_threads(trace)
+        self.iter_ms: list[float] = []
+        self.gpu_iter_ms: list[float] = []
+        self.op_ns: list[list[int]] = []
+        self.failures: dict[int, str] = {}
+        self._saved = None
+        self._sampler = None
+        self._built = False
+
+    def __enter__(self) -> "ReplaySession":
+        self._saved = (torch.get_num_threads(),)
+        if self.n_threads:
+            torch.set_num_threads(self.n_threads)
+        if self.device == "cpu":
+            torch.set_flush_denormal(True)
+        if not self._built:
+            self._build()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._saved is not None:
+            torch.set_num_threads(self._saved[0])
+            if self.device == "cpu":
+                torch.set_flush_denormal(False)
+        self.stop_metrics()
+
+    def _build(self) -> None:
+        plan, device, config, lazy = self.plan, self.device, self.config, self.lazy
+        self.gen = gen = torch.Generator().manual_seed(config.seed)
+        self.env = env = [None] * plan.n_slots
+        self.store = store = StorageManager(device=device, seed=config.seed)
+        steps: list[Callable[[], None]] = []
+        externals = list(plan.externals.values())
+        mats: dict[int, list] = {}
+        drops: dict[int, list] = {}
+        if lazy:
+            for e in externals:
+                mats.setdefault(e.first_use, []).append(e)
+                drops.setdefault(e.last_use, []).append(e.slot)
+        else:
+            store.plan(externals)
+            for i, e in enumerate(externals):
+                try:
+                    env[e.slot] = store.materialize(e, gen)
+                except (RuntimeError, ValueError) as exc:
+                    raise TraceError(f"cannot synthesize input tensor {e.rec.tensor_id}: {exc}") from None
+                if i % 200 == 0:
+                    report(self.progress, 0.2 + 0.1 * i / max(len(externals), 1), "synthesizing inputs")
+        stream_map = {}
+        if device.startswith("cuda") and config.streams:
+            from engine.replay.streams import assign_streams
+
+            stream_map = assign_streams(self.trace, plan, rank=self.rank)
+        self.n_streams = len(stream_map)
+        for st in plan.steps:
+            fn = _make_step(st, env, device, self.failures, steps) if st.runnable else _skip_step(st, env)
+            if lazy and (st.index in mats or st.index in drops):
+                fn = _with_lazy(fn, mats.get(st.index, []), drops.get(st.index, []), env, store, gen)
+            if st.stream is not None and st.stream in stream_map:
+                fn = _with_stream(fn, stream_map[st.stream],
+                                  [stream_map[w] for w in st.wait_streams if w in stream_map])
+            steps.append(fn)
+        self.steps = steps
+        self.gaps = _host_gaps(plan) if config.host_gaps else None
+        cuda = device.startswith("cuda")
+        self.sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
+        self.events = [torch.cuda.Event(enable_timing=True) for _ in range(len(steps) + 1)] if cuda else None
+        self._built = True
+
+    def run_iteration(self, measured: bool = True) -> float:
+        """Run the whole op sequence once; returns its wall time in ms (recorded if measured)."""
+        steps, gaps, n = self.steps, self.gaps, len(self.steps)
+        pc = time.perf_counter_ns
+        times = [0] * n
+        gc_was = gc.isenabled()
+        gc.disable()
+        try:
+            evs = self.events
+            t0 = pc()
+            prev = t0
+            if evs is not None:
+                # CUDA: an event after each op gives per-op GPU time (host time is only launch)
+                evs[0].record()
+                for k in range(n):
+                    g = gaps[k] if gaps is not None else 0
+                    if g:
+                        _busy_wait_ns(g)
+                        prev = pc()
+                    steps[k]()
+                    evs[k + 1].record()
+                    now = pc()
+                    times[k] = now - prev
+                    prev = now
+            elif gaps is None:
+                for k in range(n):
+                    steps[k]()
+                    now = pc()
+                    times[k] = now - prev
+                    prev = now
+            else:
+                for k in range(n):
+                    g = gaps[k]
+                    if g:
+                        _busy_wait_ns(g)
+                        prev = pc()
+                    steps[k]()
+                    now = pc()
+                    times[k] = now - prev
+                    prev = now
+            self.sync()
+            t1 = pc()
+        finally:
+            if gc_was:
+                gc.enable()
+        ms = (t1 - t0) / 1e6
+        if measured:
+            self.iter_ms.append(ms)
+            if evs is not None:
+                self.gpu_iter_ms.append(evs[0].elapsed_time(evs[n]))
+                times = [int(evs[k].elapsed_time(evs[k + 1]) * 1e6) for k in range(n)]
+            self.op_ns.append(times)
+        return ms
+
+    def start_metrics(self) -> None:
+        if self._sampler is None:
+            self._sampler = _sampler(self.config, self.device)
+            if self._sampler is not None:
+                self._sampler.start()
+
+    def stop_metrics(self) -> None:
+        if self._sampler is not None and not getattr(self, "_sampler_stopped", False):
+            self._sampler.stop()
+            self._sampler_stopped = True
+
+    def finish(self) -> ReplayResult:
+        """Profile (if asked), free tensors and build the result."""
+        plan, config = self.plan, self.config
+        kineto_path = None
+        paths: dict[str, str] = {}
+        if config.profile and config.out_dir is not None:
+            kineto_path = _profile_iteration(plan, self.steps, config, self.sync)
+            paths["kineto"] = kineto_path
+        for i in range(plan.n_slots):
+            self.env[i] = None
+        self.store.release()
+        coverage, skipped = coverage_report(plan.steps, self.failures)
+        per_op = []
+        op_ns = self.op_ns
+        for k, st in enumerate(plan.steps):
+            dur = statistics.median(row[k] for row in op_ns) / 1e3 if op_ns else 0.0
+            status = "skipped" if (st.reason or st.index in self.failures) else \
+                ("substituted" if st.resolved is not None and st.resolved.substituted else "replayed")
+            per_op.append({"op_id": st.op_id, "name": st.name, "category": st.category, "phase": st.phase,
+                           "dur_us": round(dur, 3), "status": status})
+        metrics = {"samples": {}, "summary": {}}
+        if self._sampler is not None:
+            self.stop_metrics()
+            try:
+                df = self._sampler.samples
+                metrics = {"samples": {c: df[c].tolist() for c in df.columns}, "summary": self._sampler.summary()}
+            except (KeyError, ValueError, AttributeError) as exc:
+                metrics["error"] = f"{type(exc).__name__}: {exc}"
+        notes = ["per_op dur_us is GPU time between CUDA events recorded after each op (on the main "
+                 "stream)"] if self.gpu_iter_ms else []
+        return ReplayResult(iteration_ms=list(self.iter_ms), gpu_iteration_ms=list(self.gpu_iter_ms), per_op=per_op, coverage=coverage, device=self.device,
+                            metrics=metrics, kineto_path=kineto_path, paths=paths, skipped_ops=skipped,
+                            warnings=notes,
+                            memory={**self.est_initial.to_dict(), "lazy": self.lazy,
+                                    "planned_peak_bytes": self.est.lazy_peak_bytes if self.lazy
+                                    else self.est.eager_peak_bytes},
+                            config={"warmup": config.warmup, "iters": config.iters, "mode": config.mode,
+                                    "host_gaps": config.host_gaps, "num_threads": torch.get_num_threads(),
+                                    "rank": self.rank,
+                                    "streams": getattr(self, "n_streams", 0)})
+
+
+def _meta_threads(trace) -> int | None:
+    """The capture's intra-op thread count: from trace meta, else from the `<name>_meta.json`
+    written by `mystique capture` next to the ET file. Thread count dominates CPU step time
+    (2 threads on a loaded 2-core machine can be 10x slower than 1), so it must match."""
+    import os
+
+    import orjson
+
+    meta = trace.meta or {}
+    v = meta.get("num_threads") or (meta.get("capture") or {}).get("num_threads")
+    if isinstance(v, int) and v > 0:
+        return v
+    for src in meta.get("sources") or []:
+        path = str(src.get("path") or "").split("!", 1)[0]
+        base = os.path.basename(path)
+        if src.get("kind") != "execution_trace" or "_et.json" not in base:
+            continue
+        cand = os.path.join(os.path.dirname(path), base.split("_et.json", 1)[0] + "_meta.json")
+        if os.path.isfile(cand):
+            try:
+                v = orjson.loads(open(cand, "rb").read()).get("num_threads")
+            except (OSError, orjson.JSONDecodeError, AttributeError):
+                continue
+            if isinstance(v, int) and v > 0:
+                return v
+    return None
+
+
+def _skip_orphans(plan: Plan) -> None:
+    """Ops reading an output of an op skipped for memory cannot run either."""
+    dead: set[int] = set()
+    for st in plan.steps:
+        if st.runnable and any(s in dead for s in st.in_slots):
+            st.reason = "depends on an op skipped for memory"
+        if not st.runnable:
+            dead.update(slot for _, _, slot, _ in st.outs)
+
+
+def _sampler(config: ReplayConfig, device: str):
+    if not config.metrics:
+        return None
+    try:
+        from engine.metrics import MetricsSampler
+    except ImportError:
+        return None
+    return MetricsSampler(interval_s=0.02, device=device)
+
+
+def _host_gaps(plan: Plan) -> list[int]:
+    """Original CPU time (ns) between the end of op k-1 and the start of op k (linked Kineto)."""
+    out = [0] * len(plan.steps)
+    prev_end = None
+    for k, st in enumerate(plan.steps):
+        ts, dur = st.k_ts_us, st.k_dur_us
+        if ts == ts and dur == dur:  # not NaN
+            if prev_end is not None and ts > prev_end:
+                out[k] = int((ts - prev_end) * 1e3)
+            prev_end = ts + dur
+    return out
+
+
+def _profile_iteration(plan: Plan, steps, config: ReplayConfig, sync) -> str:
+    """One extra labelled iteration under torch.profiler; returns the gzipped Chrome trace path."""
+    import gzip
+    import os
+    import shutil
+
+    from torch.profiler import ProfilerActivity, profile
+
+    labelled = [_with_label(fn, f"et:{st.op_id}:{st.name}") for fn, st in zip(steps, plan.steps)]
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if config.is_cuda else [])
+    out_dir = config.out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    raw = out_dir / "replay_kineto.json"
+    with profile(activities=acts) as prof:
+        with torch.profiler.record_function("ReplayIteration#0"):
+            for fn in labelled:
+                fn()
+            sync()
+    prof.export_chrome_trace(str(raw))
+    gz = out_dir / "replay_kineto.json.gz"
+    with open(raw, "rb") as src, gzip.open(gz, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    os.remove(raw)
+    return str(gz)
+
+
+__all__ = ["replay", "ReplaySession"]

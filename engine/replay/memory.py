@@ -1,0 +1,115 @@
+"""Memory budget of a replay, decided before anything is allocated.
+
+Why: a trace may claim tensors the replay machine cannot hold (a GPU trace on a laptop, a
+hand-edited 1 TB tensor). Allocating blindly gets the process OOM-killed, which loses the whole
+report. So the plan's peak is estimated by walking the schedule (external inputs held for the
+whole run, produced tensors from their producer to their last reader), compared with what the
+device has free, and the replay either runs eagerly, switches to lazy allocation (external
+inputs created per use and dropped after their last use), or skips the ops that alone exceed
+the device (their consumers then skip too) with a clear reason.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.replay.plan import Plan
+
+HEADROOM = 0.8   # use at most this fraction of the free memory
+
+
+@dataclass(kw_only=True, slots=True)
+class MemoryEstimate:
+    eager_peak_bytes: int
+    lazy_peak_bytes: int
+    available_bytes: int
+    externals_bytes: int
+
+    def to_dict(self) -> dict:
+        return {"eager_peak_bytes": self.eager_peak_bytes, "lazy_peak_bytes": self.lazy_peak_bytes,
+                "available_bytes": self.available_bytes, "externals_bytes": self.externals_bytes}
+
+
+def available_bytes(device: str) -> int:
+    """Free memory on `device` that a replay may use (after headroom)."""
+    if device.startswith("cuda"):
+        import torch
+
+        free, _total = torch.cuda.mem_get_info(torch.device(device))
+        return int(free * HEADROOM)
+    import psutil
+
+    return int(psutil.virtual_memory().available * HEADROOM)
+
+
+def _ext_bytes(plan: Plan) -> dict[int, int]:
+    """Bytes per external storage (one buffer per storage id covering every view)."""
+    sizes: dict[int, int] = {}
+    for e in plan.externals.values():
+        sid = e.rec.storage_id
+        sizes[sid] = max(sizes.get(sid, 0), e.rec.nbytes())
+    return sizes
+
+
+def op_bytes(plan: Plan, k: int) -> int:
+    """Bytes one op touches: its inputs plus the outputs it allocates."""
+    st = plan.steps[k]
+    total = 0
+    for slot in st.in_slots:
+        e = plan.externals.get(slot)
+        total += e.rec.nbytes() if e is not None else plan.produced_bytes.get(slot, 0)
+    total += sum(plan.produced_bytes.get(slot, 0) for _, _, slot, _ in st.outs)
+    return total
+
+
+def estimate(plan: Plan, available: int) -> MemoryEstimate:
+    ext_sizes = _ext_bytes(plan)
+    ext_total = sum(ext_sizes.values())
+    live = 0
+    peak_prod = 0
+    lazy_peak = 0
+    # external bytes live at each step in lazy mode
+    starts: dict[int, int] = {}
+    ends: dict[int, int] = {}
+    for e in plan.externals.values():
+        b = e.rec.nbytes()
+        starts[e.first_use] = starts.get(e.first_use, 0) + b
+        ends[e.last_use] = ends.get(e.last_use, 0) + b
+    ext_live = 0
+    for st in plan.steps:
+        ext_live += starts.get(st.index, 0)
+        if st.runnable:
+            live += sum(plan.produced_bytes.get(slot, 0) for _, _, slot, _ in st.outs)
+        peak_prod = max(peak_prod, live)
+        lazy_peak = max(lazy_peak, live + ext_live)
+        if st.runnable:
+            live -= sum(plan.produced_bytes.get(slot, 0) for slot in st.release)
+        ext_live -= ends.get(st.index, 0)
+    return MemoryEstimate(eager_peak_bytes=ext_total + peak_prod, lazy_peak_bytes=lazy_peak,
+                          available_bytes=available, externals_bytes=ext_total)
+
+
+def skip_oversized(plan: Plan, available: int) -> int:
+    """Mark ops whose own working set exceeds `available` as skipped; returns how many."""
+    n = 0
+    for st in plan.steps:
+        if st.runnable:
+            need = op_bytes(plan, st.index)
+            if need > available:
+                st.reason = "needs more memory than the device has free"
+                st.detail = (f"op {st.op_id} {st.name} needs {need / 2**30:.1f} GiB, "
+                             f"{available / 2**30:.1f} GiB available")
+                n += 1
+    if n:
+        # drop externals only the skipped ops used, and recompute lifetimes
+        from engine.replay.plan import _lifetimes
+
+        used = {s for st in plan.steps if st.runnable for s in st.in_slots}
+        for slot in [s for s in plan.externals if s not in used]:
+            del plan.externals[slot]
+        for st in plan.steps:
+            if st.runnable:
+                continue
+            for _, _, slot, _ in st.outs:
+                plan.produced_bytes[slot] = 0
+        _lifetimes(plan.steps, plan.externals)
+    return n

@@ -1,0 +1,293 @@
+"""Replay plan: which ops run, how each is called, where every tensor comes from and when it dies.
+
+Everything that can be decided before running is decided here, once, so the timed loop only
+indexes lists: each `OpStep` holds its resolved `OpOverload`, argument templates with the
+positions where tensors are patched in ("fix-ups"), the slots its outputs go to, and the slots
+to drop after it ran (refcount by last use, so memory behaves like the original's allocator).
+
+Tensor flow follows recorded tensor ids: an input whose id was produced by an earlier replayed
+op reads that op's real output (in-place ops return the same tensor, views stay views, so
+aliasing is the real one); any other input is *external* and synthesized (`tensors.py`).
+Ops that cannot run are decided here too (unknown operator, collective, bad tensor record,
+trace code) with a reason; their outputs become external inputs of their consumers.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from engine.replay.dispatch import DispatchError, Resolved, convert_scalar, is_collective, resolve
+from engine.replay.tensors import Constraint, External, TensorRec, index_constraints
+from engine.trace.dtypes import dtype_of, split_list_type
+
+TRACE_CODE_REASON = "trace code not executed (opt in with --allow-trace-code)"
+
+
+@dataclass(slots=True)
+class OpStep:
+    index: int
+    op_id: int
+    name: str
+    category: str
+    phase: str
+    k_ts_us: float = float("nan")
+    k_dur_us: float = float("nan")
+    reason: str = ""                 # non-empty: skipped (not run)
+    detail: str = ""
+    resolved: Resolved | None = None
+    pos: list = field(default_factory=list)
+    kw: dict = field(default_factory=dict)
+    fixups: list = field(default_factory=list)    # (where "p"/"k", key, sub|None, slot)
+    outs: list = field(default_factory=list)      # (result position, sub|None, slot, TensorRec)
+    release: list = field(default_factory=list)   # slots dropped after this op
+    in_slots: list = field(default_factory=list)
+    stream: int | None = None
+    wait_streams: list = field(default_factory=list)
+
+    @property
+    def runnable(self) -> bool:
+        return not self.reason
+
+
+@dataclass(slots=True)
+class Plan:
+    steps: list[OpStep]
+    externals: dict[int, External]    # slot -> External
+    n_slots: int
+    produced_bytes: dict[int, int]    # slot -> bytes newly allocated by producing it
+    warnings: list[str] = field(default_factory=list)
+
+
+def _is_tensor_type(t: str) -> bool:
+    return isinstance(t, str) and t.startswith("Tensor")
+
+
+def _tensor_rec(value: Any, shape: Any, type_str: str, strides: Any) -> TensorRec | None:
+    """TensorRec of one recorded tensor value; None for undefined tensors (nullptr)."""
+    if not (isinstance(value, list) and len(value) >= 5):
+        return None
+    if "nullptr" in type_str or (len(value) > 3 and value[3] == 0 and value[1] == 0 and value[4] == 0):
+        return None
+    if not all(isinstance(v, int) for v in value[:5]):
+        return None
+    st = tuple(int(s) for s in strides) if isinstance(strides, list) and all(isinstance(s, int) for s in strides) else None
+    shp = tuple(shape) if isinstance(shape, list) else ()
+    return TensorRec(tensor_id=value[0], storage_id=value[1], offset=value[2], numel=value[3],
+                     itemsize=value[4], dtype=dtype_of(type_str), shape=shp, strides=st)
+
+
+def _iter_tensors(io: dict):
+    """(arg, sub|None, TensorRec|None, type) for every tensor (or tensor-list element) of io."""
+    values, shapes, types = io.get("values", []), io.get("shapes", []), io.get("types", [])
+    strides = io.get("strides") or []
+    for i, t in enumerate(types):
+        v = values[i] if i < len(values) else None
+        s = shapes[i] if i < len(shapes) else None
+        st = strides[i] if i < len(strides) else None
+        if _is_tensor_type(t):
+            yield i, None, _tensor_rec(v, s, t, st), t
+        elif isinstance(t, str) and t.startswith("GenericList[") and isinstance(v, list):
+            el_types = split_list_type(t)
+            for j, et in enumerate(el_types):
+                if _is_tensor_type(et) and j < len(v):
+                    sj = s[j] if isinstance(s, list) and j < len(s) else None
+                    stj = st[j] if isinstance(st, list) and j < len(st) else None
+                    yield i, j, _tensor_rec(v[j], sj, et, stj), et
+
+
+def _trace_code_ops(ops: pd.DataFrame, replay_ids: set[int]) -> list[int]:
+    """Ops that run code shipped in the trace (PT2 Triton kernels), outside replayed ops."""
+    attrs = ops["attrs"].astype(str)
+    mask = attrs.str.contains(r'"kernel_file"\s*:\s*"[^"]+', regex=True) | \
+        attrs.str.contains(r'"kernel_backend"\s*:\s*"triton', regex=True) | ops["name"].astype(str).str.startswith("triton_")
+    cand = ops.loc[mask, "id"].astype(int).tolist()
+    if not cand:
+        return []
+    parent = dict(zip(ops["id"].astype(int), ops["parent"].astype(int)))
+    out = []
+    for i in cand:
+        p, ok = parent.get(i, -1), True
+        while p >= 0 and p in parent:
+            if p in replay_ids:
+                ok = False
+                break
+            p = parent[p] if parent[p] != p else -1
+        if ok:
+            out.append(i)
+    return out
+
+
+def build_plan(ops: pd.DataFrame, replay_ids: list[int], *, device: str, allow_trace_code: bool,
+               progress=None, collectives=None) -> Plan:
+    """The replay plan for `replay_ids` (ET node ids of one rank) on `device`.
+
+    `collectives`: a `CollectiveBackend` (default: skip them, single-process replay)."""
+    if collectives is None:
+        from engine.replay.collectives import SkipCollectives
+
+        collectives = SkipCollectives()
+    ids = set(int(i) for i in replay_ids)
+    code_ids = _trace_code_ops(ops, ids)
+    ids.update(code_ids)
+    code_set = set(code_ids)
+    sel = ops[ops["id"].isin(ids)].sort_values("id", kind="stable")
+    steps: list[OpStep] = []
+    externals: dict[int, External] = {}
+    ext_by_tid: dict[tuple, int] = {}
+    produced: dict[tuple, int] = {}   # (tensor_id, storage_id) -> slot (latest producer)
+    slot_rec: dict[int, TensorRec] = {}
+    produced_bytes: dict[int, int] = {}
+    n_slots = 0
+    cols = ["id", "name", "category", "phase", "schema", "inputs", "outputs", "k_ts_us", "k_dur_us"]
+    rows = sel[[c for c in cols if c in sel.columns]].itertuples(index=False)
+    total = max(len(sel), 1)
+    for k, r in enumerate(rows):
+        name = str(r.name)
+        st = OpStep(index=k, op_id=int(r.id), name=name, category=str(r.category), phase=str(r.phase),
+                    k_ts_us=float(getattr(r, "k_ts_us", np.nan)), k_dur_us=float(getattr(r, "k_dur_us", np.nan)))
+        steps.append(st)
+        if progress is not None and k % 500 == 0:
+            progress(k / total, f"planning op {k}/{total}")
+        if st.op_id in code_set:
+            st.reason = TRACE_CODE_REASON if not allow_trace_code else \
+                "trace code (Triton kernel) execution is not supported by this replayer"
+            continue
+        try:
+            ins = json.loads(r.inputs) if isinstance(r.inputs, str) and r.inputs else {}
+            outs = json.loads(r.outputs) if isinstance(r.outputs, str) and r.outputs else {}
+        except ValueError as e:
+            st.reason, st.detail = "unreadable inputs/outputs record", str(e)
+            continue
+        types = list(ins.get("types", []))
+        values = list(ins.get("values", []))
+        if is_collective(name):
+            st.reason = collectives.reason
+            continue
+        try:
+            res = resolve(name, str(r.schema or ""), types, device)
+        except DispatchError as e:
+            msg = str(e)
+            st.reason = msg if len(msg) < 90 else msg[:87] + "..."
+            st.detail = msg
+            continue
+        # validate tensor records before touching any state
+        bad = None
+        for io_name, io in (("input", ins), ("output", outs)):
+            for arg, sub, rec, t in _iter_tensors(io):
+                if rec is None:
+                    if "nullptr" in t or t == "Tensor":
+                        continue
+                    problem = f"unreadable tensor value {io.get('values', [None])[arg]!r}"[:120]
+                else:
+                    problem = rec.check()
+                    if problem and not rec.dtype:
+                        problem = f"unknown dtype name {t!r}"
+                if problem:
+                    where = f"{io_name} {arg}" + (f"[{sub}]" if sub is not None else "")
+                    bad = (problem, where)
+                    break
+            if bad:
+                break
+        if bad:
+            problem, where = bad
+            st.reason = "bad tensor record: " + ("unknown dtype" if "dtype" in problem else
+                                                 "numel contradicts shape" if "numel" in problem else "invalid")
+            st.detail = f"op {st.op_id} {name}: {where}: {problem}"
+            continue
+        st.resolved = res
+        # templates: recorded values converted, tensors as fix-ups
+        rec_val: dict[int, Any] = {}
+        fix_rec: dict[int, list] = {}
+        for arg, sub, rec, t in _iter_tensors(ins):
+            if rec is None:
+                continue
+            # tensor ids (and storage ids) are recycled once a tensor dies: match on the full
+            # identity and require the recorded shape/dtype to agree with the producer's
+            tid = (rec.tensor_id, rec.storage_id)
+            prev = produced.get(tid)
+            if prev is not None and (slot_rec[prev].shape != rec.shape or slot_rec[prev].dtype != rec.dtype):
+                prev = None
+            tid_e = (rec.tensor_id, rec.storage_id, rec.offset, rec.shape, rec.dtype)
+            if prev is not None:
+                slot = prev
+            elif tid_e in ext_by_tid:
+                tid = tid_e
+                slot = ext_by_tid[tid]
+                externals[slot].last_use = k
+            else:
+                slot = n_slots
+                n_slots += 1
+                ext_by_tid[tid_e] = slot
+                externals[slot] = External(slot=slot, rec=rec, first_use=k, last_use=k)
+            fix_rec.setdefault(arg, []).append((sub, slot))
+            st.in_slots.append(slot)
+        for arg, sub, cons in index_constraints(name, values, list(ins.get("shapes", []))):
+            for s2, slot in fix_rec.get(arg, []):
+                if s2 == sub and slot in externals and cons is not None:
+                    e = externals[slot]
+                    if e.constraint is None:
+                        e.constraint = Constraint()
+                    e.constraint.merge(cons)
+        for i, t in enumerate(types):
+            v = values[i] if i < len(values) else None
+            if _is_tensor_type(t):
+                rec_val[i] = None
+            elif isinstance(v, list) and i in fix_rec:
+                rec_val[i] = [None if (isinstance(x, str) and x == "<None>") or isinstance(x, list) else x for x in v]
+            else:
+                rec_val[i] = convert_scalar(v, t, res.arg_types.get(i), device)
+        for p, (kind, x) in enumerate(res.positional):
+            if kind == "rec":
+                st.pos.append(_copy(rec_val.get(x)))
+                for sub, slot in fix_rec.get(x, []):
+                    st.fixups.append(("p", p, sub, slot))
+            else:
+                st.pos.append(x)
+        for key, (kind, x) in res.keywords.items():
+            if kind == "rec":
+                st.kw[key] = _copy(rec_val.get(x))
+                for sub, slot in fix_rec.get(x, []):
+                    st.fixups.append(("k", key, sub, slot))
+            else:
+                st.kw[key] = x
+        in_storages = {slot_rec[s].storage_id for s in st.in_slots if s in slot_rec}
+        in_storages |= {externals[s].rec.storage_id for s in st.in_slots if s in externals}
+        out_map = res.out_map
+        for arg, sub, rec, t in _iter_tensors(outs):
+            if rec is None:
+                continue
+            pos = out_map[arg] if out_map is not None and arg < len(out_map) else arg
+            slot = n_slots
+            n_slots += 1
+            st.outs.append((pos, sub, slot, rec))
+            produced[(rec.tensor_id, rec.storage_id)] = slot
+            slot_rec[slot] = rec
+            produced_bytes[slot] = 0 if rec.storage_id in in_storages else rec.nbytes()
+    _lifetimes(steps, externals)
+    return Plan(steps=steps, externals=externals, n_slots=n_slots, produced_bytes=produced_bytes)
+
+
+def _copy(v):
+    return list(v) if isinstance(v, list) else v
+
+
+def _lifetimes(steps: list[OpStep], externals: dict[int, External]) -> None:
+    """Release each produced slot after its last reader (or right after its producer)."""
+    last: dict[int, int] = {}
+    for st in steps:
+        if not st.runnable:
+            continue
+        for _, _, slot, _ in st.outs:
+            last[slot] = st.index
+        for slot in st.in_slots:
+            if slot not in externals:
+                last[slot] = st.index
+    by_step: dict[int, list[int]] = {}
+    for slot, k in last.items():
+        by_step.setdefault(k, []).append(slot)
+    for st in steps:
+        st.release = by_step.get(st.index, [])

@@ -1,0 +1,97 @@
+"""`ReplayResult`: what a replay measured, and its JSON form (consumed by `engine.compare`).
+
+The JSON keys are a contract with engine.compare and the UI: `iteration_ms`, `median_ms`,
+`per_op` [{op_id, name, category, phase, dur_us}], `coverage` {selected, replayed, substituted,
+skipped, by_reason, ...}, `metrics` {samples, summary}, `kineto_path`, `device`, plus `paths`.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(kw_only=True, slots=True)
+class ReplayResult:
+    iteration_ms: list[float]
+    per_op: list[dict]
+    coverage: dict
+    device: str
+    metrics: dict = field(default_factory=lambda: {"samples": {}, "summary": {}})
+    kineto_path: str | None = None
+    paths: dict[str, str] = field(default_factory=dict)
+    skipped_ops: list[dict] = field(default_factory=list)
+    memory: dict = field(default_factory=dict)
+    config: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    gpu_iteration_ms: list[float] = field(default_factory=list)   # CUDA events, start to end
+
+    @property
+    def median_ms(self) -> float:
+        return float(statistics.median(self.iteration_ms)) if self.iteration_ms else float("nan")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "iteration_ms": [round(x, 4) for x in self.iteration_ms],
+            "median_ms": round(self.median_ms, 4),
+            "per_op": self.per_op,
+            "coverage": self.coverage,
+            "metrics": self.metrics,
+            "kineto_path": self.kineto_path,
+            "device": self.device,
+            "paths": self.paths,
+            "skipped_ops": self.skipped_ops,
+            "memory": self.memory,
+            "config": self.config,
+            "warnings": self.warnings,
+            "gpu_iteration_ms": [round(x, 4) for x in self.gpu_iteration_ms],
+        }
+
+    def write(self, out_dir: str | Path, name: str = "replay.json") -> Path:
+        import orjson
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / name
+        self.paths.setdefault("replay_json", str(path))
+        path.write_bytes(orjson.dumps(self.to_json(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+                                      | orjson.OPT_NON_STR_KEYS, default=str))
+        return path
+
+
+def coverage_report(steps, failures: dict[int, str]) -> tuple[dict, list[dict]]:
+    """Coverage counts over the plan's steps (see engine.replay docstring for definitions)."""
+    by_reason: dict[str, int] = {}
+    by_category: dict[str, dict[str, int]] = {}
+    skipped_ops: list[dict] = []
+    replayed = substituted = 0
+    for st in steps:
+        cat = by_category.setdefault(st.category, {"selected": 0, "replayed": 0, "substituted": 0, "skipped": 0})
+        cat["selected"] += 1
+        reason = st.reason or failures.get(st.index, "")
+        if reason:
+            cat["skipped"] += 1
+            by_reason[reason] = by_reason.get(reason, 0) + 1
+            skipped_ops.append({"op_id": st.op_id, "name": st.name, "reason": reason,
+                                "detail": st.detail or reason})
+            continue
+        replayed += 1
+        cat["replayed"] += 1
+        if st.resolved is not None and st.resolved.substituted:
+            substituted += 1
+            cat["substituted"] += 1
+    selected = len(steps)
+    comp = by_category.get("compute", {"selected": 0, "replayed": 0})
+    return {
+        "selected": selected,
+        "replayed": replayed,
+        "substituted": substituted,
+        "skipped": selected - replayed,
+        "by_reason": dict(sorted(by_reason.items(), key=lambda kv: -kv[1])),
+        "by_category": by_category,
+        "selected_compute": comp["selected"],
+        "replayed_compute": comp["replayed"],
+        "compute_rate": (comp["replayed"] / comp["selected"]) if comp["selected"] else 1.0,
+        "rate": (replayed / selected) if selected else 1.0,
+    }, skipped_ops

@@ -1,0 +1,34 @@
+"""Column builders shared by the parsers.
+
+Why: `pd.Categorical(list_of_str)` sorts and hashes through Arrow-backed strings and costs
+~10 ms per 30k values; `pd.factorize` on an object array plus `Categorical.from_codes` is
+3-5x faster, and the loaders build a dozen such columns per file.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+
+def fast_cat(values, categories=None, transform: Callable[[object], str] | None = None) -> pd.Categorical:
+    """Categorical of hashable values (first-seen category order unless `categories` is given).
+
+    `transform` maps each *distinct* value to its category label (e.g. an ET type string to a
+    dtype name); values mapping to the same label share one category.
+    """
+    arr = np.empty(len(values), dtype=object)
+    arr[:] = values
+    codes, uniques = pd.factorize(arr, use_na_sentinel=True)
+    labels = [transform(u) for u in uniques] if transform is not None else [
+        u if type(u) is str else str(u) for u in uniques]
+    if categories is None:
+        cats = list(dict.fromkeys(labels))
+    else:
+        cats = list(categories)
+    if cats == labels:
+        return pd.Categorical.from_codes(codes.astype(np.int32, copy=False), categories=cats)
+    pos = {c: i for i, c in enumerate(cats)}
+    lut = np.asarray([pos.get(lab, -1) for lab in labels] + [-1], dtype=np.int32)
+    return pd.Categorical.from_codes(lut[codes], categories=cats)

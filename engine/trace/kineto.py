@@ -1,0 +1,189 @@
+"""Kineto (Chrome trace JSON) parsing: one pass over `traceEvents` into column lists.
+
+Why one pass with plain lists: the 110k-event ResNet trace must load in well under a second on
+a shared 2-core box; per-event pandas work or repeated scans would dominate. Nullable integer
+columns are built as int64 arrays plus a mask (`IntegerArray`) instead of lists of None, which
+pandas converts slowly.
+
+Handles NVIDIA and AMD/ROCm traces alike (`cat` is the same; runtime names differ: cuda*/hip*),
+CPU-only traces, traces without `distributedInfo`, float or int timestamps, and pid/tid given
+as text ("Spans", "PyTorch Profiler"). Every event counts in `meta["events"]`; only "X"
+(complete) events become rows of `events`, "s"/"f"/"t" become `flows`, and "M" metadata
+becomes compact name maps.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from engine.errors import TraceError
+from engine.trace._columns import fast_cat
+
+_NA = -(1 << 63)
+_GPU_CATS = frozenset(("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "gpu_instr"))
+_FLOW_PH = frozenset(("s", "f", "t"))
+
+
+def is_kineto(doc) -> bool:
+    return isinstance(doc, dict) and "traceEvents" in doc
+
+
+def _nullable(values: list) -> pd.arrays.IntegerArray:
+    try:
+        arr = np.asarray(values, dtype=np.int64)
+    except OverflowError:  # an id beyond int64 is as good as absent
+        arr = np.asarray([v if _NA < v < (1 << 63) else _NA for v in values], dtype=np.int64)
+    mask = arr == _NA
+    arr[mask] = 0
+    return pd.arrays.IntegerArray(arr, mask)
+
+
+def _as_int(v) -> int:
+    """int of an arg value; _NA when absent or not integral (e.g. "Spans")."""
+    if v is None:
+        return _NA
+    if type(v) is int:
+        return v
+    try:
+        return int(v)
+    except (TypeError, ValueError, OverflowError):
+        return _NA
+
+
+def parse_kineto(doc: dict, path: str, rank: int, rank_fixed: bool) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """(events, flows, meta) of one Kineto document. `rank_fixed`: ignore distributedInfo.rank."""
+    try:
+        return _parse(doc, path, rank, rank_fixed)
+    except TraceError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
+        raise TraceError(f"malformed Kineto trace ({type(exc).__name__}: {exc})", path) from None
+
+
+def file_rank(doc: dict) -> tuple[int | None, int | None]:
+    """(rank, world_size) from `distributedInfo`, None where the file does not say."""
+    info = doc.get("distributedInfo")
+    if not isinstance(info, dict):
+        return None, None
+    r, w = info.get("rank"), info.get("world_size")
+    r = _as_int(r)
+    w = _as_int(w)
+    return (None if r == _NA else r), (None if w == _NA else w)
+
+
+def _parse(doc: dict, path: str, rank: int, rank_fixed: bool):
+    evs = doc["traceEvents"]
+    if not isinstance(evs, list):
+        raise TraceError("Kineto 'traceEvents' is not a list", path)
+    f_rank, world = file_rank(doc)
+    if f_rank is not None and not rank_fixed:
+        rank = f_rank
+    cat_l, name_l, pid_l, tid_l, ts_l, dur_l = [], [], [], [], [], []
+    dev_l, stream_l, corr_l, ext_l, rf_l, seq_l, fwd_l = [], [], [], [], [], [], []
+    fl_id, fl_cat, fl_ph, fl_ts, fl_pid, fl_tid = [], [], [], [], [], []
+    pnames: dict[str, str] = {}
+    tnames: dict[str, str] = {}
+    iters: list[dict] = []
+    strs: dict = {}
+
+    def s(v):
+        r = strs.get(v)
+        if r is None:
+            r = strs[v] = str(v)
+        return r
+
+    ai = _as_int
+    NA = _NA  # noqa: N806 - local alias for the hot loop
+    for e in evs:
+        if type(e) is not dict:
+            continue
+        ph = e.get("ph")
+        if ph == "X":
+            args = e.get("args")
+            if type(args) is not dict:
+                args = {}
+            cat = e.get("cat", "")
+            cat = cat if type(cat) is str else s(cat)
+            name = e.get("name", "")
+            name = name if type(name) is str else s(name)
+            cat_l.append(cat)
+            name_l.append(name)
+            pid = e.get("pid", "")
+            pid_l.append(s(pid))
+            tid_l.append(s(e.get("tid", "")))
+            ts_l.append(float(e.get("ts", 0.0)))
+            dur_l.append(float(e.get("dur", 0.0) or 0.0))
+            dev_l.append(ai(args.get("device", pid)) if cat in _GPU_CATS else NA)
+            # Inlined fast path (ints or absent); anything else goes through _as_int.
+            v = args.get("stream", NA)
+            stream_l.append(v if type(v) is int else ai(v))
+            v = args.get("correlation", NA)
+            corr_l.append(v if type(v) is int else ai(v))
+            v = args.get("External id", NA)
+            ext_l.append(v if type(v) is int else ai(v))
+            v = args.get("Record function id", NA)
+            rf_l.append(v if type(v) is int else ai(v))
+            v = args.get("Sequence number", NA)
+            seq_l.append(v if type(v) is int else ai(v))
+            v = args.get("Fwd thread id", NA)
+            fwd_l.append(v if type(v) is int else ai(v))
+            if name.startswith("ProfilerStep#") and cat not in _GPU_CATS:
+                iters.append({"name": name, "ts_us": ts_l[-1], "dur_us": dur_l[-1], "rank": rank})
+        elif ph in _FLOW_PH:
+            fl_id.append(ai(e.get("id")))
+            c = e.get("cat", "")
+            fl_cat.append(c if type(c) is str else s(c))
+            fl_ph.append(ph)
+            fl_ts.append(float(e.get("ts", 0.0)))
+            fl_pid.append(s(e.get("pid", "")))
+            fl_tid.append(s(e.get("tid", "")))
+        elif ph == "M":
+            args = e.get("args")
+            nm = args.get("name") if type(args) is dict else None
+            if nm is None:
+                continue
+            if e.get("name") == "process_name":
+                pnames[s(e.get("pid", ""))] = str(nm)
+            elif e.get("name") == "thread_name":
+                tnames[f"{s(e.get('pid', ''))}/{s(e.get('tid', ''))}"] = str(nm)
+    n = len(cat_l)
+    events = pd.DataFrame({
+        "ev": np.arange(n, dtype=np.int64),
+        "rank": np.full(n, rank, dtype=np.int32),
+        "cat": fast_cat(cat_l),
+        "name": fast_cat(name_l),
+        "pid": fast_cat(pid_l),
+        "tid": fast_cat(tid_l),
+        "ts_us": np.asarray(ts_l, dtype=np.float64),
+        "dur_us": np.asarray(dur_l, dtype=np.float64),
+        "device": _nullable(dev_l),
+        "stream": _nullable(stream_l),
+        "correlation": _nullable(corr_l),
+        "external_id": _nullable(ext_l),
+        "rf_id": _nullable(rf_l),
+        "seq_num": _nullable(seq_l),
+        "fwd_tid": _nullable(fwd_l),
+    })
+    flow_ids = np.asarray(fl_id, dtype=np.int64)
+    flows = pd.DataFrame({
+        "rank": np.full(len(fl_id), rank, dtype=np.int32),
+        "id": np.where(flow_ids == _NA, -1, flow_ids),
+        "cat": fast_cat(fl_cat),
+        "ph": fast_cat(fl_ph, ["s", "f", "t"]),
+        "ts_us": np.asarray(fl_ts, dtype=np.float64),
+        "pid": fast_cat(fl_pid),
+        "tid": fast_cat(fl_tid),
+    })
+    props = doc.get("deviceProperties")
+    meta = {
+        "events": len(evs),
+        "rank": rank,
+        "rank_in_file": f_rank,
+        "world_size": world,
+        "process_names": pnames,
+        "thread_names": tnames,
+        "device_properties": props if isinstance(props, list) else [],
+        "iterations": iters,
+        "schema_version": doc.get("schemaVersion"),
+    }
+    return events, flows, meta

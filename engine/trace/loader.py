@@ -1,0 +1,269 @@
+"""`load(*paths)`: files, folders and tarballs of ET / Kineto traces -> one linked `Trace`.
+
+Steps: list the input files and read their raw bytes (size-checked, see safe_io) -> content
+hash -> Parquet cache hit? -> otherwise decompress/unpack, parse each document by *content*
+(ET: top-level `schema` + `nodes`; Kineto: `traceEvents`), assign ranks, concatenate per table,
+classify categories, annotate phases/modules (engine.graph.phases), link ET <-> Kineto per rank,
+and store in the cache.
+
+Rank of a document: Kineto `distributedInfo.rank`, else a rank in the file name ("rank3",
+"rank_3", "rank-3", "..._3.json"), else the `rank` argument, else 0 -- except that a single ET
+whose rank nothing declares takes the rank of the Kineto file(s) loaded with it (when they agree),
+so the two link.
+
+Extra columns beyond model.py: `ops.src`, `events.src`, `flows.src` (int16): index of the
+document in `meta["sources"]`, so per-file summaries can select their rows; `events.op_id`
+(Int64): ET node id of the op a host event / launch / GPU event belongs to (<NA> if none).
+"""
+from __future__ import annotations
+
+import gc
+import hashlib
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pandas as pd
+
+from engine.errors import TraceError
+from engine.progress import report
+from engine.trace import safe_io
+from engine.trace.categories import categorize
+from engine.trace.et import is_et, parse_et
+from engine.trace.kineto import is_kineto, parse_kineto
+from engine.trace.model import PHASES, Trace
+
+LOADER_VERSION = "h1-1"
+_RANK_RE = (re.compile(r"rank[_\-]?(\d{1,5})", re.IGNORECASE),
+            re.compile(r"[_\-](\d{1,5})(?:\.pt)?(?:\.trace)?\.json(?:\.gz)?$", re.IGNORECASE))
+
+
+def rank_from_name(path: str) -> int | None:
+    base = os.path.basename(path.split("!")[-1])
+    for rx in _RANK_RE:
+        m = rx.search(base)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def _decode(blob: safe_io.Blob):
+    data = blob.data[3:] if blob.data[:3] == b"\xef\xbb\xbf" else blob.data  # UTF-8 byte-order mark
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        doc = _decode_lenient(data)
+        if doc is None:
+            raise TraceError(f"not valid JSON ({str(exc).splitlines()[0][:120]})", blob.path) from None
+    if is_et(doc) or is_kineto(doc):
+        return doc
+    if isinstance(doc, dict):
+        keys = ", ".join(list(map(str, doc))[:8]) or "none"
+        raise TraceError(f"not an execution trace or Kineto trace: top-level keys {keys}", blob.path)
+    raise TraceError(f"not an execution trace or Kineto trace: top-level JSON {type(doc).__name__}",
+                     blob.path)
+
+
+def _decode_lenient(data: bytes):
+    """Some profilers write NaN/Infinity literals, which orjson (strict JSON) refuses; the
+    standard library accepts them. Returns None when that does not help either."""
+    if b"NaN" not in data and b"Infinity" not in data:
+        return None
+    import json
+
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Concatenate keeping categorical columns categorical (union of categories)."""
+    frames = [f for f in frames if f is not None]
+    if len(frames) == 1:
+        return frames[0]
+    out = pd.concat(frames, ignore_index=True)
+    for c in frames[0].columns:
+        if isinstance(frames[0][c].dtype, pd.CategoricalDtype):
+            out[c] = pd.api.types.union_categoricals([f[c] for f in frames], ignore_order=True)
+    return out
+
+
+def _empty_tables():
+    ops, tensors = parse_et({"schema": "1.0.1", "nodes": []}, "", 0, [])
+    events, flows, _ = parse_kineto({"traceEvents": []}, "", 0, False)
+    return ops, tensors, events, flows
+
+
+def _finish_ops(ops: pd.DataFrame) -> pd.DataFrame:
+    ops["category"] = categorize(ops["name"])
+    try:
+        from engine.graph.phases import annotate_phases
+    except ImportError:
+        ops["phase"] = pd.Categorical(["other"] * len(ops), categories=list(PHASES))
+        ops["module"] = pd.Categorical([""] * len(ops))
+    else:
+        phase, module = annotate_phases(ops)
+        ops["phase"] = phase.values if len(ops) else pd.Categorical([], categories=list(PHASES))
+        ops["module"] = module.values if len(ops) else pd.Categorical([])
+    for c in ("k_ts_us", "k_dur_us", "gpu_dur_us"):
+        ops[c] = np.full(len(ops), np.nan)
+    order = ["id", "rank", "name", "parent", "depth", "tid", "fw_tid", "fw_parent", "rf_id", "seq_id",
+             "scope", "schema", "category", "inputs", "outputs", "attrs", "n_children", "phase", "module",
+             "k_ts_us", "k_dur_us", "gpu_dur_us", "src"]
+    return ops[order]
+
+
+def content_key(raws: list[tuple[Path, bytes]], rank) -> str:
+    h = hashlib.sha256()
+    h.update(f"{LOADER_VERSION}|rank={rank}|n={len(raws)}".encode())
+    for _, raw in raws:
+        h.update(hashlib.sha256(raw).digest())
+    return h.hexdigest()
+
+
+def load(*paths, rank: int | None = None, progress=None, use_cache: bool = True) -> Trace:
+    """Load and link ET / Kineto traces (see module docstring); bad input raises TraceError."""
+    if not paths:
+        raise TraceError("no trace path given")
+    if len(paths) == 1 and isinstance(paths[0], (list, tuple)):
+        paths = tuple(paths[0])
+    report(progress, 0.0, "reading files")
+    limit = safe_io.max_bytes()
+    files: list[Path] = []
+    for p in paths:
+        files.extend(safe_io.list_files(p))
+    raws = [(f, safe_io.read_raw(f, limit)) for f in files]
+    key = content_key(raws, rank)
+    if use_cache:
+        from engine.trace.cache import load_cached
+
+        hit = load_cached(key)
+        if hit is not None:
+            report(progress, 1.0, "loaded from cache")
+            return hit
+    # Parsing allocates millions of small containers and none of them form cycles; the cyclic
+    # GC would rescan them repeatedly (2-3x the parse time), so it is paused while building.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        trace = _build(raws, rank, limit, key, progress)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    if use_cache:
+        from engine.trace.cache import save_cached
+
+        report(progress, 0.95, "writing cache")
+        save_cached(key, trace)
+    report(progress, 1.0, "done")
+    return trace
+
+
+def _adopt_kineto_rank(undeclared_et, ops_l, ten_l, sources) -> None:
+    """One ET whose rank nothing declares + Kineto files of one rank: the ET takes that rank.
+
+    Why: an ET file carries no rank, so `resnet_et.json` + `trace_rank3.json` (rank 3 in its
+    distributedInfo) must still pair up for linking.
+    """
+    k_ranks = {s["rank"] for s in sources if s["kind"] == "kineto"}
+    if len(undeclared_et) != 1 or undeclared_et[0] is None or len(k_ranks) != 1:
+        return
+    (r,) = k_ranks
+    i, src = undeclared_et[0]
+    ops_l[i]["rank"] = np.full(len(ops_l[i]), r, dtype=np.int32)
+    ten_l[i]["rank"] = np.full(len(ten_l[i]), r, dtype=np.int32)
+    sources[src]["rank"] = r
+
+
+def _build(raws, rank_arg, limit, key, progress) -> Trace:
+    warn: list[str] = []
+    sources: list[dict] = []
+    ops_l, ten_l, ev_l, fl_l = [], [], [], []
+    undeclared_et: list = []
+    iterations: list[dict] = []
+    resources: dict[str, str] = {}
+    world = None
+    meta_k: dict = {"process_names": {}, "thread_names": {}, "device_properties": []}
+    n_files = len(raws)
+    for fi, (f, raw) in enumerate(raws):
+        report(progress, 0.05 + 0.6 * fi / n_files, f"parsing {f.name}")
+        for blob in safe_io.expand(f, raw, limit):
+            resources.update(blob.resources)
+            doc = _decode(blob)
+            src = len(sources)
+            name_rank = rank_from_name(blob.path)
+            fallback = name_rank if name_rank is not None else (rank_arg if rank_arg is not None else 0)
+            if is_et(doc):
+                ops, ten = parse_et(doc, blob.path, fallback, warn)
+                ops["src"] = np.full(len(ops), src, dtype=np.int16)
+                ops_l.append(ops)
+                ten_l.append(ten)
+                sources.append({"path": blob.path, "kind": "execution_trace", "schema": str(doc.get("schema", "")),
+                                "nodes": len(doc["nodes"]), "rank": fallback, "rank_in_file": None,
+                                "world_size": None, "sha256": blob.sha256})
+                undeclared_et.append((len(ops_l) - 1, src) if name_rank is None and rank_arg is None else None)
+            else:
+                ev, fl, km = parse_kineto(doc, blob.path, fallback, False)
+                ev["src"] = np.full(len(ev), src, dtype=np.int16)
+                fl["src"] = np.full(len(fl), src, dtype=np.int16)
+                ev_l.append(ev)
+                fl_l.append(fl)
+                iterations.extend(km["iterations"])
+                world = world if world is not None else km["world_size"]
+                meta_k["process_names"].update(km["process_names"])
+                meta_k["thread_names"].update(km["thread_names"])
+                if km["device_properties"] and not meta_k["device_properties"]:
+                    meta_k["device_properties"] = km["device_properties"]
+                sources.append({"path": blob.path, "kind": "kineto", "schema": "", "events": km["events"],
+                                "rank": km["rank"], "rank_in_file": km["rank_in_file"],
+                                "world_size": km["world_size"], "sha256": blob.sha256})
+            del doc
+    _adopt_kineto_rank(undeclared_et, ops_l, ten_l, sources)
+    report(progress, 0.7, "building tables")
+    if not ops_l or not ev_l:  # typed empty tables for the side that was not loaded
+        e_ops, e_ten, e_ev, e_fl = _empty_tables()
+        for t in (e_ops, e_ev, e_fl):
+            t["src"] = np.zeros(0, np.int16)
+        ops_l, ten_l = ops_l or [e_ops], ten_l or [e_ten]
+        ev_l, fl_l = ev_l or [e_ev], fl_l or [e_fl]
+    ops = _finish_ops(_concat(ops_l))
+    tensors = _concat(ten_l)
+    events = _concat(ev_l)
+    flows = _concat(fl_l)
+    if len(ev_l) > 1:
+        events["ev"] = np.arange(len(events), dtype=np.int64)
+    et_ranks = [s["rank"] for s in sources if s["kind"] == "execution_trace"]
+    if len(et_ranks) != len(set(et_ranks)):
+        warn.append("several execution traces share a rank; node ids may collide")
+    report(progress, 0.8, "linking ET and Kineto")
+    link_info = None
+    op_id = np.full(len(events), -1, dtype=np.int64)
+    if len(ops) and len(events):
+        from engine.trace.link import link
+
+        link_info, op_id = link(ops, events, warn)
+    events["op_id"] = pd.arrays.IntegerArray(np.where(op_id >= 0, op_id, 0), op_id < 0)
+    kinds = sorted({s["kind"] for s in sources})
+    ranks = sorted({int(r) for r in ops["rank"].unique()} | {int(r) for r in events["rank"].unique()})
+    schemas = [s["schema"] for s in sources if s["kind"] == "execution_trace"]
+    meta = {
+        "sources": sources,
+        "kind": "+".join(kinds),
+        "schema": schemas[0] if schemas else "",
+        "nodes": sum(s.get("nodes", 0) for s in sources),
+        "events": sum(s.get("events", 0) for s in sources),
+        "ranks": ranks,
+        "world_size": world,
+        "warnings": warn,
+        "link": link_info,
+        "iterations": iterations,
+        "content_hash": key,
+        "resources": resources,
+        **meta_k,
+    }
+    if len(set(schemas)) > 1:
+        meta["schemas"] = sorted(set(schemas))
+    return Trace(ops=ops, tensors=tensors, events=events, flows=flows, meta=meta)

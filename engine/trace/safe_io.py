@@ -1,0 +1,218 @@
+"""Reading trace inputs defensively: files, gzip, tarballs and directories -> in-memory blobs.
+
+Why a module of its own: every byte the engine parses comes from a user-supplied file that may
+be truncated, hostile or simply huge. Everything here either returns bytes held in memory or
+raises a one-line `TraceError` naming the file; nothing is ever extracted to disk, so a tarball
+member named `/etc/passwd` or `../../x` cannot write anywhere (such members are refused anyway,
+as are links and devices). Resource folders inside tarballs (e.g. `pt2_et_resources/*.py`,
+generated Triton source) are recorded by name only and never imported or executed.
+
+Size limits: a file larger than the limit is refused *before* it is read, and decompression
+stops as soon as the output would exceed the limit (a gzip bomb). The limit is
+`$MYSTIQUE_MAX_BYTES` when set, else a quarter of the currently available memory (parsed JSON
+takes several times its text size).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import stat
+import tarfile
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.errors import TraceError
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_CHUNK = 1 << 20
+_TRACE_SUFFIXES = (".json", ".json.gz")
+_TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+
+
+@dataclass(slots=True)
+class Blob:
+    """One trace document: its display path (file, or `archive.tar.gz!member`) and JSON bytes."""
+
+    path: str
+    data: bytes
+    sha256: str
+    resources: dict[str, str] = field(default_factory=dict)
+
+
+def max_bytes() -> int:
+    """The per-file (compressed and decompressed) size limit in bytes."""
+    env = os.environ.get("MYSTIQUE_MAX_BYTES", "").strip()
+    if env:
+        try:
+            return max(0, int(env))
+        except ValueError:
+            raise TraceError(f"MYSTIQUE_MAX_BYTES must be an integer, got {env!r}") from None
+    try:
+        import psutil
+
+        return max(64 << 20, psutil.virtual_memory().available // 4)
+    except Exception:  # noqa: BLE001 - psutil missing/unsupported platform: a fixed 4 GiB cap
+        return 4 << 30
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _read_file(path: Path, limit: int) -> bytes:
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise TraceError(f"cannot read: {exc.strerror or exc}", path) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise TraceError("not a regular file", path)
+    if st.st_size == 0:
+        raise TraceError("empty file (0 bytes)", path)
+    if st.st_size > limit:
+        raise TraceError(f"file too large: {_human(st.st_size)} exceeds the limit of {_human(limit)} "
+                         "(set MYSTIQUE_MAX_BYTES to raise it)", path)
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit + 1)
+    except OSError as exc:
+        raise TraceError(f"cannot read: {exc.strerror or exc}", path) from None
+
+
+def gunzip(data: bytes, path: str, limit: int) -> bytes:
+    """Decompress (possibly multi-member) gzip data, refusing truncation and output over `limit`."""
+    out = []
+    total = 0
+    buf = data
+    while True:
+        d = zlib.decompressobj(wbits=47)  # 32 + 15: gzip or zlib header, auto-detected
+        pos = 0
+        while pos < len(buf) or d.unconsumed_tail:
+            src = d.unconsumed_tail or buf[pos:pos + _CHUNK]
+            if not d.unconsumed_tail:
+                pos += len(src)
+            try:
+                chunk = d.decompress(src, max(1, min(_CHUNK, limit + 1 - total)))
+            except zlib.error as exc:
+                raise TraceError(f"corrupt gzip stream ({exc})", path) from None
+            total += len(chunk)
+            if total > limit:
+                raise TraceError(f"decompressed size exceeds the limit of {_human(limit)} "
+                                 "(set MYSTIQUE_MAX_BYTES to raise it)", path)
+            out.append(chunk)
+            if d.eof:
+                break
+        if not d.eof:
+            raise TraceError("truncated gzip stream", path)
+        rest = d.unused_data + buf[pos:]
+        if not rest.strip(b"\x00"):
+            break
+        if rest[:2] != _GZIP_MAGIC:  # trailing garbage after a complete stream
+            raise TraceError("unexpected bytes after the gzip stream", path)
+        buf = rest
+    return b"".join(out)
+
+
+def _is_tar(data: bytes) -> bool:
+    return len(data) >= 262 and data[257:262] == b"ustar"
+
+
+def _unsafe_member(name: str) -> str | None:
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+        return "absolute member path"
+    parts = re.split(r"[\\/]+", name)
+    if ".." in parts:
+        return "member path escapes the archive ('..')"
+    return None
+
+
+def _read_tar(data: bytes, path: str, limit: int) -> list[Blob]:
+    """Trace documents held by a tarball, read in memory; hostile members refuse the whole file."""
+    try:
+        tf = tarfile.open(fileobj=io.BytesIO(data), mode="r:")
+        members = tf.getmembers()
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise TraceError(f"corrupt tar archive ({exc})", path) from None
+    for m in members:
+        why = _unsafe_member(m.name)
+        if why is None and (m.issym() or m.islnk()):
+            why = "link member"
+        if why is None and not (m.isfile() or m.isdir()):
+            why = "device/special member"
+        if why:
+            raise TraceError(f"refused tar archive: {why} {m.name!r}", path)
+    resources: dict[str, str] = {}
+    blobs: list[Blob] = []
+    total = 0
+    for m in members:
+        if not m.isfile():
+            continue
+        name = m.name.lstrip("./") if m.name.startswith("./") else m.name
+        lower = name.lower()
+        if not lower.endswith(_TRACE_SUFFIXES):
+            resources[name] = "<never executed unless the user opts in>"
+            continue
+        total += m.size
+        if m.size > limit or total > limit:
+            raise TraceError(f"tar member {name!r} exceeds the size limit of {_human(limit)}", path)
+        fh = tf.extractfile(m)
+        if fh is None:  # pragma: no cover - isfile() members always have data
+            continue
+        raw = fh.read()
+        if len(raw) != m.size:
+            raise TraceError(f"truncated tar member {name!r}", path)
+        member_path = f"{path}!{name}"
+        if raw[:2] == _GZIP_MAGIC:
+            raw = gunzip(raw, member_path, limit)
+        blobs.append(Blob(member_path, raw, hashlib.sha256(raw).hexdigest()))
+    if not blobs:
+        raise TraceError("tar archive holds no .json/.json.gz trace", path)
+    for b in blobs:
+        b.resources = dict(resources)
+    return blobs
+
+
+def list_files(path: str | os.PathLike) -> list[Path]:
+    """The files behind one user-supplied path: itself, or a directory's trace files (sorted)."""
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(f for f in p.iterdir()
+                       if f.is_file() and not f.is_symlink()
+                       and f.name.lower().endswith(_TRACE_SUFFIXES + _TAR_SUFFIXES))
+        if not files:
+            raise TraceError("directory holds no .json, .json.gz or .tar.gz trace", p)
+        return files
+    if not p.exists():
+        raise TraceError("no such file or directory", p)
+    return [p]
+
+
+def read_raw(path: Path, limit: int | None = None) -> bytes:
+    """The file's bytes as stored (still compressed), size-checked before reading."""
+    return _read_file(path, max_bytes() if limit is None else limit)
+
+
+def expand(path: Path, raw: bytes, limit: int | None = None) -> list[Blob]:
+    """Decompress / unpack one file's raw bytes into its trace documents."""
+    limit = max_bytes() if limit is None else limit
+    disp = os.fspath(path)
+    sha = hashlib.sha256(raw).hexdigest()
+    data = gunzip(raw, disp, limit) if raw[:2] == _GZIP_MAGIC else raw
+    if _is_tar(data):
+        return _read_tar(data, disp, limit)
+    return [Blob(disp, data, sha)]
+
+
+def read_path(path: str | os.PathLike, limit: int | None = None) -> list[Blob]:
+    """All trace documents behind one user-supplied path (file, gzip, tarball or directory)."""
+    limit = max_bytes() if limit is None else limit
+    out: list[Blob] = []
+    for f in list_files(path):
+        out.extend(expand(f, read_raw(f, limit), limit))
+    return out

@@ -1,0 +1,135 @@
+"""Compose page: pick operators (graph nodes, timeline bars, table rows) into segments, set
+repeat / batch scale / dtype / sharding, see the composed op list, closure and memory; save,
+load and export the benchmark. The spec lives in session state as a plain dict (small,
+JSON-ready: the engine's BenchmarkSpec layout); `app.compose_bridge` talks to engine.compose."""
+import orjson
+import pandas as pd
+import streamlit as st
+
+from app import compose_bridge as bridge
+from app import state
+from engine.errors import TraceError
+from engine.figures.selection import selection_to_node_ids
+
+st.title("Compose")
+name = state.trace_picker("Source trace", key="compose_trace", kinds=("execution_trace",))
+if name is None:
+    st.stop()
+trace = state.get_trace(name)
+entry = state.traces()[name]
+spec = bridge.spec_state(name, trace, entry["paths"])
+
+st.subheader("1 · Pick operators")
+src_graph, src_time, src_table = st.tabs(["Graph", "Timeline", "Table"])
+picked: list[int] = []
+with src_graph:
+    model = state.graph_model(tuple(entry["paths"]), None, "auto", 0, (), 1500)
+    event = st.plotly_chart(state.graph_fig(tuple(entry["paths"]), None, "auto", 0, (), 1500, "category", (), 420),
+                            on_select="rerun",
+                            selection_mode=("points", "box", "lasso"), key="compose_graph", width="stretch")
+    picked += selection_to_node_ids(event, "graph", groups=model.groups)
+with src_time:
+    if trace.has_kineto:
+        lo, hi = state.default_window(tuple(entry["paths"]), None)
+        fig = state.timeline_fig(tuple(entry["paths"]), None, lo, hi, 0.0, None)
+        event = st.plotly_chart(fig, on_select="rerun", selection_mode=("points", "box"), key="compose_timeline",
+                                width="stretch")
+        picked += selection_to_node_ids(event, "timeline", events=trace.events, ops=trace.ops)
+    else:
+        st.info("No Kineto events in this trace.")
+with src_table:
+    pattern = st.text_input("Filter by name (regex)", key="compose_filter", placeholder="e.g. addmm|relu")
+    table = bridge.op_table(trace, pattern)
+    ev = st.dataframe(table, hide_index=True, on_select="rerun", selection_mode="multi-row", key="compose_table",
+                      height=260)
+    picked += selection_to_node_ids(ev, "table", table_ids=table["id"].tolist())
+sel = state.selection()
+if not picked and sel["trace"] == name and sel["ids"]:
+    if st.checkbox(f"Use the Explore selection ({len(sel['ids'])} ops)", key="compose_use_explore"):
+        picked = list(sel["ids"])
+picked = sorted(set(picked))
+st.session_state["compose_picked"] = picked
+
+c = st.columns([2, 1, 1])
+c[0].markdown(f"**Picked**: {len(picked)} ops" + (f" (first: {picked[:8]})" if picked else ""))
+scope = c[1].radio("Add as", ["these ops", "their module subtree"], key="compose_scope")
+if c[2].button("Add segment", disabled=not picked, key="compose_add", type="primary"):
+    spec["segments"].append(bridge.new_segment(trace, picked, whole_module=scope != "these ops",
+                                               index=len(spec["segments"])))
+    st.rerun()
+
+st.subheader("2 · Segments")
+if not spec["segments"]:
+    st.info("No segment yet: pick operators above and press *Add segment* (or load a spec below).")
+for i, seg in enumerate(spec["segments"]):
+    with st.container(border=True):
+        cols = st.columns([4, 1, 1])
+        cols[0].markdown(f"**{seg['label']}** · {bridge.describe(seg)}")
+        seg["repeat"] = int(cols[1].number_input("repeat", 1, 10000, int(seg["repeat"]), key=f"seg_rep_{i}"))
+        if cols[2].button("Remove", key=f"seg_rm_{i}"):
+            spec["segments"].pop(i)
+            st.rerun()
+
+c = st.columns(4)
+spec["batch_scale"] = float(c[0].number_input("Batch scale", 0.01, 1024.0, float(spec["batch_scale"]),
+                                              key="compose_batch_scale"))
+dtypes = list(bridge.DTYPES)
+dt = c[1].selectbox("dtype", dtypes, index=dtypes.index(spec["dtype"] or "as traced"), key="compose_dtype")
+spec["dtype"] = None if dt == "as traced" else dt
+kinds = list(bridge.SHARDING)
+shard = spec.get("sharding") or {}
+kind = c[2].selectbox("Sharding", kinds, index=kinds.index(shard.get("kind", "none")), key="compose_sharding",
+                      help="dp/tp: data/tensor parallel degree; embedding: shard embedding tables over ranks")
+if kind == "none":
+    spec["sharding"] = None
+elif kind == "embedding":
+    plans = list(bridge.EMBEDDING_PLANS)
+    plan = c[3].selectbox("Plan", plans, index=plans.index(shard.get("plan", "table")), key="compose_plan")
+    ranks = int(c[3].number_input("Ranks", 1, 1024, int(shard.get("ranks") or 2), key="compose_ranks"))
+    spec["sharding"] = {"kind": "embedding", "plan": plan, "ranks": ranks}
+else:
+    degree = int(c[3].number_input("Degree (ranks)", 1, 1024, int(shard.get("degree") or 2), key="compose_degree"))
+    spec["sharding"] = {"kind": kind, "degree": degree}
+spec["name"] = st.text_input("Benchmark name", spec.get("name", "benchmark"), key="compose_name")
+
+st.subheader("3 · Result")
+if spec["segments"]:
+    try:
+        bench, summary = bridge.compose_spec(trace, spec)
+    except TraceError as exc:
+        st.error(str(exc))
+        bench, summary = None, None
+    if summary is not None:
+        for w in summary["warnings"]:
+            st.warning(w)
+        m = st.columns(4)
+        m[0].metric("ops per iteration", f"{summary['ops']:,}")
+        m[1].metric("synthesized inputs", f"{summary['inputs']:,}")
+        m[2].metric("estimated memory", f"{summary['memory_mb']:,.1f} MB")
+        m[3].metric("ranks", summary["ranks"])
+        with st.expander("Composed op list", expanded=True):
+            st.dataframe(summary["op_table"], hide_index=True, key="compose_ops", height=260)
+        with st.expander("Closure: inputs synthesized from outside the selection"):
+            st.dataframe(summary["inputs_table"], hide_index=True, key="compose_inputs", height=220)
+        out_dir = st.text_input("Export folder", str(state.results_dir() / "benchmarks" / spec["name"]),
+                                key="compose_out")
+        if st.button("Export benchmark", key="compose_export"):
+            try:
+                info = bridge.export_benchmark(bench, out_dir)
+                st.session_state["benchmark"] = {"trace": name, "dir": out_dir, **info}
+                st.success(f"exported to {out_dir}: {', '.join(info.get('files', []))}")
+            except TraceError as exc:
+                st.error(str(exc))
+
+st.subheader("Save / load spec")
+c = st.columns(2)
+c[0].download_button("Save spec (JSON)", orjson.dumps(bridge.spec_json(spec), option=orjson.OPT_INDENT_2),
+                     file_name=f"{spec.get('name', 'benchmark')}.spec.json", mime="application/json", key="spec_dl")
+up = c[1].file_uploader("Load spec", type=["json"], key="spec_up")
+if up is not None and st.session_state.get("_spec_loaded") != up.file_id:
+    try:
+        st.session_state["specs"][name] = bridge.spec_from_json(up.getvalue(), name)
+        st.session_state["_spec_loaded"] = up.file_id
+        st.rerun()
+    except TraceError as exc:
+        st.error(str(exc))

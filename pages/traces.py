@@ -1,0 +1,95 @@
+"""Traces page: load bundled samples, uploads or server paths; name them; show the info summary."""
+from pathlib import Path
+
+import streamlit as st
+
+from app import state
+from engine.errors import TraceError
+
+st.title("Traces")
+
+src_sample, src_upload, src_path = st.tabs(["Bundled sample", "Upload", "Path on server"])
+
+with src_sample:
+    sets = state.sample_sets()
+    if sets:
+        pick = st.selectbox("Sample", list(sets), key="sample_pick")
+        st.caption(" + ".join(Path(p).name for p in sets[pick]))
+        if st.button("Load sample", key="load_sample"):
+            try:
+                name = state.unique_name(f"sample:{pick}") if f"sample:{pick}" in state.traces() else f"sample:{pick}"
+                state.add_trace(name, sets[pick])
+                state.make_current(name)
+                st.success(f"loaded {name}")
+            except TraceError as exc:
+                st.error(str(exc))
+    else:
+        st.info("No bundled samples (run `make samples`).")
+
+with src_upload:
+    limit_mb = int(st.get_option("server.maxUploadSize"))
+    files = st.file_uploader("ET / Kineto traces (.json, .json.gz, .tar.gz); an ET and a Kineto of the same run "
+                             "are paired when loaded together", accept_multiple_files=True, key="uploads")
+    up_name = st.text_input("Name", value="", key="upload_name", placeholder="defaults to the first file name")
+    if st.button("Load upload", key="load_upload", disabled=not files):
+        try:
+            paths = []
+            for f in files:
+                if f.size > limit_mb * 1024 * 1024:
+                    raise TraceError(f"file is {f.size / 2**20:.0f} MB, over the {limit_mb} MB upload limit", f.name)
+                paths.append(state.save_upload(f.name, f.getvalue()))
+            name = state.unique_name(up_name.strip() or Path(files[0].name).name)
+            state.add_trace(name, [str(p) for p in paths])
+            state.make_current(name)
+            st.success(f"loaded {name}")
+        except TraceError as exc:
+            st.error(str(exc))
+
+with src_path:
+    raw = st.text_area("Paths on the server (one per line; ET + Kineto of one run pair up)", key="server_paths")
+    p_name = st.text_input("Name", key="path_name", placeholder="defaults to the first file name")
+    if st.button("Load path(s)", key="load_path"):
+        paths = [p.strip() for p in raw.splitlines() if p.strip()]
+        try:
+            if not paths:
+                raise TraceError("no path given")
+            for p in paths:
+                if not Path(p).exists():
+                    raise TraceError("no such file", p)
+            name = state.unique_name(p_name.strip() or Path(paths[0]).name)
+            state.add_trace(name, paths)
+            state.make_current(name)
+            st.success(f"loaded {name}")
+        except TraceError as exc:
+            st.error(str(exc))
+
+st.subheader("Loaded traces")
+loaded = state.traces()
+if not loaded:
+    st.info("Nothing loaded yet.")
+else:
+    st.dataframe([{"name": n, "kind": e["kind"], "link rate": e.get("link_rate"), "hash": e["hash"][:12],
+                   "files": ", ".join(Path(p).name for p in e["paths"])} for n, e in loaded.items()],
+                 hide_index=True, key="loaded_table")
+    cur = state.trace_picker("Show summary of", key="summary_pick")
+    if cur:
+        st.session_state["current"] = cur
+        summary = state.summary_of(tuple(loaded[cur]["paths"]))
+        c = st.columns(4)
+        c[0].metric("kind", str(summary.get("kind", "")))
+        c[1].metric("ET nodes", f"{summary.get('nodes', 0) or 0:,}")
+        c[2].metric("Kineto events", f"{summary.get('events', 0) or 0:,}")
+        rate = summary.get("link_rate")
+        c[3].metric("ET↔Kineto link rate", "—" if rate is None else f"{100 * float(rate):.1f}%")
+        with st.expander("Full summary (mystique info)", expanded=False):
+            st.json(summary)
+        rename = st.text_input("Rename to", key="rename_to")
+        cols = st.columns(2)
+        if cols[0].button("Rename", key="rename_btn") and rename.strip() and rename.strip() not in loaded:
+            loaded[rename.strip()] = loaded.pop(cur)
+            st.session_state["current"] = rename.strip()
+            st.rerun()
+        if cols[1].button("Remove", key="remove_btn"):
+            loaded.pop(cur, None)
+            st.session_state.pop("current", None)
+            st.rerun()

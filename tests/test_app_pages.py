@@ -1,0 +1,239 @@
+"""Every page through Streamlit's AppTest: load, explore, select, compose, replay (CPU), compare.
+
+AppTest cannot click a chart, so selections are made the way the app stores them (session
+state) or through widgets (checkbox, table filter); chart-event mapping itself is covered by
+tests/test_figures_selection.py and the real-browser test.
+"""
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+MAIN = str(ROOT / "app" / "main.py")
+MLP = ROOT / "sample_traces" / "mlp"
+
+
+@pytest.fixture()
+def app(tmp_path, monkeypatch, cache_dir):
+    if not (MLP / "mlp_et.json.gz").exists():
+        pytest.skip("bundled mlp sample missing (make samples)")
+    monkeypatch.setenv("MYSTIQUE_UI_DIR", str(tmp_path / "ui"))
+    at = AppTest.from_file(MAIN, default_timeout=180)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _ok(at):
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def _page(at, name):
+    at.switch_page(f"../pages/{name}.py")
+    at.run()
+    _ok(at)
+    return at
+
+
+def test_first_start_loads_the_bundled_sample(app):
+    from engine.trace import load, summarize
+
+    traces = app.session_state["traces"]
+    assert list(traces) == ["sample:mlp"]
+    entry = traces["sample:mlp"]
+    assert entry["kind"] == "execution_trace+kineto"
+    summary = summarize(load(*entry["paths"]))
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["ET nodes"] == f"{summary['nodes']:,}"
+    assert metrics["Kineto events"] == f"{summary['events']:,}"
+    assert metrics["ET↔Kineto link rate"].endswith("%")
+    # session state holds handles only: no DataFrames or traces
+    import orjson
+
+    for key in ("traces", "current", "_started"):
+        orjson.dumps(app.session_state[key])  # JSON-able small values, never tables
+
+
+def test_server_paths_pair_et_and_kineto(app, shared_traces):
+    d = shared_traces / "hta_simple_add"
+    app.text_area(key="server_paths").input(f"{d / 'benchmark_simple_add_et.json.gz'}\n{d / 'benchmark_simple_add_trace.json.gz'}")
+    app.text_input(key="path_name").input("simple add")
+    app.button(key="load_path").click()
+    app.run()
+    _ok(app)
+    assert not app.error, [e.value for e in app.error]
+    entry = app.session_state["traces"]["simple add"]
+    assert entry["kind"] == "execution_trace+kineto" and entry["link_rate"] == 1.0
+    assert "sample:mlp" in app.session_state["traces"]
+
+
+def test_bad_inputs_show_one_line_errors_and_keep_traces(app, tmp_path):
+    before = dict(app.session_state["traces"])
+    # corrupt gzip through the uploader
+    app.file_uploader(key="uploads").upload("broken_trace.json.gz", b"\x1f\x8b\x08\x00garbage", "application/gzip")
+    app.run()
+    app.button(key="load_upload").click()
+    app.run()
+    _ok(app)
+    assert len(app.error) == 1 and "broken_trace.json.gz" in app.error[0].value
+    assert "\n" not in app.error[0].value.strip()
+    # a non-trace JSON through a server path
+    bad = tmp_path / "notes.json"
+    bad.write_text('{"hello": "world"}')
+    app.text_area(key="server_paths").input(str(bad))
+    app.button(key="load_path").click()
+    app.run()
+    _ok(app)
+    assert any("notes.json" in e.value for e in app.error)
+    # missing file
+    app.text_area(key="server_paths").input(str(tmp_path / "nope.json.gz"))
+    app.button(key="load_path").click()
+    app.run()
+    assert any("no such file" in e.value for e in app.error)
+    assert app.session_state["traces"] == before
+
+
+def test_upload_over_the_limit_is_refused(app, monkeypatch):
+    from streamlit import config
+
+    config.set_option("server.maxUploadSize", 1)
+    try:
+        app.run()
+        big = gzip.compress(b"x") + b"\0" * (1024 * 1024 + 10)
+        app.file_uploader(key="uploads").upload("huge_kineto.json.gz", big)
+        app.run()
+        app.button(key="load_upload").click()
+        app.run()
+        _ok(app)
+        assert any("over the 1 MB upload limit" in e.value for e in app.error)
+    finally:
+        config.set_option("server.maxUploadSize", 200)
+
+
+def test_explore_renders_graph_timeline_and_breakdowns(app):
+    at = _page(app, "explore")
+
+    def charts():
+        return {c.proto.id.rsplit("-", 1)[-1] for c in at.get("plotly_chart")}
+
+    assert charts() == {"explore_graph"}  # one view at a time
+    at.selectbox(key="g_collapse").set_value("module")
+    at.selectbox(key="g_color").set_value("time")
+    at.run()
+    _ok(at)
+    at.radio(key="explore_view").set_value("Timeline")
+    at.run()
+    _ok(at)
+    assert charts() == {"explore_timeline"}
+    at.number_input(key="t_min_dur").set_value(50.0)
+    at.run()
+    _ok(at)
+    at.radio(key="explore_view").set_value("Breakdown")
+    at.run()
+    _ok(at)
+    assert {"b_ops", "b_category", "b_phase"} <= charts()
+    top = at.dataframe(key="b_top").value
+    assert len(top) > 0 and (top["k_dur_us"].diff().dropna() <= 0).all()  # sorted, largest first
+
+
+def test_compose_replay_compare_flow(app):
+    from engine.graph import replay_ops
+    from engine.trace import load
+
+    trace = load(*app.session_state["traces"]["sample:mlp"]["paths"])
+    ids = [int(i) for i in replay_ops(trace)[:6]]
+    app.session_state["selection"] = {"trace": "sample:mlp", "ids": ids, "source": "graph"}
+    at = _page(app, "compose")
+    at.checkbox(key="compose_use_explore").check()
+    at.run()
+    _ok(at)
+    assert at.session_state["compose_picked"] == sorted(ids)
+    at.button(key="compose_add").click()
+    at.run()
+    _ok(at)
+    spec = at.session_state["specs"]["sample:mlp"]
+    assert len(spec["segments"]) == 1 and spec["segments"][0]["selection"]["ids"] == sorted(ids)
+    at.number_input(key="seg_rep_0").set_value(3)
+    at.run()
+    _ok(at)
+    assert not at.error, [e.value for e in at.error]
+    assert at.session_state["specs"]["sample:mlp"]["segments"][0]["repeat"] == 3
+    metrics = {m.label: m.value for m in at.metric}
+    # the composed op list repeats the segment 3 times
+    from engine.graph import Selection, select
+
+    n_replay = len(select(trace, Selection(ids=ids)).replay_ids)
+    assert metrics["ops per iteration"] == f"{3 * n_replay:,}"
+    assert float(metrics["estimated memory"].split()[0].replace(",", "")) > 0
+    at.button(key="compose_export").click()
+    at.run()
+    _ok(at)
+    assert not at.error, [e.value for e in at.error]
+    bench = at.session_state["benchmark"]
+    assert Path(bench["et_path"]).exists() and "benchmark.json" in bench["files"]
+
+    at = _page(at, "replay")
+    targets = at.radio(key="replay_target").options
+    assert any(t.startswith("selection (6 ops)") for t in targets)
+    at.radio(key="replay_target").set_value(next(t for t in targets if t.startswith("selection")))
+    at.number_input(key="replay_iters").set_value(2)
+    at.number_input(key="replay_warmup").set_value(1)
+    at.button(key="run_replay").click()
+    at.run()
+    _ok(at)
+    assert not at.error, [e.value for e in at.error]
+    runs = at.session_state["replays"]
+    assert len(runs) == 1 and Path(runs[0]["path"]).exists() and runs[0]["device"] == "cpu"
+    metrics = {m.label: m.value for m in at.metric}
+    assert float(metrics["median ms / iteration"]) > 0
+    assert metrics["ops replayed"].endswith("/ 6")
+
+    # the exported benchmark replays too
+    composed = next(t for t in at.radio(key="replay_target").options if t.startswith("composed"))
+    at.radio(key="replay_target").set_value(composed)
+    at.button(key="run_replay").click()
+    at.run()
+    _ok(at)
+    assert not at.error, [e.value for e in at.error]
+    runs = at.session_state["replays"]
+    assert len(runs) == 2 and runs[1]["target"] == composed
+    assert {m.label: m.value for m in at.metric}["ops replayed"].endswith(f"/ {3 * n_replay}")
+
+    at = _page(at, "compare")
+    at.selectbox(key="cmp_run").set_value(0)
+    at.run()
+    _ok(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert float(metrics["replay ms / iteration"]) == pytest.approx(runs[0]["median_ms"], abs=1e-3)
+    assert metrics["end-to-end error"].endswith("%")
+    per_op = next(d.value for d in at.dataframe if "op_id" in d.value.columns and "error" in d.value.columns)
+    assert sorted(per_op["op_id"]) == sorted(ids)
+    err = per_op["error"].dropna()
+    assert (err.diff().dropna() <= 0).all()  # sorted by error, worst first
+
+
+def test_compare_two_loaded_traces(app, shared_traces):
+    d = shared_traces / "hta_alexnet"
+    f = next(d.glob("*.json.gz"))
+    app.text_area(key="server_paths").input(str(f))
+    app.text_input(key="path_name").input("alexnet")
+    app.button(key="load_path").click()
+    app.run()
+    _ok(app)
+    at = _page(app, "compare")
+    at.radio(key="cmp_mode").set_value("trace vs trace")
+    at.run()
+    _ok(at)
+    at.selectbox(key="cmp_a").set_value("alexnet")
+    at.selectbox(key="cmp_b").set_value("sample:mlp")
+    at.run()
+    _ok(at)
+    keys = {c.proto.id.rsplit("-", 1)[-1] for c in at.get("plotly_chart")}
+    assert {"tt_cat", "tt_name", "tt_timelines"} <= keys
+    assert "alexnet ms / iteration" in {m.label for m in at.metric}

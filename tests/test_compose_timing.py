@@ -1,0 +1,50 @@
+"""Timing properties of composed benchmarks, measured with benchmarks/compose_scaling.py.
+
+Variants run alternately in one process (one iteration each per round) and are compared by the
+median of per-round ratios, which cancels most of the load drift of a shared 2-core machine.
+"""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("compose_scaling", ROOT / "benchmarks" / "compose_scaling.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _need(*names):
+    for n in names:
+        p = ROOT / "sample_traces" / n / f"{n}_et.json.gz"
+        if not p.exists():
+            pytest.skip(f"sample trace {p} missing (regenerate with `mystique capture --all-samples`)")
+
+
+def test_round_trip_within_3_percent(tmp_path, cache_dir):
+    _need("mlp")
+    r = _bench().round_trip("mlp", rounds=9, tmp=tmp_path)
+    assert r["composed"]["skipped"] == r["original"]["skipped"] == 0
+    assert r["composed"]["replayed"] == r["original"]["replayed"]
+    assert abs(r["paired_ratio"] - 1) <= 0.03, r
+
+
+def test_mlp_batch_x2_time(tmp_path, cache_dir):
+    _need("mlp")
+    r = _bench().mlp_batch(2.0, rounds=7, tmp=tmp_path)
+    assert r["x2"]["skipped"] == 0
+    assert 1.6 <= r["paired_ratio"] <= 2.4, r
+
+
+def test_transformer_layer_repeat_is_linear(tmp_path, cache_dir):
+    _need("transformer")
+    r = _bench().layer_repeat((1, 2, 4), rounds=9, tmp=tmp_path)
+    for k in ("k2", "k4"):
+        assert abs(r["paired_linearity"][k] - 1) <= 0.10, r
+    assert r["k4"]["replayed"] == 4 * r["k1"]["replayed"]

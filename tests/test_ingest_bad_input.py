@@ -1,0 +1,191 @@
+"""Bad and hostile input: one-line errors naming the file, exit code 2, nothing written outside tmp."""
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import random
+import subprocess
+import sys
+import tarfile
+import uuid
+
+import pytest
+
+from engine.cli.main import main
+from engine.errors import TraceError
+from engine.trace import load
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _et(nodes) -> bytes:
+    return json.dumps({"schema": "1.0.1", "pid": 1, "time": "", "start_ts": 0, "finish_ts": 1, "nodes": nodes}).encode()
+
+
+def _node(i, parent, name="aten::add"):
+    return {"name": name, "id": i, "rf_id": i, "parent": parent, "fw_parent": 0, "seq_id": -1, "scope": 0, "tid": 1,
+            "fw_tid": 0, "op_schema": "", "inputs": [], "input_shapes": [], "input_types": [], "outputs": [],
+            "output_shapes": [], "output_types": []}
+
+
+def _tar(path, members) -> None:
+    """members: list of (TarInfo, bytes|None)."""
+    with tarfile.open(path, "w:gz") as tf:
+        for info, data in members:
+            tf.addfile(info, io.BytesIO(data) if data is not None else None)
+
+
+def _file_member(name, data: bytes) -> tuple:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info, data
+
+
+def _link_member(name, target, kind) -> tuple:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = target
+    return info, None
+
+
+ESCAPE = f"h1_escape_{uuid.uuid4().hex}"
+GOOD = _et([_node(2, 1, "[pytorch|profiler|execution_trace|thread]"), _node(3, 2)])
+
+
+def _case(tmp_path, name: str):
+    """Build the bad input `name` under tmp_path; return (path, expected message fragment)."""
+    p = tmp_path / "in"
+    p.mkdir(exist_ok=True)
+    if name == "truncated_gz":
+        f = p / "t.json.gz"
+        f.write_bytes(gzip.compress(GOOD * 1)[:-20])
+        return f, "truncated gzip stream"
+    if name == "random_bytes":
+        f = p / "r.json"
+        f.write_bytes(random.Random(1).randbytes(4096))
+        return f, "not valid JSON"
+    if name == "random_gz_payload":
+        f = p / "r.json.gz"
+        f.write_bytes(gzip.compress(random.Random(2).randbytes(4096)))
+        return f, "not valid JSON"
+    if name == "other_json":
+        f = p / "o.json"
+        f.write_text(json.dumps({"hello": 1, "world": [2]}))
+        return f, "not an execution trace or Kineto trace: top-level keys hello, world"
+    if name == "json_list":
+        f = p / "l.json"
+        f.write_text("[1, 2, 3]")
+        return f, "not an execution trace or Kineto trace"
+    if name == "dangling_parent":
+        f = p / "d.json"
+        f.write_bytes(_et([_node(2, 1), _node(3, 99)]))
+        return f, "dangling parent: node 3 points to missing node 99"
+    if name == "cycle":
+        f = p / "c.json"
+        f.write_bytes(_et([_node(2, 1), _node(3, 4), _node(4, 5), _node(5, 3)]))
+        return f, "cycle in parent links"
+    if name == "empty":
+        f = p / "e.json"
+        f.write_bytes(b"")
+        return f, "empty file"
+    if name == "too_large":
+        f = p / "big.json"
+        f.write_bytes(GOOD)
+        os.environ["MYSTIQUE_MAX_BYTES"] = "100"
+        return f, "file too large"
+    if name == "gzip_bomb":
+        f = p / "bomb.json.gz"
+        f.write_bytes(gzip.compress(b" " * (8 << 20)))
+        os.environ["MYSTIQUE_MAX_BYTES"] = str(1 << 20)
+        return f, "decompressed size exceeds"
+    f = p / f"{name}.tar.gz"
+    if name == "tar_absolute":
+        _tar(f, [_file_member("t.json", GOOD), _file_member(f"/tmp/{ESCAPE}.json", GOOD)])
+        return f, "absolute member path"
+    if name == "tar_dotdot":
+        _tar(f, [_file_member("t.json", GOOD), _file_member(f"../../{ESCAPE}.json", GOOD)])
+        return f, "escapes the archive"
+    if name == "tar_symlink":
+        _tar(f, [_file_member("t.json", GOOD), _link_member("link.json", "/etc/passwd", tarfile.SYMTYPE)])
+        return f, "link member"
+    if name == "tar_hardlink":
+        _tar(f, [_file_member("t.json", GOOD), _link_member("hard.json", "t.json", tarfile.LNKTYPE)])
+        return f, "link member"
+    if name == "tar_device":
+        info = tarfile.TarInfo("dev")
+        info.type = tarfile.CHRTYPE
+        info.devmajor, info.devminor = 1, 3
+        _tar(f, [_file_member("t.json", GOOD), (info, None)])
+        return f, "device/special member"
+    raise AssertionError(name)
+
+
+CASES = ["truncated_gz", "random_bytes", "random_gz_payload", "other_json", "json_list", "dangling_parent",
+         "cycle", "empty", "too_large", "gzip_bomb", "tar_absolute", "tar_dotdot", "tar_symlink",
+         "tar_hardlink", "tar_device"]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_bad_input_cli_exit_2_one_line(name, tmp_path, cache_dir, monkeypatch, capsys):
+    monkeypatch.delenv("MYSTIQUE_MAX_BYTES", raising=False)
+    sentinel = tmp_path / "sentinel"
+    sentinel.mkdir()
+    monkeypatch.chdir(sentinel)
+    monkeypatch.setenv("HOME", str(sentinel))
+    try:
+        path, fragment = _case(tmp_path, name)
+        before = sorted(os.listdir(tmp_path))
+        code = main(["info", "--json", str(path)])
+    finally:
+        os.environ.pop("MYSTIQUE_MAX_BYTES", None)
+    out = capsys.readouterr()
+    assert code == 2
+    lines = out.err.strip().splitlines()
+    assert len(lines) == 1, out.err
+    assert str(path) in lines[0] and fragment in lines[0], lines[0]
+    assert "Traceback" not in out.err and out.out == ""
+    assert os.listdir(sentinel) == []
+    assert sorted(os.listdir(tmp_path)) == before
+    assert not (tmp_path.parent / f"{ESCAPE}.json").exists()
+    assert not os.path.exists(f"/tmp/{ESCAPE}.json")
+    assert not cache_dir.exists() or not any(cache_dir.iterdir())
+
+
+def test_bad_input_subprocess_has_no_traceback(tmp_path):
+    path, fragment = _case(tmp_path, "tar_dotdot")
+    env = dict(os.environ, MYSTIQUE_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, "-m", "engine.cli.main", "info", str(path)], capture_output=True,
+                         text=True, env=env, cwd=tmp_path, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and fragment in out.stderr and "Traceback" not in out.stderr
+
+
+def test_missing_path_and_empty_directory(tmp_path, cache_dir):
+    with pytest.raises(TraceError, match="no such file"):
+        load(tmp_path / "nope.json")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TraceError, match="holds no"):
+        load(tmp_path / "empty")
+
+
+def test_unknown_schema_loads_with_warning(tmp_path, cache_dir):
+    f = tmp_path / "future.json"
+    doc = json.loads(GOOD)
+    doc["schema"] = "9.9.9-chakra.9"
+    f.write_text(json.dumps(doc))
+    with pytest.warns(UserWarning, match="unknown ET schema"):
+        tr = load(f, use_cache=False)
+    assert len(tr.ops) == 2 and any("9.9.9" in w for w in tr.meta["warnings"])
+
+
+def test_tar_resources_are_never_imported(tmp_path, cache_dir):
+    marker = tmp_path / "executed"
+    code = f"open({str(marker)!r}, 'w').write('pwned')\n".encode()
+    f = tmp_path / "pt2.tar.gz"
+    _tar(f, [_file_member("et.json", GOOD), _file_member("pt2_et_resources/kernel.py", code)])
+    tr = load(f)
+    assert "pt2_et_resources/kernel.py" in tr.meta["resources"]
+    assert not marker.exists()
+    assert "pt2_et_resources" not in sys.modules and "kernel" not in sys.modules

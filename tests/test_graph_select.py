@@ -60,10 +60,12 @@ def test_select_outputs_are_consumed_outside(simple_add):
 
 
 def test_select_phase_and_descendant_flag(simple_add):
-    # "other" holds the profiler roots and the outer param labels: closing over them takes all
+    # "other" holds only the profiler roots and the outer param labels; a phase filter keeps
+    # each op's own phase, so their forward children are not dragged in
     sub = select(simple_add, Selection(phase="other"))
-    assert len(sub.op_ids) == 38
-    assert sub.replay_ids == replay_ops(simple_add)
+    assert sub.op_ids == [1, 2, 3, 14] and sub.replay_ids == []
+    everything = select(simple_add, Selection(ids=[1]))
+    assert len(everything.op_ids) == 38 and everything.replay_ids == replay_ops(simple_add)
     only = select(simple_add, Selection(ids=[14], include_descendants=False))
     assert only.op_ids == [14] and only.replay_ids == []
     child = select(simple_add, Selection(ids=[8]))  # aten::uniform_ alone, inside aten::rand
@@ -198,3 +200,25 @@ def test_two_rank_trace_selects_per_rank(simple_add):
     assert call_tree(two, rank=1).number_of_nodes() == 38
     g0, g1 = data_deps(simple_add), data_deps(two, rank=1)
     assert sorted(g0.edges) == sorted(g1.edges) and g1.graph["rank"] == 1
+
+
+def test_phase_selection_keeps_only_that_phase():
+    """A phase filter must not pull in other phases through a shared step/label root."""
+    from tests.conftest import SAMPLES
+
+    from engine.graph import Selection, select
+    from engine.trace import load
+
+    et = SAMPLES / "mlp" / "mlp_et.json.gz"
+    if not et.exists():
+        pytest.skip(f"sample trace {et} missing")
+    trace = load(et)
+    phase = trace.ops.set_index("id")["phase"].astype(object)
+    seen = 0
+    for ph in ("forward", "backward", "optimizer"):
+        sub = select(trace, Selection(phase=ph))
+        assert set(phase.loc[sub.op_ids]) == {ph}
+        assert set(phase.loc[sub.replay_ids]) == {ph}
+        seen += len(sub.replay_ids)
+    assert seen == len(select(trace, Selection(name_pattern=".")).replay_ids) - \
+        int((phase.loc[select(trace, Selection(name_pattern=".")).replay_ids] == "other").sum())

@@ -16,7 +16,10 @@ COMMANDS = ("info", "capture", "replay", "compare", "compose", "app")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mystique", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="mystique",
+        description="Turn PyTorch execution traces into portable benchmarks: inspect, capture, "
+                    "replay, compare and compose. Bad input exits with code 2.")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         try:
@@ -37,6 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     except TraceError as exc:
         print(f"mystique {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. `mystique info --json X | head`: the reader went away
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print(f"mystique {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -296,6 +296,10 @@ def select(trace: "Trace", selection: Selection) -> Subgraph:
         raise TraceError("selection matched no operators")
     parent = parent_positions(ops)
     closed = any_marked_ancestor(parent, hit) if selection.include_descendants else hit
+    if selection.phase is not None:
+        # A phase is a property of each op, not of a subtree: a "## forward ##"-style root that
+        # matched must not drag in the backward/optimizer ops nested under the same step label.
+        closed &= (ops["phase"].astype(object) == selection.phase).to_numpy()
     ids = ops["id"].to_numpy(dtype=np.int64)
     replay = replay_mask(ops, "top", within=closed)
     op_ids = np.sort(ids[closed])

@@ -116,9 +116,18 @@ def _finish_ops(ops: pd.DataFrame) -> pd.DataFrame:
     return ops[order]
 
 
+def _phase_rules_version() -> str:
+    """Cached tables carry phase/module columns, so a change of those rules must miss the cache."""
+    try:
+        from engine.graph.phases import RULES_VERSION
+    except ImportError:
+        return "none"
+    return str(RULES_VERSION)
+
+
 def content_key(raws: list[tuple[Path, bytes]], rank) -> str:
     h = hashlib.sha256()
-    h.update(f"{LOADER_VERSION}|rank={rank}|n={len(raws)}".encode())
+    h.update(f"{LOADER_VERSION}|phases={_phase_rules_version()}|rank={rank}|n={len(raws)}".encode())
     for _, raw in raws:
         h.update(hashlib.sha256(raw).digest())
     return h.hexdigest()

@@ -1,10 +1,12 @@
-"""Replay coverage on every shared execution trace (CPU), against the reference replayer.
+"""Replay coverage on every shared execution trace, against the reference replayer.
 
-    .venv/bin/python benchmarks/coverage.py [--traces DIR] [--iters N] [--only NAME ...]
+    .venv/bin/python benchmarks/coverage.py [--device cpu|cuda] [--traces DIR] [--iters N] [--only NAME ...]
 
-For each ET under the shared traces folder: load it, replay it on CPU (warm-up 0-1, 1-3 measured
+For each ET under the shared traces folder: load it, replay it on the device (CPU by default; the
+shared traces were captured on CUDA, so `--device cuda` replays them on their native device;
+warm-up 0-1, 1-3 measured
 iterations: coverage, not timing, is the point) and print selected / replayed / substituted /
-skipped ops, the compute-op rate and the skip reasons. Writes benchmarks/results/coverage.json.
+skipped ops, the compute-op rate and the skip reasons. Writes benchmarks/results/coverage.json (coverage_cuda.json for CUDA).
 Reference figures (PARAM et_replay on CPU, from its issue tracker / our runs of it): linear
 319/320, resnet 1172/1228 ops replayed.
 """
@@ -36,8 +38,12 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=0)
     ap.add_argument("--only", nargs="*", default=None, help="folder names to run (default all)")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "coverage.json"))
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--out", default=None, help="default benchmarks/results/coverage[_cuda].json")
     args = ap.parse_args(argv)
+    if args.out is None:
+        suffix = "" if args.device == "cpu" else "_" + args.device.split(":")[0]
+        args.out = str(ROOT / "benchmarks" / "results" / f"coverage{suffix}.json")
 
     import orjson
 
@@ -53,11 +59,11 @@ def main(argv=None) -> int:
             continue
         t0 = time.perf_counter()
         trace = T.load(path)
-        cfg = ReplayConfig(device="cpu", warmup=args.warmup, iters=args.iters, metrics=False)
+        cfg = ReplayConfig(device=args.device, warmup=args.warmup, iters=args.iters, metrics=False)
         res = replay(trace, config=cfg)
         cov = res.coverage
         ref = REFERENCE.get(folder)
-        rec = {"trace": folder, "path": str(path), "coverage": cov, "median_ms": res.median_ms,
+        rec = {"trace": folder, "path": str(path), "device": res.device, "coverage": cov, "median_ms": res.median_ms,
                "wall_s": round(time.perf_counter() - t0, 2),
                "reference": {"replayed": ref[0], "selected": ref[1]} if ref else None,
                "skipped_ops": res.skipped_ops[:50]}
@@ -71,7 +77,7 @@ def main(argv=None) -> int:
         sys.stdout.flush()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(orjson.dumps({"records": records}, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    out.write_bytes(orjson.dumps({"records": records, "device": args.device}, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
     print(f"wrote {out}")
     bad = [r["trace"] for r in records if r["coverage"]["compute_rate"] < 0.99]
     if bad:

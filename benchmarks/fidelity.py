@@ -14,7 +14,7 @@ hits both equally; within a round they alternate step by step. Reported per mode
     noise         the original's run-to-run noise: IQR/median of its steps, and the spread
                   (max - min)/median of its per-round medians
 plus CPU/GPU metrics side by side. Writes benchmarks/results/fidelity.json with one record per
-model and `geomean_error` (fraction). Targets: geomean <= 5 %, each <= 10 %.
+model and `geomean_error` (fraction); fidelity_cuda.json for --device cuda. Targets: geomean <= 5 %, each <= 10 %.
 """
 from __future__ import annotations
 
@@ -146,8 +146,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-metrics", action="store_true")
     ap.add_argument("--host-gaps", action="store_true",
                     help="replay with the original's CPU gaps between ops (from the profiled Kineto trace)")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "fidelity.json"))
+    ap.add_argument("--out", default=None, help="default benchmarks/results/fidelity[_cuda].json")
     args = ap.parse_args(argv)
+    if args.out is None:
+        suffix = "" if args.device == "cpu" else "_" + args.device.split(":")[0]
+        args.out = str(ROOT / "benchmarks" / "results" / f"fidelity{suffix}.json")
     rounds = args.rounds or (3 if args.quick else 8)
     per_round = args.per_round or (3 if args.quick else 5)
     warmup = 2 if args.quick else 3

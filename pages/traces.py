@@ -43,7 +43,11 @@ with src_upload:
             state.make_current(name)
             st.success(f"loaded {name}")
         except TraceError as exc:
-            st.error(str(exc))
+            # name the file as the user uploaded it, not by its server-side copy under the work dir
+            msg = str(exc)
+            for p in paths:
+                msg = msg.replace(f"{p.parent}/", "")
+            st.error(msg)
 
 with src_path:
     raw = st.text_area("Paths on the server (one per line; ET + Kineto of one run pair up)", key="server_paths")

@@ -102,6 +102,7 @@ def test_bad_inputs_show_one_line_errors_and_keep_traces(app, tmp_path):
 def test_upload_over_the_limit_is_refused(app, monkeypatch):
     from streamlit import config
 
+    before = dict(app.session_state["traces"])
     config.set_option("server.maxUploadSize", 1)
     try:
         app.run()
@@ -111,9 +112,56 @@ def test_upload_over_the_limit_is_refused(app, monkeypatch):
         app.button(key="load_upload").click()
         app.run()
         _ok(app)
-        assert any("over the 1 MB upload limit" in e.value for e in app.error)
+        assert any("over the 1 MB upload limit" in e.value and "huge_kineto.json.gz" in e.value for e in app.error)
+        assert app.session_state["traces"] == before and app.session_state["current"] == "sample:mlp"
     finally:
         config.set_option("server.maxUploadSize", 200)
+
+
+NOT_TRACES = [
+    ("notes.txt", b"hello world\n", "not valid JSON"),
+    ("notes.json", b'{"hello": "world"}', "not an execution trace or Kineto trace"),
+    ("photo.png", b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4, "not valid JSON"),
+    ("empty.json", b"", "empty file"),
+    ("broken.json.gz", b"\x1f\x8b\x08\x00garbage", "gzip"),
+]
+
+
+def test_non_trace_uploads_show_a_message_and_the_app_keeps_working(app):
+    before = dict(app.session_state["traces"])
+    uploader = app.file_uploader(key="uploads")
+    for fname, data, problem in NOT_TRACES:
+        uploader.clear()
+        app.run()
+        uploader = app.file_uploader(key="uploads")
+        uploader.upload(fname, data)
+        app.run()
+        app.button(key="load_upload").click()
+        app.run()
+        _ok(app)
+        assert len(app.error) == 1, (fname, [e.value for e in app.error])
+        msg = app.error[0].value
+        assert msg.startswith(f"{fname}: ") and problem in msg and "\n" not in msg.strip(), msg  # no server path
+        assert not app.success
+        # traces already loaded are untouched, and still shown
+        assert app.session_state["traces"] == before and app.session_state["current"] == "sample:mlp"
+        assert list(app.dataframe[0].value["name"]) == ["sample:mlp"]
+        uploader = app.file_uploader(key="uploads")
+    # the app keeps working: a real trace through the same uploader loads next to the old one
+    uploader.clear()
+    app.run()
+    uploader = app.file_uploader(key="uploads")
+    for f in sorted((ROOT / "sample_traces" / "cnn").glob("cnn_*.json.gz")):
+        uploader.upload(f.name, f.read_bytes(), "application/gzip")
+    app.text_input(key="upload_name").input("cnn upload")
+    app.run()
+    app.button(key="load_upload").click()
+    app.run()
+    _ok(app)
+    assert not app.error, [e.value for e in app.error]
+    traces = app.session_state["traces"]
+    assert set(traces) == {"sample:mlp", "cnn upload"} and traces["sample:mlp"] == before["sample:mlp"]
+    assert traces["cnn upload"]["kind"] == "execution_trace+kineto"
 
 
 def test_explore_renders_graph_timeline_and_breakdowns(app):

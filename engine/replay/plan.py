@@ -14,6 +14,7 @@ trace code) with a reason; their outputs become external inputs of their consume
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +98,30 @@ def _iter_tensors(io: dict):
                     sj = s[j] if isinstance(s, list) and j < len(s) else None
                     stj = st[j] if isinstance(st, list) and j < len(st) else None
                     yield i, j, _tensor_rec(v[j], sj, et, stj), et
+
+
+def _size_problem(res: Resolved, values: list, outs: dict) -> str | None:
+    """A `size` list argument that contradicts the recorded output, or None.
+
+    Why: factory/resize ops (aten::zeros, empty, new_empty, resize_, ...) allocate what their
+    `size` argument says, not what the trace records for the output; a hand-edited or corrupt
+    `size` would allocate memory the budget in memory.py never saw (an OOM kill on CPU)."""
+    schema = getattr(res.overload, "_schema", None)
+    for j, a in enumerate(schema.arguments if schema is not None else ()):
+        if a.name != "size" or not str(a.type).startswith(("List[", "Optional[List[")):
+            continue
+        src = res.positional[j] if j < len(res.positional) else res.keywords.get(a.name)
+        if not src or src[0] != "rec" or src[1] >= len(values):
+            return None
+        v = values[src[1]]
+        if not (isinstance(v, list) and all(type(x) is int and x >= 0 for x in v)):
+            return None   # symbolic / -1 (view-style) sizes: nothing to compare
+        out = next((rec for arg, sub, rec, _ in _iter_tensors(outs) if arg == 0 and sub is None), None)
+        n = math.prod(v)
+        if out is not None and out.numel >= 0 and n != out.numel:
+            return f"size argument {v} has {n} elements but the output records numel {out.numel}"
+        return None
+    return None
 
 
 def _trace_code_ops(ops: pd.DataFrame, replay_ids: set[int]) -> list[int]:
@@ -197,6 +222,11 @@ def build_plan(ops: pd.DataFrame, replay_ids: list[int], *, device: str, allow_t
             st.reason = "bad tensor record: " + ("unknown dtype" if "dtype" in problem else
                                                  "numel contradicts shape" if "numel" in problem else "invalid")
             st.detail = f"op {st.op_id} {name}: {where}: {problem}"
+            continue
+        problem = _size_problem(res, values, outs)
+        if problem:
+            st.reason = "bad tensor record: numel contradicts shape"
+            st.detail = f"op {st.op_id} {name}: {problem}"
             continue
         st.resolved = res
         # templates: recorded values converted, tensors as fix-ups

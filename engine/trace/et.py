@@ -109,9 +109,17 @@ def _tensor_frame(rows: list, rank: int) -> pd.DataFrame:
         "dtype": fast_cat(types, transform=dtype_of),
         "shape": pd.Series([tuple(x) if type(x) is list else () for x in shapes], dtype=object),
         "strides": pd.Series([_strides(x) for x in strides], dtype=object),
-        "device": fast_cat([(v[5] if type(v[5]) is str else str(v[5])) if len(v) > 5 else ""
-                                  for v in vals]),
+        "device": fast_cat(_devices(vals)),
     })
+
+
+def _devices(vals) -> list:
+    """Device element of each tensor value list ("" when absent); the common all-six-element
+    case is one C-level pass (fast_cat turns non-str values into text)."""
+    try:
+        return list(map(itemgetter(5), vals))
+    except IndexError:
+        return [v[5] if len(v) > 5 else "" for v in vals]
 
 
 def parse_et(doc: dict, path: str, rank: int, warn: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -131,11 +139,7 @@ def _parse_et(doc: dict, path: str, rank: int, warn: list[str]):
         raise TraceError("execution trace 'nodes' is not a list", path)
     chakra = bool(nodes) and isinstance(nodes[0], dict) and (
         isinstance(nodes[0].get("inputs"), dict) or "ctrl_deps" in nodes[0] or "attrs" in nodes[0])
-    if schema not in KNOWN_SCHEMAS:
-        msg = (f"{path}: unknown ET schema {schema!r}; loaded through the nearest known layout "
-               f"({'1.1.1-chakra.0.0.4' if chakra else '1.0.1'})")
-        warn.append(msg)
-        warnings.warn(msg, stacklevel=3)
+    _check_schema(schema, chakra, path, warn)
     trows: list = []
     cols = _fast_columns(nodes, chakra, trows)
     if cols is None:
@@ -151,6 +155,37 @@ def _parse_et(doc: dict, path: str, rank: int, warn: list[str]):
                 _walk(trows, int(node["id"]), "out", node.get("outputs") or [], node.get("output_shapes"), oty,
                       node.get("output_strides"))
     return _frames(*cols, trows, rank, path)
+
+
+def _check_schema(schema: str, chakra: bool, path: str, warn: list[str]) -> None:
+    if schema not in KNOWN_SCHEMAS:
+        msg = (f"{path}: unknown ET schema {schema!r}; loaded through the nearest known layout "
+               f"({'1.1.1-chakra.0.0.4' if chakra else '1.0.1'})")
+        warn.append(msg)
+        warnings.warn(msg, stacklevel=4)
+
+
+def parse_et_typed(doc, path: str, rank: int, warn: list[str]):
+    """(ops, tensors) of a typed chakra document (`et_typed.decode_chakra`), or None when a value
+    needs the general path (the caller then re-decodes with orjson and calls `parse_et`)."""
+    from engine.trace.et_typed import chakra_columns
+
+    trows: list = []
+    try:
+        ids, names, parents, ins, outs, attrs = chakra_columns(doc, _walk, trows)
+        cols = _scalar_columns(np.asarray(ids, dtype=np.int64), names, np.asarray(parents, dtype=np.int64),
+                               attrs, ins, outs, _chakra_extra(attrs))
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+        return None
+    if cols is None:
+        return None
+    _check_schema(doc.schema, True, path, warn)
+    return _frames(*cols, trows, rank, path)
+
+
+def _chakra_extra(attrs: list[dict]) -> list[str]:
+    return ["{}" if (a.keys() <= _STD_ATTRS and not a.get("kernel_backend") and not a.get("kernel_file"))
+            else _extra_json(a) for a in attrs]
 
 
 def _chakra_rows(nodes: list, trows: list) -> list | None:
@@ -201,8 +236,7 @@ def _fast_columns_or_none(nodes: list, chakra: bool, trows: list):
         del rows
         ids = np.asarray(ids_l, dtype=np.int64)
         parents = np.asarray(par_l, dtype=np.int64)
-        extra = ["{}" if (a.keys() <= _STD_ATTRS and not a.get("kernel_backend") and not a.get("kernel_file"))
-                 else _extra_json(a) for a in attrs]
+        extra = _chakra_extra(attrs)
     else:
         ids = np.asarray([n["id"] for n in nodes], dtype=np.int64)
         names = [n["name"] for n in nodes]
@@ -216,6 +250,14 @@ def _fast_columns_or_none(nodes: list, chakra: bool, trows: list):
                 for n in nodes]
         extra = [dumps(r).decode() if r else "{}" for r in
                  ({k: v for k, v in n.items() if k not in _FLAT_KNOWN} for n in nodes)]
+    cols = _scalar_columns(ids, names, parents, attrs, ins, outs, extra)
+    if cols is None:
+        trows.clear()
+    return cols
+
+
+def _scalar_columns(ids, names, parents, attrs, ins, outs, extra):
+    """Scalar attribute columns and schemas added to the parsed columns; None if a value is odd."""
     try:  # one C-level pass when every node has every scalar attribute (the usual case)
         grid = np.fromiter(chain.from_iterable(map(itemgetter(*_SCALAR_COLS), attrs)), dtype=np.int64,
                            count=len(attrs) * len(_SCALAR_COLS)).reshape(-1, len(_SCALAR_COLS))
@@ -224,7 +266,6 @@ def _fast_columns_or_none(nodes: list, chakra: bool, trows: list):
         scal = {k: np.asarray([a.get(k, -1) for a in attrs], dtype=np.int64) for k in _SCALAR_COLS}
     schemas = [a.get("op_schema") or "" for a in attrs]
     if not (all(type(x) is str for x in names) and all(type(x) is str for x in schemas)):
-        trows.clear()
         return None
     return ids, names, parents, scal, schemas, ins, outs, extra
 

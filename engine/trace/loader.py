@@ -17,6 +17,7 @@ document in `meta["sources"]`, so per-file summaries can select their rows; `eve
 """
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import os
@@ -31,7 +32,8 @@ from engine.errors import TraceError
 from engine.progress import report
 from engine.trace import safe_io
 from engine.trace.categories import categorize
-from engine.trace.et import is_et, parse_et
+from engine.trace.et import is_et, parse_et, parse_et_typed
+from engine.trace.et_typed import ChakraDoc, decode_chakra
 from engine.trace.kineto import is_kineto, parse_kineto
 from engine.trace.model import PHASES, Trace
 
@@ -49,8 +51,14 @@ def rank_from_name(path: str) -> int | None:
     return None
 
 
-def _decode(blob: safe_io.Blob):
+def _decode(blob: safe_io.Blob, typed: bool = True):
+    """The document of a blob: a typed `ChakraDoc` for well-formed chakra ETs (fast path), else
+    orjson's dict; a TraceError naming the file when it is neither an ET nor a Kineto trace."""
     data = blob.data[3:] if blob.data[:3] == b"\xef\xbb\xbf" else blob.data  # UTF-8 byte-order mark
+    if typed:
+        doc = decode_chakra(data)
+        if doc is not None:
+            return doc
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -92,6 +100,12 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def _empty_tables():
+    """Typed empty tables (fresh copies: callers add columns to them)."""
+    return tuple(t.copy() for t in _empty_template())
+
+
+@functools.lru_cache(maxsize=1)
+def _empty_template():
     ops, tensors = parse_et({"schema": "1.0.1", "nodes": []}, "", 0, [])
     events, flows, _ = parse_kineto({"traceEvents": []}, "", 0, False)
     return ops, tensors, events, flows
@@ -205,13 +219,18 @@ def _build(raws, rank_arg, limit, key, progress) -> Trace:
             src = len(sources)
             name_rank = rank_from_name(blob.path)
             fallback = name_rank if name_rank is not None else (rank_arg if rank_arg is not None else 0)
-            if is_et(doc):
-                ops, ten = parse_et(doc, blob.path, fallback, warn)
+            parsed = parse_et_typed(doc, blob.path, fallback, warn) if isinstance(doc, ChakraDoc) else None
+            if parsed is None and isinstance(doc, ChakraDoc):  # a value the typed path leaves to orjson
+                doc = _decode(blob, typed=False)
+            if parsed is not None or is_et(doc):
+                ops, ten = parsed or parse_et(doc, blob.path, fallback, warn)
                 ops["src"] = np.full(len(ops), src, dtype=np.int16)
                 ops_l.append(ops)
                 ten_l.append(ten)
-                sources.append({"path": blob.path, "kind": "execution_trace", "schema": str(doc.get("schema", "")),
-                                "nodes": len(doc["nodes"]), "rank": fallback, "rank_in_file": None,
+                schema, n_nodes = (doc.schema, len(doc.nodes)) if parsed else (str(doc.get("schema", "")),
+                                                                               len(doc["nodes"]))
+                sources.append({"path": blob.path, "kind": "execution_trace", "schema": schema,
+                                "nodes": n_nodes, "rank": fallback, "rank_in_file": None,
                                 "world_size": None, "sha256": blob.sha256})
                 undeclared_et.append((len(ops_l) - 1, src) if name_rank is None and rank_arg is None else None)
             else:

@@ -168,19 +168,20 @@ def _check_schema(schema: str, chakra: bool, path: str, warn: list[str]) -> None
 def parse_et_typed(doc, path: str, rank: int, warn: list[str]):
     """(ops, tensors) of a typed chakra document (`et_typed.decode_chakra`), or None when a value
     needs the general path (the caller then re-decodes with orjson and calls `parse_et`)."""
-    from engine.trace.et_typed import chakra_columns
+    from engine.trace.et_typed import attr_columns, chakra_columns
 
     trows: list = []
     try:
         ids, names, parents, ins, outs, attrs = chakra_columns(doc, _walk, trows)
-        cols = _scalar_columns(np.asarray(ids, dtype=np.int64), names, np.asarray(parents, dtype=np.int64),
-                               attrs, ins, outs, _chakra_extra(attrs))
+        cols = attr_columns(attrs, _SCALAR_COLS, _STD_ATTRS, _extra_json)
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
         return None
     if cols is None:
         return None
+    scal, schemas, extra = cols
     _check_schema(doc.schema, True, path, warn)
-    return _frames(*cols, trows, rank, path)
+    return _frames(np.asarray(ids, dtype=np.int64), names, np.asarray(parents, dtype=np.int64), scal, schemas,
+                   ins, outs, extra, trows, rank, path)
 
 
 def _chakra_extra(attrs: list[dict]) -> list[str]:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 try:  # optional: GPU machines may lack it; the orjson path covers everything
     import msgspec
 except ImportError:  # pragma: no cover - exercised only where msgspec is absent
@@ -71,7 +73,7 @@ def decode_chakra(data: bytes):
 
 
 def chakra_columns(doc, walk, trows: list):
-    """(ids, names, parents, inputs text, outputs text, attrs dicts) of a typed document,
+    """(ids, names, parents, inputs text, outputs text, attr lists) of a typed document,
     appending tensor rows to `trows` through `walk` (et._walk) on the way."""
     n = len(doc.nodes)
     ids = [0] * n
@@ -94,5 +96,47 @@ def chakra_columns(doc, walk, trows: list):
             walk(trows, nid, "out", ov.values, ov.shapes, ov.types, None if ov.strides is unset else ov.strides)
         ins[i] = enc(iv).decode()
         outs[i] = enc(ov).decode()
-        attrs[i] = {a.name: a.value for a in nd.attrs}
+        attrs[i] = nd.attrs
     return ids, names, parents, ins, outs, attrs
+
+
+def attr_columns(attr_lists: list, scalar_names: tuple[str, ...], std_names: frozenset, extra_json):
+    """(int64 scalar columns, op_schema strings, extra-attrs JSON text) from per-node attr lists,
+    or None when a value has an odd type (the general path decides then).
+
+    Why grouped: nearly every node carries the same attribute names in the same order, so the
+    names are compared once per distinct layout and values are scattered column-wise, instead of
+    building and probing a dict per node (2x faster on 14k nodes).
+    """
+    n = len(attr_lists)
+    layouts: dict[tuple, list[int]] = {}
+    values = [None] * n
+    for i, at in enumerate(attr_lists):
+        layouts.setdefault(tuple([a.name for a in at]), []).append(i)
+        values[i] = [a.value for a in at]
+    scal = {k: np.full(n, -1, dtype=np.int64) for k in scalar_names}
+    schemas = [""] * n
+    extra = ["{}"] * n
+    for names, idx in layouts.items():
+        pos = {name: j for j, name in enumerate(names)}  # a repeated name: the last one wins
+        rows = [values[i] for i in idx]
+        for col in scalar_names:
+            j = pos.get(col)
+            if j is not None:
+                vals = [r[j] for r in rows]
+                if not all(type(v) is int for v in vals):
+                    return None
+                scal[col][idx] = vals
+        j = pos.get("op_schema")
+        if j is not None:
+            for i, r in zip(idx, rows):
+                v = r[j]
+                if v is not None and type(v) is not str:
+                    return None
+                schemas[i] = v or ""
+        special = not pos.keys() <= std_names
+        kb, kf = pos.get("kernel_backend"), pos.get("kernel_file")
+        for i, r in zip(idx, rows):
+            if special or (kb is not None and r[kb]) or (kf is not None and r[kf]):
+                extra[i] = extra_json(dict(zip(names, r)))
+    return scal, schemas, extra

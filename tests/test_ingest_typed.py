@@ -1,0 +1,87 @@
+"""The typed (msgspec) chakra fast path must give exactly the tables of the general orjson path."""
+from __future__ import annotations
+
+import gzip
+
+import orjson
+import pandas as pd
+import pytest
+
+import engine.trace.loader as loader
+from engine.trace import load
+from engine.trace.et_typed import ChakraDoc, decode_chakra
+
+from conftest import SAMPLES
+
+pytest.importorskip("msgspec")
+
+
+def _both(path):
+    typed = load(path, use_cache=False)
+    orig = loader.decode_chakra
+    loader.decode_chakra = lambda data: None
+    try:
+        general = load(path, use_cache=False)
+    finally:
+        loader.decode_chakra = orig
+    return typed, general
+
+
+def _same(a, b):
+    pd.testing.assert_frame_equal(a.ops, b.ops)
+    pd.testing.assert_frame_equal(a.tensors, b.tensors)
+    strip = lambda m: {k: v for k, v in m.items() if k != "content_hash"}  # noqa: E731
+    assert strip(a.meta) == strip(b.meta)
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn", "transformer", "dlrm"])
+def test_samples_take_the_typed_path_and_match(model, cache_dir):
+    path = SAMPLES / model / f"{model}_et.json.gz"
+    assert isinstance(decode_chakra(gzip.decompress(path.read_bytes())), ChakraDoc)
+    _same(*_both(path))
+
+
+@pytest.mark.parametrize("rel", ["param_resnet/resnet_et.json.gz", "chakra_1.0.2/1.0.2-chakra.0.0.4.json.gz"])
+def test_shared_chakra_traces_match(rel, shared_traces, cache_dir):
+    path = shared_traces / rel
+    assert isinstance(decode_chakra(gzip.decompress(path.read_bytes())), ChakraDoc)
+    typed, general = _both(path)
+    _same(typed, general)
+    assert len(typed.tensors) > 0
+
+
+def _mutated(tmp_path, mutate):
+    doc = orjson.loads(gzip.decompress((SAMPLES / "mlp" / "mlp_et.json.gz").read_bytes()))
+    mutate(doc["nodes"])
+    out = tmp_path / "mutated_et.json"
+    out.write_bytes(orjson.dumps(doc))
+    return out
+
+
+def _set_attr(node, name, value):
+    for a in node["attrs"]:
+        if a["name"] == name:
+            a["value"] = value
+
+
+@pytest.mark.parametrize("case", ["string_rf_id", "extra_io_key", "float_parent", "odd_attr", "kernel_file"])
+def test_odd_values_fall_back_or_match(case, tmp_path, cache_dir):
+    """Values the typed path refuses still load (through orjson) and give the same tables."""
+    def mutate(nodes):
+        n = next(x for x in nodes if x["name"].startswith("aten::"))
+        if case == "string_rf_id":
+            _set_attr(n, "rf_id", "17")
+        elif case == "extra_io_key":
+            n["inputs"]["future_field"] = [1, 2]
+        elif case == "float_parent":
+            n["ctrl_deps"] = float(n["ctrl_deps"])
+        elif case == "odd_attr":
+            n["attrs"].append({"name": "pg_desc", "type": "string", "value": "default_pg"})
+        else:
+            _set_attr(n, "kernel_file", "/tmp/k.py")
+    path = _mutated(tmp_path, mutate)
+    typed, general = _both(path)
+    _same(typed, general)
+    assert len(typed.ops) > 0
+    if case in ("odd_attr", "kernel_file"):  # both still typed; the extra attrs are kept as text
+        assert typed.ops["attrs"].str.contains("pg_desc|kernel_file").any()

@@ -130,3 +130,18 @@ def test_cli_capture_json_and_regenerate_command(tmp_path, capsys):
 def test_cli_capture_needs_model_or_all(tmp_path, capsys):
     assert main(["capture", "--out", str(tmp_path)]) == 2
     assert "MODEL or --all-samples" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SAMPLE_MODELS))
+def test_every_sample_model_captures_on_cpu_and_links(name, tmp_path, cache_dir):
+    """A fresh CPU capture of each full-size sample model links ET <-> Kineto at >= 99%."""
+    from engine.trace import load
+
+    step, cfg = build(name, "cpu")
+    res = capture(step, out_dir=tmp_path, name=name, steps=1, warmup=1, timing_steps=2,
+                  model_name=name, model_config=cfg, command="test", threads=1)
+    trace = load(res.et_path, res.kineto_path)
+    link = trace.meta["link"]
+    assert link["link_rate"] >= 0.99, link
+    assert set(trace.ops["phase"].astype(str)) >= {"forward", "backward", "optimizer"}

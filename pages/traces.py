@@ -5,6 +5,7 @@ import streamlit as st
 
 from app import state
 from engine.errors import TraceError
+from engine.figures import breakdown
 
 st.title("Traces")
 
@@ -85,6 +86,8 @@ else:
         c[2].metric("Kineto events", f"{summary.get('events', 0) or 0:,}")
         rate = summary.get("link_rate")
         c[3].metric("ET↔Kineto link rate", "—" if rate is None else f"{100 * float(rate):.1f}%")
+        if summary.get("top_ops"):  # also loads plotly.js in the browser before Explore needs it
+            st.plotly_chart(breakdown.top_ops_figure(summary), key="summary_top_ops", width="stretch")
         with st.expander("Full summary (mystique info)", expanded=False):
             st.json(summary)
         rename = st.text_input("Rename to", key="rename_to")

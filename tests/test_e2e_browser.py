@@ -115,15 +115,25 @@ def _wait_css(d, css: str, timeout: float = 90):
 
 
 def _idle(d, timeout: float = 120):
-    """Wait until the app is not running a script (Streamlit's status widget disappears)."""
+    """Wait until the app is not running a script.
+
+    The app root carries `data-test-script-state` ("running" / "notRunning"); the status widget
+    in the header is not rendered in this headless set-up, so it cannot be waited on. The short
+    sleep first lets a run that a click just triggered start; two idle reads in a row guard
+    against the gap between a run and the rerun it requests."""
     from selenium.webdriver.common.by import By
 
     time.sleep(0.6)
     end = time.time() + timeout
+    idle_reads = 0
     while time.time() < end:
-        if not d.find_elements(By.CSS_SELECTOR, '[data-testid="stStatusWidget"]'):
+        roots = d.find_elements(By.CSS_SELECTOR, ".stApp[data-test-script-state]")
+        state = roots[0].get_attribute("data-test-script-state") if roots else "notRunning"
+        idle_reads = idle_reads + 1 if state != "running" else 0
+        if idle_reads >= 2:
             return
         time.sleep(0.3)
+    raise AssertionError(f"the app was still running a script after {timeout:.0f} s")
 
 
 def _nav(d, slug: str):

@@ -107,3 +107,13 @@ def idle_figure(idle: pd.DataFrame) -> "go.Figure":
     fig.update_layout(barmode="stack", height=max(200, 30 * len(idle) + 100), title="GPU stream busy vs idle",
                       margin=dict(l=10, r=10, t=40, b=30), xaxis_title="µs")
     return fig
+
+
+def top_ops_figure(summary: dict, top: int = 12) -> "go.Figure":
+    """Bars of `summarize()`'s top ops by time: the trace at a glance on the Traces page."""
+    rows = summary.get("top_ops") or []
+    t = pd.DataFrame(rows, columns=["name", "count", "dur_us"]) if rows else pd.DataFrame(
+        {"name": [], "count": [], "dur_us": []})
+    return bar_figure(t.sort_values("dur_us", ascending=False), "name", "dur_us", top=top,
+                      title=f"Top {min(top, len(t))} operators by time")
+

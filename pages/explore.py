@@ -4,7 +4,7 @@ import streamlit as st
 from app import state
 from engine.errors import TraceError
 from engine.figures import breakdown
-from engine.figures.graph import COLOR_BY
+from engine.figures.graph import COLOR_BY, DEFAULT_MAX_NODES
 from engine.figures.selection import selected_keys, selection_to_node_ids
 
 st.title("Explore")
@@ -32,7 +32,7 @@ if view == "Operator graph":
         depth = int(c[1].number_input("Call-tree depth", 0, 20, 0, key="g_depth"))
         color_by = c[2].selectbox("Colour by", list(COLOR_BY), key="g_color")
         try:
-            model = state.graph_model(paths, rank, collapse, depth, tuple(st.session_state.get("g_expand", [])), 1500)
+            model = state.graph_model(paths, rank, collapse, depth, tuple(st.session_state.get("g_expand", [])), DEFAULT_MAX_NODES)
         except TraceError as exc:
             st.error(str(exc))
             st.stop()
@@ -40,7 +40,7 @@ if view == "Operator graph":
         c[3].multiselect("Expand groups", groups, key="g_expand")
         sel = state.selection()
         hl = [k for k, m in model.groups.items() if sel["trace"] == name and set(m) & set(sel["ids"])]
-        fig = state.graph_fig(paths, rank, collapse, depth, tuple(st.session_state.get("g_expand", [])), 1500,
+        fig = state.graph_fig(paths, rank, collapse, depth, tuple(st.session_state.get("g_expand", [])), DEFAULT_MAX_NODES,
                               color_by, tuple(sorted(hl[:2000], key=str)))
         event = st.plotly_chart(fig, on_select="rerun", selection_mode=("points", "box", "lasso"),
                                 key="explore_graph", width="stretch")

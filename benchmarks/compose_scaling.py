@@ -1,4 +1,5 @@
-"""Composition figures: round trip, batch scaling, layer repetition, embedding sharding plans.
+"""Composition figures: round trip, batch scaling, layer repetition, embedding sharding plans,
+tensor parallelism.
 
     .venv/bin/python benchmarks/compose_scaling.py [--rounds 7] [--only round_trip mlp_batch ...]
 
@@ -11,6 +12,8 @@ drift hits them equally; each figure is the median over rounds.
   layer_repeat one transformer decoder layer repeated k = 1, 2, 4: time / (k * time(k=1)) (target +-10 %)
   dlrm_plans   DLRM embeddings on 2 and 4 ranks: per-rank replay time per plan; slowest rank of
                greedy vs the naive table-wise round-robin; lookups per rank add up to the original
+  tp_linear    MLP split tensor-parallel (Megatron column/row pairs) over 2 and 4 ranks: rank-0
+               compute time / unsharded time, pairs and all_reduce bytes
 Writes benchmarks/results/compose_scaling.json. Timings on a shared 2-core machine are noisy.
 """
 from __future__ import annotations
@@ -144,7 +147,29 @@ def dlrm_plans(ranks=(2, 4), plans=("table", "row", "column", "greedy"), rounds:
     return out
 
 
-FIGURES = {"round_trip": round_trip, "mlp_batch": mlp_batch, "layer_repeat": layer_repeat, "dlrm_plans": dlrm_plans}
+def tp_linear(model: str = "mlp", degrees=(2, 4), rounds: int = 7, tmp: Path | None = None) -> dict:
+    """Tensor-parallel MLP pairs: rank-0 compute time per degree vs the unsharded benchmark."""
+    tmp = Path(tmp or tempfile.mkdtemp())
+    _, p1 = compose_export({"sources": [str(sample(model))], "segments": [{"selection": {}}]}, tmp / f"tp1_{model}")
+    traces, info = {"tp1": _load(p1[0])}, {}
+    for n in degrees:
+        bench, paths = compose_export({"sources": [str(sample(model))], "segments": [{"selection": {}}],
+                                       "sharding": {"kind": "tp", "degree": n}}, tmp / f"tp{n}_{model}")
+        sh = bench.meta["sharding"]
+        info[f"tp{n}"] = {"pairs": len(sh["pairs"]), "collectives": len(sh["collectives"]),
+                          "comm_bytes": sum(c["bytes"] for c in sh["collectives"])}
+        traces[f"tp{n}"] = _load(paths[0])
+    r = alternate(traces, rounds)
+    for n in degrees:
+        r[f"tp{n}"].update(info[f"tp{n}"])
+        r[f"tp{n}"]["ratio"] = r[f"tp{n}"]["median_ms"] / r["tp1"]["median_ms"]
+        r[f"tp{n}"]["paired_ratio"] = _paired(r[f"tp{n}"]["runs_ms"], r["tp1"]["runs_ms"])
+    r["model"] = model
+    return r
+
+
+FIGURES = {"round_trip": round_trip, "mlp_batch": mlp_batch, "layer_repeat": layer_repeat, "dlrm_plans": dlrm_plans,
+           "tp_linear": tp_linear}
 
 
 def main(argv=None) -> int:
@@ -182,6 +207,12 @@ def _print(name: str, r: dict) -> None:
         lin = ", ".join(f"{k}: {v:.3f}" for k, v in r["linearity"].items())
         pl = ", ".join(f"{k}: {v:.3f}" for k, v in r["paired_linearity"].items())
         print(f"transformer layer repeat: {ms}; time/(k*t1): {lin} (paired {pl})")
+    elif name == "tp_linear":
+        for k, v in r.items():
+            if k.startswith("tp") and k != "tp1":
+                print(f"{r['model']} tensor parallel {k}: rank 0 {v['median_ms']:.2f} ms vs unsharded "
+                      f"{r['tp1']['median_ms']:.2f} ms, ratio {v['ratio']:.2f} (paired {v['paired_ratio']:.2f}); "
+                      f"{v['pairs']} linear pairs, {v['collectives']} all_reduce ({v['comm_bytes']:,} B)")
     elif name == "dlrm_plans":
         for n, info in r.items():
             if not n.endswith("_ranks"):

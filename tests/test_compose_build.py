@@ -53,7 +53,7 @@ def test_segment_inputs_from_outside_are_synthesized(tmp_path, cache_dir):
     assert bench.meta["segments"][0]["external_inputs"] >= 3
 
 
-@pytest.mark.parametrize("example", ["mlp_batch2", "transformer_layer_x4", "dlrm_greedy_4ranks"])
+@pytest.mark.parametrize("example", ["mlp_batch2", "transformer_layer_x4", "dlrm_greedy_4ranks", "mlp_tp2"])
 def test_examples_load_validate_and_match_replay_rule(tmp_path, cache_dir, example):
     p = EXAMPLES / f"{example}.json"
     spec = load_spec(p)
@@ -67,7 +67,7 @@ def test_examples_load_validate_and_match_replay_rule(tmp_path, cache_dir, examp
     res = export(bench, tmp_path / example)
     assert (tmp_path / example / "spec.json").exists() and (tmp_path / example / "README.md").exists()
     assert "mystique replay" in (tmp_path / example / "README.md").read_text()
-    n_ranks = {"dlrm_greedy_4ranks": 4}.get(example, 1)
+    n_ranks = {"dlrm_greedy_4ranks": 4, "mlp_tp2": 2}.get(example, 1)
     assert len(res["ranks"]) == n_ranks
     for r, path in res["ranks"].items():
         doc = json.loads(Path(path).read_text())

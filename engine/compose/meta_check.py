@@ -62,7 +62,7 @@ def _meta(shape, strides, dtype) -> torch.Tensor:
 
 
 class _Runner:
-    def __init__(self, scale: float, batch: int | None, seeds: set, mutate: bool):
+    def __init__(self, scale: float, batch: int | None, seeds: dict, mutate: bool):
         self.s, self.batch, self.seeds, self.mutate = scale, batch, seeds, mutate
         self.env: dict[tuple, torch.Tensor] = {}
         self.inner: dict = {}            # key -> first node id producing it (not replayed)
@@ -71,12 +71,18 @@ class _Runner:
         self.from_replay: set = set()   # keys whose meta tensor a replayed op made (children never override)
         self.is_replay = True
         self.S: set[int] = {batch} if batch else set()
+        self.label = f"batch scale {scale:g}"  # names the transform in error messages
+        self.by_storage: dict[int, tuple] = {}  # storage id -> latest (meta tensor, recorded shape)
         self.report = MetaReport()
+
+    def put(self, key: tuple, t: torch.Tensor, rec: list) -> None:
+        self.env[key] = (t, rec)
+        self.by_storage[key[1]] = (t, rec)
 
     def scaled(self, d: int, node) -> int:
         v = d * self.s
         if abs(v - round(v)) > 1e-9:
-            raise TraceError(f"batch scale {self.s:g} breaks shape at node {node['id']} ({node['name']}): "
+            raise TraceError(f"{self.label} breaks shape at node {node['id']} ({node['name']}): "
                              f"dim {d} x {self.s:g} = {v:g} is not an integer")
         return int(round(v))
 
@@ -92,7 +98,13 @@ class _Runner:
             return t
         st = get_slot(io, "strides", arg, sub) if io.get("strides") else None
         if key in self.seeds and shp:
-            shp = [self.scaled(shp[0], node)] + shp[1:]
+            d = self.seeds[key]
+            shp = shp[:d] + [self.scaled(shp[d], node)] + shp[d + 1:]
+            st = None
+        elif self.s != 1.0 and shp and v[1] in self.by_storage and self.by_storage[v[1]][1] == shp:
+            # an alias never made by an op (a tensor autograd saved): same storage and recorded
+            # shape as a tensor already made, so it has that tensor's new shape
+            shp = list(self.by_storage[v[1]][0].shape)
             st = None
         elif (self.inner.get(key, 1 << 62) < node["id"] or self.inner_storages.get(v[1], 1 << 62) < node["id"]) \
                 and v[1] not in self.params and shp and self.s != 1.0:
@@ -101,7 +113,7 @@ class _Runner:
             shp = self.value_rule(shp, node)
             st = None
         t = _meta(shp, st, _dtype(slot_type(io, arg, sub)))
-        self.env[key] = (t, list(get_slot(io, "shapes", arg, sub) or []))
+        self.put(key, t, list(get_slot(io, "shapes", arg, sub) or []))
         if self.mutate and list(t.shape) != list(get_slot(io, "shapes", arg, sub) or []):
             self._write(io, arg, sub, t)
         return t
@@ -163,12 +175,16 @@ def _run(res, node, ins, types, tensors, sizes_at=None, sizes=None):
 
 
 def propagate(nodes: list[dict], replay_ids, *, scale: float = 1.0, batch: int | None = None,
-              seeds: set | None = None, mutate: bool = False, strict: bool = True,
-              params: set | None = None) -> MetaReport:
-    """Run the replayed nodes on meta tensors (module docstring); returns a MetaReport."""
+              seeds: set | dict | None = None, mutate: bool = False, strict: bool = True,
+              params: set | None = None, label: str | None = None) -> MetaReport:
+    """Run the replayed nodes on meta tensors (module docstring); returns a MetaReport.
+
+    `seeds`: tensor keys (tensor_id, storage_id) whose dim 0 is scaled, or a dict key -> the dim
+    to scale (tensor-parallel splits a weight's output or input dim)."""
     from engine.replay.dispatch import DispatchError, resolve
 
-    run = _Runner(scale, batch, set(seeds or ()), mutate)
+    run = _Runner(scale, batch, dict(seeds) if isinstance(seeds, dict) else dict.fromkeys(seeds or (), 0), mutate)
+    run.label = label or run.label
     run.params = set(params or ())
     rep = run.report
     want = set(int(i) for i in replay_ids)
@@ -190,6 +206,11 @@ def propagate(nodes: list[dict], replay_ids, *, scale: float = 1.0, batch: int |
             continue
         is_replay = node["id"] in want
         ins, outs = node.get("inputs") or {}, node.get("outputs") or {}
+        if not is_replay and node["name"] == "aten::as_strided" and all(
+                (v[0], v[1]) in run.env for io, _, _, _, v in _tensors_of(node) if io == "out" and is_defined(v)):
+            # the view op above it (t, transpose, expand, ...) already made this tensor with the
+            # new shape; its recorded sizes/strides would undo a rewritten weight or batch dim
+            continue
         types = list(ins.get("types", []))
         name = node["name"]
         schema = ""
@@ -246,7 +267,7 @@ def propagate(nodes: list[dict], replay_ids, *, scale: float = 1.0, batch: int |
                     _fallback(run, node, outs, f"{name}: {str(err).splitlines()[0][:100]}", count=False)
                     continue
                 if out is None:
-                    raise TraceError(f"batch scale {scale:g} breaks shape at node {node['id']} ({name}): no batch "
+                    raise TraceError(f"{run.label} breaks shape at node {node['id']} ({name}): no batch "
                                      f"dim in size {ins['values'][size_arg]} fits: {str(err).splitlines()[0][:160]}")
             else:
                 out = _run(res, node, ins, types, tensors)
@@ -261,7 +282,7 @@ def propagate(nodes: list[dict], replay_ids, *, scale: float = 1.0, batch: int |
             msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
             if scale != 1.0 and changed and strict and is_replay and "meta" not in msg.lower() \
                     and "data-dependent" not in msg:
-                raise TraceError(f"batch scale {scale:g} breaks shape at node {node['id']} ({name}): {msg}") from None
+                raise TraceError(f"{run.label} breaks shape at node {node['id']} ({name}): {msg}") from None
             _fallback(run, node, outs, f"{name}: {msg[:100]}", count=is_replay)
             continue
         rep.checked += int(is_replay)
@@ -320,7 +341,7 @@ def _bind_outputs(run: _Runner, node, res, outs, out) -> None:
         if run.is_replay:
             run.from_replay.add(key)
         if not isinstance(t, torch.Tensor):
-            run.env[(v[0], v[1])] = (_meta(rec, None, _dtype(slot_type(outs, arg, sub))), rec)
+            run.put((v[0], v[1]), _meta(rec, None, _dtype(slot_type(outs, arg, sub))), rec)
             continue
         got = list(t.shape)
         if got != rec and (rec == [0] or got == [0] or (arg > 0 and base in _AUX_OUTPUT_OPS)):
@@ -330,7 +351,7 @@ def _bind_outputs(run: _Runner, node, res, outs, out) -> None:
             got = list(t.shape)
             if run.mutate and got != rec:
                 run._write(outs, arg, sub, t)
-            run.env[(v[0], v[1])] = (t, rec)
+            run.put((v[0], v[1]), t, rec)
             continue
         if got != rec:
             ok = len(got) == len(rec) and all(g == d or (run.s != 1.0 and abs(g - d * run.s) < 1e-9)
@@ -340,13 +361,13 @@ def _bind_outputs(run: _Runner, node, res, outs, out) -> None:
             if not ok:
                 msg = f"node {node['id']} ({node['name']}): output {arg} recorded {rec}, meta {got}"
                 if run.s != 1.0:
-                    raise TraceError(f"batch scale {run.s:g} breaks shape at {msg}")
+                    raise TraceError(f"{run.label} breaks shape at {msg}")
                 run.report.mismatches.append(msg)
             else:
                 run.S.update(d for g, d in zip(got, rec) if g != d and abs(g - d * run.s) < 1e-9)
                 if run.mutate:
                     run._write(outs, arg, sub, t)
-        run.env[(v[0], v[1])] = (t, rec)
+        run.put((v[0], v[1]), t, rec)
 
 
 def _fallback(run: _Runner, node, outs, why: str, count: bool = True) -> None:
@@ -368,7 +389,7 @@ def _fallback(run: _Runner, node, outs, why: str, count: bool = True) -> None:
         t = _meta(shp, None, _dtype(slot_type(outs, arg, sub)))
         if run.mutate and shp != rec:
             run._write(outs, arg, sub, t)
-        run.env[(v[0], v[1])] = (t, rec)
+        run.put((v[0], v[1]), t, rec)
 
 
 __all__ = ["propagate", "MetaReport", "SIZE_ARG_OPS"]

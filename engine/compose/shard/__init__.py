@@ -1,4 +1,5 @@
-"""Sharding a composed benchmark across ranks: embedding tables (`embedding`), data parallel (`dp`)."""
+"""Sharding a composed benchmark across ranks: embedding tables (`embedding`), data parallel (`dp`),
+tensor-parallel linear layers (`tp`)."""
 from __future__ import annotations
 
 from engine.errors import TraceError
@@ -14,5 +15,9 @@ def apply_sharding(bench, traces, paths, progress=None) -> None:
         from engine.compose.shard.dp import shard_dp
 
         shard_dp(bench)
+    elif kind == "tp":
+        from engine.compose.shard.tp import shard_tp
+
+        shard_tp(bench)
     else:
-        raise TraceError("tensor-parallel sharding ('tp') is not implemented yet")
+        raise TraceError(f"unknown sharding kind {kind!r}")

@@ -36,6 +36,35 @@ def buckets(param_bytes: list[tuple[int, int, str]], cap: int = BUCKET_CAP_BYTES
     return out
 
 
+def allreduce_node(node_id: int, ids: list[int], shape: list[int], itemsize: int, et_dtype: str,
+                   pg_size: int, **extra: int) -> dict:
+    """A `c10d::allreduce_` ET node over one tensor (`ids` = [tensor_id, storage_id]) of `shape`,
+    with comm_type / pg_size / comm_bytes attributes (and `extra` int attributes) for the
+    distributed replay and for simulators that read them (chakra)."""
+    numel = 1
+    for d in shape:
+        numel *= int(d)
+    ts = f"Tensor({et_dtype})"
+    strides = [1] * len(shape)
+    for k in range(len(shape) - 2, -1, -1):
+        strides[k] = strides[k + 1] * int(shape[k + 1])
+    t = [ids[0], ids[1], 0, numel, itemsize, "cpu"]
+    node = {"id": node_id, "name": "c10d::allreduce_", "ctrl_deps": -1,
+            "inputs": {"values": [[t], "default_pg", 0, "<None>", 1800000],
+                       "shapes": [[list(shape)], [], [], [], []],
+                       "types": [f"GenericList[{ts}]", "String", "Int", "None", "Int"],
+                       "strides": [[strides], [], [], [], []]},
+            "outputs": {"values": [[t]], "shapes": [[list(shape)]], "types": [f"GenericList[{ts}]"],
+                        "strides": [[strides]]},
+            "attrs": make_attrs(op_schema=ALLREDUCE_SCHEMA)}
+    set_attr(node, "comm_type", "all_reduce", "string")
+    set_attr(node, "pg_size", pg_size, "int64")
+    set_attr(node, "comm_bytes", numel * itemsize, "int64")
+    for k, v in extra.items():
+        set_attr(node, k, v, "int64")
+    return node
+
+
 def renumber(nodes: list[dict], replay_ids: list[int]) -> tuple[list[dict], list[int]]:
     """Sequential ids in list order (the replay order), parents and replay ids remapped."""
     new = {n["id"]: k + 1 for k, n in enumerate(nodes)}
@@ -73,22 +102,8 @@ def shard_dp(bench) -> dict:
     label = label_node(-1, 1, "## DDP gradient all_reduce ##")
     new_nodes.append(label)
     for i, b in enumerate(bks):
-        numel = sum(p[0] for p in b)
-        itemsize = b[0][1]
-        ts = f"Tensor({b[0][2]})"
-        t = [tid + 2 * i, tid + 2 * i + 1, 0, numel, itemsize, "cpu"]
-        node = {"id": -2 - i, "name": "c10d::allreduce_", "ctrl_deps": -1,
-                "inputs": {"values": [[t], "default_pg", 0, "<None>", 1800000],
-                           "shapes": [[[numel]], [], [], [], []],
-                           "types": [f"GenericList[{ts}]", "String", "Int", "None", "Int"],
-                           "strides": [[[1]], [], [], [], []]},
-                "outputs": {"values": [[t]], "shapes": [[[numel]]], "types": [f"GenericList[{ts}]"],
-                            "strides": [[[1]]]},
-                "attrs": make_attrs(op_schema=ALLREDUCE_SCHEMA)}
-        set_attr(node, "comm_type", "all_reduce", "string")
-        set_attr(node, "pg_size", n, "int64")
-        set_attr(node, "comm_bytes", numel * itemsize, "int64")
-        set_attr(node, "bucket", i, "int64")
+        node = allreduce_node(-2 - i, [tid + 2 * i, tid + 2 * i + 1], [sum(p[0] for p in b)], b[0][1],
+                              b[0][2], n, bucket=i)
         new_nodes.append(node)
         new_ids.append(node["id"])
     merged = nodes[:last_bwd + 1] + new_nodes + nodes[last_bwd + 1:]
@@ -103,4 +118,4 @@ def shard_dp(bench) -> dict:
     return info
 
 
-__all__ = ["shard_dp", "buckets", "renumber"]
+__all__ = ["shard_dp", "buckets", "renumber", "allreduce_node"]

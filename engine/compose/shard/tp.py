@@ -1,0 +1,212 @@
+"""Tensor-parallel (Megatron-style) splitting of linear layers across N ranks.
+
+Why pairs: Megatron-LM splits an MLP's first linear by output features (column parallel) and the
+second by input features (row parallel), so the activation between them stays sharded and one
+all_reduce per pair and direction suffices: after the row-parallel forward matmul (partial sums
+of the output) and after the column-parallel layer's input-gradient matmul in backward. Linears
+pair when the second reads the first's output through elementwise ops only (an MLP block:
+d -> 4d -> act -> d); layers that do not pair (attention projections, the classifier) stay
+replicated.
+
+How shapes follow: the weights, biases and their optimizer state are the seeds of the same
+meta-tensor propagation that batch scaling uses (`engine.compose.meta_check`), with the split
+dim per tensor, so every activation, gradient and optimizer op gets its per-rank shape and a
+model that cannot be split this way is refused at compose time, naming the node.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+from engine.compose.meta_check import propagate
+from engine.compose.nodes import get_slot, is_defined, tensors_of
+from engine.compose.shard.dp import allreduce_node, renumber
+from engine.compose.transforms.scale import prune_to_replay
+from engine.errors import TraceError
+
+_LINEAR_OPS = ("aten::linear",)
+_ELEMENTWISE = frozenset(f"aten::{x}" for x in (
+    "relu", "relu_", "gelu", "silu", "silu_", "tanh", "sigmoid", "dropout", "native_dropout", "clone",
+    "contiguous", "leaky_relu", "elu", "hardswish", "mish"))
+_ET_DTYPE = {"float32": "float", "bfloat16": "c10::BFloat16", "float16": "c10::Half", "float64": "double"}
+
+
+@dataclass(kw_only=True, slots=True)
+class Linear:
+    node_id: int
+    weight: tuple[int, int]            # (tensor_id, storage_id)
+    bias: tuple[int, int] | None
+    shape: tuple[int, int]             # (out_features, in_features)
+    input_shape: list[int]
+    input: tuple[int, int]
+    output: tuple[int, int] | None
+
+
+def _linears(nodes: list[dict], replay: set[int], params: set[int]) -> list[Linear]:
+    out = []
+    for n in nodes:
+        if n["id"] not in replay or n.get("_phase") != "forward" or n["name"] not in _LINEAR_OPS:
+            continue
+        ins = {arg: (v, get_slot(n["inputs"], "shapes", arg, None)) for io, _, arg, sub, v in tensors_of(n)
+               if io == "in" and sub is None and is_defined(v)}
+        w = ins.get(1)
+        if not w or w[0][1] not in params or len(w[1]) != 2 or 0 not in ins:
+            continue
+        b = ins.get(2)
+        outs = [v for io, _, _, sub, v in tensors_of(n) if io == "out" and sub is None and is_defined(v)]
+        out.append(Linear(node_id=n["id"], weight=(w[0][0], w[0][1]),
+                          bias=(b[0][0], b[0][1]) if b and b[0][1] in params else None,
+                          shape=(int(w[1][0]), int(w[1][1])), input_shape=list(ins[0][1]),
+                          input=(ins[0][0][0], ins[0][0][1]), output=(outs[0][0], outs[0][1]) if outs else None))
+    return out
+
+
+def _producers(nodes: list[dict], replay: set[int]) -> dict[tuple, dict]:
+    """Tensor key -> the replayed op that made it (the latest one, in replay order)."""
+    made = {}
+    for n in nodes:
+        if n["id"] in replay:
+            for io, _, _, sub, v in tensors_of(n):
+                if io == "out" and sub is None and is_defined(v):
+                    made[(v[0], v[1])] = n
+    return made
+
+
+def _pairs(linears: list[Linear], made: dict[tuple, dict]) -> list[tuple[Linear, Linear]]:
+    """(column, row) pairs: the row linear reads the column linear's output through elementwise
+    ops only (an MLP block's activation), so the hidden activation can stay split. A path through
+    a residual add or a norm would mix split and whole tensors and does not pair."""
+    pairs, used = [], set()
+    by_output = {lin.output: lin for lin in linears if lin.output is not None}
+    for row in linears:
+        key, hops = row.input, 0
+        while key not in by_output and key in made and hops < 8:
+            prod = made[key]
+            if prod["name"] not in _ELEMENTWISE:
+                break
+            ins = [v for io, _, arg, sub, v in tensors_of(prod) if io == "in" and arg == 0 and sub is None]
+            if not ins:
+                break
+            key, hops = (ins[0][0], ins[0][1]), hops + 1
+        col = by_output.get(key)
+        if col is not None and col is not row and col.node_id not in used and row.node_id not in used \
+                and row.shape[1] == col.shape[0]:
+            pairs.append((col, row))
+            used |= {col.node_id, row.node_id}
+    return sorted(pairs, key=lambda p: p[0].node_id)
+
+
+def _optimizer_state(nodes: list[dict], replay: set[int], seeds: dict) -> None:
+    """Optimizer state (momentum, exp_avg, ...) splits like its parameter: foreach optimizers pass
+    state lists in parameter order, so a list of the parameter list's length and shapes maps
+    position by position to the parameter list of the same op or of another op."""
+    lists: list[list[tuple]] = []
+    for n in nodes:
+        if n["id"] not in replay or n.get("_phase") != "optimizer":
+            continue
+        by_arg: dict[int, list] = {}
+        for io, _, arg, sub, v in tensors_of(n):
+            if io == "in" and sub is not None and is_defined(v):
+                by_arg.setdefault(arg, []).append(((v[0], v[1]), get_slot(n["inputs"], "shapes", arg, sub)))
+        lists.extend(by_arg.values())
+    params = [lst for lst in lists if any(k in seeds for k, _ in lst)]
+    if not params:
+        return
+    ref = max(params, key=lambda lst: sum(k in seeds for k, _ in lst))
+    for lst in lists:
+        if len(lst) == len(ref) and all(s == rs for (_, s), (_, rs) in zip(lst, ref)):
+            for (k, _), (rk, _) in zip(lst, ref):
+                if rk in seeds and k not in seeds:
+                    seeds[k] = seeds[rk]
+
+
+def _grad_input_mm(nodes: list[dict], replay: set[int], col: Linear) -> dict | None:
+    """The backward matmul that makes the column-parallel layer's input gradient: it reads the
+    layer's weight storage and outputs the layer input's shape."""
+    for n in nodes:
+        if n["id"] not in replay or n.get("_phase") != "backward" or n["name"] not in ("aten::mm", "aten::matmul"):
+            continue
+        reads_w = any(io == "in" and is_defined(v) and v[1] == col.weight[1] for io, _, _, _, v in tensors_of(n))
+        out_shapes = [get_slot(n["outputs"], "shapes", arg, None) for io, _, arg, sub, v in tensors_of(n)
+                      if io == "out" and sub is None]
+        # the matmul may run on the input flattened to 2-D ([B*T, in] for a [B, T, in] input)
+        if reads_w and out_shapes and out_shapes[0] and out_shapes[0][-1] == col.shape[1] \
+                and _numel(out_shapes[0]) == _numel(col.input_shape):
+            return n
+    return None
+
+
+def shard_tp(bench) -> dict:
+    """Split bench.ranks[0] into N identical tensor-parallel ranks (module docstring)."""
+    n = int(bench.spec.sharding.degree)
+    nodes = bench.ranks[0]
+    replay = set(bench.replay_ids[0])
+    params = set(bench.meta.get("_param_storages", ()))
+    pairs = _pairs(_linears(nodes, replay, params), _producers(nodes, replay))
+    if not pairs:
+        raise TraceError("tp sharding found no pair of consecutive linear layers (d -> h -> d) to split")
+    seeds: dict[tuple[int, int], int] = {}
+    for col, row in pairs:
+        for lin, dim in ((col, 0), (row, 1)):
+            if lin.shape[dim] % n:
+                raise TraceError(f"tp degree {n} does not divide the {'output' if dim == 0 else 'input'} features "
+                                 f"({lin.shape[dim]}) of linear node {lin.node_id}")
+        seeds[col.weight] = 0
+        if col.bias is not None:
+            seeds[col.bias] = 0
+        seeds[row.weight] = 1
+    _optimizer_state(nodes, replay, seeds)
+    rep = propagate(nodes, bench.replay_ids[0], scale=1.0 / n, seeds=seeds, mutate=True, params=params,
+                    label=f"tp degree {n}")
+    nodes = prune_to_replay(nodes, bench.replay_ids[0])
+    by_id = {nd["id"]: nd for nd in nodes}
+    tid = max(max(v[0], v[1]) for nd in nodes for _, _, _, _, v in tensors_of(nd) if is_defined(v)) + 1
+    inserts: dict[int, dict] = {}  # after node id -> all_reduce node
+    comms = []
+    for k, (col, row) in enumerate(pairs):
+        sites = [("forward", by_id[row.node_id], [*row.input_shape[:-1], row.shape[0]])]
+        mm = _grad_input_mm(nodes, replay, col)
+        if mm is not None:
+            sites.append(("backward", mm, list(next(get_slot(mm["outputs"], "shapes", arg, None)
+                                                     for io, _, arg, sub, _ in tensors_of(mm)
+                                                     if io == "out" and sub is None))))
+        for phase, after, shape in sites:
+            v = next(v for io, _, _, sub, v in tensors_of(after) if io == "out" and sub is None)
+            dtype = next((t for t in after["outputs"]["types"] if isinstance(t, str) and t.startswith("Tensor")),
+                         "Tensor(float)")[7:-1]
+            node = allreduce_node(-2 - len(comms), [tid, tid + 1], shape, int(v[4]), _ET_DTYPE.get(dtype, dtype), n,
+                                  pair=k)
+            node["ctrl_deps"] = after["ctrl_deps"]  # a sibling of the op whose partial sums it reduces
+            tid += 2
+            inserts[after["id"]] = node
+            comms.append({"after_node": after["id"], "phase": phase, "pair": k, "shape": shape,
+                          "bytes": _bytes(shape, int(v[4]))})
+    merged = []
+    for nd in nodes:
+        merged.append(nd)
+        if nd["id"] in inserts:
+            merged.append(inserts[nd["id"]])
+    merged, rids = renumber(merged, sorted(replay & {nd["id"] for nd in nodes}) + [c["id"] for c in inserts.values()])
+    bench.ranks = {r: (merged if r == 0 else copy.deepcopy(merged)) for r in range(n)}
+    bench.replay_ids = {r: list(rids) for r in range(n)}
+    info = {"kind": "tp", "degree": n,
+            "pairs": [{"column": {"node": c.node_id, "weight": list(c.shape), "split": "out_features"},
+                       "row": {"node": r.node_id, "weight": list(r.shape), "split": "in_features"}}
+                      for c, r in pairs],
+            "collectives": comms, "meta_check": rep.to_dict()}
+    bench.meta["sharding"] = info
+    return info
+
+
+def _numel(shape: list[int]) -> int:
+    numel = 1
+    for d in shape:
+        numel *= int(d)
+    return numel
+
+
+def _bytes(shape: list[int], itemsize: int) -> int:
+    return _numel(shape) * itemsize
+
+
+__all__ = ["shard_tp"]

@@ -1,0 +1,90 @@
+"""Tensor-parallel splitting of linear layers (Megatron column/row pairs) on the real samples."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+import engine.trace as et
+from engine.cli.main import main as cli
+from engine.compose import compose, export, spec_from_dict, validate_et
+from engine.errors import TraceError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _src(model: str) -> Path:
+    p = ROOT / "sample_traces" / model / f"{model}_et.json.gz"
+    if not p.exists():
+        pytest.skip(f"sample trace {p} missing (regenerate with `mystique capture --all-samples`)")
+    return p
+
+
+def _tp(model: str, n: int):
+    return compose(spec_from_dict({"sources": [str(_src(model))], "segments": [{"selection": {}}],
+                                   "sharding": {"kind": "tp", "degree": n}}))
+
+
+def _linear_weights(path: Path) -> list[tuple]:
+    t = et.load(path, use_cache=False)
+    ids = t.ops.loc[t.ops["name"].astype(str) == "aten::linear", "id"]
+    w = t.tensors[t.tensors["op_id"].isin(ids) & (t.tensors["io"].astype(str) == "in") & (t.tensors["arg"] == 1)]
+    return [tuple(s) for s in w.sort_values("op_id")["shape"]]
+
+
+def test_mlp_pairs_split_weights_and_insert_allreduces(tmp_path, cache_dir):
+    bench = _tp("mlp", 2)
+    sh = bench.meta["sharding"]
+    # 512 -> 1024 -> relu -> 1024 | 1024 -> relu -> 1024 -> 512: two column/row pairs
+    assert [(p["column"]["weight"], p["row"]["weight"]) for p in sh["pairs"]] == \
+        [([1024, 512], [1024, 1024]), ([1024, 1024], [512, 1024])]
+    # forward: after each row-parallel linear; backward: after the input-gradient matmul of the
+    # second column layer (the first layer's input needs no gradient)
+    assert [(c["phase"], c["shape"]) for c in sh["collectives"]] == \
+        [("forward", [256, 1024]), ("forward", [256, 512]), ("backward", [256, 1024])]
+    assert sh["meta_check"]["unchecked"] == 0 and not sh["meta_check"]["mismatches"]
+    res = export(bench, tmp_path / "tp2")
+    assert sorted(int(r) for r in res["ranks"]) == [0, 1]
+    for r, p in res["ranks"].items():
+        assert validate_et(p)["problems"] == []
+        assert _linear_weights(Path(p)) == [(512, 512), (1024, 512), (512, 1024), (512, 512)]
+        t = et.load(p, use_cache=False)
+        ar = t.ops[t.ops["name"].astype(str) == "c10d::allreduce_"]
+        assert len(ar) == 3
+    assert _linear_weights(_src("mlp")) == [(1024, 512), (1024, 1024), (1024, 1024), (512, 1024)]
+
+
+def test_transformer_splits_only_the_mlp_blocks(cache_dir):
+    bench = _tp("transformer", 2)
+    sh = bench.meta["sharding"]
+    assert len(sh["pairs"]) == 2  # fc1 -> gelu -> fc2 in each block; attention and the head stay whole
+    assert all(p["column"]["weight"] == [1024, 256] and p["row"]["weight"] == [256, 1024] for p in sh["pairs"])
+    assert [c["phase"] for c in sh["collectives"]].count("backward") == 2
+    nodes = bench.ranks[0]
+    qkv = [n for n in nodes if n["name"] == "aten::linear" and n["inputs"]["shapes"][1] == [768, 256]]
+    assert len(qkv) == 2  # replicated, untouched
+
+
+def test_degree_must_divide_and_models_without_pairs_are_refused(tmp_path, capsys, cache_dir):
+    with pytest.raises(TraceError, match="does not divide"):
+        _tp("mlp", 3)
+    with pytest.raises(TraceError, match="no pair of consecutive linear layers"):
+        _tp("cnn", 2)
+    spec = tmp_path / "cnn_tp.json"
+    spec.write_text(json.dumps({"version": 1, "sources": [str(_src("cnn"))], "segments": [{"selection": {}}],
+                                "sharding": {"kind": "tp", "degree": 2}}))
+    assert cli(["compose", str(spec), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no pair of consecutive linear layers" in err[0]
+
+
+def test_rank_compute_scales_with_the_degree(tmp_path, cache_dir):
+    """Replayed rank-0 compute of the split MLP: about 1/N of the whole (linears dominate)."""
+    spec = importlib.util.spec_from_file_location("compose_scaling", ROOT / "benchmarks" / "compose_scaling.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    r = mod.tp_linear("mlp", degrees=(2,), rounds=5, tmp=tmp_path)
+    assert r["tp2"]["skipped"] == 3  # the three all_reduce: collectives in a single-process replay
+    assert 0.35 <= r["tp2"]["paired_ratio"] <= 0.75, r

@@ -1,5 +1,6 @@
 """Replay page: run a trace, the current selection or a composed benchmark on CPU/GPU."""
 import time
+import tempfile
 from pathlib import Path
 
 import orjson
@@ -75,8 +76,11 @@ if st.button("Run replay", type="primary", key="run_replay"):
                     bar.progress(min(1.0, max(0.0, fraction)), text=message[:120])
 
                 t0 = time.perf_counter()
-                out = state.results_dir() / f"{trace.content_hash[:12]}_{time.strftime('%Y%m%d-%H%M%S')}_{device.replace(':', '')}"
-                out.mkdir(parents=True, exist_ok=True)
+                # a fresh folder per run: two replays within one second must not share (and
+                # overwrite) one result folder
+                state.results_dir().mkdir(parents=True, exist_ok=True)
+                out = Path(tempfile.mkdtemp(dir=state.results_dir(), prefix=f"{trace.content_hash[:12]}_"
+                                            f"{time.strftime('%Y%m%d-%H%M%S')}_{device.replace(':', '')}_"))
                 config = ReplayConfig(device=device, warmup=warmup, iters=iters, mode=mode, host_gaps=host_gaps,
                                       profile=True, out_dir=out)
                 result = replay(replay_trace, config=config, op_ids=op_ids, progress=cb)

@@ -251,6 +251,7 @@ def test_compose_replay_compare_flow(app):
     assert not at.error, [e.value for e in at.error]
     runs = at.session_state["replays"]
     assert len(runs) == 2 and runs[1]["target"] == composed
+    assert runs[0]["path"] != runs[1]["path"]  # two runs in one second once shared a folder
     assert {m.label: m.value for m in at.metric}["ops replayed"].endswith(f"/ {3 * n_replay}")
 
     at = _page(at, "compare")

@@ -25,6 +25,8 @@ except ImportError:  # pragma: no cover - exercised only where msgspec is absent
     msgspec = None
 
 _HEAD = 4096  # bytes looked at to decide whether a document can be a chakra ET at all
+_INT = frozenset((int,))
+_STR_OR_NONE = frozenset((str, type(None)))
 
 if msgspec is not None:
     class _Attr(msgspec.Struct, gc=False):
@@ -124,19 +126,20 @@ def attr_columns(attr_lists: list, scalar_names: tuple[str, ...], std_names: fro
             j = pos.get(col)
             if j is not None:
                 vals = [r[j] for r in rows]
-                if not all(type(v) is int for v in vals):
+                if not set(map(type, vals)) <= _INT:  # bool, float, str, None: the general path decides
                     return None
                 scal[col][idx] = vals
         j = pos.get("op_schema")
         if j is not None:
-            for i, r in zip(idx, rows):
-                v = r[j]
-                if v is not None and type(v) is not str:
-                    return None
+            vals = [r[j] for r in rows]
+            if not set(map(type, vals)) <= _STR_OR_NONE:
+                return None
+            for i, v in zip(idx, vals):
                 schemas[i] = v or ""
         special = not pos.keys() <= std_names
         kb, kf = pos.get("kernel_backend"), pos.get("kernel_file")
-        for i, r in zip(idx, rows):
-            if special or (kb is not None and r[kb]) or (kf is not None and r[kf]):
-                extra[i] = extra_json(dict(zip(names, r)))
+        if special or kb is not None or kf is not None:
+            for i, r in zip(idx, rows):
+                if special or (kb is not None and r[kb]) or (kf is not None and r[kf]):
+                    extra[i] = extra_json(dict(zip(names, r)))
     return scal, schemas, extra

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import orjson
+from engine import jsonio
 
 from engine.errors import TraceError
 from engine.metrics.sampler import MetricsSampler
@@ -313,7 +313,7 @@ class CaptureSession:
             "modules": self._labels.classes if self._labels is not None else {},
             **environment(c.device),
         }
-        meta_path.write_bytes(orjson.dumps(meta, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+        meta_path.write_bytes(jsonio.dumps(meta, option=jsonio.OPT_INDENT_2 | jsonio.OPT_SERIALIZE_NUMPY))
         report(self.progress, 1.0, "done")
         return CaptureResult(et_path=et_path, kineto_path=kineto_path, meta_path=meta_path,
                              step_ms=list(self._step_ms), median_ms=median, meta=meta)
@@ -383,8 +383,8 @@ def read_meta(path: str | os.PathLike) -> dict[str, Any]:
             raise TraceError(f"expected exactly one *_meta.json in the folder, found {len(metas)}", p)
         p = metas[0]
     try:
-        meta = orjson.loads(p.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
+        meta = jsonio.loads(p.read_bytes())
+    except (OSError, jsonio.JSONDecodeError) as exc:
         raise TraceError(f"cannot read capture metadata: {exc}", p) from None
     if not isinstance(meta, dict) or "step_ms" not in meta or "files" not in meta:
         raise TraceError("not a mystique capture meta file (no step_ms/files)", p)

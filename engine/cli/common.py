@@ -5,14 +5,14 @@ import contextlib
 import sys
 from typing import Any, Iterator
 
-import orjson
+from engine import jsonio
 
 from engine.progress import Progress
 
 
 def print_json(obj: Any) -> None:
-    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
-                                  | orjson.OPT_NON_STR_KEYS, default=_default).decode() + "\n")
+    sys.stdout.write(jsonio.dumps(obj, option=jsonio.OPT_INDENT_2 | jsonio.OPT_SERIALIZE_NUMPY
+                                  | jsonio.OPT_NON_STR_KEYS, default=_default).decode() + "\n")
 
 
 def _default(obj: Any) -> Any:

@@ -48,25 +48,25 @@ def _name_of(path: Path) -> str:
 
 def _meta_for(et: Path) -> dict:
     """The capture meta next to an ET (`<name>_meta.json`), or {}."""
-    import orjson
+    from engine import jsonio
 
     name = _name_of(et)
     for cand in (et.parent / f"{name}_meta.json", et.parent / "meta.json"):
         if cand.is_file():
             try:
-                return orjson.loads(cand.read_bytes())
-            except orjson.JSONDecodeError:
+                return jsonio.loads(cand.read_bytes())
+            except jsonio.JSONDecodeError:
                 raise TraceError("capture meta is not valid JSON", cand) from None
     return {}
 
 
 def _spec_meta(spec: Path) -> dict:
     """Thread count of the capture a composed benchmark came from (its first source's meta)."""
-    import orjson
+    from engine import jsonio
 
     try:
-        doc = orjson.loads(spec.read_bytes())
-    except (OSError, orjson.JSONDecodeError):
+        doc = jsonio.loads(spec.read_bytes())
+    except (OSError, jsonio.JSONDecodeError):
         raise TraceError("benchmark spec is not valid JSON", spec) from None
     for src in (doc.get("sources") or [])[:1] if isinstance(doc, dict) else []:
         src_path = Path(str(src))

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-import orjson
+from engine import jsonio
 
 from engine.errors import TraceError
 from engine.progress import Progress
@@ -42,8 +42,8 @@ def load_replay_json(path: str | os.PathLike) -> dict[str, Any] | None:
     if not (f.is_file() and f.name.endswith("replay.json")):
         return None
     try:
-        data = orjson.loads(f.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
+        data = jsonio.loads(f.read_bytes())
+    except (OSError, jsonio.JSONDecodeError) as exc:
         raise TraceError(f"cannot read replay result: {exc}", f) from None
     validate_replay(data, str(f))
     return data

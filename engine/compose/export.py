@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import orjson
+from engine import jsonio
 
 from engine.compose.nodes import is_defined, tensors_of
 from engine.progress import Progress, report
@@ -68,16 +68,16 @@ def export(bench, out_dir: str | os.PathLike, progress: Progress | None = None, 
     out.mkdir(parents=True, exist_ok=True)
     spec = bench.spec.to_dict()
     spec["sources"] = [str(p) for p in bench.spec.source_paths()]
-    (out / "spec.json").write_bytes(orjson.dumps(spec, option=orjson.OPT_INDENT_2))
+    (out / "spec.json").write_bytes(jsonio.dumps(spec, option=jsonio.OPT_INDENT_2))
     paths = {}
     for k, r in enumerate(sorted(bench.ranks)):
         report(progress, k / max(bench.world_size, 1), f"writing rank {r}")
         p = out / f"rank_{r}.et.json"
-        p.write_bytes(orjson.dumps(bench.et_doc(r)))
+        p.write_bytes(jsonio.dumps(bench.et_doc(r)))
         paths[r] = str(p)
     summary = bench.summary()
     summary["paths"] = {str(r): p for r, p in paths.items()}
-    (out / "benchmark.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+    (out / "benchmark.json").write_bytes(jsonio.dumps(summary, option=jsonio.OPT_INDENT_2 | jsonio.OPT_NON_STR_KEYS))
     (out / "README.md").write_text(_README.format(name=bench.spec.name, out=out, last=bench.world_size - 1,
                                                   sources=", ".join(f"`{s}`" for s in bench.spec.sources)))
     res = {"dir": str(out), "spec": str(out / "spec.json"), "ranks": paths, "summary": summary}

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import orjson
+from engine import jsonio
 
 from engine.errors import TraceError
 
@@ -190,10 +190,10 @@ def load_spec(path: str | os.PathLike) -> BenchmarkSpec:
     """Read and validate a spec file; errors name the file."""
     p = Path(path)
     try:
-        data = orjson.loads(p.read_bytes())
+        data = jsonio.loads(p.read_bytes())
     except FileNotFoundError:
         raise TraceError("spec file not found", p) from None
-    except orjson.JSONDecodeError as e:
+    except jsonio.JSONDecodeError as e:
         raise TraceError(f"spec is not valid JSON: {e}", p) from None
     try:
         return spec_from_dict(data, base_dir=p.resolve().parent)
@@ -204,7 +204,7 @@ def load_spec(path: str | os.PathLike) -> BenchmarkSpec:
 def save_spec(spec: BenchmarkSpec, path: str | os.PathLike) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_bytes(orjson.dumps(spec.to_dict(), option=orjson.OPT_INDENT_2))
+    p.write_bytes(jsonio.dumps(spec.to_dict(), option=jsonio.OPT_INDENT_2))
     return p
 
 

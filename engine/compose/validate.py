@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-import orjson
+from engine import jsonio
 
 from engine.compose.nodes import ROOT_NAME, is_defined, tensors_of
 from engine.errors import TraceError
@@ -29,8 +29,8 @@ def _load(src: Any) -> tuple[dict, str | None]:
         raw = p.read_bytes()
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
-        return orjson.loads(raw), str(p)
-    except (OSError, orjson.JSONDecodeError) as e:
+        return jsonio.loads(raw), str(p)
+    except (OSError, jsonio.JSONDecodeError) as e:
         raise TraceError(f"cannot read ET: {e}", p) from None
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Hashable
 
 import numpy as np
-import orjson
+from engine import jsonio
 import pandas as pd
 
 if TYPE_CHECKING:
@@ -170,8 +170,8 @@ def _group_keys(ops: pd.DataFrame, mode: str, depth: int, expand: tuple[str, ...
 
 def _shapes_dtypes(inputs: str) -> str:
     try:
-        d = orjson.loads(inputs) if inputs else {}
-    except orjson.JSONDecodeError:
+        d = jsonio.loads(inputs) if inputs else {}
+    except jsonio.JSONDecodeError:
         return ""
     shapes = [s for s in d.get("shapes", []) if s not in ([], "", None)]
     types = [t for t in d.get("types", []) if isinstance(t, str) and t.startswith("Tensor")]

@@ -16,8 +16,10 @@ Columns of `MetricsSampler.samples` (a DataFrame, one row per tick):
     gpu_power_w       board power draw, W
     gpu_clock_mhz     current SM clock, MHz
 
-Only psutil is needed to import this module; `pynvml` is imported lazily and its absence or
-failure simply drops the gpu_* columns (recorded in `gpu_error`).
+Nothing beyond pandas is needed to import this module. CPU figures come from psutil; without it
+(a bare GPU image) `_StdlibCpu` reads the same three from the standard library and /proc, NaN
+where the platform has no such file. `pynvml` is imported lazily and its absence or failure
+simply drops the gpu_* columns (recorded in `gpu_error`).
 """
 from __future__ import annotations
 
@@ -26,9 +28,9 @@ import threading
 import time
 from typing import Any
 
-import orjson
 import pandas as pd
-import psutil
+
+from engine import jsonio
 
 CPU_COLUMNS = ("cpu_util_pct", "sys_cpu_util_pct", "rss_mb")
 GPU_COLUMNS = ("gpu_sm_util_pct", "gpu_mem_mb", "gpu_power_w", "gpu_clock_mhz")
@@ -44,6 +46,63 @@ def _cuda_index(device: Any) -> int | None:
         return None
     _, _, idx = text.partition(":")
     return int(idx) if idx.isdigit() else 0
+
+
+class _PsutilCpu:
+    """Process CPU %, machine CPU % and RSS through psutil (the "since last call" counters)."""
+
+    def __init__(self):
+        import psutil
+
+        self._ps, self._proc = psutil, psutil.Process()
+
+    def read(self) -> dict[str, float]:
+        return {"cpu_util_pct": float(self._proc.cpu_percent(interval=None)),
+                "sys_cpu_util_pct": float(self._ps.cpu_percent(interval=None)),
+                "rss_mb": self._proc.memory_info().rss / _MIB}
+
+
+class _StdlibCpu:
+    """The same three figures without psutil: process CPU time deltas, /proc/stat and
+    /proc/self/statm (Linux); NaN for what the platform does not offer."""
+
+    def __init__(self):
+        import os
+
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self._last = (time.perf_counter(), time.process_time(), self._sys_times())
+
+    @staticmethod
+    def _sys_times() -> tuple[float, float] | None:
+        try:
+            with open("/proc/stat") as f:
+                vals = [float(x) for x in f.readline().split()[1:]]
+            return sum(vals), vals[3] + (vals[4] if len(vals) > 4 else 0.0)  # total, idle + iowait
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def read(self) -> dict[str, float]:
+        wall, cpu, sys_t = time.perf_counter(), time.process_time(), self._sys_times()
+        w0, c0, s0 = self._last
+        self._last = (wall, cpu, sys_t)
+        proc = 100.0 * (cpu - c0) / (wall - w0) if wall > w0 else math.nan
+        if sys_t is not None and s0 is not None and sys_t[0] > s0[0]:
+            busy = 100.0 * (1.0 - (sys_t[1] - s0[1]) / (sys_t[0] - s0[0]))
+        else:
+            busy = math.nan
+        try:
+            with open("/proc/self/statm") as f:
+                rss = int(f.read().split()[1]) * self._page / _MIB
+        except (OSError, ValueError, IndexError):
+            rss = math.nan
+        return {"cpu_util_pct": proc, "sys_cpu_util_pct": busy, "rss_mb": rss}
+
+
+def _cpu_reader():
+    try:
+        return _PsutilCpu()
+    except ImportError:
+        return _StdlibCpu()
 
 
 class _Nvml:
@@ -99,7 +158,7 @@ class MetricsSampler:
         self._rows: list[dict[str, float]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._proc = psutil.Process()
+        self._cpu = _cpu_reader()
         self._nvml: _Nvml | None = None
         self._t0 = 0.0
         self._frame: pd.DataFrame | None = None
@@ -117,8 +176,7 @@ class MetricsSampler:
                 self._nvml = None
                 self.gpu_error = f"{type(exc).__name__}: {exc}"
         # Prime the "since last call" counters so the first real sample is meaningful.
-        self._proc.cpu_percent(interval=None)
-        psutil.cpu_percent(interval=None)
+        self._cpu.read()
         self._t0 = time.perf_counter()
         self._thread = threading.Thread(target=self._run, name="mystique-metrics", daemon=True)
         self._thread.start()
@@ -147,12 +205,7 @@ class MetricsSampler:
             self._sample()
 
     def _sample(self) -> None:
-        row = {
-            "t_s": time.perf_counter() - self._t0,
-            "cpu_util_pct": float(self._proc.cpu_percent(interval=None)),
-            "sys_cpu_util_pct": float(psutil.cpu_percent(interval=None)),
-            "rss_mb": self._proc.memory_info().rss / _MIB,
-        }
+        row = {"t_s": time.perf_counter() - self._t0, **self._cpu.read()}
         if self._nvml is not None:
             row.update(self._nvml.read())
         self._rows.append(row)
@@ -194,12 +247,12 @@ class MetricsSampler:
         }
 
     def to_json(self) -> str:
-        return orjson.dumps(self.to_dict()).decode()
+        return jsonio.dumps(self.to_dict()).decode()
 
     @classmethod
     def from_json(cls, data: str | bytes | dict) -> "MetricsSampler":
         """A stopped sampler holding the stored samples (for metadata read back from disk)."""
-        obj = orjson.loads(data) if isinstance(data, (str, bytes)) else data
+        obj = jsonio.loads(data) if isinstance(data, (str, bytes)) else data
         m = cls(interval_s=obj.get("interval_s") or 0.02, device=obj.get("device"))
         m.gpu_name = obj.get("gpu_name")
         m.gpu_error = obj.get("gpu_error")

@@ -395,7 +395,7 @@ def _meta_threads(trace) -> int | None:
     (2 threads on a loaded 2-core machine can be 10x slower than 1), so it must match."""
     import os
 
-    import orjson
+    from engine import jsonio
 
     meta = trace.meta or {}
     v = meta.get("num_threads") or (meta.get("capture") or {}).get("num_threads")
@@ -409,8 +409,8 @@ def _meta_threads(trace) -> int | None:
         cand = os.path.join(os.path.dirname(path), base.split("_et.json", 1)[0] + "_meta.json")
         if os.path.isfile(cand):
             try:
-                v = orjson.loads(open(cand, "rb").read()).get("num_threads")
-            except (OSError, orjson.JSONDecodeError, AttributeError):
+                v = jsonio.loads(open(cand, "rb").read()).get("num_threads")
+            except (OSError, jsonio.JSONDecodeError, AttributeError):
                 continue
             if isinstance(v, int) and v > 0:
                 return v

@@ -36,9 +36,10 @@ def available_bytes(device: str) -> int:
 
         free, _total = torch.cuda.mem_get_info(torch.device(device))
         return int(free * HEADROOM)
-    import psutil
+    from engine.sysinfo import available_memory_bytes
 
-    return int(psutil.virtual_memory().available * HEADROOM)
+    avail = available_memory_bytes()
+    return int((avail if avail is not None else 4 << 30) * HEADROOM)
 
 
 def _ext_bytes(plan: Plan) -> dict[int, int]:

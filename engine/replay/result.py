@@ -49,14 +49,14 @@ class ReplayResult:
         }
 
     def write(self, out_dir: str | Path, name: str = "replay.json") -> Path:
-        import orjson
+        from engine import jsonio
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         path = out / name
         self.paths.setdefault("replay_json", str(path))
-        path.write_bytes(orjson.dumps(self.to_json(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
-                                      | orjson.OPT_NON_STR_KEYS, default=str))
+        path.write_bytes(jsonio.dumps(self.to_json(), option=jsonio.OPT_INDENT_2 | jsonio.OPT_SERIALIZE_NUMPY
+                                      | jsonio.OPT_NON_STR_KEYS, default=str))
         return path
 
 

@@ -76,6 +76,10 @@ def load_cached(key: str) -> Trace | None:
     if not (d / "meta.json").is_file():
         return None
     try:
+        import pyarrow.parquet  # noqa: F401 - without pyarrow the entry is not read (nor deleted)
+    except ImportError:
+        return None
+    try:
         meta = json.loads((d / "meta.json").read_text())
         tables = {t: _from_parquet(d / f"{t}.parquet", _TUPLE_COLS.get(t, ())) for t in TABLES}
         for t, cols in _OBJECT_COLS.items():
@@ -94,6 +98,10 @@ def save_cached(key: str, trace: Trace) -> bool:
     """Write the entry atomically; False (and nothing left behind) when the cache is not writable."""
     root = cache_root()
     tmp = None
+    try:
+        import pyarrow.parquet  # noqa: F401 - optional: without pyarrow traces load uncached
+    except ImportError:
+        return False
     try:
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}-", dir=root))

@@ -25,7 +25,7 @@ from itertools import chain
 from operator import itemgetter
 
 import numpy as np
-import orjson
+from engine import jsonio
 import pandas as pd
 
 from engine.errors import TraceError
@@ -194,7 +194,7 @@ def _chakra_rows(nodes: list, trows: list) -> list | None:
     way: one pass, so each node's containers are visited while they are in cache."""
     rows: list = []
     app = rows.append
-    dumps = orjson.dumps
+    dumps = jsonio.dumps
     walk = _walk
     for n in nodes:
         iv, ov = n["inputs"], n["outputs"]
@@ -227,7 +227,7 @@ def _fast_columns(nodes: list, chakra: bool, trows: list):
 
 def _fast_columns_or_none(nodes: list, chakra: bool, trows: list):
     """Body of `_fast_columns`; raises on any malformed value (the caller falls back)."""
-    dumps = orjson.dumps
+    dumps = jsonio.dumps
     if chakra:
         rows = _chakra_rows(nodes, trows)
         if not rows:
@@ -274,7 +274,7 @@ def _scalar_columns(ids, names, parents, attrs, ins, outs, extra):
 def _extra_json(a: dict) -> str:
     """JSON text of the non-scalar attributes, empty strings dropped (most nodes have none)."""
     rest = {k: v for k, v in a.items() if k not in _SCALAR_ATTRS and v != ""}
-    return orjson.dumps(rest).decode() if rest else "{}"
+    return jsonio.dumps(rest).decode() if rest else "{}"
 
 
 def _generic_columns(nodes: list, chakra: bool, path: str):
@@ -289,7 +289,7 @@ def _generic_columns(nodes: list, chakra: bool, path: str):
     outs = [None] * n
     extra = [None] * n
     trows: list = []
-    dumps = orjson.dumps
+    dumps = jsonio.dumps
     scalar = ("tid", "fw_tid", "fw_parent", "rf_id", "seq_id", "scope")
     lists = [cols[k] for k in scalar]
     for i, node in enumerate(nodes):

@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 
 import numpy as np
-import orjson
+from engine import jsonio
 import pandas as pd
 
 from engine.errors import TraceError
@@ -60,8 +60,8 @@ def _decode(blob: safe_io.Blob, typed: bool = True):
         if doc is not None:
             return doc
     try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
+        doc = jsonio.loads(data)
+    except jsonio.JSONDecodeError as exc:
         doc = _decode_lenient(data)
         if doc is None:
             raise TraceError(f"not valid JSON ({str(exc).splitlines()[0][:120]})", blob.path) from None

@@ -50,12 +50,10 @@ def max_bytes() -> int:
             return max(0, int(env))
         except ValueError:
             raise TraceError(f"MYSTIQUE_MAX_BYTES must be an integer, got {env!r}") from None
-    try:
-        import psutil
+    from engine.sysinfo import available_memory_bytes
 
-        return max(64 << 20, psutil.virtual_memory().available // 4)
-    except Exception:  # noqa: BLE001 - psutil missing/unsupported platform: a fixed 4 GiB cap
-        return 4 << 30
+    avail = available_memory_bytes()
+    return 4 << 30 if avail is None else max(64 << 20, avail // 4)  # unknown platform: a fixed 4 GiB cap
 
 
 def _human(n: int) -> str:

@@ -1,0 +1,38 @@
+"""JSON for the engine: orjson when it is installed (fast), the standard library otherwise.
+
+Why a shim: the replay and capture paths must import with only torch, pandas and networkx
+installed, because GPU machines may lack everything else (the lent H100/H200 images have no
+orjson). The surface is exactly the part of orjson the engine uses: `loads(bytes | str)`,
+`dumps(obj, option=...) -> bytes`, the three OPT_ flags and `JSONDecodeError`. The fallback
+writes NaN/Infinity literals where orjson writes null; the loader reads both.
+"""
+from __future__ import annotations
+
+try:
+    from orjson import OPT_INDENT_2, OPT_NON_STR_KEYS, OPT_SERIALIZE_NUMPY, JSONDecodeError, dumps, loads
+except ImportError:  # pragma: no cover - exercised by tests/test_minimal_install.py in a subprocess
+    import json
+
+    JSONDecodeError = json.JSONDecodeError
+    OPT_INDENT_2, OPT_NON_STR_KEYS, OPT_SERIALIZE_NUMPY = 1, 2, 4
+
+    def loads(data):
+        try:
+            return json.loads(data)
+        except (UnicodeDecodeError, RecursionError) as exc:  # orjson reports these as JSONDecodeError
+            raise JSONDecodeError(str(exc), "", 0) from None
+
+    def _plain(o):
+        """numpy scalars/arrays (OPT_SERIALIZE_NUMPY) and other objects orjson would refuse."""
+        if hasattr(o, "tolist"):
+            return o.tolist()
+        if hasattr(o, "item"):
+            return o.item()
+        raise TypeError(f"Type is not JSON serializable: {type(o).__name__}")
+
+    def dumps(obj, option: int = 0) -> bytes:
+        indent = 2 if option & OPT_INDENT_2 else None
+        return json.dumps(obj, indent=indent, separators=None if indent else (",", ":"), default=_plain,
+                          ensure_ascii=False).encode()
+
+__all__ = ["loads", "dumps", "JSONDecodeError", "OPT_INDENT_2", "OPT_NON_STR_KEYS", "OPT_SERIALIZE_NUMPY"]

@@ -48,8 +48,14 @@ if mode == "original vs replay":
     c[3].metric("ops matched", f"{cmp.matching.get('matched', 0)} / {cmp.matching.get('replay_ops', 0)}")
     st.caption(f"original time from {e2e.get('original_source')}; per-op time basis: {cmp.time_basis}")
     if run["target"] != "whole trace":
-        st.info(f"This replay ran a {run['target']}, not the whole step: the end-to-end error compares it with "
-                "the full original iteration; the per-op table compares like with like.")
+        m = cmp.matching
+        st.info(f"This replay ran a {run['target']}, not the whole step: the end-to-end error above compares it "
+                "with the full original iteration. Like with like, over the ops both sides ran:")
+        c = st.columns(3)
+        c[0].metric("matched ops, original ms", _fmt(m.get("original_sum_us", float("nan")) / 1e3))
+        c[1].metric("matched ops, replay ms", _fmt(m.get("replay_sum_us", float("nan")) / 1e3))
+        err = m.get("sum_error")
+        c[2].metric("matched-ops error", _fmt(None if err is None or err != err else 100 * err, ".1f", "%"))
     for w in cmp.warnings:
         st.warning(w)
     cov = cmp.coverage

@@ -261,6 +261,9 @@ def test_compose_replay_compare_flow(app):
     metrics = {m.label: m.value for m in at.metric}
     assert float(metrics["replay ms / iteration"]) == pytest.approx(runs[0]["median_ms"], abs=1e-3)
     assert metrics["end-to-end error"].endswith("%")
+    # a 6-op selection: the like-with-like figures over the matched ops are shown too
+    assert float(metrics["matched ops, replay ms"]) > 0 and float(metrics["matched ops, original ms"]) > 0
+    assert metrics["matched-ops error"].endswith("%")
     per_op = next(d.value for d in at.dataframe if "op_id" in d.value.columns and "error" in d.value.columns)
     assert sorted(per_op["op_id"]) == sorted(ids)
     err = per_op["error"].dropna()

@@ -3,7 +3,6 @@ repeat / batch scale / dtype / sharding, see the composed op list, closure and m
 load and export the benchmark. The spec lives in session state as a plain dict (small,
 JSON-ready: the engine's BenchmarkSpec layout); `app.compose_bridge` talks to engine.compose."""
 import orjson
-import pandas as pd
 import streamlit as st
 
 from app import compose_bridge as bridge

@@ -1,10 +1,8 @@
 """`mystique app`: the command line it builds and its input checks (without starting a server)."""
 from __future__ import annotations
 
-import argparse
 import sys
 
-import pytest
 
 from engine.cli import app as cli_app
 from engine.cli.main import build_parser, main

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from engine.figures.timeline import TimelineView, prepare, timeline_figure

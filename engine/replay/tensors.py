@@ -184,7 +184,6 @@ def fill_(t: torch.Tensor, dtype_name: str, c: Constraint | None, gen: torch.Gen
     """Fill one synthesized tensor with realistic values (see module docstring)."""
     if t.numel() == 0:
         return
-    dev = t.device
     if dtype_name == "bool":
         t.copy_(torch.rand(t.shape, generator=gen) < 0.5)
         return

@@ -76,7 +76,7 @@ def find_tables(nodes: list[dict], replay_ids) -> list[Table]:
     tables = []
     for i, f in enumerate(fwds):
         ins = f["inputs"]
-        w, idx, off = ins["values"][0], ins["values"][1], ins["values"][2]
+        w, idx = ins["values"][0], ins["values"][1]
         rows, dim = ins["shapes"][0]
         include_last = len(ins["values"]) > 7 and ins["values"][7] is True
         batch = ins["shapes"][2][0] - (1 if include_last else 0)

@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine import jsonio
-
 from engine.errors import TraceError
 from engine.metrics.sampler import MetricsSampler
 from engine.progress import Progress, report

@@ -6,7 +6,6 @@ import sys
 from typing import Any, Iterator
 
 from engine import jsonio
-
 from engine.progress import Progress
 
 

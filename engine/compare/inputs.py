@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from engine import jsonio
-
 from engine.errors import TraceError
 from engine.progress import Progress
 

@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 
 from engine import jsonio
-
 from engine.compose.nodes import is_defined, tensors_of
 from engine.progress import Progress, report
 

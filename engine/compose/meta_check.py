@@ -62,7 +62,7 @@ def _meta(shape, strides, dtype) -> torch.Tensor:
 
 
 class _Runner:
-    def __init__(self, scale: float, batch: int | None, seeds: dict, mutate: bool):
+    def __init__(self, scale: float, batch: int | None, seeds: dict, mutate: bool, label: str | None = None):
         self.s, self.batch, self.seeds, self.mutate = scale, batch, seeds, mutate
         self.env: dict[tuple, torch.Tensor] = {}
         self.inner: dict = {}            # key -> first node id producing it (not replayed)
@@ -71,7 +71,7 @@ class _Runner:
         self.from_replay: set = set()   # keys whose meta tensor a replayed op made (children never override)
         self.is_replay = True
         self.S: set[int] = {batch} if batch else set()
-        self.label = f"batch scale {scale:g}"  # names the transform in error messages
+        self.label = label or f"batch scale {scale:g}"  # names the transform in error messages
         self.by_storage: dict[int, tuple] = {}  # storage id -> latest (meta tensor, recorded shape)
         self.report = MetaReport()
 
@@ -183,8 +183,8 @@ def propagate(nodes: list[dict], replay_ids, *, scale: float = 1.0, batch: int |
     to scale (tensor-parallel splits a weight's output or input dim)."""
     from engine.replay.dispatch import DispatchError, resolve
 
-    run = _Runner(scale, batch, dict(seeds) if isinstance(seeds, dict) else dict.fromkeys(seeds or (), 0), mutate)
-    run.label = label or run.label
+    run = _Runner(scale, batch, dict(seeds) if isinstance(seeds, dict) else dict.fromkeys(seeds or (), 0), mutate,
+                  label)
     run.params = set(params or ())
     rep = run.report
     want = set(int(i) for i in replay_ids)

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from engine import jsonio
-
 from engine.errors import TraceError
 
 SPEC_VERSION = 1

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from engine import jsonio
-
 from engine.compose.nodes import ROOT_NAME, is_defined, tensors_of
 from engine.errors import TraceError
 

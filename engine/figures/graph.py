@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Hashable
 
 import numpy as np
-from engine import jsonio
 import pandas as pd
+
+from engine import jsonio
 
 if TYPE_CHECKING:
     import networkx as nx

@@ -25,9 +25,9 @@ from itertools import chain
 from operator import itemgetter
 
 import numpy as np
-from engine import jsonio
 import pandas as pd
 
+from engine import jsonio
 from engine.errors import TraceError
 from engine.trace._columns import fast_cat
 from engine.trace.dtypes import dtype_of, split_list_type
@@ -184,11 +184,6 @@ def parse_et_typed(doc, path: str, rank: int, warn: list[str]):
                    ins, outs, extra, trows, rank, path)
 
 
-def _chakra_extra(attrs: list[dict]) -> list[str]:
-    return ["{}" if (a.keys() <= _STD_ATTRS and not a.get("kernel_backend") and not a.get("kernel_file"))
-            else _extra_json(a) for a in attrs]
-
-
 def _chakra_rows(nodes: list, trows: list) -> list | None:
     """(id, name, parent, inputs text, outputs text, attrs dict) per node, walking tensors on the
     way: one pass, so each node's containers are visited while they are in cache."""
@@ -237,7 +232,8 @@ def _fast_columns_or_none(nodes: list, chakra: bool, trows: list):
         del rows
         ids = np.asarray(ids_l, dtype=np.int64)
         parents = np.asarray(par_l, dtype=np.int64)
-        extra = _chakra_extra(attrs)
+        extra = ["{}" if (a.keys() <= _STD_ATTRS and not a.get("kernel_backend") and not a.get("kernel_file"))
+                 else _extra_json(a) for a in attrs]
     else:
         ids = np.asarray([n["id"] for n in nodes], dtype=np.int64)
         names = [n["name"] for n in nodes]
@@ -251,14 +247,6 @@ def _fast_columns_or_none(nodes: list, chakra: bool, trows: list):
                 for n in nodes]
         extra = [dumps(r).decode() if r else "{}" for r in
                  ({k: v for k, v in n.items() if k not in _FLAT_KNOWN} for n in nodes)]
-    cols = _scalar_columns(ids, names, parents, attrs, ins, outs, extra)
-    if cols is None:
-        trows.clear()
-    return cols
-
-
-def _scalar_columns(ids, names, parents, attrs, ins, outs, extra):
-    """Scalar attribute columns and schemas added to the parsed columns; None if a value is odd."""
     try:  # one C-level pass when every node has every scalar attribute (the usual case)
         grid = np.fromiter(chain.from_iterable(map(itemgetter(*_SCALAR_COLS), attrs)), dtype=np.int64,
                            count=len(attrs) * len(_SCALAR_COLS)).reshape(-1, len(_SCALAR_COLS))
@@ -267,6 +255,7 @@ def _scalar_columns(ids, names, parents, attrs, ins, outs, extra):
         scal = {k: np.asarray([a.get(k, -1) for a in attrs], dtype=np.int64) for k in _SCALAR_COLS}
     schemas = [a.get("op_schema") or "" for a in attrs]
     if not (all(type(x) is str for x in names) and all(type(x) is str for x in schemas)):
+        trows.clear()
         return None
     return ids, names, parents, scal, schemas, ins, outs, extra
 

@@ -25,9 +25,9 @@ import re
 from pathlib import Path
 
 import numpy as np
-from engine import jsonio
 import pandas as pd
 
+from engine import jsonio
 from engine.errors import TraceError
 from engine.progress import report
 from engine.trace import safe_io

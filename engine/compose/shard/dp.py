@@ -9,6 +9,7 @@ bucket's element count and bytes) is inserted after the last backward op.
 from __future__ import annotations
 
 import copy
+import math
 
 from engine.compose.nodes import label_node, make_attrs, set_attr
 from engine.errors import TraceError
@@ -41,9 +42,7 @@ def allreduce_node(node_id: int, ids: list[int], shape: list[int], itemsize: int
     """A `c10d::allreduce_` ET node over one tensor (`ids` = [tensor_id, storage_id]) of `shape`,
     with comm_type / pg_size / comm_bytes attributes (and `extra` int attributes) for the
     distributed replay and for simulators that read them (chakra)."""
-    numel = 1
-    for d in shape:
-        numel *= int(d)
+    numel = math.prod(int(d) for d in shape)
     ts = f"Tensor({et_dtype})"
     strides = [1] * len(shape)
     for k in range(len(shape) - 2, -1, -1):

@@ -16,10 +16,11 @@ model that cannot be split this way is refused at compose time, naming the node.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 
 from engine.compose.meta_check import propagate
-from engine.compose.nodes import get_slot, is_defined, tensors_of
+from engine.compose.nodes import attr, get_slot, is_defined, tensors_of
 from engine.compose.shard.dp import allreduce_node, renumber
 from engine.compose.transforms.scale import prune_to_replay
 from engine.errors import TraceError
@@ -28,7 +29,6 @@ _LINEAR_OPS = ("aten::linear",)
 _ELEMENTWISE = frozenset(f"aten::{x}" for x in (
     "relu", "relu_", "gelu", "silu", "silu_", "tanh", "sigmoid", "dropout", "native_dropout", "clone",
     "contiguous", "leaky_relu", "elu", "hardswish", "mish"))
-_ET_DTYPE = {"float32": "float", "bfloat16": "c10::BFloat16", "float16": "c10::Half", "float64": "double"}
 
 
 @dataclass(kw_only=True, slots=True)
@@ -131,7 +131,7 @@ def _grad_input_mm(nodes: list[dict], replay: set[int], col: Linear) -> dict | N
                       if io == "out" and sub is None]
         # the matmul may run on the input flattened to 2-D ([B*T, in] for a [B, T, in] input)
         if reads_w and out_shapes and out_shapes[0] and out_shapes[0][-1] == col.shape[1] \
-                and _numel(out_shapes[0]) == _numel(col.input_shape):
+                and math.prod(out_shapes[0]) == math.prod(col.input_shape):
             return n
     return None
 
@@ -172,15 +172,14 @@ def shard_tp(bench) -> dict:
                                                      if io == "out" and sub is None))))
         for phase, after, shape in sites:
             v = next(v for io, _, _, sub, v in tensors_of(after) if io == "out" and sub is None)
-            dtype = next((t for t in after["outputs"]["types"] if isinstance(t, str) and t.startswith("Tensor")),
-                         "Tensor(float)")[7:-1]
-            node = allreduce_node(-2 - len(comms), [tid, tid + 1], shape, int(v[4]), _ET_DTYPE.get(dtype, dtype), n,
-                                  pair=k)
+            et_dtype = next((t for t in after["outputs"]["types"] if isinstance(t, str) and t.startswith("Tensor")),
+                            "Tensor(float)")[len("Tensor("):-1]  # already the ET spelling ("float", "c10::Half")
+            node = allreduce_node(-2 - len(comms), [tid, tid + 1], shape, int(v[4]), et_dtype, n, pair=k)
             node["ctrl_deps"] = after["ctrl_deps"]  # a sibling of the op whose partial sums it reduces
             tid += 2
             inserts[after["id"]] = node
             comms.append({"after_node": after["id"], "phase": phase, "pair": k, "shape": shape,
-                          "bytes": _bytes(shape, int(v[4]))})
+                          "bytes": attr(node, "comm_bytes")})
     merged = []
     for nd in nodes:
         merged.append(nd)
@@ -196,17 +195,6 @@ def shard_tp(bench) -> dict:
             "collectives": comms, "meta_check": rep.to_dict()}
     bench.meta["sharding"] = info
     return info
-
-
-def _numel(shape: list[int]) -> int:
-    numel = 1
-    for d in shape:
-        numel *= int(d)
-    return numel
-
-
-def _bytes(shape: list[int], itemsize: int) -> int:
-    return _numel(shape) * itemsize
 
 
 __all__ = ["shard_tp"]

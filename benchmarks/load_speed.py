@@ -1,6 +1,7 @@
 """Load-speed benchmark: ET load + graph build, Kineto load, cached reloads (median of N runs).
 
-Usage: python benchmarks/load_speed.py [--repeat 9] [--traces DIR] [--out benchmarks/results/load_speed.json]
+Usage: python benchmarks/load_speed.py [--repeat 9] [--traces DIR] [--param-repo DIR]
+                                       [--out benchmarks/results/load_speed.json]
 
 Measures, on the shared param_resnet traces:
 * ET load (`engine.trace.load(resnet_et.json.gz, use_cache=False)`) + graph build
@@ -10,11 +11,18 @@ Measures, on the shared param_resnet traces:
 and prints them next to reference numbers measured by the issue author on this machine
 (param's `ExecutionTrace` loader 1.0-1.3 s, HTA 0.5.0 `parse_trace_file` 2.85 s). Wall-clock
 and CPU (process) time are both reported: on a shared machine the CPU time is the steadier one.
+
+`--param-repo DIR` (a checkout of facebookresearch/param, not vendored here) also times param's
+loader itself, `ExecutionTrace(json.load(gzip.open(et)))`, interleaved with ours in ABBA order,
+so that both see the same machine: on a shared VM whose speed drifts by +-15% between minutes,
+that side-by-side ratio is the fair comparison.
 """
 from __future__ import annotations
 
 import argparse
 import gc
+import gzip
+import importlib.util
 import json
 import os
 import platform
@@ -22,6 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,10 +58,49 @@ def _time(fn, repeat: int) -> dict:
             "runs_s": [round(x, 4) for x in walls]}
 
 
+def _param_loader(repo: str):
+    """param's `ExecutionTrace` class, imported from a checkout (DIR, DIR/et_replay or the file)."""
+    root = Path(repo)
+    found = next((c for c in (root / "et_replay" / "execution_trace.py", root / "execution_trace.py", root)
+                  if c.is_file()), None)
+    if found is None:
+        raise SystemExit(f"{repo}: no et_replay/execution_trace.py there")
+    try:
+        import pydot  # noqa: F401  (param imports it at module level, for graph export only)
+    except ImportError:
+        sys.modules["pydot"] = types.ModuleType("pydot")
+    spec = importlib.util.spec_from_file_location("param_execution_trace", found)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module.ExecutionTrace, str(found)
+
+
+def _side_by_side(ours, theirs, repeat: int) -> dict:
+    """Both loaders timed in ABBA order (ours, param, param, ours, ...): per-round ratios cancel
+    the machine's drift, which a comparison with a number measured on another day cannot."""
+    t_ours, t_param = [], []
+    for i in range(repeat):
+        pair = ((ours, t_ours), (theirs, t_param))
+        for fn, acc in (pair if i % 2 == 0 else pair[::-1]):
+            gc.collect()
+            w0 = time.perf_counter()
+            result = fn()
+            acc.append(time.perf_counter() - w0)
+            del result
+    ratios = [p / o for p, o in zip(t_param, t_ours)]
+    return {"ours_median_s": statistics.median(t_ours), "param_median_s": statistics.median(t_param),
+            "ratio_of_medians": statistics.median(t_param) / statistics.median(t_ours),
+            "median_round_ratio": statistics.median(ratios), "min_round_ratio": min(ratios),
+            "ours_runs_s": [round(x, 4) for x in t_ours], "param_runs_s": [round(x, 4) for x in t_param]}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--traces", default=os.environ.get("MYSTIQUE_SHARED_TRACES", str(ROOT.parent / "shared" / "traces")))
+    ap.add_argument("--param-repo", default=os.environ.get("PARAM_REPO"),
+                    help="checkout of facebookresearch/param: also time its ExecutionTrace loader side by side")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "load_speed.json"))
     args = ap.parse_args(argv)
     et_path = Path(args.traces) / "param_resnet" / "resnet_et.json.gz"
@@ -83,6 +131,16 @@ def main(argv=None) -> int:
         "et_load": _time(lambda: load(et_path, use_cache=False), args.repeat),
         "kineto_load": _time(lambda: load(k_path, use_cache=False), args.repeat),
     }
+    side = None
+    if args.param_repo:
+        execution_trace, param_file = _param_loader(args.param_repo)
+
+        def param_load():
+            with gzip.open(et_path, "rb") as fh:
+                return execution_trace(json.load(fh))
+
+        param_load()  # warm
+        side = {"param_file": param_file, **_side_by_side(et_graph, param_load, args.repeat)}
     load(et_path)
     load(k_path)
     results["et_cached"] = _time(lambda: load(et_path), args.repeat)
@@ -117,9 +175,15 @@ def main(argv=None) -> int:
     print(f"speedup: ET load+graph vs param {speedup['et_load_graph_vs_param']:.1f}x at the reference's "
           f"midpoint ({lo_x:.1f}-{hi_x:.1f}x over its 1.0-1.3 s range; goal 3x), "
           f"Kineto vs HTA {speedup['kineto_load_vs_hta']:.1f}x (goal 3x)")
+    if side is not None:
+        print(f"side by side with param's loader ({side['param_file']}, ABBA order, {args.repeat} rounds): "
+              f"param {side['param_median_s']:.3f} s, ours (load+graph) {side['ours_median_s']:.3f} s -> "
+              f"{side['ratio_of_medians']:.2f}x (median of per-round ratios {side['median_round_ratio']:.2f}x, "
+              f"lowest round {side['min_round_ratio']:.2f}x; goal 3x)")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"results": results, "targets_s": TARGETS, "speedup": speedup,
+                               "side_by_side_with_param": side,
                                "reference_s (measured by the issue author)": REFERENCE, "graph": graph_note,
                                "repeat": args.repeat, "python": sys.version.split()[0],
                                "loadavg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,

@@ -37,7 +37,7 @@ def _same(a, b):
 @pytest.mark.parametrize("model", ["mlp", "cnn", "transformer", "dlrm"])
 def test_samples_take_the_typed_path_and_match(model, cache_dir):
     path = SAMPLES / model / f"{model}_et.json.gz"
-    assert isinstance(decode_chakra(gzip.decompress(path.read_bytes())), TYPED_DOCS)
+    assert isinstance(decode_chakra(gzip.decompress(path.read_bytes())), TYPED_DOCS[0])  # tagged attributes
     _same(*_both(path))
 
 
@@ -85,3 +85,17 @@ def test_odd_values_fall_back_or_match(case, tmp_path, cache_dir):
     assert len(typed.ops) > 0
     if case in ("odd_attr", "kernel_file"):  # both still typed; the extra attrs are kept as text
         assert typed.ops["attrs"].str.contains("pg_desc|kernel_file").any()
+
+
+def test_unknown_attribute_name_takes_the_generic_typed_decoder(tmp_path, cache_dir):
+    """An attribute name newer than KNOWN_ATTRS fails the tagged decoder; the generic typed
+    decoder takes the document (not orjson), and the tables still match the general path."""
+    def mutate(nodes):
+        n = next(x for x in nodes if x["name"].startswith("aten::"))
+        n["attrs"].append({"name": "some_future_attr", "type": "string", "value": "x"})
+    path = _mutated(tmp_path, mutate)
+    doc = decode_chakra(path.read_bytes())
+    assert isinstance(doc, TYPED_DOCS[1]) and not isinstance(doc, TYPED_DOCS[0])
+    typed, general = _both(path)
+    _same(typed, general)
+    assert typed.ops["attrs"].str.contains("some_future_attr").sum() == 1

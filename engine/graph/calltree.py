@@ -106,9 +106,8 @@ def _str_list(ops: pd.DataFrame, col: str) -> list[str]:
         return [""] * len(ops)
     c = ops[col]
     if isinstance(c.dtype, pd.CategoricalDtype):
-        cats = [str(x) for x in c.cat.categories] + [""]
-        codes = c.cat.codes.to_numpy()
-        return [cats[k] for k in codes.tolist()]  # code -1 (missing) picks the trailing ""
+        cats = np.asarray([str(x) for x in c.cat.categories] + [""], dtype=object)
+        return cats[c.cat.codes.to_numpy()].tolist()  # code -1 (missing) picks the trailing ""
     return c.astype(object).fillna("").astype(str).tolist()
 
 

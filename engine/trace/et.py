@@ -42,7 +42,6 @@ _STD_ATTRS = frozenset((*_SCALAR_ATTRS, "kernel_backend", "kernel_file"))
 _ROOT_IDS = (0, 1)
 _LIST_TYPE = frozenset((list,))
 _TUPLE_TYPE = frozenset((tuple,))
-_EMPTY_ARGS = b'{"values":[],"shapes":[],"types":[]}'
 
 
 def is_et(doc) -> bool:

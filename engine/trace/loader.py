@@ -52,8 +52,8 @@ def rank_from_name(path: str) -> int | None:
 
 
 def _decode(blob: safe_io.Blob, typed: bool = True):
-    """The document of a blob: a typed document (`et_typed.TYPED_DOCS`) for well-formed chakra ETs (fast path), else
-    orjson's dict; a TraceError naming the file when it is neither an ET nor a Kineto trace."""
+    """The document of a blob: a typed document (`et_typed.TYPED_DOCS`) for well-formed chakra ETs
+    (fast path), else orjson's dict; a TraceError naming the file when it is neither an ET nor a Kineto trace."""
     data = blob.data[3:] if blob.data[:3] == b"\xef\xbb\xbf" else blob.data  # UTF-8 byte-order mark
     if typed:
         doc = decode_chakra(data)

@@ -189,3 +189,33 @@ def test_tar_resources_are_never_imported(tmp_path, cache_dir):
     assert "pt2_et_resources/kernel.py" in tr.meta["resources"]
     assert not marker.exists()
     assert "pt2_et_resources" not in sys.modules and "kernel" not in sys.modules
+
+
+@pytest.mark.parametrize("tail, expect", [
+    (gzip.compress(b"[2]"), b"[1][2]"),        # a second member: both are read
+    (b"\x00" * 16, b"[1]"),                    # zero padding after the stream: ignored
+    (b"junk", "unexpected bytes after the gzip stream"),
+    (b"", b"[1]"),
+])
+def test_gunzip_members_padding_and_trailing_bytes(tail, expect):
+    """The one-call fast path (`safe_io._gunzip_whole`) must leave every case other than one
+    member ending at end of file to the streaming loop, which owns the answers."""
+    from engine.trace import safe_io
+
+    data = gzip.compress(b"[1]") + tail
+    if isinstance(expect, bytes):
+        assert safe_io.gunzip(data, "t.json.gz", 1 << 30) == expect
+    else:
+        with pytest.raises(TraceError, match=expect):
+            safe_io.gunzip(data, "t.json.gz", 1 << 30)
+
+
+def test_gunzip_fast_path_equals_streaming_on_large_input():
+    from engine.trace import safe_io
+
+    payload = json.dumps([{"i": i, "v": random.Random(i).random()} for i in range(50_000)]).encode()
+    data = gzip.compress(payload)
+    assert safe_io._gunzip_whole(data, 1 << 30) == payload  # taken for a plain file
+    assert safe_io._gunzip_whole(data, 1 << 20) is None      # a limit it could overrun: streaming
+    with pytest.raises(TraceError, match="exceeds the limit"):
+        safe_io.gunzip(data, "t.json.gz", len(payload) - 1)

@@ -83,8 +83,36 @@ def _read_file(path: Path, limit: int) -> bytes:
         raise TraceError(f"cannot read: {exc.strerror or exc}", path) from None
 
 
+_DEFLATE_MAX_RATIO = 1100  # deflate cannot expand more than 1032:1
+
+
+def _gunzip_whole(data: bytes, limit: int) -> bytes | None:
+    """The usual file, one gzip member and nothing after it, in one zlib call; None for anything
+    else (the caller's streaming loop then decides, and owns every error message).
+
+    Why: the streaming loop grows its output block by block and joins it at the end, which is
+    ~3x slower than decompressing into one buffer sized from the trailer's ISIZE (28 vs 9 ms on
+    a 13 MB ET). It is only taken when it cannot overrun the limit whatever the trailer says
+    (deflate expands at most ~1032x), when no second member header appears, and when the output
+    length matches the trailer, i.e. the member ended at the end of the file. zlib itself checks
+    the member's CRC and refuses a truncated stream."""
+    if len(data) < 18 or data[:3] != b"\x1f\x8b\x08" or _DEFLATE_MAX_RATIO * len(data) > limit:
+        return None
+    if data.find(b"\x1f\x8b\x08", 10) >= 0:  # maybe several members (or a chance match): stream
+        return None
+    isize = int.from_bytes(data[-4:], "little")
+    try:
+        out = zlib.decompress(data, 47, max(isize, 1))
+    except zlib.error:
+        return None
+    return out if (len(out) & 0xFFFFFFFF) == isize and len(out) <= limit else None
+
+
 def gunzip(data: bytes, path: str, limit: int) -> bytes:
     """Decompress (possibly multi-member) gzip data, refusing truncation and output over `limit`."""
+    whole = _gunzip_whole(data, limit)
+    if whole is not None:
+        return whole
     out = []
     total = 0
     buf = data

@@ -183,3 +183,19 @@ def test_bulk_graph_build_equals_public_networkx_api(resnet):
         h.add_edge(-1, -2, kind="raw")
         assert h.has_edge(-1, -2) and not g.has_node(-1)
         assert list(g.predecessors(next(iter(g.nodes)))) == list(ref.predecessors(next(iter(g.nodes))))
+
+
+def test_bulk_build_with_edges_outside_the_node_list():
+    """An edge endpoint not among `nodes` is added bare, exactly as networkx's public API does."""
+    from engine.graph._nxbuild import build_digraph
+
+    g = build_digraph([1, 2, 3], {"name": ["a", "b", "c"]}, [1, 3, 1, 9], [2, 2, 7, 1],
+                      {"kind": ["raw", "war", "raw", "waw"]}, rank=0)
+    ref = nx.DiGraph(rank=0)
+    ref.add_nodes_from([(1, {"name": "a"}), (2, {"name": "b"}), (3, {"name": "c"})])
+    ref.add_edges_from([(1, 2, {"kind": "raw"}), (3, 2, {"kind": "war"}), (1, 7, {"kind": "raw"}),
+                        (9, 1, {"kind": "waw"})])
+    assert nx.utils.graphs_equal(g, ref)
+    assert list(g.successors(1)) == list(ref.successors(1)) == [2, 7]
+    assert list(g.predecessors(2)) == [1, 3] and g.nodes[9] == {}
+    assert g[1][2] is g.pred[2][1]  # one attribute dict per edge, shared by both directions

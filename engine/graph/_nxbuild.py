@@ -12,8 +12,6 @@ from __future__ import annotations
 import gc
 from typing import Any, Sequence
 
-import numpy as np
-
 
 def build_digraph(nodes: Sequence[int], node_attrs: dict[str, Sequence[Any]], src: Sequence[int],
                   dst: Sequence[int], edge_attrs: dict[str, Sequence[Any]], **graph_attrs):
@@ -49,21 +47,14 @@ def _dicts(attrs: dict[str, Sequence[Any]], n: int) -> list[dict]:
     return [dict(zip(keys, vals)) for vals in zip(*cols)]
 
 
-def _fill(adj: dict, key: np.ndarray, other: np.ndarray, edge_dicts: list) -> None:
-    """adj[key[i]][other[i]] = edge_dicts[i], one dict.update per distinct key instead of one
-    Python step per edge; a stable sort keeps each node's neighbours in the given edge order."""
-    order = np.argsort(key, kind="stable")
-    k = key[order]
-    cut = (np.flatnonzero(k[1:] != k[:-1]) + 1).tolist()
-    if 2 * (len(cut) + 1) > len(k):  # mostly one edge per node (a tree's parents): plain loop
-        for a, b, e in zip(key.tolist(), other.tolist(), edge_dicts):
-            adj[a][b] = e
-        return
-    starts, ends = [0, *cut], [*cut, len(k)]
-    ed = [edge_dicts[i] for i in order.tolist()]
-    oth = other[order].tolist()
-    for node, a, b in zip(k[starts].tolist(), starts, ends):
-        adj[node].update(zip(oth[a:b], ed[a:b]))
+def _fill(adj: dict, key: list, other: list, edge_dicts: list) -> None:
+    """adj[key[i]][other[i]] = edge_dicts[i], in edge order (as `add_edges_from` would).
+
+    A plain loop: grouping the edges by node with a numpy sort and one `dict.update` per node
+    measured 1.5-2x slower on both the call tree and the dependency DAG of a 14k-node trace.
+    Raises KeyError for a node missing from `adj`."""
+    for a, b, e in zip(key, other, edge_dicts):
+        adj[a][b] = e
 
 
 def _build(nodes, node_attrs, src, dst, edge_attrs, graph_attrs):
@@ -81,14 +72,15 @@ def _build(nodes, node_attrs, src, dst, edge_attrs, graph_attrs):
     g._node.update(zip(nodes, node_dicts))
     succ = {n: {} for n in nodes}
     pred = {n: {} for n in nodes}
-    if len(src):
-        s_arr = np.asarray(src, dtype=np.int64)
-        d_arr = np.asarray(dst, dtype=np.int64)
-        for extra in set(np.unique(np.concatenate([s_arr, d_arr])).tolist()).difference(succ):
-            succ[extra], pred[extra] = {}, {}  # an edge to a node outside `nodes`: added bare
+    src, dst = (x.tolist() if hasattr(x, "tolist") else list(x) for x in (src, dst))  # plain ints
+    try:
+        _fill(succ, src, dst, edge_dicts)
+    except KeyError:  # an edge to a node outside `nodes`: added bare, as networkx would
+        for extra in set(src).union(dst).difference(succ):
+            succ[extra], pred[extra] = {}, {}
             g._node[extra] = {}
-        _fill(succ, s_arr, d_arr, edge_dicts)
-        _fill(pred, d_arr, s_arr, edge_dicts)
+        _fill(succ, src, dst, edge_dicts)
+    _fill(pred, dst, src, edge_dicts)
     g._succ.update(succ)
     g._pred.update(pred)
     return g

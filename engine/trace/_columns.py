@@ -18,7 +18,14 @@ def fast_cat(values, categories=None, transform: Callable[[object], str] | None 
     `transform` maps each *distinct* value to its category label (e.g. an ET type string to a
     dtype name); values mapping to the same label share one category.
     """
-    arr = np.empty(len(values), dtype=object)
+    n = len(values)
+    if n and type(values) in (list, tuple) and type(values[0]) is str and values.count(values[0]) == n:
+        # One distinct string (a trace's device column): no hashing of n fresh string objects.
+        label = values[0] if transform is None else transform(values[0])
+        cats = [label] if categories is None else list(categories)
+        code = cats.index(label) if label in cats else -1
+        return pd.Categorical.from_codes(np.full(n, code, dtype=np.int32), categories=cats)
+    arr = np.empty(n, dtype=object)
     arr[:] = values
     codes, uniques = pd.factorize(arr, use_na_sentinel=True)
     labels = [transform(u) for u in uniques] if transform is not None else [

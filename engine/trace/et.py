@@ -20,6 +20,7 @@ may be absent); a dangling parent or a cycle is a `TraceError`. Parents that are
 """
 from __future__ import annotations
 
+import array
 import warnings
 from itertools import chain
 from operator import itemgetter
@@ -135,31 +136,44 @@ def _tensor_frame(rows: list, rank: int, records: list | None = None) -> pd.Data
         op_id, io, arg, sub, vals, types, shapes, strides = zip(*rows)
     else:
         op_id = io = arg = sub = vals = types = shapes = strides = ()
+    v5 = None
     if n and records is not None and len(records) == 6 * n:
-        grid = np.array(records, dtype=object).reshape(n, 6)
-        v5 = grid[:, :5].astype(np.int64)
-        devices = grid[:, 5]
-    else:
-        v5 = np.fromiter(chain.from_iterable(map(itemgetter(0, 1, 2, 3, 4), vals)), dtype=np.int64,
-                         count=5 * n).reshape(-1, 5)
+        try:  # every sixth element is one column: strided list slices, C-level int conversion
+            v5 = [_ints(records[k::6], "q") for k in range(5)]
+            devices = records[5::6]
+        except (TypeError, OverflowError):  # e.g. a float in a record: numpy's conversion decides
+            v5 = None
+    if v5 is None:
+        grid = np.fromiter(chain.from_iterable(map(itemgetter(0, 1, 2, 3, 4), vals)), dtype=np.int64,
+                           count=5 * n).reshape(-1, 5)
+        v5 = [grid[:, k] for k in range(5)]
         devices = _devices(vals)
     return pd.DataFrame({
-        "op_id": np.asarray(op_id, dtype=np.int64),
+        "op_id": _ints(op_id, "q"),
         "rank": np.full(n, rank, dtype=np.int32),
         "io": fast_cat(io, ["in", "out"]),
-        "arg": np.asarray(arg, dtype=np.int32),
-        "sub": np.asarray(sub, dtype=np.int32),
-        "tensor_id": v5[:, 0],
-        "storage_id": v5[:, 1],
-        "offset": v5[:, 2],
-        "numel": v5[:, 3],
-        "itemsize": v5[:, 4].astype(np.int32),
+        "arg": _ints(arg, "i"),
+        "sub": _ints(sub, "i"),
+        "tensor_id": v5[0],
+        "storage_id": v5[1],
+        "offset": v5[2],
+        "numel": v5[3],
+        "itemsize": v5[4].astype(np.int32),
         "dtype": fast_cat(types, transform=dtype_of),
         "shape": pd.Series(_shapes(shapes), dtype=object),
         "strides": pd.Series([None] * n if strides.count(None) == n else [_strides(x) for x in strides],
                              dtype=object),
         "device": fast_cat(devices),
     })
+
+
+def _ints(values, typecode: str) -> np.ndarray:
+    """int64 ("q") or int32 ("i") array of a sequence of Python ints.
+
+    Why `array.array`: it converts a list of ints in one C loop without numpy's per-element type
+    discovery, 2-3x faster than `np.asarray` on 30k-element lists. Raises TypeError or
+    OverflowError for anything that is not an int in range (callers fall back)."""
+    return np.frombuffer(array.array(typecode, values), dtype=np.int64 if typecode == "q" else np.int32)
 
 
 def _devices(vals) -> list:

@@ -141,7 +141,9 @@ def chakra_columns(doc, trows: list, records: list):
                 st = None
             nt = len(types)
             if len(vals) != nt or len(shapes) != nt or (st is not None and len(st) != nt):
+                start = len(trows)
                 _walk(trows, nid, io, vals, shapes, types, st, record)
+                _tuple_shapes(trows, start)
                 continue
             for j, t in enumerate(types):
                 entry = kinds.get(t)
@@ -157,7 +159,9 @@ def chakra_columns(doc, trows: list, records: list):
                         if len(v) == 6:
                             record(v)
                 elif k:
+                    start = len(trows)
                     walk_list(trows, nid, io, j, vals[j], t, shapes[j], None if st is None else st[j], record)
+                    _tuple_shapes(trows, start)
         ins[i] = enc(iv).decode()
         outs[i] = enc(ov).decode()
         at = nd.attrs
@@ -166,6 +170,16 @@ def chakra_columns(doc, trows: list, records: list):
     if tagged:
         layouts = {tuple(map(_attr_name, k)): v for k, v in layouts.items()}
     return ids, names, parents, ins, outs, layouts, values
+
+
+def _tuple_shapes(trows: list, start: int) -> None:
+    """Shapes of the rows from `start` on as tuples (() when not a list), like the inline walk's,
+    so that `et._shapes` can take every shape as it is."""
+    for r in range(start, len(trows)):
+        row = trows[r]
+        sh = row[6]
+        if type(sh) is not tuple:
+            trows[r] = (*row[:6], tuple(sh) if type(sh) is list else (), row[7])
 
 
 def attr_columns(layouts: dict, values: list, scalar_names: tuple[str, ...], std_names: frozenset, extra_json):

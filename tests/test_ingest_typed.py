@@ -64,7 +64,8 @@ def _set_attr(node, name, value):
             a["value"] = value
 
 
-@pytest.mark.parametrize("case", ["string_rf_id", "extra_io_key", "float_parent", "odd_attr", "kernel_file"])
+@pytest.mark.parametrize("case", ["string_rf_id", "extra_io_key", "float_parent", "odd_attr", "kernel_file",
+                                  "bool_seq_id", "float_scope", "null_op_schema"])
 def test_odd_values_fall_back_or_match(case, tmp_path, cache_dir):
     """Values the typed path refuses still load (through orjson) and give the same tables."""
     def mutate(nodes):
@@ -75,6 +76,12 @@ def test_odd_values_fall_back_or_match(case, tmp_path, cache_dir):
             n["inputs"]["future_field"] = [1, 2]
         elif case == "float_parent":
             n["ctrl_deps"] = float(n["ctrl_deps"])
+        elif case == "bool_seq_id":
+            _set_attr(n, "seq_id", True)
+        elif case == "float_scope":
+            _set_attr(n, "scope", 7.0)
+        elif case == "null_op_schema":
+            _set_attr(n, "op_schema", None)
         elif case == "odd_attr":
             n["attrs"].append({"name": "pg_desc", "type": "string", "value": "default_pg"})
         else:

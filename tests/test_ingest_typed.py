@@ -9,6 +9,7 @@ import pytest
 
 import engine.trace.loader as loader
 from engine.trace import load
+from engine.trace.et import parse_et_typed
 from engine.trace.et_typed import TYPED_DOCS, decode_chakra
 
 from conftest import SAMPLES
@@ -37,14 +38,17 @@ def _same(a, b):
 @pytest.mark.parametrize("model", ["mlp", "cnn", "transformer", "dlrm"])
 def test_samples_take_the_typed_path_and_match(model, cache_dir):
     path = SAMPLES / model / f"{model}_et.json.gz"
-    assert isinstance(decode_chakra(gzip.decompress(path.read_bytes())), TYPED_DOCS[0])  # tagged attributes
+    doc = decode_chakra(gzip.decompress(path.read_bytes()))
+    assert isinstance(doc, TYPED_DOCS[0])  # tagged attributes
+    assert parse_et_typed(doc, str(path), 0, []) is not None  # and the typed path took it to the end
     _same(*_both(path))
 
 
 @pytest.mark.parametrize("rel", ["param_resnet/resnet_et.json.gz", "chakra_1.0.2/1.0.2-chakra.0.0.4.json.gz"])
 def test_shared_chakra_traces_match(rel, shared_traces, cache_dir):
     path = shared_traces / rel
-    assert isinstance(decode_chakra(gzip.decompress(path.read_bytes())), TYPED_DOCS)
+    doc = decode_chakra(gzip.decompress(path.read_bytes()))
+    assert isinstance(doc, TYPED_DOCS) and parse_et_typed(doc, str(path), 0, []) is not None
     typed, general = _both(path)
     _same(typed, general)
     assert len(typed.tensors) > 0
@@ -65,7 +69,7 @@ def _set_attr(node, name, value):
 
 
 @pytest.mark.parametrize("case", ["string_rf_id", "extra_io_key", "float_parent", "odd_attr", "kernel_file",
-                                  "bool_seq_id", "float_scope", "null_op_schema"])
+                                  "bool_seq_id", "float_scope", "null_op_schema", "five_element_record"])
 def test_odd_values_fall_back_or_match(case, tmp_path, cache_dir):
     """Values the typed path refuses still load (through orjson) and give the same tables."""
     def mutate(nodes):
@@ -76,6 +80,10 @@ def test_odd_values_fall_back_or_match(case, tmp_path, cache_dir):
             n["inputs"]["future_field"] = [1, 2]
         elif case == "float_parent":
             n["ctrl_deps"] = float(n["ctrl_deps"])
+        elif case == "five_element_record":  # an older record without the device
+            n = next(x for x in nodes if any(str(t).startswith("Tensor(") for t in x["inputs"]["types"]))
+            j = next(j for j, t in enumerate(n["inputs"]["types"]) if str(t).startswith("Tensor("))
+            n["inputs"]["values"][j] = n["inputs"]["values"][j][:5]
         elif case == "bool_seq_id":
             _set_attr(n, "seq_id", True)
         elif case == "float_scope":

@@ -70,9 +70,8 @@ def tensor_kind(t) -> int:
     return 2 if t.startswith(_LIST_PREFIXES) else 0
 
 
-def _walk(rows: list, op_id: int, io: str, values, shapes, types, strides, record=None) -> None:
-    """Append (op_id, io, arg, sub, value, type, shape, strides) for every tensor argument, and
-    pass six-element tensor records to `record` (see `_tensor_frame`)."""
+def _walk(rows: list, op_id: int, io: str, values, shapes, types, strides) -> None:
+    """Append (op_id, io, arg, sub, value, type, shape, strides) for every tensor argument."""
     for i, t in enumerate(types):
         kind = tensor_kind(t)
         if not kind:
@@ -83,13 +82,11 @@ def _walk(rows: list, op_id: int, io: str, values, shapes, types, strides, recor
         if kind == 1:
             if type(v) is list and len(v) >= 5:
                 rows.append((op_id, io, i, 0, v, t, sh, st))
-                if record is not None and len(v) == 6:
-                    record(v)
         else:
-            walk_list(rows, op_id, io, i, v, t, sh, st, record)
+            walk_list(rows, op_id, io, i, v, t, sh, st)
 
 
-def walk_list(rows: list, op_id: int, io: str, i: int, v, t: str, sh, st, record=None) -> None:
+def walk_list(rows: list, op_id: int, io: str, i: int, v, t: str, sh, st) -> None:
     """The tensor elements of list argument `i` (type `t`, value `v`), one row per element."""
     if type(v) is not list:
         return
@@ -101,8 +98,6 @@ def walk_list(rows: list, op_id: int, io: str, i: int, v, t: str, sh, st, record
         esh = sh[j] if type(sh) is list and j < len(sh) else None
         est = st[j] if type(st) is list and j < len(st) else None
         rows.append((op_id, io, i, j, ev, et, esh, est))
-        if record is not None and len(ev) == 6:
-            record(ev)
 
 
 def _shapes(shapes) -> list:
@@ -124,32 +119,41 @@ def _strides(st):
     return tuple(st)
 
 
-def _tensor_frame(rows: list, rank: int, records: list | None = None) -> pd.DataFrame:
-    """The tensors table from walk rows, column by column (C-level passes, no per-row pandas).
-
-    `records`: the elements of every row's tensor record, concatenated, when the walk collected
-    them and every record has the usual six elements [tid, sid, offset, numel, itemsize,
-    device]: then the integer columns and the device come from one object grid instead of two
-    more passes over 30k scattered lists."""
+def _tensor_frame(rows: list, rank: int) -> pd.DataFrame:
+    """The tensors table from walk rows (general path), column by column (C-level passes)."""
     n = len(rows)
     if n:
         op_id, io, arg, sub, vals, types, shapes, strides = zip(*rows)
     else:
         op_id = io = arg = sub = vals = types = shapes = strides = ()
-    v5 = None
-    if n and records is not None and len(records) == 6 * n:
-        try:  # every sixth element is one column: strided list slices, C-level int conversion
-            v5 = [_ints(records[k::6], "q") for k in range(5)]
-            devices = records[5::6]
-        except (TypeError, OverflowError):  # e.g. a float in a record: numpy's conversion decides
-            v5 = None
-    if v5 is None:
-        grid = np.fromiter(chain.from_iterable(map(itemgetter(0, 1, 2, 3, 4), vals)), dtype=np.int64,
-                           count=5 * n).reshape(-1, 5)
-        v5 = [grid[:, k] for k in range(5)]
-        devices = _devices(vals)
+    grid = np.fromiter(chain.from_iterable(map(itemgetter(0, 1, 2, 3, 4), vals)), dtype=np.int64,
+                       count=5 * n).reshape(-1, 5)
+    return _tensor_table(_ints(op_id, "q"), io, arg, sub, [grid[:, k] for k in range(5)], _devices(vals), types,
+                         _shapes(shapes), strides, rank)
+
+
+# The typed path's flat tensor list: per tensor these fields, then its six-element record
+# [tensor_id, storage_id, offset, numel, itemsize, device].
+FLAT_FIELDS = ("io", "arg", "sub", "type", "shape", "strides")
+FLAT_WIDTH = len(FLAT_FIELDS) + 6
+
+
+def tensor_frame_flat(flat: list, op_id: np.ndarray, rank: int) -> pd.DataFrame:
+    """The tensors table from the typed path's flat list (`FLAT_FIELDS` + record per tensor;
+    shapes already tuples) and each row's op id.
+
+    Why flat: every column is a strided slice of one list (C speed), with no row tuples to
+    build, transpose and free; the int columns convert with `array.array`."""
+    w = FLAT_WIDTH
+    io, arg, sub, types, shapes, strides = (flat[k::w] for k in range(6))
+    return _tensor_table(op_id, io, arg, sub, [_ints(flat[6 + k::w], "q") for k in range(5)], flat[11::w], types,
+                         shapes, strides, rank)
+
+
+def _tensor_table(op_id, io, arg, sub, v5: list, devices, types, shapes: list, strides, rank: int) -> pd.DataFrame:
+    n = len(op_id)
     return pd.DataFrame({
-        "op_id": _ints(op_id, "q"),
+        "op_id": op_id,
         "rank": np.full(n, rank, dtype=np.int32),
         "io": fast_cat(io, ["in", "out"]),
         "arg": _ints(arg, "i"),
@@ -160,7 +164,7 @@ def _tensor_frame(rows: list, rank: int, records: list | None = None) -> pd.Data
         "numel": v5[3],
         "itemsize": v5[4].astype(np.int32),
         "dtype": fast_cat(types, transform=dtype_of),
-        "shape": pd.Series(_shapes(shapes), dtype=object),
+        "shape": pd.Series(shapes, dtype=object),
         "strides": pd.Series([None] * n if strides.count(None) == n else [_strides(x) for x in strides],
                              dtype=object),
         "device": fast_cat(devices),
@@ -207,7 +211,7 @@ def _parse_et(doc: dict, path: str, rank: int, warn: list[str]):
     cols = _fast_columns(nodes, chakra, trows)
     if cols is None:
         cols, trows = _generic_columns(nodes, chakra, path)
-        return _frames(*cols, trows, rank, path)
+        return _ops_frame(*cols, rank, path), _tensor_frame(trows, rank)
     if not chakra:  # the chakra fast path walks tensors in its own loop
         for node in nodes:
             ity, oty = node.get("input_types"), node.get("output_types")
@@ -217,7 +221,7 @@ def _parse_et(doc: dict, path: str, rank: int, warn: list[str]):
             if oty:
                 _walk(trows, int(node["id"]), "out", node.get("outputs") or [], node.get("output_shapes"), oty,
                       node.get("output_strides"))
-    return _frames(*cols, trows, rank, path)
+    return _ops_frame(*cols, rank, path), _tensor_frame(trows, rank)
 
 
 def _check_schema(schema: str, chakra: bool, path: str, warn: list[str]) -> None:
@@ -233,19 +237,22 @@ def parse_et_typed(doc, path: str, rank: int, warn: list[str]):
     needs the general path (the caller then re-decodes with orjson and calls `parse_et`)."""
     from engine.trace.et_typed import attr_columns, chakra_columns
 
-    trows: list = []
-    records: list = []
     try:
-        ids, names, parents, ins, outs, layouts, values = chakra_columns(doc, trows, records)
-        cols = attr_columns(layouts, values, _SCALAR_COLS, _STD_ATTRS, _extra_json)
+        cols = chakra_columns(doc)
+        if cols is None:
+            return None
+        ids, names, parents, ins, outs, layouts, values, flat, ends = cols
+        attrs = attr_columns(layouts, values, _SCALAR_COLS, _STD_ATTRS, _extra_json)
+        ids, parents, ends = _ints(ids, "q"), _ints(parents, "q"), _ints(ends, "q")
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
         return None
-    if cols is None:
+    if attrs is None:
         return None
-    scal, schemas, extra = cols
+    scal, schemas, extra = attrs
     _check_schema(doc.schema, True, path, warn)
-    return _frames(np.asarray(ids, dtype=np.int64), names, np.asarray(parents, dtype=np.int64), scal, schemas,
-                   ins, outs, extra, trows, rank, path, records)
+    ops = _ops_frame(ids, names, parents, scal, schemas, ins, outs, extra, rank, path)
+    per_node = np.diff(ends, prepend=0) // FLAT_WIDTH
+    return ops, tensor_frame_flat(flat, np.repeat(ids, per_node), rank)
 
 
 def _chakra_rows(nodes: list, trows: list) -> list | None:
@@ -397,7 +404,7 @@ def _generic_columns(nodes: list, chakra: bool, path: str):
             ins, outs, extra), trows
 
 
-def _frames(ids, names, parents, scal, schemas, ins, outs, extra, trows, rank, path, records=None):
+def _ops_frame(ids, names, parents, scal, schemas, ins, outs, extra, rank, path) -> pd.DataFrame:
     n = len(ids)
     parents, depth, n_children = _tree(ids, parents, path)
     ops = pd.DataFrame({
@@ -413,7 +420,7 @@ def _frames(ids, names, parents, scal, schemas, ins, outs, extra, trows, rank, p
         "attrs": pd.Series(extra, dtype=object),
         "n_children": n_children,
     })
-    return ops, _tensor_frame(trows, rank, records)
+    return ops
 
 
 def _tree(ids: np.ndarray, parents: np.ndarray, path: str):

@@ -95,10 +95,13 @@ def _attr_name(cls) -> str:
     return cls.__struct_config__.tag
 
 
-def chakra_columns(doc, trows: list, records: list):
-    """(ids, names, parents, inputs text, outputs text, attribute layouts, attribute values) of a
-    typed document, appending tensor rows (see `et._walk`) to `trows` on the way, and the
-    elements of each six-element tensor record to `records` (see `et._tensor_frame`).
+def chakra_columns(doc):
+    """(ids, names, parents, inputs text, outputs text, attribute layouts, attribute values,
+    flat tensor list, ends) of a typed document, or None when a tensor record does not have the
+    usual six elements (the general path decides then).
+
+    Tensors go into one flat list, `et.FLAT_WIDTH` elements per tensor (`et.FLAT_FIELDS`, then
+    the record), in the general path's row order; `ends[i]` is the list's length after node i.
 
     Why one loop: every node's structs are visited once, while they are still in cache, and the
     usual tensor argument (lists of equal length, a plain tensor) is handled inline rather than
@@ -116,11 +119,12 @@ def chakra_columns(doc, trows: list, records: list):
     ins = [""] * n
     outs = [""] * n
     values = [None] * n
+    ends = [0] * n
     layouts: dict[tuple, list[int]] = {}
     enc = _ENCODE
     unset = msgspec.UNSET
-    app = trows.append
-    record = records.extend
+    flat: list = []
+    ext = flat.extend
     kinds: dict = {}
     tagged = isinstance(doc, TYPED_DOCS[0])
     layout_key = type if tagged else attrgetter("name")  # tagged: attribute classes stand for names
@@ -140,9 +144,10 @@ def chakra_columns(doc, trows: list, records: list):
                 st = None
             nt = len(types)
             if len(vals) != nt or len(shapes) != nt or (st is not None and len(st) != nt):
-                start = len(trows)
-                _walk(trows, nid, io, vals, shapes, types, st, record)
-                _tuple_shapes(trows, start)
+                rows: list = []
+                _walk(rows, nid, io, vals, shapes, types, st)
+                if not _flatten(rows, ext):
+                    return None
                 continue
             for j, t in enumerate(types):
                 entry = kinds.get(t)
@@ -152,15 +157,17 @@ def chakra_columns(doc, trows: list, records: list):
                 if k == 1:
                     v = vals[j]
                     if type(v) is list and len(v) >= 5:
+                        if len(v) != 6:
+                            return None
                         sh = shapes[j]
-                        app((nid, io, j, 0, v, t, tuple(sh) if type(sh) is list else (),
-                             None if st is None else st[j]))
-                        if len(v) == 6:
-                            record(v)
+                        ext((io, j, 0, t, tuple(sh) if type(sh) is list else (), None if st is None else st[j]))
+                        ext(v)
                 elif k:
-                    start = len(trows)
-                    walk_list(trows, nid, io, j, vals[j], t, shapes[j], None if st is None else st[j], record)
-                    _tuple_shapes(trows, start)
+                    rows = []
+                    walk_list(rows, nid, io, j, vals[j], t, shapes[j], None if st is None else st[j])
+                    if not _flatten(rows, ext):
+                        return None
+        ends[i] = len(flat)
         ins[i] = enc(iv).decode()
         outs[i] = enc(ov).decode()
         at = nd.attrs
@@ -168,17 +175,18 @@ def chakra_columns(doc, trows: list, records: list):
         values[i] = list(map(get_value, at))
     if tagged:
         layouts = {tuple(map(_attr_name, k)): v for k, v in layouts.items()}
-    return ids, names, parents, ins, outs, layouts, values
+    return ids, names, parents, ins, outs, layouts, values, flat, ends
 
 
-def _tuple_shapes(trows: list, start: int) -> None:
-    """Shapes of the rows from `start` on as tuples (() when not a list), like the inline walk's,
-    so that `et._shapes` can take every shape as it is."""
-    for r in range(start, len(trows)):
-        row = trows[r]
-        sh = row[6]
-        if type(sh) is not tuple:
-            trows[r] = (*row[:6], tuple(sh) if type(sh) is list else (), row[7])
+def _flatten(rows: list, ext) -> bool:
+    """Append `et._walk` rows to the flat tensor list (shapes as tuples, () when not a list);
+    False when a record does not have six elements."""
+    for _, io, arg, sub, v, t, sh, st in rows:
+        if len(v) != 6:
+            return False
+        ext((io, arg, sub, t, tuple(sh) if type(sh) in (list, tuple) else (), st))
+        ext(v)
+    return True
 
 
 def attr_columns(layouts: dict, values: list, scalar_names: tuple[str, ...], std_names: frozenset, extra_json):

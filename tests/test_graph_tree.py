@@ -48,3 +48,22 @@ def test_tree_primitives_match_brute_force(forest):
         assert anc_strict[i] == any(marked[j] for j in chain[1:])
         assert dep[i] == len(chain) - 1
         assert desc[i] == any(marked[j] and i in _chain(parent, j)[1:] for j in range(n))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=40), min_size=1, max_size=40),
+       st.lists(st.integers(min_value=-2, max_value=45), min_size=1, max_size=40), st.booleans())
+def test_parent_positions_sorted_and_hashed_paths_agree(ids, parents, ascending):
+    """Ascending ids take a binary search, others a hash index: same positions, first row wins
+    for duplicated ids, -1 for roots, self-parents and parents not in the table."""
+    import pandas as pd
+
+    from engine.graph._tree import parent_positions
+
+    ids = sorted(set(ids)) if ascending else ids
+    parents = (parents * len(ids))[:len(ids)]
+    ops = pd.DataFrame({"id": ids, "parent": parents, "rank": 0})
+    got = parent_positions(ops)
+    for i, p in enumerate(parents):
+        want = ids.index(p) if p >= 0 and p in ids else -1
+        assert got[i] == (-1 if want == i else want)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from engine.trace._columns import sorted_positions
+
 _RANK_SHIFT = np.int64(1) << np.int64(40)
 _MAX_DOUBLING = 64  # 2**64 levels: more than any tree; bounds the loop if parent links cycle
 
@@ -36,6 +38,11 @@ def parent_positions(ops: pd.DataFrame) -> np.ndarray:
         par_keys = ops["rank"].to_numpy(dtype=np.int64, na_value=0) * _RANK_SHIFT + par_ids
     else:
         par_keys = par_ids
+    if n > 1 and (keys[1:] > keys[:-1]).all():  # ids ascend in file order (the usual ET): no hash table
+        parent = sorted_positions(keys, par_keys)
+        parent[par_ids < 0] = -1
+        parent[parent == np.arange(n)] = -1
+        return parent
     index = pd.Index(keys)
     if not index.is_unique:  # duplicated ids: link to the first row carrying the id
         first = ~index.duplicated(keep="first")

@@ -30,7 +30,7 @@ import pandas as pd
 
 from engine import jsonio
 from engine.errors import TraceError
-from engine.trace._columns import fast_cat
+from engine.trace._columns import fast_cat, sorted_positions
 from engine.trace.dtypes import dtype_of, split_list_type
 
 KNOWN_SCHEMAS = ("1.0.1", "1.0.2-chakra.0.0.4", "1.0.3", "1.0.3-chakra.0.0.4", "1.0.4",
@@ -428,11 +428,14 @@ def _tree(ids: np.ndarray, parents: np.ndarray, path: str):
     n = len(ids)
     if n == 0:
         return parents, np.empty(0, np.int32), np.empty(0, np.int32)
-    index = pd.Index(ids)
-    if not index.is_unique:
-        dup = ids[index.duplicated()][0]
-        raise TraceError(f"duplicate ET node id {int(dup)}", path)
-    pos = index.get_indexer(parents)
+    if n > 1 and (ids[1:] > ids[:-1]).all():  # ascending ids (the usual ET): unique, binary search
+        pos = sorted_positions(ids, parents)
+    else:
+        index = pd.Index(ids)
+        if not index.is_unique:
+            dup = ids[index.duplicated()][0]
+            raise TraceError(f"duplicate ET node id {int(dup)}", path)
+        pos = index.get_indexer(parents)
     is_root = (parents < 0) | (parents == ids)
     absent_root = (pos < 0) & np.isin(parents, _ROOT_IDS)
     dangling = (pos < 0) & ~is_root & ~absent_root

@@ -126,6 +126,7 @@ def chakra_columns(doc):
     flat: list = []
     ext = flat.extend
     kinds: dict = {}
+    prev = cur = None
     tagged = isinstance(doc, TYPED_DOCS[0])
     layout_key = type if tagged else attrgetter("name")  # tagged: attribute classes stand for names
     get_value = attrgetter("value")
@@ -171,7 +172,11 @@ def chakra_columns(doc):
         ins[i] = enc(iv).decode()
         outs[i] = enc(ov).decode()
         at = nd.attrs
-        layouts.setdefault(tuple(map(layout_key, at)), []).append(i)
+        lay = tuple(map(layout_key, at))
+        if lay != prev:  # runs of one layout: compare the tuple instead of hashing it
+            prev = lay
+            cur = layouts.setdefault(lay, [])
+        cur.append(i)
         values[i] = list(map(get_value, at))
     if tagged:
         layouts = {tuple(map(_attr_name, k)): v for k, v in layouts.items()}

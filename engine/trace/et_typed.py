@@ -12,8 +12,13 @@ resnet ET (benchmarks/load_speed.py).
 
 Tried and measured slower on that ET (so not done): keeping inputs/outputs as `msgspec.Raw` and
 decoding them again in one batch; column-wise tensor and attribute extraction with numpy index
-picks; decoding the argument texts in one join/split. On a 2-core VM each extra pass over 30k
-scattered Python objects costs 5-10 ms, so one pass per node that touches everything wins.
+picks; decoding the argument texts in one join/split; grouping attribute layouts column-wise
+after the loop (every attribute struct is a cache miss by then); dropping each node from the
+document as soon as it is read, to free it while in cache (faster alone, slower in the whole
+load); encoding all inputs into one buffer (`encode_into`) and slicing it; `msgspec.Raw` for
+argument values and shapes (the text would keep the file's spacing, not match orjson's). On a
+2-core VM each extra pass over 30k scattered Python objects costs 5-10 ms, so one pass per node
+that touches everything wins, and the tensor columns come from strided slices of one flat list.
 
 The path is taken only for documents that are unambiguously chakra-layout and well-formed:
 anything it does not accept (flat 1.0.1 nodes, odd value types, unknown keys in inputs/outputs,

@@ -139,11 +139,12 @@ def _phase_rules_version() -> str:
     return str(RULES_VERSION)
 
 
-def content_key(raws: list[tuple[Path, bytes]], rank) -> str:
+def content_key(digests: list[bytes], rank) -> str:
+    """Cache key: loader and phase-rule versions, the rank argument and each file's sha256."""
     h = hashlib.sha256()
-    h.update(f"{LOADER_VERSION}|phases={_phase_rules_version()}|rank={rank}|n={len(raws)}".encode())
-    for _, raw in raws:
-        h.update(hashlib.sha256(raw).digest())
+    h.update(f"{LOADER_VERSION}|phases={_phase_rules_version()}|rank={rank}|n={len(digests)}".encode())
+    for d in digests:
+        h.update(d)
     return h.hexdigest()
 
 
@@ -159,7 +160,8 @@ def load(*paths, rank: int | None = None, progress=None, use_cache: bool = True)
     for p in paths:
         files.extend(safe_io.list_files(p))
     raws = [(f, safe_io.read_raw(f, limit)) for f in files]
-    key = content_key(raws, rank)
+    digests = [hashlib.sha256(raw).digest() for _, raw in raws]  # hashed once: cache key and sources
+    key = content_key(digests, rank)
     if use_cache:
         from engine.trace.cache import load_cached
 
@@ -172,7 +174,7 @@ def load(*paths, rank: int | None = None, progress=None, use_cache: bool = True)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        trace = _build(raws, rank, limit, key, progress)
+        trace = _build(raws, digests, rank, limit, key, progress)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -201,7 +203,7 @@ def _adopt_kineto_rank(undeclared_et, ops_l, ten_l, sources) -> None:
     sources[src]["rank"] = r
 
 
-def _build(raws, rank_arg, limit, key, progress) -> Trace:
+def _build(raws, digests, rank_arg, limit, key, progress) -> Trace:
     warn: list[str] = []
     sources: list[dict] = []
     ops_l, ten_l, ev_l, fl_l = [], [], [], []
@@ -211,9 +213,9 @@ def _build(raws, rank_arg, limit, key, progress) -> Trace:
     world = None
     meta_k: dict = {"process_names": {}, "thread_names": {}, "device_properties": []}
     n_files = len(raws)
-    for fi, (f, raw) in enumerate(raws):
+    for fi, ((f, raw), digest) in enumerate(zip(raws, digests)):
         report(progress, 0.05 + 0.6 * fi / n_files, f"parsing {f.name}")
-        for blob in safe_io.expand(f, raw, limit):
+        for blob in safe_io.expand(f, raw, limit, sha256=digest.hex()):
             resources.update(blob.resources)
             doc = _decode(blob)
             src = len(sources)

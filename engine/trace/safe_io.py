@@ -224,11 +224,12 @@ def read_raw(path: Path, limit: int | None = None) -> bytes:
     return _read_file(path, max_bytes() if limit is None else limit)
 
 
-def expand(path: Path, raw: bytes, limit: int | None = None) -> list[Blob]:
-    """Decompress / unpack one file's raw bytes into its trace documents."""
+def expand(path: Path, raw: bytes, limit: int | None = None, sha256: str | None = None) -> list[Blob]:
+    """Decompress / unpack one file's raw bytes into its trace documents (`sha256`: the raw
+    bytes' digest when the caller has it already)."""
     limit = max_bytes() if limit is None else limit
     disp = os.fspath(path)
-    sha = hashlib.sha256(raw).hexdigest()
+    sha = sha256 or hashlib.sha256(raw).hexdigest()
     data = gunzip(raw, disp, limit) if raw[:2] == _GZIP_MAGIC else raw
     if _is_tar(data):
         return _read_tar(data, disp, limit)

@@ -128,34 +128,43 @@ def _tensor_frame(rows: list, rank: int) -> pd.DataFrame:
         op_id = io = arg = sub = vals = types = shapes = strides = ()
     grid = np.fromiter(chain.from_iterable(map(itemgetter(0, 1, 2, 3, 4), vals)), dtype=np.int64,
                        count=5 * n).reshape(-1, 5)
-    return _tensor_table(_ints(op_id, "q"), io, arg, sub, [grid[:, k] for k in range(5)], _devices(vals), types,
-                         _shapes(shapes), strides, rank)
+    return _tensor_table(_ints(op_id, "q"), fast_cat(io, _IO_CATS), arg, sub, [grid[:, k] for k in range(5)],
+                         _devices(vals), fast_cat(types, transform=dtype_of), _shapes(shapes), strides, rank)
 
 
-# The typed path's flat tensor list: per tensor these fields, then its six-element record
-# [tensor_id, storage_id, offset, numel, itemsize, device].
+# The typed path's flat tensor list: per tensor these fields (io 0/1, type as a code), then its
+# six-element record [tensor_id, storage_id, offset, numel, itemsize, device].
 FLAT_FIELDS = ("io", "arg", "sub", "type", "shape", "strides")
 FLAT_WIDTH = len(FLAT_FIELDS) + 6
+_IO_CATS = ["in", "out"]
 
 
-def tensor_frame_flat(flat: list, op_id: np.ndarray, rank: int) -> pd.DataFrame:
+def tensor_frame_flat(flat: list, op_id: np.ndarray, types: list, rank: int) -> pd.DataFrame:
     """The tensors table from the typed path's flat list (`FLAT_FIELDS` + record per tensor;
-    shapes already tuples) and each row's op id.
+    shapes already tuples), each row's op id, and the tensor types the type codes index.
 
     Why flat: every column is a strided slice of one list (C speed), with no row tuples to
-    build, transpose and free; the int columns convert with `array.array`."""
+    build, transpose and free; the int columns convert with `array.array`, and io and dtype
+    come from codes instead of hashing 30k strings."""
     w = FLAT_WIDTH
-    io, arg, sub, types, shapes, strides = (flat[k::w] for k in range(6))
-    return _tensor_table(op_id, io, arg, sub, [_ints(flat[6 + k::w], "q") for k in range(5)], flat[11::w], types,
-                         shapes, strides, rank)
+    io = pd.Categorical.from_codes(_ints(flat[0::w], "b"), categories=_IO_CATS)
+    labels = [dtype_of(t) for t in types]
+    cats = list(dict.fromkeys(labels))
+    codes = _ints(flat[3::w], "i")
+    if cats != labels:  # types with one dtype name (e.g. two spellings): merge their codes
+        codes = np.asarray([cats.index(lab) for lab in labels], dtype=np.int32)[codes]
+    dtype = pd.Categorical.from_codes(codes, categories=cats)
+    return _tensor_table(op_id, io, flat[1::w], flat[2::w], [_ints(flat[6 + k::w], "q") for k in range(5)],
+                         flat[11::w], dtype, flat[4::w], flat[5::w], rank)
 
 
-def _tensor_table(op_id, io, arg, sub, v5: list, devices, types, shapes: list, strides, rank: int) -> pd.DataFrame:
+def _tensor_table(op_id, io: pd.Categorical, arg, sub, v5: list, devices, dtype: pd.Categorical, shapes: list,
+                  strides, rank: int) -> pd.DataFrame:
     n = len(op_id)
     return pd.DataFrame({
         "op_id": op_id,
         "rank": np.full(n, rank, dtype=np.int32),
-        "io": fast_cat(io, ["in", "out"]),
+        "io": io,
         "arg": _ints(arg, "i"),
         "sub": _ints(sub, "i"),
         "tensor_id": v5[0],
@@ -163,7 +172,7 @@ def _tensor_table(op_id, io, arg, sub, v5: list, devices, types, shapes: list, s
         "offset": v5[2],
         "numel": v5[3],
         "itemsize": v5[4].astype(np.int32),
-        "dtype": fast_cat(types, transform=dtype_of),
+        "dtype": dtype,
         "shape": pd.Series(shapes, dtype=object),
         "strides": pd.Series([None] * n if strides.count(None) == n else [_strides(x) for x in strides],
                              dtype=object),
@@ -171,13 +180,16 @@ def _tensor_table(op_id, io, arg, sub, v5: list, devices, types, shapes: list, s
     })
 
 
+_INT_TYPES = {"q": np.int64, "i": np.int32, "b": np.int8}
+
+
 def _ints(values, typecode: str) -> np.ndarray:
-    """int64 ("q") or int32 ("i") array of a sequence of Python ints.
+    """int64 ("q"), int32 ("i") or int8 ("b") array of a sequence of Python ints.
 
     Why `array.array`: it converts a list of ints in one C loop without numpy's per-element type
     discovery, 2-3x faster than `np.asarray` on 30k-element lists. Raises TypeError or
     OverflowError for anything that is not an int in range (callers fall back)."""
-    return np.frombuffer(array.array(typecode, values), dtype=np.int64 if typecode == "q" else np.int32)
+    return np.frombuffer(array.array(typecode, values), dtype=_INT_TYPES[typecode])
 
 
 def _devices(vals) -> list:
@@ -241,7 +253,7 @@ def parse_et_typed(doc, path: str, rank: int, warn: list[str]):
         cols = chakra_columns(doc)
         if cols is None:
             return None
-        ids, names, parents, ins, outs, layouts, values, flat, ends = cols
+        ids, names, parents, ins, outs, layouts, values, flat, ends, types = cols
         attrs = attr_columns(layouts, values, _SCALAR_COLS, _STD_ATTRS, _extra_json)
         ids, parents, ends = _ints(ids, "q"), _ints(parents, "q"), _ints(ends, "q")
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
@@ -252,7 +264,7 @@ def parse_et_typed(doc, path: str, rank: int, warn: list[str]):
     _check_schema(doc.schema, True, path, warn)
     ops = _ops_frame(ids, names, parents, scal, schemas, ins, outs, extra, rank, path)
     per_node = np.diff(ends, prepend=0) // FLAT_WIDTH
-    return ops, tensor_frame_flat(flat, np.repeat(ids, per_node), rank)
+    return ops, tensor_frame_flat(flat, np.repeat(ids, per_node), types, rank)
 
 
 def _chakra_rows(nodes: list, trows: list) -> list | None:

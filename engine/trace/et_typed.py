@@ -102,11 +102,13 @@ def _attr_name(cls) -> str:
 
 def chakra_columns(doc):
     """(ids, names, parents, inputs text, outputs text, attribute layouts, attribute values,
-    flat tensor list, ends) of a typed document, or None when a tensor record does not have the
-    usual six elements (the general path decides then).
+    flat tensor list, ends, tensor types) of a typed document, or None when a tensor record does
+    not have the usual six elements (the general path decides then).
 
     Tensors go into one flat list, `et.FLAT_WIDTH` elements per tensor (`et.FLAT_FIELDS`, then
     the record), in the general path's row order; `ends[i]` is the list's length after node i.
+    io is 0/1 and the type is its index in the returned tensor types (first-seen order), so
+    those columns need no hashing afterwards.
 
     Why one loop: every node's structs are visited once, while they are still in cache, and the
     usual tensor argument (lists of equal length, a plain tensor) is handled inline rather than
@@ -131,6 +133,7 @@ def chakra_columns(doc):
     flat: list = []
     ext = flat.extend
     kinds: dict = {}
+    tcode: dict = {}  # tensor type -> code, in order of first appearance (the dtype column's order)
     prev = cur = None
     tagged = isinstance(doc, TYPED_DOCS[0])
     layout_key = type if tagged else attrgetter("name")  # tagged: attribute classes stand for names
@@ -141,7 +144,7 @@ def chakra_columns(doc):
         names[i] = nd.name
         parents[i] = nd.ctrl_deps
         iv, ov = nd.inputs, nd.outputs
-        for io, a in (("in", iv), ("out", ov)):
+        for io, a in ((0, iv), (1, ov)):
             types = a.types
             if not types:
                 continue
@@ -151,27 +154,30 @@ def chakra_columns(doc):
             nt = len(types)
             if len(vals) != nt or len(shapes) != nt or (st is not None and len(st) != nt):
                 rows: list = []
-                _walk(rows, nid, io, vals, shapes, types, st)
-                if not _flatten(rows, ext):
+                _walk(rows, nid, _IO_NAMES[io], vals, shapes, types, st)
+                if not _flatten(rows, ext, tcode):
                     return None
                 continue
             for j, t in enumerate(types):
                 entry = kinds.get(t)
                 if entry is None:
                     entry = kinds[t] = (tensor_kind(t), t)
-                k, t = entry  # one str object per distinct type: the dtype column factorizes fast
+                k, t = entry  # one str object per distinct type: its hash is computed once
                 if k == 1:
                     v = vals[j]
                     if type(v) is list and len(v) >= 5:
                         if len(v) != 6:
                             return None
+                        c = tcode.get(t)
+                        if c is None:
+                            c = tcode[t] = len(tcode)
                         sh = shapes[j]
-                        ext((io, j, 0, t, tuple(sh) if type(sh) is list else (), None if st is None else st[j]))
+                        ext((io, j, 0, c, tuple(sh) if type(sh) is list else (), None if st is None else st[j]))
                         ext(v)
                 elif k:
                     rows = []
-                    walk_list(rows, nid, io, j, vals[j], t, shapes[j], None if st is None else st[j])
-                    if not _flatten(rows, ext):
+                    walk_list(rows, nid, _IO_NAMES[io], j, vals[j], t, shapes[j], None if st is None else st[j])
+                    if not _flatten(rows, ext, tcode):
                         return None
         ends[i] = len(flat)
         ins[i] = enc(iv).decode()
@@ -185,16 +191,22 @@ def chakra_columns(doc):
         values[i] = list(map(get_value, at))
     if tagged:
         layouts = {tuple(map(_attr_name, k)): v for k, v in layouts.items()}
-    return ids, names, parents, ins, outs, layouts, values, flat, ends
+    return ids, names, parents, ins, outs, layouts, values, flat, ends, list(tcode)
 
 
-def _flatten(rows: list, ext) -> bool:
-    """Append `et._walk` rows to the flat tensor list (shapes as tuples, () when not a list);
-    False when a record does not have six elements."""
+_IO_NAMES = ("in", "out")
+
+
+def _flatten(rows: list, ext, tcode: dict) -> bool:
+    """Append `et._walk` rows to the flat tensor list (io and type as codes, shapes as tuples,
+    () when not a list); False when a record does not have six elements."""
     for _, io, arg, sub, v, t, sh, st in rows:
         if len(v) != 6:
             return False
-        ext((io, arg, sub, t, tuple(sh) if type(sh) in (list, tuple) else (), st))
+        c = tcode.get(t)
+        if c is None:
+            c = tcode[t] = len(tcode)
+        ext((0 if io == "in" else 1, arg, sub, c, tuple(sh) if type(sh) in (list, tuple) else (), st))
         ext(v)
     return True
 

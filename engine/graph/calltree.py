@@ -100,15 +100,19 @@ def call_tree(trace: "Trace", rank: int | None = None) -> "nx.DiGraph":
     return build_digraph(ids.tolist(), attrs, ids[parent[child]].tolist(), ids[child].tolist(), {}, rank=r)
 
 
-def _str_list(ops: pd.DataFrame, col: str) -> list[str]:
-    """Column as a list of str ("" for missing); categorical columns convert per category."""
+def _str_list(ops: pd.DataFrame, col: str, rows: np.ndarray | None = None) -> list[str]:
+    """Column as a list of str ("" for missing), of the rows where the mask `rows` is True (all
+    rows by default); categorical columns convert per category."""
+    n = len(ops) if rows is None else int(rows.sum())
     if col not in ops.columns:
-        return [""] * len(ops)
+        return [""] * n
     c = ops[col]
     if isinstance(c.dtype, pd.CategoricalDtype):
         cats = np.asarray([str(x) for x in c.cat.categories] + [""], dtype=object)
-        return cats[c.cat.codes.to_numpy()].tolist()  # code -1 (missing) picks the trailing ""
-    return c.astype(object).fillna("").astype(str).tolist()
+        codes = c.cat.codes.to_numpy()  # code -1 (missing) picks the trailing ""
+        return cats[codes if rows is None else codes[rows]].tolist()
+    out = c.astype(object).fillna("").astype(str)
+    return (out if rows is None else out[rows]).tolist()
 
 
 __all__ = ["call_tree", "descendants", "roots", "leaves", "rank_ops", "resolve_rank"]

@@ -319,9 +319,8 @@ def data_deps(trace: "Trace", rank: int | None = None, ops: Iterable[int] | None
             more = f" (and {len(unknown) - 5} more)" if len(unknown) > 5 else ""
             raise TraceError(f"unknown ET node ids on rank {r}: {shown}{more}")
         exec_mask = np.isin(ids, exec_ids)
-    rows = table[exec_mask]
-    node_ids = _ids_of(rows).tolist()
-    attrs = {col: _str_list(rows, col) for col in ("name", "category", "phase")}
+    node_ids = ids[exec_mask].tolist()
+    attrs = {col: _str_list(table, col, exec_mask) for col in ("name", "category", "phase")}
     acc = accesses(trace, exec_ids, table, r)
     if len(acc) == 0:
         return build_digraph(node_ids, attrs, [], [], {}, rank=r)

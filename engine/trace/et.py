@@ -88,16 +88,23 @@ def _walk(rows: list, op_id: int, io: str, values, shapes, types, strides) -> No
 
 def walk_list(rows: list, op_id: int, io: str, i: int, v, t: str, sh, st) -> None:
     """The tensor elements of list argument `i` (type `t`, value `v`), one row per element."""
+    for j, ev, et, esh, est in list_tensors(v, t, sh, st):
+        rows.append((op_id, io, i, j, ev, et, esh, est))
+
+
+def list_tensors(v, t: str, sh, st):
+    """(index, record, element type, shape, strides) of each tensor element of a list argument
+    (type `t`, value `v`, shapes `sh`, strides `st`)."""
     if type(v) is not list:
         return
     elem_types = split_list_type(t) or ("Tensor",)
+    last = len(elem_types) - 1
+    sh_ok, st_ok = type(sh) is list, type(st) is list
     for j, ev in enumerate(v):
-        et = elem_types[j] if j < len(elem_types) else elem_types[-1]
+        et = elem_types[j if j < last else last]
         if not et.startswith("Tensor") or type(ev) is not list or len(ev) < 5:
             continue
-        esh = sh[j] if type(sh) is list and j < len(sh) else None
-        est = st[j] if type(st) is list and j < len(st) else None
-        rows.append((op_id, io, i, j, ev, et, esh, est))
+        yield (j, ev, et, sh[j] if sh_ok and j < len(sh) else None, st[j] if st_ok and j < len(st) else None)
 
 
 def _shapes(shapes) -> list:

@@ -116,7 +116,7 @@ def chakra_columns(doc):
     rows are the same as the general path's. Attribute names are grouped by layout (the tuple of
     names in order): nearly every node shares one, and `attr_columns` reads values per layout.
     """
-    from engine.trace.et import _walk, tensor_kind, walk_list
+    from engine.trace.et import _walk, list_tensors, tensor_kind
 
     nodes = doc.nodes
     n = len(nodes)
@@ -175,10 +175,14 @@ def chakra_columns(doc):
                         ext((io, j, 0, c, tuple(sh) if type(sh) is list else (), None if st is None else st[j]))
                         ext(v)
                 elif k:
-                    rows = []
-                    walk_list(rows, nid, _IO_NAMES[io], j, vals[j], t, shapes[j], None if st is None else st[j])
-                    if not _flatten(rows, ext, tcode):
-                        return None
+                    for sub, ev, et, esh, est in list_tensors(vals[j], t, shapes[j], None if st is None else st[j]):
+                        if len(ev) != 6:
+                            return None
+                        c = tcode.get(et)
+                        if c is None:
+                            c = tcode[et] = len(tcode)
+                        ext((io, j, sub, c, tuple(esh) if type(esh) in (list, tuple) else (), est))
+                        ext(ev)
         ends[i] = len(flat)
         ins[i] = enc(iv).decode()
         outs[i] = enc(ov).decode()

@@ -19,7 +19,8 @@ def fast_cat(values, categories=None, transform: Callable[[object], str] | None 
     dtype name); values mapping to the same label share one category.
     """
     n = len(values)
-    if n and type(values) in (list, tuple) and type(values[0]) is str and values.count(values[0]) == n:
+    if (n and type(values) in (list, tuple) and type(values[0]) is str
+            and values[-1] == values[0] == values[n // 2] and values.count(values[0]) == n):
         # One distinct string (a trace's device column): no hashing of n fresh string objects.
         label = values[0] if transform is None else transform(values[0])
         cats = [label] if categories is None else list(categories)

@@ -58,6 +58,58 @@ def _time(fn, repeat: int) -> dict:
             "runs_s": [round(x, 4) for x in walls]}
 
 
+def _stages(et_path: Path, repeat: int) -> dict:
+    """Median ms per stage of `load` + graphs on the ET, by timing the engine's stage functions in
+    place (wrappers installed for this measurement only). "other" is the rest of the total: the
+    freeing of the decoded document, bookkeeping and the cyclic GC."""
+    import functools
+
+    from engine.graph import calltree, deps
+    from engine.trace import et, et_typed, loader, safe_io
+
+    spans: dict[str, float] = {}
+    stages = [("read + gunzip", safe_io, "expand"), ("JSON decode (msgspec)", loader, "_decode"),
+              ("node loop (names, texts, tensors)", et_typed, "chakra_columns"),
+              ("attribute columns", et_typed, "attr_columns"), ("ops table", et, "_ops_frame"),
+              ("tensors table", et, "tensor_frame_flat"), ("categories + phases", loader, "_finish_ops"),
+              ("call tree", calltree, "call_tree"), ("data-dependency DAG", deps, "data_deps")]
+    saved = [(mod, name, getattr(mod, name)) for _, mod, name in stages]
+
+    def timed(label, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spans[label] = spans.get(label, 0.0) + time.perf_counter() - t0
+        return wrapper
+
+    for label, mod, name in stages:
+        setattr(mod, name, timed(label, getattr(mod, name)))
+    runs = []
+    try:
+        for _ in range(repeat):
+            spans.clear()
+            gc.collect()
+            t0 = time.perf_counter()
+            tr = load_et(et_path)
+            result = (tr, calltree.call_tree(tr), deps.data_deps(tr))
+            total = time.perf_counter() - t0
+            del result, tr
+            runs.append({**spans, "other": total - sum(spans.values()), "total": total})
+    finally:
+        for mod, name, fn in saved:
+            setattr(mod, name, fn)
+    return {k: round(1e3 * statistics.median(r[k] for r in runs), 1) for k in runs[0]}
+
+
+def load_et(path: Path):
+    from engine.trace import load
+
+    return load(path, use_cache=False)
+
+
 def _param_loader(repo: str):
     """param's `ExecutionTrace` class, imported from a checkout (DIR, DIR/et_replay or the file)."""
     root = Path(repo)
@@ -131,6 +183,7 @@ def main(argv=None) -> int:
         "et_load": _time(lambda: load(et_path, use_cache=False), args.repeat),
         "kineto_load": _time(lambda: load(k_path, use_cache=False), args.repeat),
     }
+    stages = _stages(et_path, args.repeat)
     side = None
     if args.param_repo:
         execution_trace, param_file = _param_loader(args.param_repo)
@@ -175,6 +228,8 @@ def main(argv=None) -> int:
     print(f"speedup: ET load+graph vs param {speedup['et_load_graph_vs_param']:.1f}x at the reference's "
           f"midpoint ({lo_x:.1f}-{hi_x:.1f}x over its 1.0-1.3 s range; goal 3x), "
           f"Kineto vs HTA {speedup['kineto_load_vs_hta']:.1f}x (goal 3x)")
+    print("where the ET load + graph time goes (median ms): "
+          + ", ".join(f"{k} {v:.0f}" for k, v in stages.items()))
     if side is not None:
         print(f"side by side with param's loader ({side['param_file']}, ABBA order, {args.repeat} rounds): "
               f"param {side['param_median_s']:.3f} s, ours (load+graph) {side['ours_median_s']:.3f} s -> "
@@ -183,7 +238,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"results": results, "targets_s": TARGETS, "speedup": speedup,
-                               "side_by_side_with_param": side,
+                               "side_by_side_with_param": side, "et_stages_ms": stages,
                                "reference_s (measured by the issue author)": REFERENCE, "graph": graph_note,
                                "repeat": args.repeat, "python": sys.version.split()[0],
                                "loadavg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,

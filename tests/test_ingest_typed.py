@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import gzip
+import json
 
 import orjson
 import pandas as pd
 import pytest
 
 import engine.trace.loader as loader
+from engine.errors import TraceError
 from engine.trace import load
 from engine.trace.et import parse_et_typed
 from engine.trace.et_typed import TYPED_DOCS, decode_chakra
@@ -58,7 +60,7 @@ def _mutated(tmp_path, mutate):
     doc = orjson.loads(gzip.decompress((SAMPLES / "mlp" / "mlp_et.json.gz").read_bytes()))
     mutate(doc["nodes"])
     out = tmp_path / "mutated_et.json"
-    out.write_bytes(orjson.dumps(doc))
+    out.write_text(json.dumps(doc))  # the standard library writes ints beyond 64 bits too
     return out
 
 
@@ -69,7 +71,8 @@ def _set_attr(node, name, value):
 
 
 @pytest.mark.parametrize("case", ["string_rf_id", "extra_io_key", "float_parent", "odd_attr", "kernel_file",
-                                  "bool_seq_id", "float_scope", "null_op_schema", "five_element_record"])
+                                  "bool_seq_id", "float_scope", "null_op_schema", "five_element_record",
+                                  "float_in_record", "huge_tensor_id"])
 def test_odd_values_fall_back_or_match(case, tmp_path, cache_dir):
     """Values the typed path refuses still load (through orjson) and give the same tables."""
     def mutate(nodes):
@@ -80,10 +83,16 @@ def test_odd_values_fall_back_or_match(case, tmp_path, cache_dir):
             n["inputs"]["future_field"] = [1, 2]
         elif case == "float_parent":
             n["ctrl_deps"] = float(n["ctrl_deps"])
-        elif case == "five_element_record":  # an older record without the device
+        elif case in ("five_element_record", "float_in_record", "huge_tensor_id"):
             n = next(x for x in nodes if any(str(t).startswith("Tensor(") for t in x["inputs"]["types"]))
             j = next(j for j, t in enumerate(n["inputs"]["types"]) if str(t).startswith("Tensor("))
-            n["inputs"]["values"][j] = n["inputs"]["values"][j][:5]
+            rec = n["inputs"]["values"][j]
+            if case == "five_element_record":  # an older record without the device
+                n["inputs"]["values"][j] = rec[:5]
+            elif case == "float_in_record":
+                rec[3] = float(rec[3])
+            else:
+                rec[0] = 2**70
         elif case == "bool_seq_id":
             _set_attr(n, "seq_id", True)
         elif case == "float_scope":
@@ -95,6 +104,10 @@ def test_odd_values_fall_back_or_match(case, tmp_path, cache_dir):
         else:
             _set_attr(n, "kernel_file", "/tmp/k.py")
     path = _mutated(tmp_path, mutate)
+    if case == "huge_tensor_id":  # no int64 holds it: both paths refuse the file the same way
+        with pytest.raises(TraceError, match="malformed execution trace"):
+            load(path, use_cache=False)
+        return
     typed, general = _both(path)
     _same(typed, general)
     assert len(typed.ops) > 0

@@ -269,9 +269,11 @@ def parse_et_typed(doc, path: str, rank: int, warn: list[str]):
         return None
     scal, schemas, extra = attrs
     _check_schema(doc.schema, True, path, warn)
-    ops = _ops_frame(ids, names, parents, scal, schemas, ins, outs, extra, rank, path)
-    per_node = np.diff(ends, prepend=0) // FLAT_WIDTH
-    return ops, tensor_frame_flat(flat, np.repeat(ids, per_node), types, rank)
+    try:  # a record element that is not an int in range (float, str, huge): the general path decides
+        tensors = tensor_frame_flat(flat, np.repeat(ids, np.diff(ends, prepend=0) // FLAT_WIDTH), types, rank)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return _ops_frame(ids, names, parents, scal, schemas, ins, outs, extra, rank, path), tensors
 
 
 def _chakra_rows(nodes: list, trows: list) -> list | None:

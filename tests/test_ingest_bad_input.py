@@ -219,3 +219,23 @@ def test_gunzip_fast_path_equals_streaming_on_large_input():
     assert safe_io._gunzip_whole(data, 1 << 20) is None      # a limit it could overrun: streaming
     with pytest.raises(TraceError, match="exceeds the limit"):
         safe_io.gunzip(data, "t.json.gz", len(payload) - 1)
+
+
+def test_gunzip_lying_trailer_is_not_trusted():
+    """A trailer that claims a huge size must not size the first buffer; zlib's length check
+    refuses it, and the streaming loop then reports the file as corrupt, in one line."""
+    import tracemalloc
+
+    from engine.trace import safe_io
+
+    data = bytearray(gzip.compress(b"[1, 2, 3]"))
+    data[-4:] = (0xFFFFFFF0).to_bytes(4, "little")  # claims ~4 GiB
+    tracemalloc.start()
+    try:
+        assert safe_io._gunzip_whole(bytes(data), 1 << 40) is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20  # bounded by deflate's ratio to the 29-byte input, not by the trailer
+    with pytest.raises(TraceError, match="corrupt gzip stream"):
+        safe_io.gunzip(bytes(data), "t.json.gz", 1 << 40)

@@ -101,9 +101,9 @@ def _gunzip_whole(data: bytes, limit: int) -> bytes | None:
     if data.find(b"\x1f\x8b\x08", 10) >= 0:  # maybe several members (or a chance match): stream
         return None
     isize = int.from_bytes(data[-4:], "little")
-    try:
-        out = zlib.decompress(data, 47, max(isize, 1))
-    except zlib.error:
+    try:  # the trailer is untrusted: the first buffer is never larger than deflate could fill
+        out = zlib.decompress(data, 47, max(1, min(isize, _DEFLATE_MAX_RATIO * len(data))))
+    except (zlib.error, MemoryError):
         return None
     return out if (len(out) & 0xFFFFFFFF) == isize and len(out) <= limit else None
 

@@ -15,7 +15,9 @@ decoding them again in one batch; column-wise tensor and attribute extraction wi
 picks; decoding the argument texts in one join/split; grouping attribute layouts column-wise
 after the loop (every attribute struct is a cache miss by then); dropping each node from the
 document as soon as it is read, to free it while in cache (faster alone, slower in the whole
-load); encoding all inputs into one buffer (`encode_into`) and slicing it; `msgspec.Raw` for
+load); encoding all inputs into one buffer (`encode_into`) and slicing it, or after the loop
+with `encode_lines` (cold structs: much slower); per-signature plans of tensor positions keyed
+on the argument type list (hashing the types costs what it saves); `msgspec.Raw` for
 argument values and shapes (the text would keep the file's spacing, not match orjson's). On a
 2-core VM each extra pass over 30k scattered Python objects costs 5-10 ms, so one pass per node
 that touches everything wins, and the tensor columns come from strided slices of one flat list.

@@ -30,9 +30,18 @@ except ImportError:  # pragma: no cover - exercised by tests/test_minimal_instal
             return o.item()
         raise TypeError(f"Type is not JSON serializable: {type(o).__name__}")
 
-    def dumps(obj, option: int = 0) -> bytes:
+    def dumps(obj, default=None, option: int = 0) -> bytes:
+        """orjson's signature: `default` is tried for what neither JSON nor numpy covers."""
+        def fallback(o):
+            try:
+                return _plain(o)
+            except TypeError:
+                if default is None:
+                    raise
+                return default(o)
+
         indent = 2 if option & OPT_INDENT_2 else None
-        return json.dumps(obj, indent=indent, separators=None if indent else (",", ":"), default=_plain,
+        return json.dumps(obj, indent=indent, separators=None if indent else (",", ":"), default=fallback,
                           ensure_ascii=False).encode()
 
 __all__ = ["loads", "dumps", "JSONDecodeError", "OPT_INDENT_2", "OPT_NON_STR_KEYS", "OPT_SERIALIZE_NUMPY"]

@@ -33,6 +33,7 @@ SCRIPT = textwrap.dedent('''
            "tree": call_tree(tr).number_of_nodes(), "info_kind": summarize(tr)["kind"]}
     res = replay(tr, config=ReplayConfig(device="cpu", warmup=0, iters=1))
     out["replayed"] = res.coverage["replayed"]
+    out["result_written"] = res.write(sys.argv[3]).is_file()  # jsonio.dumps(..., default=str)
     b = compose(spec_from_dict({"sources": [root + "/sample_traces/mlp/mlp_et.json.gz"],
                                 "segments": [{"selection": {}}], "batch_scale": 2}))
     out["composed_ranks"] = b.world_size
@@ -55,12 +56,12 @@ SCRIPT = textwrap.dedent('''
 
 def test_engine_paths_work_with_only_torch_pandas_networkx(tmp_path):
     env = {**os.environ, "MYSTIQUE_CACHE_DIR": str(tmp_path / "cache")}
-    p = subprocess.run([sys.executable, "-c", SCRIPT, ",".join(BLOCKED), str(ROOT)], capture_output=True,
+    p = subprocess.run([sys.executable, "-c", SCRIPT, ",".join(BLOCKED), str(ROOT), str(tmp_path / "out")], capture_output=True,
                        text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out["ops"] == 289 and out["link_rate"] == 1.0 and out["info_kind"] == "execution_trace+kineto"
-    assert out["replayed"] == 56 and out["composed_ranks"] == 1
+    assert out["replayed"] == 56 and out["composed_ranks"] == 1 and out["result_written"]
     assert out["dag"] > 50 and out["tree"] == 289
     assert out["cpu_util_mean"] > 30 and out["rss_mb_mean"] > 50  # stdlib/proc metrics, not NaN
     assert out["json_roundtrip"] == {"a": [1, 2.5]} and out["bad_json"] == "JSONDecodeError"

@@ -7,6 +7,7 @@ The spec dict *is* the engine's BenchmarkSpec JSON (version 1, see `engine.compo
      "repeat", "label"}], "device", "dtype", "batch_scale", "warmup", "iters", "sharding"}
 plus a UI-only "trace" key (the loaded trace's name), dropped on save.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -31,10 +32,19 @@ def et_sources(trace, paths: list[str]) -> list[str]:
 def spec_state(trace_name: str, trace=None, paths: list[str] | None = None) -> dict:
     specs = st.session_state.setdefault("specs", {})
     if trace_name not in specs:
-        specs[trace_name] = {"version": 1, "name": "benchmark", "trace": trace_name,
-                             "sources": et_sources(trace, paths or []) if trace is not None else [],
-                             "segments": [], "device": "cpu", "dtype": None, "batch_scale": 1.0,
-                             "warmup": 1, "iters": 5, "sharding": None}
+        specs[trace_name] = {
+            "version": 1,
+            "name": "benchmark",
+            "trace": trace_name,
+            "sources": et_sources(trace, paths or []) if trace is not None else [],
+            "segments": [],
+            "device": "cpu",
+            "dtype": None,
+            "batch_scale": 1.0,
+            "warmup": 1,
+            "iters": 5,
+            "sharding": None,
+        }
     return specs[trace_name]
 
 
@@ -120,18 +130,26 @@ def compose_spec(trace, spec: dict):
     rank0 = sorted(bench.ranks)[0]
     rs = rank_summary(bench, rank0)
     replay = set(bench.replay_ids[rank0])
-    rows = [{"id": n["id"], "name": n["name"],
-             "input shapes": str((n.get("inputs") or {}).get("shapes", ""))[:120]}
-            for n in bench.ranks[rank0] if n["id"] in replay]
+    rows = [
+        {"id": n["id"], "name": n["name"], "input shapes": str((n.get("inputs") or {}).get("shapes", ""))[:120]}
+        for n in bench.ranks[rank0]
+        if n["id"] in replay
+    ]
     closures = []
     for seg in spec["segments"]:
         ext = select(trace, selection_from_dict(seg["selection"])).external_inputs
         cols = [c for c in ("tensor_id", "shape", "dtype", "numel", "device", "consumer") if c in ext.columns]
         closures.append(ext[cols].assign(segment=seg["label"]).astype({"shape": str} if "shape" in cols else {}))
     inputs = pd.concat(closures, ignore_index=True) if closures else pd.DataFrame()
-    summary = {"ops": rs["replay_ops"], "inputs": rs["external_inputs"],
-               "memory_mb": rs["estimated_memory_bytes"] / 2**20, "ranks": bench.world_size,
-               "op_table": pd.DataFrame(rows), "inputs_table": inputs, "warnings": bench.meta.get("warnings", [])}
+    summary = {
+        "ops": rs["replay_ops"],
+        "inputs": rs["external_inputs"],
+        "memory_mb": rs["estimated_memory_bytes"] / 2**20,
+        "ranks": bench.world_size,
+        "op_table": pd.DataFrame(rows),
+        "inputs_table": inputs,
+        "warnings": bench.meta.get("warnings", []),
+    }
     return bench, summary
 
 
@@ -144,5 +162,4 @@ def export_benchmark(bench, out_dir: str) -> dict:
     res = export(bench, out_dir)
     ranks = res["ranks"]
     first = ranks[sorted(ranks)[0]]
-    return {"dir": res["dir"], "et_path": str(first),
-            "files": sorted(p.name for p in Path(res["dir"]).iterdir())}
+    return {"dir": res["dir"], "et_path": str(first), "files": sorted(p.name for p in Path(res["dir"]).iterdir())}

@@ -3,6 +3,7 @@
 `streamlit run` puts `app/` (not the repo root) on sys.path, so the root is added here: pages
 import `app.state` and `engine` from a plain checkout as well as from an editable install.
 """
+
 import sys
 from pathlib import Path
 

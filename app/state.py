@@ -6,6 +6,7 @@ strings (file paths, content hashes, view parameters); `st.session_state` holds 
 trace names -> {"paths", "hash", "kind"}, the current selection (ids), specs (dicts) and result
 file paths. Engine calls raise `TraceError` for bad input; pages show it with `st.error`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,6 +23,8 @@ SAMPLES = ROOT / "sample_traces"
 def work_dir() -> Path:
     """Where uploads and replay results go (MYSTIQUE_UI_DIR, default .mystique_cache/ui)."""
     return Path(os.environ.get("MYSTIQUE_UI_DIR", ROOT / ".mystique_cache" / "ui"))
+
+
 DEFAULT_SAMPLE = "mlp"
 
 
@@ -51,8 +54,12 @@ def load_paths(paths: tuple[str, ...]):
 def add_trace(name: str, paths: list[str]) -> dict:
     """Load `paths` as one trace named `name` (ET + Kineto of one run pair up). Raises TraceError."""
     trace = load_paths(tuple(str(p) for p in paths))
-    entry = {"paths": [str(p) for p in paths], "hash": trace.content_hash, "kind": trace.meta.get("kind", ""),
-             "link_rate": (trace.meta.get("link") or {}).get("link_rate")}
+    entry = {
+        "paths": [str(p) for p in paths],
+        "hash": trace.content_hash,
+        "kind": trace.meta.get("kind", ""),
+        "link_rate": (trace.meta.get("link") or {}).get("link_rate"),
+    }
     traces()[name] = entry
     st.session_state.setdefault("current", name)
     return entry
@@ -147,8 +154,9 @@ def summary_of(paths: tuple[str, ...]) -> dict:
 
 
 @st.cache_resource(max_entries=16, show_spinner="Building the operator graph…")
-def graph_model(paths: tuple[str, ...], rank: int | None, collapse: str, depth: int,
-                expand: tuple[str, ...], max_nodes: int):
+def graph_model(
+    paths: tuple[str, ...], rank: int | None, collapse: str, depth: int, expand: tuple[str, ...], max_nodes: int
+):
     """Laid-out graph model (data-dependency DAG, collapsed per the view) for one rank."""
     from engine.figures.graph import GraphView, build_graph_model
     from engine.graph import data_deps
@@ -161,8 +169,14 @@ def graph_model(paths: tuple[str, ...], rank: int | None, collapse: str, depth: 
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
-def timeline_fig(paths: tuple[str, ...], rank: int | None, start_us: float | None, end_us: float | None,
-                 min_dur_us: float, flow_from: int | None):
+def timeline_fig(
+    paths: tuple[str, ...],
+    rank: int | None,
+    start_us: float | None,
+    end_us: float | None,
+    min_dur_us: float,
+    flow_from: int | None,
+):
     from engine.figures.timeline import TimelineView, timeline_figure
 
     trace = load_paths(paths)
@@ -186,8 +200,17 @@ def capture_meta(paths: tuple[str, ...]) -> dict | None:
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
-def graph_fig(paths: tuple[str, ...], rank: int | None, collapse: str, depth: int, expand: tuple[str, ...],
-              max_nodes: int, color_by: str, highlight: tuple, height: int = 560):
+def graph_fig(
+    paths: tuple[str, ...],
+    rank: int | None,
+    collapse: str,
+    depth: int,
+    expand: tuple[str, ...],
+    max_nodes: int,
+    color_by: str,
+    highlight: tuple,
+    height: int = 560,
+):
     """The graph figure for a view (cached: reruns that change nothing else cost nothing)."""
     from engine.figures.graph import graph_figure
 

@@ -17,6 +17,7 @@ drift hits them equally; each figure is the median over rounds.
                compute time / unsharded time, pairs and all_reduce bytes
 Writes benchmarks/results/compose_scaling.json. Timings on a shared 2-core machine are noisy.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,14 +65,21 @@ def alternate(traces: dict, rounds: int = 7, warmup: int = 1) -> dict:
         for i in range(rounds):
             # ABBA: the variant that runs first in a round alternates, so an order effect (the
             # first run after a switch finding caches cold) cancels instead of biasing a ratio
-            for k, s in (order if i % 2 == 0 else order[::-1]):
+            for k, s in order if i % 2 == 0 else order[::-1]:
                 times[k].append(s.run_iteration(measured=True))
         coverage = {k: s.finish().coverage for k, s in sessions.items()}
     finally:
         for s in reversed(list(sessions.values())):
             s.__exit__(None, None, None)
-    return {k: {"median_ms": statistics.median(v), "runs_ms": [round(x, 3) for x in v],
-                "replayed": coverage[k]["replayed"], "skipped": coverage[k]["skipped"]} for k, v in times.items()}
+    return {
+        k: {
+            "median_ms": statistics.median(v),
+            "runs_ms": [round(x, 3) for x in v],
+            "replayed": coverage[k]["replayed"],
+            "skipped": coverage[k]["skipped"],
+        }
+        for k, v in times.items()
+    }
 
 
 def _load(p: Path):
@@ -82,8 +90,9 @@ def _load(p: Path):
 
 def round_trip(model: str = "mlp", rounds: int = 7, tmp: Path | None = None) -> dict:
     tmp = Path(tmp or tempfile.mkdtemp())
-    _, paths = compose_export({"sources": [str(sample(model))], "segments": [{"selection": {}, "label": "all"}]},
-                              tmp / f"rt_{model}")
+    _, paths = compose_export(
+        {"sources": [str(sample(model))], "segments": [{"selection": {}, "label": "all"}]}, tmp / f"rt_{model}"
+    )
     r = alternate({"original": _load(sample(model)), "composed": _load(paths[0])}, rounds)
     r["ratio"] = r["composed"]["median_ms"] / r["original"]["median_ms"]
     r["paired_ratio"] = _paired(r["composed"]["runs_ms"], r["original"]["runs_ms"])
@@ -98,46 +107,60 @@ def _paired(a: list, b: list) -> float:
 def mlp_batch(scale: float = 2.0, rounds: int = 7, tmp: Path | None = None) -> dict:
     tmp = Path(tmp or tempfile.mkdtemp())
     _, p1 = compose_export({"sources": [str(sample("mlp"))], "segments": [{"selection": {}}]}, tmp / "mlp_x1")
-    _, p2 = compose_export({"sources": [str(sample("mlp"))], "segments": [{"selection": {}}],
-                            "batch_scale": scale}, tmp / f"mlp_x{scale:g}")
+    _, p2 = compose_export(
+        {"sources": [str(sample("mlp"))], "segments": [{"selection": {}}], "batch_scale": scale},
+        tmp / f"mlp_x{scale:g}",
+    )
     r = alternate({"x1": _load(p1[0]), f"x{scale:g}": _load(p2[0])}, rounds)
     r["ratio"] = r[f"x{scale:g}"]["median_ms"] / r["x1"]["median_ms"]
     r["paired_ratio"] = _paired(r[f"x{scale:g}"]["runs_ms"], r["x1"]["runs_ms"])
     return r
 
 
-def layer_repeat(ks=(1, 2, 4), rounds: int = 7, tmp: Path | None = None,
-                 module: str = "nn.Module: blocks.0") -> dict:
+def layer_repeat(ks=(1, 2, 4), rounds: int = 7, tmp: Path | None = None, module: str = "nn.Module: blocks.0") -> dict:
     tmp = Path(tmp or tempfile.mkdtemp())
     traces = {}
     for k in ks:
-        _, p = compose_export({"sources": [str(sample("transformer"))],
-                               "segments": [{"selection": {"module": module}, "repeat": k, "label": "layer"}]},
-                              tmp / f"layer_x{k}")
+        _, p = compose_export(
+            {
+                "sources": [str(sample("transformer"))],
+                "segments": [{"selection": {"module": module}, "repeat": k, "label": "layer"}],
+            },
+            tmp / f"layer_x{k}",
+        )
         traces[f"k{k}"] = _load(p[0])
     r = alternate(traces, rounds)
     base = r[f"k{ks[0]}"]["median_ms"] / ks[0]
     r["linearity"] = {f"k{k}": r[f"k{k}"]["median_ms"] / (k * base) for k in ks}
-    r["paired_linearity"] = {f"k{k}": _paired(r[f"k{k}"]["runs_ms"], [x * k / ks[0] for x in r[f"k{ks[0]}"]["runs_ms"]])
-                             for k in ks}
+    r["paired_linearity"] = {
+        f"k{k}": _paired(r[f"k{k}"]["runs_ms"], [x * k / ks[0] for x in r[f"k{ks[0]}"]["runs_ms"]]) for k in ks
+    }
     return r
 
 
-def dlrm_plans(ranks=(2, 4), plans=("table", "row", "column", "greedy"), rounds: int = 5,
-               tmp: Path | None = None) -> dict:
+def dlrm_plans(
+    ranks=(2, 4), plans=("table", "row", "column", "greedy"), rounds: int = 5, tmp: Path | None = None
+) -> dict:
     tmp = Path(tmp or tempfile.mkdtemp())
     out: dict = {}
     for n in ranks:
         traces, info = {}, {}
         for plan in plans:
-            bench, paths = compose_export({"sources": [str(sample("dlrm"))], "segments": [{"selection": {}}],
-                                           "sharding": {"kind": "embedding", "plan": plan, "ranks": n}},
-                                          tmp / f"dlrm_{plan}_{n}")
+            bench, paths = compose_export(
+                {
+                    "sources": [str(sample("dlrm"))],
+                    "segments": [{"selection": {}}],
+                    "sharding": {"kind": "embedding", "plan": plan, "ranks": n},
+                },
+                tmp / f"dlrm_{plan}_{n}",
+            )
             sh = bench.meta["sharding"]
-            info[plan] = {"lookups_per_rank": [sh["per_rank"][r]["lookups"] for r in range(n)],
-                          "original_lookups": sh["original_lookups"],
-                          "cost_per_rank": [sh["per_rank"][r]["cost"] for r in range(n)],
-                          "tables_per_rank": [sh["per_rank"][r]["tables"] for r in range(n)]}
+            info[plan] = {
+                "lookups_per_rank": [sh["per_rank"][r]["lookups"] for r in range(n)],
+                "original_lookups": sh["original_lookups"],
+                "cost_per_rank": [sh["per_rank"][r]["cost"] for r in range(n)],
+                "tables_per_rank": [sh["per_rank"][r]["tables"] for r in range(n)],
+            }
             for r, p in paths.items():
                 traces[f"{plan}/{r}"] = _load(p)
         t = alternate(traces, rounds)
@@ -145,8 +168,9 @@ def dlrm_plans(ranks=(2, 4), plans=("table", "row", "column", "greedy"), rounds:
             per = [t[f"{plan}/{r}"]["median_ms"] for r in range(n)]
             info[plan]["rank_ms"] = [round(x, 3) for x in per]
             info[plan]["slowest_ms"] = max(per)
-        info["greedy_vs_naive"] = info["greedy"]["slowest_ms"] / info["table"]["slowest_ms"] \
-            if "greedy" in info and "table" in info else None
+        info["greedy_vs_naive"] = (
+            info["greedy"]["slowest_ms"] / info["table"]["slowest_ms"] if "greedy" in info and "table" in info else None
+        )
         out[f"{n}_ranks"] = info
     return out
 
@@ -157,11 +181,16 @@ def tp_linear(model: str = "mlp", degrees=(2, 4), rounds: int = 7, tmp: Path | N
     _, p1 = compose_export({"sources": [str(sample(model))], "segments": [{"selection": {}}]}, tmp / f"tp1_{model}")
     traces, info = {"tp1": _load(p1[0])}, {}
     for n in degrees:
-        bench, paths = compose_export({"sources": [str(sample(model))], "segments": [{"selection": {}}],
-                                       "sharding": {"kind": "tp", "degree": n}}, tmp / f"tp{n}_{model}")
+        bench, paths = compose_export(
+            {"sources": [str(sample(model))], "segments": [{"selection": {}}], "sharding": {"kind": "tp", "degree": n}},
+            tmp / f"tp{n}_{model}",
+        )
         sh = bench.meta["sharding"]
-        info[f"tp{n}"] = {"pairs": len(sh["pairs"]), "collectives": len(sh["collectives"]),
-                          "comm_bytes": sum(c["bytes"] for c in sh["collectives"])}
+        info[f"tp{n}"] = {
+            "pairs": len(sh["pairs"]),
+            "collectives": len(sh["collectives"]),
+            "comm_bytes": sum(c["bytes"] for c in sh["collectives"]),
+        }
         traces[f"tp{n}"] = _load(paths[0])
     r = alternate(traces, rounds)
     for n in degrees:
@@ -172,8 +201,13 @@ def tp_linear(model: str = "mlp", degrees=(2, 4), rounds: int = 7, tmp: Path | N
     return r
 
 
-FIGURES = {"round_trip": round_trip, "mlp_batch": mlp_batch, "layer_repeat": layer_repeat, "dlrm_plans": dlrm_plans,
-           "tp_linear": tp_linear}
+FIGURES = {
+    "round_trip": round_trip,
+    "mlp_batch": mlp_batch,
+    "layer_repeat": layer_repeat,
+    "dlrm_plans": dlrm_plans,
+    "tp_linear": tp_linear,
+}
 
 
 def main(argv=None) -> int:
@@ -182,8 +216,12 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", choices=sorted(FIGURES), default=None)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "compose_scaling.json"))
     args = ap.parse_args(argv)
-    results: dict = {"rounds": args.rounds, "device": "cpu", "threads": 1,
-                     "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    results: dict = {
+        "rounds": args.rounds,
+        "device": "cpu",
+        "threads": 1,
+        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     with tempfile.TemporaryDirectory() as d:
         for name in args.only or list(FIGURES):
             t0 = time.perf_counter()
@@ -201,11 +239,15 @@ def main(argv=None) -> int:
 
 def _print(name: str, r: dict) -> None:
     if name == "round_trip":
-        print(f"round trip (mlp, all ops): original {r['original']['median_ms']:.2f} ms, composed "
-              f"{r['composed']['median_ms']:.2f} ms, ratio {r['ratio']:.3f} (paired {r['paired_ratio']:.3f})")
+        print(
+            f"round trip (mlp, all ops): original {r['original']['median_ms']:.2f} ms, composed "
+            f"{r['composed']['median_ms']:.2f} ms, ratio {r['ratio']:.3f} (paired {r['paired_ratio']:.3f})"
+        )
     elif name == "mlp_batch":
-        print(f"MLP batch x2: x1 {r['x1']['median_ms']:.2f} ms, x2 {r['x2']['median_ms']:.2f} ms, ratio {r['ratio']:.2f} "
-              f"(paired {r['paired_ratio']:.2f})")
+        print(
+            f"MLP batch x2: x1 {r['x1']['median_ms']:.2f} ms, x2 {r['x2']['median_ms']:.2f} ms, ratio {r['ratio']:.2f} "
+            f"(paired {r['paired_ratio']:.2f})"
+        )
     elif name == "layer_repeat":
         ms = ", ".join(f"{k}: {v['median_ms']:.2f} ms" for k, v in r.items() if k.startswith("k"))
         lin = ", ".join(f"{k}: {v:.3f}" for k, v in r["linearity"].items())
@@ -214,17 +256,21 @@ def _print(name: str, r: dict) -> None:
     elif name == "tp_linear":
         for k, v in r.items():
             if k.startswith("tp") and k != "tp1":
-                print(f"{r['model']} tensor parallel {k}: rank 0 {v['median_ms']:.2f} ms vs unsharded "
-                      f"{r['tp1']['median_ms']:.2f} ms, ratio {v['ratio']:.2f} (paired {v['paired_ratio']:.2f}); "
-                      f"{v['pairs']} linear pairs, {v['collectives']} all_reduce ({v['comm_bytes']:,} B)")
+                print(
+                    f"{r['model']} tensor parallel {k}: rank 0 {v['median_ms']:.2f} ms vs unsharded "
+                    f"{r['tp1']['median_ms']:.2f} ms, ratio {v['ratio']:.2f} (paired {v['paired_ratio']:.2f}); "
+                    f"{v['pairs']} linear pairs, {v['collectives']} all_reduce ({v['comm_bytes']:,} B)"
+                )
     elif name == "dlrm_plans":
         for n, info in r.items():
             if not n.endswith("_ranks"):
                 continue
             for plan, v in info.items():
                 if isinstance(v, dict):
-                    print(f"DLRM {n} {plan:7s}: rank ms {v['rank_ms']}, slowest {v['slowest_ms']:.2f}, lookups "
-                          f"{v['lookups_per_rank']} (sum {sum(v['lookups_per_rank'])} / {v['original_lookups']})")
+                    print(
+                        f"DLRM {n} {plan:7s}: rank ms {v['rank_ms']}, slowest {v['slowest_ms']:.2f}, lookups "
+                        f"{v['lookups_per_rank']} (sum {sum(v['lookups_per_rank'])} / {v['original_lookups']})"
+                    )
             print(f"DLRM {n}: greedy slowest / naive slowest = {info['greedy_vs_naive']:.3f}")
 
 

@@ -10,6 +10,7 @@ skipped ops, the compute-op rate and the skip reasons. Writes benchmarks/results
 Reference figures (PARAM et_replay on CPU, from its issue tracker / our runs of it): linear
 319/320, resnet 1172/1228 ops replayed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,10 @@ def main(argv=None) -> int:
     from engine.replay import ReplayConfig, replay
 
     records = []
-    print(f"{'trace':<20} {'selected':>8} {'replayed':>8} {'subst':>6} {'skipped':>7} "
-          f"{'compute':>13} {'rate':>7}  {'iter_ms':>9}  reference")
+    print(
+        f"{'trace':<20} {'selected':>8} {'replayed':>8} {'subst':>6} {'skipped':>7} "
+        f"{'compute':>13} {'rate':>7}  {'iter_ms':>9}  reference"
+    )
     for path in find_ets(Path(args.traces)):
         folder = path.parent.name
         if args.only and folder not in args.only:
@@ -63,21 +66,33 @@ def main(argv=None) -> int:
         res = replay(trace, config=cfg)
         cov = res.coverage
         ref = REFERENCE.get(folder)
-        rec = {"trace": folder, "path": str(path), "device": res.device, "coverage": cov, "median_ms": res.median_ms,
-               "wall_s": round(time.perf_counter() - t0, 2),
-               "reference": {"replayed": ref[0], "selected": ref[1]} if ref else None,
-               "skipped_ops": res.skipped_ops[:50]}
+        rec = {
+            "trace": folder,
+            "path": str(path),
+            "device": res.device,
+            "coverage": cov,
+            "median_ms": res.median_ms,
+            "wall_s": round(time.perf_counter() - t0, 2),
+            "reference": {"replayed": ref[0], "selected": ref[1]} if ref else None,
+            "skipped_ops": res.skipped_ops[:50],
+        }
         records.append(rec)
         comp = f"{cov['replayed_compute']}/{cov['selected_compute']}"
         reft = f"{ref[0]}/{ref[1]} ({ref[0] / ref[1]:.1%})" if ref else "-"
-        print(f"{folder:<20} {cov['selected']:>8} {cov['replayed']:>8} {cov['substituted']:>6} "
-              f"{cov['skipped']:>7} {comp:>13} {cov['compute_rate']:>7.2%}  {res.median_ms:>9.1f}  {reft}")
+        print(
+            f"{folder:<20} {cov['selected']:>8} {cov['replayed']:>8} {cov['substituted']:>6} "
+            f"{cov['skipped']:>7} {comp:>13} {cov['compute_rate']:>7.2%}  {res.median_ms:>9.1f}  {reft}"
+        )
         for reason, n in cov["by_reason"].items():
             print(f"{'':<22}{n:>5} x {reason}")
         sys.stdout.flush()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(orjson.dumps({"records": records, "device": args.device}, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    out.write_bytes(
+        orjson.dumps(
+            {"records": records, "device": args.device}, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+        )
+    )
     print(f"wrote {out}")
     bad = [r["trace"] for r in records if r["coverage"]["compute_rate"] < 0.99]
     if bad:

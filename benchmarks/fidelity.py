@@ -16,6 +16,7 @@ hits both equally; within a round they alternate step by step. Reported per mode
 plus CPU/GPU metrics side by side. Writes benchmarks/results/fidelity.json with one record per
 model and `geomean_error` (fraction); fidelity_cuda.json for --device cuda. Targets: geomean <= 5 %, each <= 10 %.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,18 @@ def _capture_fresh(name: str, device: str, tmp: Path, threads: int) -> Path:
     from engine.capture.models import build
 
     step_fn, config = build(name, device)
-    capture(step_fn, out_dir=tmp / name, name=name, steps=1, warmup=3, timing_steps=10, device=device,
-            model_name=name, model_config=config, threads=threads)
+    capture(
+        step_fn,
+        out_dir=tmp / name,
+        name=name,
+        steps=1,
+        warmup=3,
+        timing_steps=10,
+        device=device,
+        model_name=name,
+        model_config=config,
+        threads=threads,
+    )
     return tmp / name
 
 
@@ -58,8 +69,18 @@ def _metric_block(fn, n: int, device: str) -> dict:
     return m.summary()
 
 
-def run_model(name: str, *, device: str, rounds: int, per_round: int, warmup: int, fresh: bool,
-              tmp: Path, metrics: bool, host_gaps: bool = False) -> dict:
+def run_model(
+    name: str,
+    *,
+    device: str,
+    rounds: int,
+    per_round: int,
+    warmup: int,
+    fresh: bool,
+    tmp: Path,
+    metrics: bool,
+    host_gaps: bool = False,
+) -> dict:
     import orjson
     import torch
 
@@ -75,8 +96,9 @@ def run_model(name: str, *, device: str, rounds: int, per_round: int, warmup: in
     if fresh:
         folder = _capture_fresh(name, device, tmp, threads)
         meta = orjson.loads((folder / f"{name}_meta.json").read_bytes())
-    overrides = {k: (tuple(v) if isinstance(v, list) else v) for k, v in (meta.get("model_config") or {}).items()
-                 if k != "model"}
+    overrides = {
+        k: (tuple(v) if isinstance(v, list) else v) for k, v in (meta.get("model_config") or {}).items() if k != "model"
+    }
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -90,8 +112,7 @@ def run_model(name: str, *, device: str, rounds: int, per_round: int, warmup: in
             sync()
             return (time.perf_counter() - t0) * 1e3
 
-        cfg = ReplayConfig(device=device, warmup=0, iters=1, num_threads=threads, metrics=False,
-                           host_gaps=host_gaps)
+        cfg = ReplayConfig(device=device, warmup=0, iters=1, num_threads=threads, metrics=False, host_gaps=host_gaps)
         orig: list[float] = []
         rep: list[float] = []
         orig_rounds: list[float] = []
@@ -118,20 +139,29 @@ def run_model(name: str, *, device: str, rounds: int, per_round: int, warmup: in
     o_med, r_med = statistics.median(orig), statistics.median(rep)
     cov = res.coverage
     return {
-        "model": name, "device": device, "threads": threads,
-        "original_ms": round(o_med, 3), "captured_ms": meta.get("median_ms"),
-        "replay_ms": round(r_med, 3), "error": abs(r_med - o_med) / o_med,
+        "model": name,
+        "device": device,
+        "threads": threads,
+        "original_ms": round(o_med, 3),
+        "captured_ms": meta.get("median_ms"),
+        "replay_ms": round(r_med, 3),
+        "error": abs(r_med - o_med) / o_med,
         "signed_error": (r_med - o_med) / o_med,
         # paired estimate: median over adjacent (original, replay) pairs of replay/original - 1
         "paired_error": statistics.median(r_ / o_ for o_, r_ in zip(orig, rep)) - 1.0,
         "min_error": (min(rep) - min(orig)) / min(orig),
-        "noise_iqr": _iqr_over_median(orig), "noise_round_spread": (max(orig_rounds) - min(orig_rounds)) / o_med,
+        "noise_iqr": _iqr_over_median(orig),
+        "noise_round_spread": (max(orig_rounds) - min(orig_rounds)) / o_med,
         "replay_noise_iqr": _iqr_over_median(rep),
-        "original_steps_ms": [round(x, 3) for x in orig], "replay_iters_ms": [round(x, 3) for x in rep],
-        "coverage": {k: cov[k] for k in ("selected", "replayed", "substituted", "skipped", "compute_rate",
-                                         "by_reason")},
+        "original_steps_ms": [round(x, 3) for x in orig],
+        "replay_iters_ms": [round(x, 3) for x in rep],
+        "coverage": {
+            k: cov[k] for k in ("selected", "replayed", "substituted", "skipped", "compute_rate", "by_reason")
+        },
         "metrics": {"original": m_orig, "replay": m_rep},
-        "trace": str(folder), "fresh_capture": fresh, "host_gaps": host_gaps,
+        "trace": str(folder),
+        "fresh_capture": fresh,
+        "host_gaps": host_gaps,
     }
 
 
@@ -144,8 +174,11 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--per-round", type=int, default=None)
     ap.add_argument("--no-metrics", action="store_true")
-    ap.add_argument("--host-gaps", action="store_true",
-                    help="replay with the original's CPU gaps between ops (from the profiled Kineto trace)")
+    ap.add_argument(
+        "--host-gaps",
+        action="store_true",
+        help="replay with the original's CPU gaps between ops (from the profiled Kineto trace)",
+    )
     ap.add_argument("--out", default=None, help="default benchmarks/results/fidelity[_cuda].json")
     args = ap.parse_args(argv)
     if args.out is None:
@@ -164,31 +197,55 @@ def main(argv=None) -> int:
             if name not in MODELS:
                 print(f"unknown model {name!r}; choose from {MODELS}", file=sys.stderr)
                 return 2
-            rec = run_model(name, device=args.device, rounds=rounds, per_round=per_round, warmup=warmup,
-                            fresh=args.fresh, tmp=Path(tmp), metrics=not args.no_metrics,
-                            host_gaps=args.host_gaps)
+            rec = run_model(
+                name,
+                device=args.device,
+                rounds=rounds,
+                per_round=per_round,
+                warmup=warmup,
+                fresh=args.fresh,
+                tmp=Path(tmp),
+                metrics=not args.no_metrics,
+                host_gaps=args.host_gaps,
+            )
             records.append(rec)
             sys.stdout.flush()
     errors = [max(r["error"], 1e-6) for r in records]
     geo = math.exp(sum(math.log(e) for e in errors) / len(errors)) if errors else float("nan")
-    print(f"{'model':<12} {'original_ms':>11} {'captured_ms':>11} {'replay_ms':>9} {'error':>7} "
-          f"{'paired':>7} {'noise(IQR)':>10} {'noise(rounds)':>13} {'coverage':>9}  cpu% orig/replay")
+    print(
+        f"{'model':<12} {'original_ms':>11} {'captured_ms':>11} {'replay_ms':>9} {'error':>7} "
+        f"{'paired':>7} {'noise(IQR)':>10} {'noise(rounds)':>13} {'coverage':>9}  cpu% orig/replay"
+    )
     for r in records:
         cpu_o = (r["metrics"]["original"].get("cpu_util_pct") or {}).get("mean")
         cpu_r = (r["metrics"]["replay"].get("cpu_util_pct") or {}).get("mean")
         cpu = f"{cpu_o:.0f}/{cpu_r:.0f}" if cpu_o is not None and cpu_r is not None else "-"
         cap = f"{r['captured_ms']:.2f}" if isinstance(r["captured_ms"], (int, float)) else "-"
-        print(f"{r['model']:<12} {r['original_ms']:>11.2f} {cap:>11} {r['replay_ms']:>9.2f} "
-              f"{r['signed_error']:>+7.1%} {r['paired_error']:>+7.1%} {r['noise_iqr']:>10.1%} {r['noise_round_spread']:>13.1%} "
-              f"{r['coverage']['compute_rate']:>9.1%}  {cpu}")
+        print(
+            f"{r['model']:<12} {r['original_ms']:>11.2f} {cap:>11} {r['replay_ms']:>9.2f} "
+            f"{r['signed_error']:>+7.1%} {r['paired_error']:>+7.1%} {r['noise_iqr']:>10.1%} {r['noise_round_spread']:>13.1%} "
+            f"{r['coverage']['compute_rate']:>9.1%}  {cpu}"
+        )
     print(f"geomean error: {geo:.2%}   (wall {time.perf_counter() - t_start:.1f} s)")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(orjson.dumps({"records": records, "geomean_error": geo,
-                                  "settings": {"rounds": rounds, "per_round": per_round, "device": args.device,
-                                               "quick": args.quick, "fresh": args.fresh,
-                                               "host_gaps": args.host_gaps}},
-                                 option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    out.write_bytes(
+        orjson.dumps(
+            {
+                "records": records,
+                "geomean_error": geo,
+                "settings": {
+                    "rounds": rounds,
+                    "per_round": per_round,
+                    "device": args.device,
+                    "quick": args.quick,
+                    "fresh": args.fresh,
+                    "host_gaps": args.host_gaps,
+                },
+            },
+            option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY,
+        )
+    )
     print(f"wrote {out}")
     return 0
 

@@ -17,6 +17,7 @@ loader itself, `ExecutionTrace(json.load(gzip.open(et)))`, interleaved with ours
 so that both see the same machine: on a shared VM whose speed drifts by +-15% between minutes,
 that side-by-side ratio is the fair comparison.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,12 @@ def _time(fn, repeat: int) -> dict:
         walls.append(time.perf_counter() - w0)
         cpus.append(time.process_time() - c0)
         del result
-    return {"median_s": statistics.median(walls), "min_s": min(walls), "cpu_median_s": statistics.median(cpus),
-            "runs_s": [round(x, 4) for x in walls]}
+    return {
+        "median_s": statistics.median(walls),
+        "min_s": min(walls),
+        "cpu_median_s": statistics.median(cpus),
+        "runs_s": [round(x, 4) for x in walls],
+    }
 
 
 def _stages(et_path: Path, repeat: int) -> dict:
@@ -68,11 +73,17 @@ def _stages(et_path: Path, repeat: int) -> dict:
     from engine.trace import et, et_typed, loader, safe_io
 
     spans: dict[str, float] = {}
-    stages = [("read + gunzip", safe_io, "expand"), ("JSON decode (msgspec)", loader, "_decode"),
-              ("node loop (names, texts, tensors)", et_typed, "chakra_columns"),
-              ("attribute columns", et_typed, "attr_columns"), ("ops table", et, "_ops_frame"),
-              ("tensors table", et, "tensor_frame_flat"), ("categories + phases", loader, "_finish_ops"),
-              ("call tree", calltree, "call_tree"), ("data-dependency DAG", deps, "data_deps")]
+    stages = [
+        ("read + gunzip", safe_io, "expand"),
+        ("JSON decode (msgspec)", loader, "_decode"),
+        ("node loop (names, texts, tensors)", et_typed, "chakra_columns"),
+        ("attribute columns", et_typed, "attr_columns"),
+        ("ops table", et, "_ops_frame"),
+        ("tensors table", et, "tensor_frame_flat"),
+        ("categories + phases", loader, "_finish_ops"),
+        ("call tree", calltree, "call_tree"),
+        ("data-dependency DAG", deps, "data_deps"),
+    ]
     saved = [(mod, name, getattr(mod, name)) for _, mod, name in stages]
 
     def timed(label, fn):
@@ -83,6 +94,7 @@ def _stages(et_path: Path, repeat: int) -> dict:
                 return fn(*args, **kwargs)
             finally:
                 spans[label] = spans.get(label, 0.0) + time.perf_counter() - t0
+
         return wrapper
 
     for label, mod, name in stages:
@@ -113,8 +125,9 @@ def load_et(path: Path):
 def _param_loader(repo: str):
     """param's `ExecutionTrace` class, imported from a checkout (DIR, DIR/et_replay or the file)."""
     root = Path(repo)
-    found = next((c for c in (root / "et_replay" / "execution_trace.py", root / "execution_trace.py", root)
-                  if c.is_file()), None)
+    found = next(
+        (c for c in (root / "et_replay" / "execution_trace.py", root / "execution_trace.py", root) if c.is_file()), None
+    )
     if found is None:
         raise SystemExit(f"{repo}: no et_replay/execution_trace.py there")
     try:
@@ -134,29 +147,43 @@ def _side_by_side(ours, theirs, repeat: int) -> dict:
     t_ours, t_param = [], []
     for i in range(repeat):
         pair = ((ours, t_ours), (theirs, t_param))
-        for fn, acc in (pair if i % 2 == 0 else pair[::-1]):
+        for fn, acc in pair if i % 2 == 0 else pair[::-1]:
             gc.collect()
             w0 = time.perf_counter()
             result = fn()
             acc.append(time.perf_counter() - w0)
             del result
     ratios = [p / o for p, o in zip(t_param, t_ours)]
-    return {"ours_median_s": statistics.median(t_ours), "param_median_s": statistics.median(t_param),
-            "ratio_of_medians": statistics.median(t_param) / statistics.median(t_ours),
-            "median_round_ratio": statistics.median(ratios), "min_round_ratio": min(ratios),
-            "ratio_of_minimums": min(t_param) / min(t_ours),
-            "ours_runs_s": [round(x, 4) for x in t_ours], "param_runs_s": [round(x, 4) for x in t_param]}
+    return {
+        "ours_median_s": statistics.median(t_ours),
+        "param_median_s": statistics.median(t_param),
+        "ratio_of_medians": statistics.median(t_param) / statistics.median(t_ours),
+        "median_round_ratio": statistics.median(ratios),
+        "min_round_ratio": min(ratios),
+        "ratio_of_minimums": min(t_param) / min(t_ours),
+        "ours_runs_s": [round(x, 4) for x in t_ours],
+        "param_runs_s": [round(x, 4) for x in t_param],
+    }
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=9)
-    ap.add_argument("--traces", default=os.environ.get("MYSTIQUE_SHARED_TRACES", str(ROOT.parent / "shared" / "traces")))
-    ap.add_argument("--param-repo", default=os.environ.get("PARAM_REPO"),
-                    help="checkout of facebookresearch/param: also time its ExecutionTrace loader side by side")
-    ap.add_argument("--rounds", type=int, default=15,
-                    help="side-by-side rounds with param's loader (this VM's speed jumps between two modes "
-                         "from one second to the next, so single rounds vary 2x; more rounds steady the medians)")
+    ap.add_argument(
+        "--traces", default=os.environ.get("MYSTIQUE_SHARED_TRACES", str(ROOT.parent / "shared" / "traces"))
+    )
+    ap.add_argument(
+        "--param-repo",
+        default=os.environ.get("PARAM_REPO"),
+        help="checkout of facebookresearch/param: also time its ExecutionTrace loader side by side",
+    )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=15,
+        help="side-by-side rounds with param's loader (this VM's speed jumps between two modes "
+        "from one second to the next, so single rounds vary 2x; more rounds steady the medians)",
+    )
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "load_speed.json"))
     args = ap.parse_args(argv)
     et_path = Path(args.traces) / "param_resnet" / "resnet_et.json.gz"
@@ -170,6 +197,7 @@ def main(argv=None) -> int:
     try:
         from engine.graph.calltree import call_tree
         from engine.graph.deps import data_deps
+
         graph_note = "engine.graph.call_tree + engine.graph.deps.data_deps"
     except ImportError as exc:
         call_tree = data_deps = None
@@ -206,48 +234,76 @@ def main(argv=None) -> int:
     hta_ref = REFERENCE["HTA 0.5.0 parse_trace_file (resnet Kineto)"][0]
     et_lo, et_hi = REFERENCE["param ExecutionTrace loader (resnet ET)"]
     t_graph = results["et_load_graph"]["median_s"]
-    speedup = {"et_load_graph_vs_param": et_ref / t_graph,
-               "et_load_graph_vs_param_range": [et_lo / t_graph, et_hi / t_graph],
-               "kineto_load_vs_hta": hta_ref / results["kineto_load"]["median_s"]}
+    speedup = {
+        "et_load_graph_vs_param": et_ref / t_graph,
+        "et_load_graph_vs_param_range": [et_lo / t_graph, et_hi / t_graph],
+        "kineto_load_vs_hta": hta_ref / results["kineto_load"]["median_s"],
+    }
 
-    print(f"mystique load speed (median of {args.repeat}; {platform.machine()}, {os.cpu_count()} CPUs; "
-          f"graph: {graph_note})")
-    print(f"{'measurement':<22} {'wall median s':>14} {'wall min s':>11} {'cpu median s':>13} {'target s':>9}"
-          "  median ok")
+    print(
+        f"mystique load speed (median of {args.repeat}; {platform.machine()}, {os.cpu_count()} CPUs; "
+        f"graph: {graph_note})"
+    )
+    print(
+        f"{'measurement':<22} {'wall median s':>14} {'wall min s':>11} {'cpu median s':>13} {'target s':>9}  median ok"
+    )
     for k, v in results.items():
         tgt = TARGETS.get(k)
         ok = "" if tgt is None else ("yes" if v["median_s"] < tgt else "NO")
-        print(f"{k:<22} {v['median_s']:>14.3f} {v['min_s']:>11.3f} {v['cpu_median_s']:>13.3f} "
-              f"{tgt if tgt else '':>9}  {ok}")
+        print(
+            f"{k:<22} {v['median_s']:>14.3f} {v['min_s']:>11.3f} {v['cpu_median_s']:>13.3f} "
+            f"{tgt if tgt else '':>9}  {ok}"
+        )
     try:
         load1 = os.getloadavg()[0]
-        print(f"1-min load average during the run: {load1:.2f} on {os.cpu_count()} CPUs"
-              + ("  (contended: wall >> cpu means other processes took the CPUs)" if load1 > (os.cpu_count() or 1) else ""))
+        print(
+            f"1-min load average during the run: {load1:.2f} on {os.cpu_count()} CPUs"
+            + (
+                "  (contended: wall >> cpu means other processes took the CPUs)"
+                if load1 > (os.cpu_count() or 1)
+                else ""
+            )
+        )
     except OSError:
         pass
     print("reference (measured by the issue author):")
     for k, (lo, hi) in REFERENCE.items():
         print(f"  {k}: {lo:.2f}-{hi:.2f} s" if lo != hi else f"  {k}: {lo:.2f} s")
     lo_x, hi_x = speedup["et_load_graph_vs_param_range"]
-    print(f"speedup: ET load+graph vs param {speedup['et_load_graph_vs_param']:.1f}x at the reference's "
-          f"midpoint ({lo_x:.1f}-{hi_x:.1f}x over its 1.0-1.3 s range; goal 3x), "
-          f"Kineto vs HTA {speedup['kineto_load_vs_hta']:.1f}x (goal 3x)")
-    print("where the ET load + graph time goes (median ms): "
-          + ", ".join(f"{k} {v:.0f}" for k, v in stages.items()))
+    print(
+        f"speedup: ET load+graph vs param {speedup['et_load_graph_vs_param']:.1f}x at the reference's "
+        f"midpoint ({lo_x:.1f}-{hi_x:.1f}x over its 1.0-1.3 s range; goal 3x), "
+        f"Kineto vs HTA {speedup['kineto_load_vs_hta']:.1f}x (goal 3x)"
+    )
+    print("where the ET load + graph time goes (median ms): " + ", ".join(f"{k} {v:.0f}" for k, v in stages.items()))
     if side is not None:
-        print(f"side by side with param's loader ({side['param_file']}, ABBA order, {args.rounds} rounds): "
-              f"param {side['param_median_s']:.3f} s, ours (load+graph) {side['ours_median_s']:.3f} s -> "
-              f"{side['ratio_of_medians']:.2f}x (median of per-round ratios {side['median_round_ratio']:.2f}x, "
-              f"ratio of the fastest runs {side['ratio_of_minimums']:.2f}x, lowest round "
-              f"{side['min_round_ratio']:.2f}x; goal 3x)")
+        print(
+            f"side by side with param's loader ({side['param_file']}, ABBA order, {args.rounds} rounds): "
+            f"param {side['param_median_s']:.3f} s, ours (load+graph) {side['ours_median_s']:.3f} s -> "
+            f"{side['ratio_of_medians']:.2f}x (median of per-round ratios {side['median_round_ratio']:.2f}x, "
+            f"ratio of the fastest runs {side['ratio_of_minimums']:.2f}x, lowest round "
+            f"{side['min_round_ratio']:.2f}x; goal 3x)"
+        )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"results": results, "targets_s": TARGETS, "speedup": speedup,
-                               "side_by_side_with_param": side, "et_stages_ms": stages,
-                               "reference_s (measured by the issue author)": REFERENCE, "graph": graph_note,
-                               "repeat": args.repeat, "python": sys.version.split()[0],
-                               "loadavg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-                               "cpus": os.cpu_count()}, indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "results": results,
+                "targets_s": TARGETS,
+                "speedup": speedup,
+                "side_by_side_with_param": side,
+                "et_stages_ms": stages,
+                "reference_s (measured by the issue author)": REFERENCE,
+                "graph": graph_note,
+                "repeat": args.repeat,
+                "python": sys.version.split()[0],
+                "loadavg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+                "cpus": os.cpu_count(),
+            },
+            indent=2,
+        )
+    )
     print(f"wrote {out}")
     return 0
 

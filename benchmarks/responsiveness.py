@@ -14,6 +14,7 @@ benchmarks/results/responsiveness.json):
 
 Usage: .venv/bin/python benchmarks/responsiveness.py [--traces DIR] [--repeat N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,14 @@ def _child_explore(traces: Path) -> dict:
     t3 = time.perf_counter()
     errors = [e.value for e in at.exception] + [e.value for e in at.error]
     title = next((c.proto.id for c in at.get("plotly_chart") if c.proto.id.endswith("explore_graph")), None)
-    return {"load_s": t1 - t0, "explore_s": t2 - t1, "first_render_s": t2 - t0, "rerun_s": t3 - t2,
-            "errors": errors, "graph_chart": title is not None}
+    return {
+        "load_s": t1 - t0,
+        "explore_s": t2 - t1,
+        "first_render_s": t2 - t0,
+        "rerun_s": t3 - t2,
+        "errors": errors,
+        "graph_chart": title is not None,
+    }
 
 
 def _run_child(traces: Path, cache: Path, ui: Path) -> dict:
@@ -87,9 +94,14 @@ def _figures(traces: Path, cache: Path) -> dict:
     fig = graph_figure(model)
     payload = fig.to_json()
     out["resnet_graph_figure_s"] = time.perf_counter() - t
-    out.update(resnet_et_nodes=int(len(resnet.ops)), resnet_dag_nodes=dag.number_of_nodes(),
-               resnet_graph_nodes_drawn=len(model.nodes), resnet_graph_collapse=model.collapse,
-               resnet_graph_edges_drawn=len(model.edges), resnet_graph_json_mb=len(payload) / 1e6)
+    out.update(
+        resnet_et_nodes=int(len(resnet.ops)),
+        resnet_dag_nodes=dag.number_of_nodes(),
+        resnet_graph_nodes_drawn=len(model.nodes),
+        resnet_graph_collapse=model.collapse,
+        resnet_graph_edges_drawn=len(model.edges),
+        resnet_graph_json_mb=len(payload) / 1e6,
+    )
 
     control = load(traces / CONTROL)
     t = time.perf_counter()
@@ -98,9 +110,12 @@ def _figures(traces: Path, cache: Path) -> dict:
     t = time.perf_counter()
     payload = fig.to_json()
     out["control_timeline_json_s"] = time.perf_counter() - t
-    out.update(control_x_events=int(len(control.events)), control_timeline_points=sum(len(tr.x) for tr in fig.data),
-               control_timeline_mode="bars" if fig.layout.meta["bars"] else "webgl segments",
-               control_timeline_json_mb=len(payload) / 1e6)
+    out.update(
+        control_x_events=int(len(control.events)),
+        control_timeline_points=sum(len(tr.x) for tr in fig.data),
+        control_timeline_mode="bars" if fig.layout.meta["bars"] else "webgl segments",
+        control_timeline_json_mb=len(payload) / 1e6,
+    )
     return out
 
 
@@ -129,8 +144,9 @@ def main() -> int:
         return statistics.median(r[key] for r in runs[kind])
 
     result = {
-        "explore_resnet": {kind: {k: med(kind, k) for k in ("load_s", "explore_s", "first_render_s", "rerun_s")}
-                           for kind in runs},
+        "explore_resnet": {
+            kind: {k: med(kind, k) for k in ("load_s", "explore_s", "first_render_s", "rerun_s")} for kind in runs
+        },
         "targets_s": {"cold": 3.0, "warm": 1.0},
         "errors": sorted({e for kind in runs for r in runs[kind] for e in r["errors"]}),
         "figures": figs,
@@ -138,19 +154,41 @@ def main() -> int:
         "note": "AppTest measures the server side of a page run (no browser drawing); shared, noisy CPUs",
         "command": "python benchmarks/responsiveness.py",
     }
-    rows = [("Explore ResNet cold: first render (load + page)", result["explore_resnet"]["cold"]["first_render_s"], "s", "< 3"),
-            ("  of which load through Traces page", result["explore_resnet"]["cold"]["load_s"], "s", ""),
-            ("  of which Explore page run", result["explore_resnet"]["cold"]["explore_s"], "s", ""),
-            ("Explore ResNet warm: first render (load + page)", result["explore_resnet"]["warm"]["first_render_s"], "s", "< 1"),
-            ("  of which Explore page run", result["explore_resnet"]["warm"]["explore_s"], "s", ""),
-            ("Explore ResNet rerun (same session)", result["explore_resnet"]["warm"]["rerun_s"], "s", ""),
-            ("ResNet graph: model build", figs["resnet_graph_model_s"], "s", ""),
-            ("ResNet graph: figure + JSON", figs["resnet_graph_figure_s"], "s", ""),
-            ("ResNet graph: nodes drawn / DAG nodes", f"{figs['resnet_graph_nodes_drawn']} / {figs['resnet_dag_nodes']}", "", ""),
-            ("ResNet graph: JSON payload", figs["resnet_graph_json_mb"], "MB", ""),
-            ("hta control timeline: build", figs["control_timeline_build_s"], "s", ""),
-            ("hta control timeline: X events / points", f"{figs['control_x_events']} / {figs['control_timeline_points']}", "", ""),
-            ("hta control timeline: JSON payload", figs["control_timeline_json_mb"], "MB", "")]
+    rows = [
+        (
+            "Explore ResNet cold: first render (load + page)",
+            result["explore_resnet"]["cold"]["first_render_s"],
+            "s",
+            "< 3",
+        ),
+        ("  of which load through Traces page", result["explore_resnet"]["cold"]["load_s"], "s", ""),
+        ("  of which Explore page run", result["explore_resnet"]["cold"]["explore_s"], "s", ""),
+        (
+            "Explore ResNet warm: first render (load + page)",
+            result["explore_resnet"]["warm"]["first_render_s"],
+            "s",
+            "< 1",
+        ),
+        ("  of which Explore page run", result["explore_resnet"]["warm"]["explore_s"], "s", ""),
+        ("Explore ResNet rerun (same session)", result["explore_resnet"]["warm"]["rerun_s"], "s", ""),
+        ("ResNet graph: model build", figs["resnet_graph_model_s"], "s", ""),
+        ("ResNet graph: figure + JSON", figs["resnet_graph_figure_s"], "s", ""),
+        (
+            "ResNet graph: nodes drawn / DAG nodes",
+            f"{figs['resnet_graph_nodes_drawn']} / {figs['resnet_dag_nodes']}",
+            "",
+            "",
+        ),
+        ("ResNet graph: JSON payload", figs["resnet_graph_json_mb"], "MB", ""),
+        ("hta control timeline: build", figs["control_timeline_build_s"], "s", ""),
+        (
+            "hta control timeline: X events / points",
+            f"{figs['control_x_events']} / {figs['control_timeline_points']}",
+            "",
+            "",
+        ),
+        ("hta control timeline: JSON payload", figs["control_timeline_json_mb"], "MB", ""),
+    ]
     print(f"{'measure':52s} {'value':>14s} {'unit':4s} target")
     for name, v, unit, target in rows:
         val = f"{v:14.3f}" if isinstance(v, float) else f"{v:>14s}"

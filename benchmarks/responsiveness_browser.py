@@ -14,6 +14,7 @@ heartbeat gives the longest frame gap (ms) while waiting: how long the page was 
 Screenshots: artifacts/bench/. Results: benchmarks/results/responsiveness_browser.json.
 Usage: .venv/bin/python benchmarks/responsiveness_browser.py [--traces DIR]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,9 +36,11 @@ OUT = ROOT / "benchmarks" / "results" / "responsiveness_browser.json"
 ART = ROOT / "artifacts" / "bench"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-FLAGS = ("--headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking "
-         "--disable-component-update --disable-sync --disable-dev-shm-usage --enable-unsafe-swiftshader "
-         "--window-size=1600,1300").split()
+FLAGS = (
+    "--headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking "
+    "--disable-component-update --disable-sync --disable-dev-shm-usage --enable-unsafe-swiftshader "
+    "--window-size=1600,1300"
+).split()
 RESNET = ("param_resnet/resnet_et.json.gz", "param_resnet/resnet_kineto.json.gz")
 CONTROL = "hta_trace_diff/control.json.gz"
 TARGETS = {"cold": 3.0, "warm": 1.0}
@@ -98,10 +101,22 @@ def start_server(cache: Path, ui: Path, log: Path) -> tuple[subprocess.Popen, st
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = dict(os.environ, MYSTIQUE_CACHE_DIR=str(cache), MYSTIQUE_UI_DIR=str(ui))
-    cmd = [str(ROOT / ".venv" / "bin" / "streamlit"), "run", "app/main.py", "--server.address", "localhost",
-           "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
-    proc = subprocess.Popen(cmd, cwd=str(ROOT), env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    cmd = [
+        str(ROOT / ".venv" / "bin" / "streamlit"),
+        "run",
+        "app/main.py",
+        "--server.address",
+        "localhost",
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=str(ROOT), env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+    )
     url, deadline = f"http://localhost:{port}", time.time() + 60
     while time.time() < deadline and proc.poll() is None:
         try:
@@ -155,7 +170,9 @@ def act(d, action, keys=(), mark=False, timeout_ms=90_000) -> dict:
     """Run `action()` (a click or keys) and wait until the charts under `keys` are (re)drawn."""
     m = f"m{time.time_ns()}" if mark else None
     if m:
-        d.execute_script("document.querySelector(arguments[0]).__mark = arguments[1]", f".st-key-{keys[0]} .js-plotly-plot", m)
+        d.execute_script(
+            "document.querySelector(arguments[0]).__mark = arguments[1]", f".st-key-{keys[0]} .js-plotly-plot", m
+        )
     since = d.execute_script("return performance.now()")
     action()
     r = d.execute_async_script(WAIT, list(keys), since, m, timeout_ms)
@@ -184,7 +201,9 @@ def load_paths(d, paths: list[Path]) -> dict:
     ta.send_keys("\n".join(str(p) for p in paths))
     act(d, lambda: ta.send_keys(Keys.CONTROL, Keys.ENTER))  # commit the text area first (its own run)
     r = act(d, css(d, ".st-key-load_path button")[0].click)
-    if f"loaded {paths[0].name}" not in (text := d.execute_script("return document.querySelector('.stMain').innerText")):
+    if f"loaded {paths[0].name}" not in (
+        text := d.execute_script("return document.querySelector('.stMain').innerText")
+    ):
         raise RuntimeError(f"loading {paths[0].name} failed: {text[-600:]}")
     return r
 
@@ -209,9 +228,16 @@ def resnet_steps(d, traces: Path, kind: str) -> dict:
     d.save_screenshot(str(ART / f"resnet_{kind}_graph.png"))
     tl = click(d, ".st-key-explore_view label", "Timeline", ["explore_timeline"])
     d.save_screenshot(str(ART / f"resnet_{kind}_timeline.png"))
-    again = click(d, ".st-key-explore_view label", "Operator graph", ["explore_graph"])  # plotly.js loaded, figure cached
-    return {"first_render_ms": graph["at"] - load["since"], "load": load, "explore_graph": graph, "timeline_view": tl,
-            "graph_again": again}
+    again = click(
+        d, ".st-key-explore_view label", "Operator graph", ["explore_graph"]
+    )  # plotly.js loaded, figure cached
+    return {
+        "first_render_ms": graph["at"] - load["since"],
+        "load": load,
+        "explore_graph": graph,
+        "timeline_view": tl,
+        "graph_again": again,
+    }
 
 
 def sample_steps(d) -> dict:
@@ -230,15 +256,20 @@ def control_steps(d, traces: Path) -> dict:
     out["timeline"] = click(d, ".st-key-explore_view label", "Timeline", ["explore_timeline"])
     d.save_screenshot(str(ART / "control_timeline.png"))
     box = css(d, ".st-key-t_min_dur input")[0]
-    out["min_dur_10us"] = act(d, lambda: box.send_keys(Keys.CONTROL, "a", Keys.NULL, "10", Keys.ENTER),
-                              ["explore_timeline"], True)
+    out["min_dur_10us"] = act(
+        d, lambda: box.send_keys(Keys.CONTROL, "a", Keys.NULL, "10", Keys.ENTER), ["explore_timeline"], True
+    )
     d.save_screenshot(str(ART / "control_min_dur_10us.png"))
     # the slider thumbs are visually hidden <input type=range> (react-aria): focus the end thumb, press End
-    d.execute_script("const t = document.querySelectorAll('.st-key-t_window input[type=range]'); t[t.length - 1].focus()")
+    d.execute_script(
+        "const t = document.querySelectorAll('.st-key-t_window input[type=range]'); t[t.length - 1].focus()"
+    )
     out["window_to_end"] = act(d, lambda: ActionChains(d).send_keys(Keys.END).perform(), ["explore_timeline"], True)
     d.save_screenshot(str(ART / "control_window_to_end.png"))
-    out["webgl_renderer"] = d.execute_script("const g = document.createElement('canvas').getContext('webgl'), x = g && "
-                                             "g.getExtension('WEBGL_debug_renderer_info'); return x ? g.getParameter(x.UNMASKED_RENDERER_WEBGL) : String(!!g)")
+    out["webgl_renderer"] = d.execute_script(
+        "const g = document.createElement('canvas').getContext('webgl'), x = g && "
+        "g.getExtension('WEBGL_debug_renderer_info'); return x ? g.getParameter(x.UNMASKED_RENDERER_WEBGL) : String(!!g)"
+    )
     return out
 
 
@@ -259,7 +290,7 @@ def main() -> int:
         tmp = Path(tmp_s)
         try:
             cold = session(tmp, "cold", resnet_steps, args.traces, "cold")
-            warm = session(tmp, "warm", resnet_steps, args.traces, "warm")   # same cache dir: parse cache on disk
+            warm = session(tmp, "warm", resnet_steps, args.traces, "warm")  # same cache dir: parse cache on disk
             control = session(tmp, "control", control_steps, args.traces)
             sample = session(tmp, "sample", sample_steps)
         except Exception as exc:  # noqa: BLE001 - a report, not a traceback
@@ -268,17 +299,27 @@ def main() -> int:
     met = {k: r["first_render_ms"] / 1000 < TARGETS[k] for k, r in (("cold", cold), ("warm", warm))}
     rows = []
     for kind, r in (("cold", cold), ("warm", warm)):
-        rows += [(f"ResNet {kind}: load click -> Explore graph drawn", r["first_render_ms"],
-                  f"target < {TARGETS[kind]:g} s: {'met' if met[kind] else 'MISSED'}"),
-                 ("  load (Traces page)", r["load"]), ("  Explore only (nav click -> graph drawn)", r["explore_graph"]),
-                 ("  Timeline view (radio -> timeline drawn)", r["timeline_view"]),
-                 ("  Operator graph again (radio -> drawn)", r["graph_again"])]
-    rows += [("control: load (Traces page)", control["load"]), ("control: Explore (no-ET note)", control["explore"]),
-             ("control: Timeline view drawn", control["timeline"]), ("control: min-dur 10 µs, redrawn", control["min_dur_10us"]),
-             ("control: window end -> trace end, redrawn", control["window_to_end"]),
-             ("floor, MLP sample: Explore graph drawn", sample["explore_graph"]),
-             ("floor, MLP sample: Timeline view drawn", sample["timeline_view"]),
-             ("floor, MLP sample: graph again", sample["graph_again"])]
+        rows += [
+            (
+                f"ResNet {kind}: load click -> Explore graph drawn",
+                r["first_render_ms"],
+                f"target < {TARGETS[kind]:g} s: {'met' if met[kind] else 'MISSED'}",
+            ),
+            ("  load (Traces page)", r["load"]),
+            ("  Explore only (nav click -> graph drawn)", r["explore_graph"]),
+            ("  Timeline view (radio -> timeline drawn)", r["timeline_view"]),
+            ("  Operator graph again (radio -> drawn)", r["graph_again"]),
+        ]
+    rows += [
+        ("control: load (Traces page)", control["load"]),
+        ("control: Explore (no-ET note)", control["explore"]),
+        ("control: Timeline view drawn", control["timeline"]),
+        ("control: min-dur 10 µs, redrawn", control["min_dur_10us"]),
+        ("control: window end -> trace end, redrawn", control["window_to_end"]),
+        ("floor, MLP sample: Explore graph drawn", sample["explore_graph"]),
+        ("floor, MLP sample: Timeline view drawn", sample["timeline_view"]),
+        ("floor, MLP sample: graph again", sample["graph_again"]),
+    ]
     print(f"{'measure (headless Chromium, wall s)':45s} {'total':>6s} {'run':>6s} {'gap ms':>6s}  note")
     for name, r, *note in rows:
         if not isinstance(r, dict):
@@ -287,21 +328,32 @@ def main() -> int:
         c = r["charts"][0] if r["charts"] else None
         note = f"{c['title']}: {c['webgl_points']} gl pts, {c['svg_points']} svg" if c else ""
         print(f"{name:45s} {r['ms'] / 1000:6.2f} {r['run_ms'] / 1000:6.2f} {r['max_frame_gap_ms']:6.0f}  {note}")
-    print("run = until the page saw the script run end (server + message handling; late when the page is busy); "
-          f"gap = longest frame gap (page frozen). WebGL: {control['webgl_renderer'][:60]}")
+    print(
+        "run = until the page saw the script run end (server + message handling; late when the page is busy); "
+        f"gap = longest frame gap (page frozen). WebGL: {control['webgl_renderer'][:60]}"
+    )
     result = {
-        "resnet": {"cold": cold, "warm": warm}, "control": control, "sample_floor": sample, "targets_s": TARGETS, "targets_met": met,
-        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}, "chromium": version,
+        "resnet": {"cold": cold, "warm": warm},
+        "control": control,
+        "sample_floor": sample,
+        "targets_s": TARGETS,
+        "targets_met": met,
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+        "chromium": version,
         "total_wall_s": time.time() - t_start,
-        "note": ("ms = wall time in the page (performance.now) from just before the click/keys to the charts drawn "
-                 "+ one frame; run_ms = until the script state went notRunning; max_frame_gap_ms = longest "
-                 "requestAnimationFrame gap while waiting; headless Chromium with --disable-gpu (software WebGL), "
-                 "server and browser on the same shared, noisy CPUs"),
+        "note": (
+            "ms = wall time in the page (performance.now) from just before the click/keys to the charts drawn "
+            "+ one frame; run_ms = until the script state went notRunning; max_frame_gap_ms = longest "
+            "requestAnimationFrame gap while waiting; headless Chromium with --disable-gpu (software WebGL), "
+            "server and browser on the same shared, noisy CPUs"
+        ),
         "command": ".venv/bin/python benchmarks/responsiveness_browser.py",
     }
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(result, indent=2))
-    print(f"wrote {OUT.relative_to(ROOT)}; screenshots in {ART.relative_to(ROOT)}/; total {result['total_wall_s']:.0f} s")
+    print(
+        f"wrote {OUT.relative_to(ROOT)}; screenshots in {ART.relative_to(ROOT)}/; total {result['total_wall_s']:.0f} s"
+    )
     return 0
 
 

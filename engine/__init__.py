@@ -5,6 +5,7 @@ run with only torch, pandas and networkx installed (tests/test_minimal_install.p
 msgspec, pyarrow (the parse cache) and psutil make them faster or richer when present, and
 plotly is imported only by `engine.figures`.
 """
+
 from engine.errors import TraceError
 
 __all__ = ["TraceError"]

@@ -4,6 +4,7 @@ Why one type: the CLI maps it to exit code 2 with a one-line message and no trac
 UI shows it with `st.error` while keeping its state. The message always names the file (when
 there is one) and the problem.
 """
+
 from __future__ import annotations
 
 import os

@@ -6,6 +6,7 @@ orjson). The surface is exactly the part of orjson the engine uses: `loads(bytes
 `dumps(obj, option=...) -> bytes`, the three OPT_ flags and `JSONDecodeError`. The fallback
 writes NaN/Infinity literals where orjson writes null; the loader reads both.
 """
+
 from __future__ import annotations
 
 try:
@@ -32,6 +33,7 @@ except ImportError:  # pragma: no cover - exercised by tests/test_minimal_instal
 
     def dumps(obj, default=None, option: int = 0) -> bytes:
         """orjson's signature: `default` is tried for what neither JSON nor numpy covers."""
+
         def fallback(o):
             try:
                 return _plain(o)
@@ -41,7 +43,9 @@ except ImportError:  # pragma: no cover - exercised by tests/test_minimal_instal
                 return default(o)
 
         indent = 2 if option & OPT_INDENT_2 else None
-        return json.dumps(obj, indent=indent, separators=None if indent else (",", ":"), default=fallback,
-                          ensure_ascii=False).encode()
+        return json.dumps(
+            obj, indent=indent, separators=None if indent else (",", ":"), default=fallback, ensure_ascii=False
+        ).encode()
+
 
 __all__ = ["loads", "dumps", "JSONDecodeError", "OPT_INDENT_2", "OPT_NON_STR_KEYS", "OPT_SERIALIZE_NUMPY"]

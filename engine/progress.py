@@ -3,6 +3,7 @@
 Long calls accept `progress: Progress | None`, called as `progress(fraction, message)` with
 fraction in [0, 1]. The CLI shows a progress bar, the UI `st.status`/`st.progress`.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional

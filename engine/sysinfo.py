@@ -1,4 +1,5 @@
 """Host facts the engine needs without requiring psutil (GPU images may lack it)."""
+
 from __future__ import annotations
 
 import os

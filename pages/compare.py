@@ -1,5 +1,6 @@
 """Compare page: original vs replay (aligned timelines, e2e error, per-op errors, metric curves),
 or any two loaded traces (e.g. the HTA control vs test runs)."""
+
 from pathlib import Path
 
 import orjson
@@ -23,9 +24,12 @@ if mode == "original vs replay":
     if not runs:
         st.info("No replay yet: run one on the Replay page.")
         st.stop()
-    labels = [f"{i}: {r['trace']} · {r['target']} · {r['device']} · {_fmt(r.get('median_ms'))} ms" for i, r in enumerate(runs)]
-    pick = st.selectbox("Replay run", range(len(runs)), index=len(runs) - 1, format_func=lambda i: labels[i],
-                        key="cmp_run")
+    labels = [
+        f"{i}: {r['trace']} · {r['target']} · {r['device']} · {_fmt(r.get('median_ms'))} ms" for i, r in enumerate(runs)
+    ]
+    pick = st.selectbox(
+        "Replay run", range(len(runs)), index=len(runs) - 1, format_func=lambda i: labels[i], key="cmp_run"
+    )
     run = runs[pick]
     if run["trace"] not in state.traces():
         st.error(f"original trace {run['trace']!r} is no longer loaded")
@@ -44,13 +48,22 @@ if mode == "original vs replay":
     c = st.columns(4)
     c[0].metric("original ms / iteration", _fmt(e2e.get("original_ms")))
     c[1].metric("replay ms / iteration", _fmt(e2e.get("replay_ms")))
-    c[2].metric("end-to-end error", _fmt(100 * e2e["error"] if e2e.get("error") == e2e.get("error") and e2e.get("error") is not None else None, ".1f", "%"))
+    c[2].metric(
+        "end-to-end error",
+        _fmt(
+            100 * e2e["error"] if e2e.get("error") == e2e.get("error") and e2e.get("error") is not None else None,
+            ".1f",
+            "%",
+        ),
+    )
     c[3].metric("ops matched", f"{cmp.matching.get('matched', 0)} / {cmp.matching.get('replay_ops', 0)}")
     st.caption(f"original time from {e2e.get('original_source')}; per-op time basis: {cmp.time_basis}")
     if run["target"] != "whole trace":
         m = cmp.matching
-        st.info(f"This replay ran a {run['target']}, not the whole step: the end-to-end error above compares it "
-                "with the full original iteration. Like with like, over the ops both sides ran:")
+        st.info(
+            f"This replay ran a {run['target']}, not the whole step: the end-to-end error above compares it "
+            "with the full original iteration. Like with like, over the ops both sides ran:"
+        )
         c = st.columns(3)
         c[0].metric("matched ops, original ms", _fmt(m.get("original_sum_us", float("nan")) / 1e3))
         c[1].metric("matched ops, replay ms", _fmt(m.get("replay_sum_us", float("nan")) / 1e3))
@@ -59,27 +72,43 @@ if mode == "original vs replay":
     for w in cmp.warnings:
         st.warning(w)
     cov = cmp.coverage
-    st.markdown(f"**Coverage**: selected {cov.get('selected', 0)}, replayed {cov.get('replayed', 0)}, "
-                f"substituted {cov.get('substituted', 0)}, skipped {cov.get('skipped', 0)}"
-                + (f" ({', '.join(f'{k}: {v}' for k, v in cov.get('by_reason', {}).items())})" if cov.get("by_reason") else ""))
+    st.markdown(
+        f"**Coverage**: selected {cov.get('selected', 0)}, replayed {cov.get('replayed', 0)}, "
+        f"substituted {cov.get('substituted', 0)}, skipped {cov.get('skipped', 0)}"
+        + (f" ({', '.join(f'{k}: {v}' for k, v in cov.get('by_reason', {}).items())})" if cov.get("by_reason") else "")
+    )
     tab_t, tab_b, tab_m, tab_o = st.tabs(["Timelines", "Time by op type", "Metrics", "Per-op table"])
     with tab_t:
         kp = report.get("kineto_path")
         if original.has_kineto and kp and Path(kp).exists():
             replay_trace = state.load_paths((kp,))
-            win = st.number_input("Window (µs from each start)", 100.0, value=float(max(1000.0, (e2e.get("original_ms") or 1) * 1000 * 1.2)),
-                                  key="cmp_window")
-            st.plotly_chart(cfig.aligned_timelines(original.events, replay_trace.events, window_us=float(win)),
-                            key="cmp_timelines", width="stretch")
+            win = st.number_input(
+                "Window (µs from each start)",
+                100.0,
+                value=float(max(1000.0, (e2e.get("original_ms") or 1) * 1000 * 1.2)),
+                key="cmp_window",
+            )
+            st.plotly_chart(
+                cfig.aligned_timelines(original.events, replay_trace.events, window_us=float(win)),
+                key="cmp_timelines",
+                width="stretch",
+            )
         else:
             st.info("Aligned timelines need the original's Kineto trace and the replay's own Kineto trace.")
     with tab_b:
         if len(cmp.by_name):
-            st.plotly_chart(cfig.time_by_bars(cmp.by_name, "name", "original_us", "replay_us",
-                                              title="Time by operator type (matched ops)"),
-                            key="cmp_by_name", width="stretch")
-            st.plotly_chart(cfig.time_by_bars(cmp.by_category, "category", "original_us", "replay_us",
-                                              title="Time by category"), key="cmp_by_cat", width="stretch")
+            st.plotly_chart(
+                cfig.time_by_bars(
+                    cmp.by_name, "name", "original_us", "replay_us", title="Time by operator type (matched ops)"
+                ),
+                key="cmp_by_name",
+                width="stretch",
+            )
+            st.plotly_chart(
+                cfig.time_by_bars(cmp.by_category, "category", "original_us", "replay_us", title="Time by category"),
+                key="cmp_by_cat",
+                width="stretch",
+            )
         else:
             st.info("No matched ops with original times.")
     with tab_m:
@@ -90,15 +119,26 @@ if mode == "original vs replay":
             st.info("No utilization metrics shared by the original capture and the replay.")
     with tab_o:
         per = cmp.per_op.sort_values("error", ascending=False, na_position="last")
-        st.dataframe(per, hide_index=True, key="cmp_per_op",
-                     column_config={"error": st.column_config.NumberColumn("error", format="percent")})
-    st.download_button("Download comparison (JSON)", orjson.dumps(cmp.to_json(), option=orjson.OPT_INDENT_2),
-                       file_name="comparison.json", mime="application/json", key="cmp_dl")
+        st.dataframe(
+            per,
+            hide_index=True,
+            key="cmp_per_op",
+            column_config={"error": st.column_config.NumberColumn("error", format="percent")},
+        )
+    st.download_button(
+        "Download comparison (JSON)",
+        orjson.dumps(cmp.to_json(), option=orjson.OPT_INDENT_2),
+        file_name="comparison.json",
+        mime="application/json",
+        key="cmp_dl",
+    )
 else:
     names = list(state.traces())
     if len(names) < 2:
-        st.info("Load two traces on the Traces page (e.g. /work/shared/traces/hta_trace_diff/control.json.gz "
-                "and test.json.gz).")
+        st.info(
+            "Load two traces on the Traces page (e.g. /work/shared/traces/hta_trace_diff/control.json.gz "
+            "and test.json.gz)."
+        )
         st.stop()
     c = st.columns(2)
     a = c[0].selectbox("Trace A", names, index=0, key="cmp_a")
@@ -111,17 +151,29 @@ else:
     c = st.columns(3)
     c[0].metric(f"{a} ms / iteration", _fmt(e.get("a_ms")))
     c[1].metric(f"{b} ms / iteration", _fmt(e.get("b_ms")))
-    c[2].metric("difference", _fmt(100 * e["error"] if e.get("error") is not None and e.get("error") == e.get("error") else None, ".1f", "%"))
+    c[2].metric(
+        "difference",
+        _fmt(100 * e["error"] if e.get("error") is not None and e.get("error") == e.get("error") else None, ".1f", "%"),
+    )
     for w in diff.warnings:
         st.warning(w)
     if len(diff.by_category):
-        st.plotly_chart(cfig.time_by_bars(diff.by_category, "cat", "dur_us_a", "dur_us_b", (a, b),
-                                          title="Time by event category"), key="tt_cat", width="stretch")
-        st.plotly_chart(cfig.time_by_bars(diff.by_name, "name", "dur_us_a", "dur_us_b", (a, b),
-                                          title="Time by event name"), key="tt_name", width="stretch")
+        st.plotly_chart(
+            cfig.time_by_bars(diff.by_category, "cat", "dur_us_a", "dur_us_b", (a, b), title="Time by event category"),
+            key="tt_cat",
+            width="stretch",
+        )
+        st.plotly_chart(
+            cfig.time_by_bars(diff.by_name, "name", "dur_us_a", "dur_us_b", (a, b), title="Time by event name"),
+            key="tt_name",
+            width="stretch",
+        )
         win = st.number_input("Timeline window (µs from each start)", 100.0, value=20000.0, key="tt_window")
-        st.plotly_chart(cfig.aligned_timelines(ta.events, tb.events, (a, b), window_us=float(win)),
-                        key="tt_timelines", width="stretch")
+        st.plotly_chart(
+            cfig.aligned_timelines(ta.events, tb.events, (a, b), window_us=float(win)),
+            key="tt_timelines",
+            width="stretch",
+        )
         st.dataframe(diff.by_name, hide_index=True, key="tt_table")
     if len(diff.ops_by_name):
         st.subheader("ET operator counts")

@@ -2,6 +2,7 @@
 repeat / batch scale / dtype / sharding, see the composed op list, closure and memory; save,
 load and export the benchmark. The spec lives in session state as a plain dict (small,
 JSON-ready: the engine's BenchmarkSpec layout); `app.compose_bridge` talks to engine.compose."""
+
 import orjson
 import streamlit as st
 
@@ -23,24 +24,30 @@ src_graph, src_time, src_table = st.tabs(["Graph", "Timeline", "Table"])
 picked: list[int] = []
 with src_graph:
     model = state.graph_model(tuple(entry["paths"]), None, "auto", 0, (), 1500)
-    event = st.plotly_chart(state.graph_fig(tuple(entry["paths"]), None, "auto", 0, (), 1500, "category", (), 420),
-                            on_select="rerun",
-                            selection_mode=("points", "box", "lasso"), key="compose_graph", width="stretch")
+    event = st.plotly_chart(
+        state.graph_fig(tuple(entry["paths"]), None, "auto", 0, (), 1500, "category", (), 420),
+        on_select="rerun",
+        selection_mode=("points", "box", "lasso"),
+        key="compose_graph",
+        width="stretch",
+    )
     picked += selection_to_node_ids(event, "graph", groups=model.groups)
 with src_time:
     if trace.has_kineto:
         lo, hi = state.default_window(tuple(entry["paths"]), None)
         fig = state.timeline_fig(tuple(entry["paths"]), None, lo, hi, 0.0, None)
-        event = st.plotly_chart(fig, on_select="rerun", selection_mode=("points", "box"), key="compose_timeline",
-                                width="stretch")
+        event = st.plotly_chart(
+            fig, on_select="rerun", selection_mode=("points", "box"), key="compose_timeline", width="stretch"
+        )
         picked += selection_to_node_ids(event, "timeline", events=trace.events, ops=trace.ops)
     else:
         st.info("No Kineto events in this trace.")
 with src_table:
     pattern = st.text_input("Filter by name (regex)", key="compose_filter", placeholder="e.g. addmm|relu")
     table = bridge.op_table(trace, pattern)
-    ev = st.dataframe(table, hide_index=True, on_select="rerun", selection_mode="multi-row", key="compose_table",
-                      height=260)
+    ev = st.dataframe(
+        table, hide_index=True, on_select="rerun", selection_mode="multi-row", key="compose_table", height=260
+    )
     picked += selection_to_node_ids(ev, "table", table_ids=table["id"].tolist())
 sel = state.selection()
 if not picked and sel["trace"] == name and sel["ids"]:
@@ -53,8 +60,9 @@ c = st.columns([2, 1, 1])
 c[0].markdown(f"**Picked**: {len(picked)} ops" + (f" (first: {picked[:8]})" if picked else ""))
 scope = c[1].radio("Add as", ["these ops", "their module subtree"], key="compose_scope")
 if c[2].button("Add segment", disabled=not picked, key="compose_add", type="primary"):
-    spec["segments"].append(bridge.new_segment(trace, picked, whole_module=scope != "these ops",
-                                               index=len(spec["segments"])))
+    spec["segments"].append(
+        bridge.new_segment(trace, picked, whole_module=scope != "these ops", index=len(spec["segments"]))
+    )
     st.rerun()
 
 st.subheader("2 · Segments")
@@ -70,15 +78,21 @@ for i, seg in enumerate(spec["segments"]):
             st.rerun()
 
 c = st.columns(4)
-spec["batch_scale"] = float(c[0].number_input("Batch scale", 0.01, 1024.0, float(spec["batch_scale"]),
-                                              key="compose_batch_scale"))
+spec["batch_scale"] = float(
+    c[0].number_input("Batch scale", 0.01, 1024.0, float(spec["batch_scale"]), key="compose_batch_scale")
+)
 dtypes = list(bridge.DTYPES)
 dt = c[1].selectbox("dtype", dtypes, index=dtypes.index(spec["dtype"] or "as traced"), key="compose_dtype")
 spec["dtype"] = None if dt == "as traced" else dt
 kinds = list(bridge.SHARDING)
 shard = spec.get("sharding") or {}
-kind = c[2].selectbox("Sharding", kinds, index=kinds.index(shard.get("kind", "none")), key="compose_sharding",
-                      help="dp/tp: data/tensor parallel degree; embedding: shard embedding tables over ranks")
+kind = c[2].selectbox(
+    "Sharding",
+    kinds,
+    index=kinds.index(shard.get("kind", "none")),
+    key="compose_sharding",
+    help="dp/tp: data/tensor parallel degree; embedding: shard embedding tables over ranks",
+)
 if kind == "none":
     spec["sharding"] = None
 elif kind == "embedding":
@@ -110,8 +124,9 @@ if spec["segments"]:
             st.dataframe(summary["op_table"], hide_index=True, key="compose_ops", height=260)
         with st.expander("Closure: inputs synthesized from outside the selection"):
             st.dataframe(summary["inputs_table"], hide_index=True, key="compose_inputs", height=220)
-        out_dir = st.text_input("Export folder", str(state.results_dir() / "benchmarks" / spec["name"]),
-                                key="compose_out")
+        out_dir = st.text_input(
+            "Export folder", str(state.results_dir() / "benchmarks" / spec["name"]), key="compose_out"
+        )
         if st.button("Export benchmark", key="compose_export"):
             try:
                 info = bridge.export_benchmark(bench, out_dir)
@@ -122,8 +137,13 @@ if spec["segments"]:
 
 st.subheader("Save / load spec")
 c = st.columns(2)
-c[0].download_button("Save spec (JSON)", orjson.dumps(bridge.spec_json(spec), option=orjson.OPT_INDENT_2),
-                     file_name=f"{spec.get('name', 'benchmark')}.spec.json", mime="application/json", key="spec_dl")
+c[0].download_button(
+    "Save spec (JSON)",
+    orjson.dumps(bridge.spec_json(spec), option=orjson.OPT_INDENT_2),
+    file_name=f"{spec.get('name', 'benchmark')}.spec.json",
+    mime="application/json",
+    key="spec_dl",
+)
 up = c[1].file_uploader("Load spec", type=["json"], key="spec_up")
 if up is not None and st.session_state.get("_spec_loaded") != up.file_id:
     try:

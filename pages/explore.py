@@ -1,4 +1,5 @@
 """Explore page: operator graph (collapsed by default), timeline with flow arrows, breakdowns."""
+
 import streamlit as st
 
 from app import state
@@ -20,8 +21,13 @@ rank = st.selectbox("Rank", ranks, key="explore_rank") if len(ranks) > 1 else ra
 
 # One view at a time (not st.tabs, which runs all three): the first render of a 14k-node trace
 # only builds the graph.
-view = st.radio("View", ["Operator graph", "Timeline", "Breakdown"], horizontal=True, key="explore_view",
-                label_visibility="collapsed")
+view = st.radio(
+    "View",
+    ["Operator graph", "Timeline", "Breakdown"],
+    horizontal=True,
+    key="explore_view",
+    label_visibility="collapsed",
+)
 
 if view == "Operator graph":
     if not trace.has_et:
@@ -32,7 +38,9 @@ if view == "Operator graph":
         depth = int(c[1].number_input("Call-tree depth", 0, 20, 0, key="g_depth"))
         color_by = c[2].selectbox("Colour by", list(COLOR_BY), key="g_color")
         try:
-            model = state.graph_model(paths, rank, collapse, depth, tuple(st.session_state.get("g_expand", [])), DEFAULT_MAX_NODES)
+            model = state.graph_model(
+                paths, rank, collapse, depth, tuple(st.session_state.get("g_expand", [])), DEFAULT_MAX_NODES
+            )
         except TraceError as exc:
             st.error(str(exc))
             st.stop()
@@ -40,10 +48,19 @@ if view == "Operator graph":
         c[3].multiselect("Expand groups", groups, key="g_expand")
         sel = state.selection()
         hl = [k for k, m in model.groups.items() if sel["trace"] == name and set(m) & set(sel["ids"])]
-        fig = state.graph_fig(paths, rank, collapse, depth, tuple(st.session_state.get("g_expand", [])), DEFAULT_MAX_NODES,
-                              color_by, tuple(sorted(hl[:2000], key=str)))
-        event = st.plotly_chart(fig, on_select="rerun", selection_mode=("points", "box", "lasso"),
-                                key="explore_graph", width="stretch")
+        fig = state.graph_fig(
+            paths,
+            rank,
+            collapse,
+            depth,
+            tuple(st.session_state.get("g_expand", [])),
+            DEFAULT_MAX_NODES,
+            color_by,
+            tuple(sorted(hl[:2000], key=str)),
+        )
+        event = st.plotly_chart(
+            fig, on_select="rerun", selection_mode=("points", "box", "lasso"), key="explore_graph", width="stretch"
+        )
         ids = selection_to_node_ids(event, "graph", groups=model.groups)
         if ids:
             state.set_selection(name, ids, "graph")
@@ -57,8 +74,9 @@ elif view == "Timeline":
         t0 = float(ev["ts_us"].min())
         span = float((ev["ts_us"] + ev["dur_us"]).max() - t0)
         c = st.columns([3, 1])
-        window = c[0].slider("Window (µs from trace start)", 0.0, max(span, 1.0),
-                             state.default_window(paths, rank), key="t_window")
+        window = c[0].slider(
+            "Window (µs from trace start)", 0.0, max(span, 1.0), state.default_window(paths, rank), key="t_window"
+        )
         min_dur = c[1].number_input("Min duration (µs)", 0.0, value=0.0, step=1.0, key="t_min_dur")
         # The chart's selection from the last interaction is in session state before the chart is
         # drawn, so the clicked event's flow arrows are drawn in this same run.
@@ -66,14 +84,17 @@ elif view == "Timeline":
         keys = [k for k in selected_keys(prev) if isinstance(k, int)] if prev else []
         flow = keys[0] if keys else None
         fig = state.timeline_fig(paths, rank, float(window[0]), float(window[1]), float(min_dur), flow)
-        event = st.plotly_chart(fig, on_select="rerun", selection_mode=("points", "box"), key="explore_timeline",
-                                width="stretch")
+        event = st.plotly_chart(
+            fig, on_select="rerun", selection_mode=("points", "box"), key="explore_timeline", width="stretch"
+        )
         if flow is not None:
             row = trace.events[trace.events["ev"] == flow]
             if len(row):
                 r = row.iloc[0]
-                st.caption(f"event {flow}: {r['cat']} · {r['name']} · start {float(r['ts_us']) - t0:,.3f} µs · "
-                           f"dur {float(r['dur_us']):,.3f} µs · flow arrows to the GPU work it launched")
+                st.caption(
+                    f"event {flow}: {r['cat']} · {r['name']} · start {float(r['ts_us']) - t0:,.3f} µs · "
+                    f"dur {float(r['dur_us']):,.3f} µs · flow arrows to the GPU work it launched"
+                )
         if keys and trace.has_et:
             ids = selection_to_node_ids(event, "timeline", events=trace.events, ops=trace.ops)
             if ids:
@@ -84,12 +105,16 @@ else:
     if trace.has_kineto:
         c = st.columns(2)
         ops_t = breakdown.time_by(trace.events, "cpu_op")
-        c[0].plotly_chart(breakdown.bar_figure(ops_t, "name", title="CPU time by operator (Kineto cpu_op)"),
-                          key="b_ops", width="stretch")
+        c[0].plotly_chart(
+            breakdown.bar_figure(ops_t, "name", title="CPU time by operator (Kineto cpu_op)"),
+            key="b_ops",
+            width="stretch",
+        )
         k_t = breakdown.time_by(trace.events, breakdown.GPU_CATS)
         if len(k_t):
-            c[1].plotly_chart(breakdown.bar_figure(k_t, "name", title="GPU time by kernel"), key="b_kernels",
-                              width="stretch")
+            c[1].plotly_chart(
+                breakdown.bar_figure(k_t, "name", title="GPU time by kernel"), key="b_kernels", width="stretch"
+            )
             idle = breakdown.gpu_idle(trace.events)
             st.plotly_chart(breakdown.idle_figure(idle), key="b_idle", width="stretch")
             st.dataframe(idle, hide_index=True, key="b_idle_table")
@@ -99,8 +124,11 @@ else:
         c = st.columns(2)
         for col, key in zip(c, ("category", "phase")):
             t = breakdown.op_time_by(trace.ops, key)
-            col.plotly_chart(breakdown.bar_figure(t, key, title=f"Linked CPU time by {key} (leaf ops)"),
-                             key=f"b_{key}", width="stretch")
+            col.plotly_chart(
+                breakdown.bar_figure(t, key, title=f"Linked CPU time by {key} (leaf ops)"),
+                key=f"b_{key}",
+                width="stretch",
+            )
         st.subheader("Top operators")
         top = breakdown.top_ops(trace.ops, 50)
         ev = st.dataframe(top, hide_index=True, on_select="rerun", selection_mode="multi-row", key="b_top")

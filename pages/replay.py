@@ -1,4 +1,5 @@
 """Replay page: run a trace, the current selection or a composed benchmark on CPU/GPU."""
+
 import time
 import tempfile
 from pathlib import Path
@@ -41,8 +42,12 @@ c = st.columns(5)
 device = c[0].selectbox("Device", _devices(), key="replay_device")
 warmup = int(c[1].number_input("Warm-up iterations", 0, 100, 2, key="replay_warmup"))
 iters = int(c[2].number_input("Timed iterations", 1, 1000, 5, key="replay_iters"))
-mode = c[3].selectbox("Operator level", ["top", "leaf"], key="replay_mode",
-                      help="top: highest rebuildable op per call path; leaf: lowest (closer to kernels)")
+mode = c[3].selectbox(
+    "Operator level",
+    ["top", "leaf"],
+    key="replay_mode",
+    help="top: highest rebuildable op per call path; leaf: lowest (closer to kernels)",
+)
 host_gaps = c[4].checkbox("Reproduce CPU gaps", value=False, key="replay_gaps")
 
 if st.button("Run replay", type="primary", key="run_replay"):
@@ -79,20 +84,33 @@ if st.button("Run replay", type="primary", key="run_replay"):
                 # a fresh folder per run: two replays within one second must not share (and
                 # overwrite) one result folder
                 state.results_dir().mkdir(parents=True, exist_ok=True)
-                out = Path(tempfile.mkdtemp(dir=state.results_dir(), prefix=f"{trace.content_hash[:12]}_"
-                                            f"{time.strftime('%Y%m%d-%H%M%S')}_{device.replace(':', '')}_"))
-                config = ReplayConfig(device=device, warmup=warmup, iters=iters, mode=mode, host_gaps=host_gaps,
-                                      profile=True, out_dir=out)
+                out = Path(
+                    tempfile.mkdtemp(
+                        dir=state.results_dir(),
+                        prefix=f"{trace.content_hash[:12]}_{time.strftime('%Y%m%d-%H%M%S')}_{device.replace(':', '')}_",
+                    )
+                )
+                config = ReplayConfig(
+                    device=device, warmup=warmup, iters=iters, mode=mode, host_gaps=host_gaps, profile=True, out_dir=out
+                )
                 result = replay(replay_trace, config=config, op_ids=op_ids, progress=cb)
                 report = result.to_json()
                 json_path = out / "replay.json"
                 json_path.write_bytes(orjson.dumps(report, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_INDENT_2))
-                st.session_state.setdefault("replays", []).append({
-                    "trace": name, "path": str(json_path), "kineto_path": report.get("kineto_path"),
-                    "device": device, "target": target, "median_ms": report.get("median_ms"),
-                    "wall_s": round(time.perf_counter() - t0, 2)})
-                status.update(label=f"Replay done: median {report.get('median_ms', float('nan')):.3f} ms/iter",
-                              state="complete")
+                st.session_state.setdefault("replays", []).append(
+                    {
+                        "trace": name,
+                        "path": str(json_path),
+                        "kineto_path": report.get("kineto_path"),
+                        "device": device,
+                        "target": target,
+                        "median_ms": report.get("median_ms"),
+                        "wall_s": round(time.perf_counter() - t0, 2),
+                    }
+                )
+                status.update(
+                    label=f"Replay done: median {report.get('median_ms', float('nan')):.3f} ms/iter", state="complete"
+                )
         except TraceError as exc:
             st.error(str(exc))
         finally:
@@ -101,8 +119,11 @@ if st.button("Run replay", type="primary", key="run_replay"):
 runs = [r for r in st.session_state.get("replays", []) if r["trace"] == name]
 if runs:
     st.subheader("Results")
-    st.dataframe([{k: r[k] for k in ("target", "device", "median_ms", "wall_s", "path")} for r in runs],
-                 hide_index=True, key="replay_runs")
+    st.dataframe(
+        [{k: r[k] for k in ("target", "device", "median_ms", "wall_s", "path")} for r in runs],
+        hide_index=True,
+        key="replay_runs",
+    )
     last = runs[-1]
     report = orjson.loads(Path(last["path"]).read_bytes())
     c = st.columns(4)
@@ -114,10 +135,19 @@ if runs:
     if cov.get("by_reason"):
         st.caption("skipped/substituted by reason: " + ", ".join(f"{k}: {v}" for k, v in cov["by_reason"].items()))
     d = st.columns(2)
-    d[0].download_button("Download replay report (JSON)", Path(last["path"]).read_bytes(), file_name="replay.json",
-                         mime="application/json", key="dl_report")
+    d[0].download_button(
+        "Download replay report (JSON)",
+        Path(last["path"]).read_bytes(),
+        file_name="replay.json",
+        mime="application/json",
+        key="dl_report",
+    )
     kp = last.get("kineto_path")
     if kp and Path(kp).exists():
-        d[1].download_button("Download replay Kineto trace (open in Perfetto)", Path(kp).read_bytes(),
-                             file_name=Path(kp).name, key="dl_kineto")
+        d[1].download_button(
+            "Download replay Kineto trace (open in Perfetto)",
+            Path(kp).read_bytes(),
+            file_name=Path(kp).name,
+            key="dl_kineto",
+        )
     st.caption("Open the Compare page to compare this replay with the original.")

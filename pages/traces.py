@@ -1,4 +1,5 @@
 """Traces page: load bundled samples, uploads or server paths; name them; show the info summary."""
+
 from pathlib import Path
 
 import streamlit as st
@@ -29,8 +30,12 @@ with src_sample:
 
 with src_upload:
     limit_mb = int(st.get_option("server.maxUploadSize"))
-    files = st.file_uploader("ET / Kineto traces (.json, .json.gz, .tar.gz); an ET and a Kineto of the same run "
-                             "are paired when loaded together", accept_multiple_files=True, key="uploads")
+    files = st.file_uploader(
+        "ET / Kineto traces (.json, .json.gz, .tar.gz); an ET and a Kineto of the same run "
+        "are paired when loaded together",
+        accept_multiple_files=True,
+        key="uploads",
+    )
     up_name = st.text_input("Name", value="", key="upload_name", placeholder="defaults to the first file name")
     if st.button("Load upload", key="load_upload", disabled=not files):
         try:
@@ -73,9 +78,20 @@ loaded = state.traces()
 if not loaded:
     st.info("Nothing loaded yet.")
 else:
-    st.dataframe([{"name": n, "kind": e["kind"], "link rate": e.get("link_rate"), "hash": e["hash"][:12],
-                   "files": ", ".join(Path(p).name for p in e["paths"])} for n, e in loaded.items()],
-                 hide_index=True, key="loaded_table")
+    st.dataframe(
+        [
+            {
+                "name": n,
+                "kind": e["kind"],
+                "link rate": e.get("link_rate"),
+                "hash": e["hash"][:12],
+                "files": ", ".join(Path(p).name for p in e["paths"]),
+            }
+            for n, e in loaded.items()
+        ],
+        hide_index=True,
+        key="loaded_table",
+    )
     cur = state.trace_picker("Show summary of", key="summary_pick")
     if cur:
         st.session_state["current"] = cur

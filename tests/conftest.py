@@ -1,4 +1,5 @@
 """Shared fixtures and markers: `gpu`, `slow`, `e2e` skip with a reason when they cannot run."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """`mystique app`: the command line it builds and its input checks (without starting a server)."""
+
 from __future__ import annotations
 
 import sys

@@ -4,6 +4,7 @@ AppTest cannot click a chart, so selections are made the way the app stores them
 state) or through widgets (checkbox, table filter); chart-event mapping itself is covered by
 tests/test_figures_selection.py and the real-browser test.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -62,7 +63,9 @@ def test_first_start_loads_the_bundled_sample(app):
 
 def test_server_paths_pair_et_and_kineto(app, shared_traces):
     d = shared_traces / "hta_simple_add"
-    app.text_area(key="server_paths").input(f"{d / 'benchmark_simple_add_et.json.gz'}\n{d / 'benchmark_simple_add_trace.json.gz'}")
+    app.text_area(key="server_paths").input(
+        f"{d / 'benchmark_simple_add_et.json.gz'}\n{d / 'benchmark_simple_add_trace.json.gz'}"
+    )
     app.text_input(key="path_name").input("simple add")
     app.button(key="load_path").click()
     app.run()

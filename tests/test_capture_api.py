@@ -1,4 +1,5 @@
 """capture(): real capture of a (shrunk) sample model; files, keys, labels and ET<->Kineto ids."""
+
 from __future__ import annotations
 
 import gzip
@@ -12,9 +13,26 @@ from engine.capture.models import SAMPLE_MODELS, build
 from engine.cli.main import build_parser, main
 from engine.errors import TraceError
 
-META_KEYS = {"name", "files", "model", "model_config", "command", "steps", "warmup", "timing_steps",
-             "step_ms", "median_ms", "metrics", "modules", "device", "device_name", "torch_version",
-             "python", "cpu_model", "num_threads"}
+META_KEYS = {
+    "name",
+    "files",
+    "model",
+    "model_config",
+    "command",
+    "steps",
+    "warmup",
+    "timing_steps",
+    "step_ms",
+    "median_ms",
+    "metrics",
+    "modules",
+    "device",
+    "device_name",
+    "torch_version",
+    "python",
+    "cpu_model",
+    "num_threads",
+}
 
 
 def _attr(node: dict, key: str):
@@ -30,8 +48,17 @@ def _attr(node: dict, key: str):
 def small_mlp(tmp_path_factory):
     out = tmp_path_factory.mktemp("cap")
     step, cfg = build("mlp", "cpu", batch=32, in_features=64, hidden=64, classes=16)
-    res = capture(step, out_dir=out, name="mlp", steps=2, warmup=1, timing_steps=5,
-                  model_name="mlp", model_config=cfg, command="test")
+    res = capture(
+        step,
+        out_dir=out,
+        name="mlp",
+        steps=2,
+        warmup=1,
+        timing_steps=5,
+        model_name="mlp",
+        model_config=cfg,
+        command="test",
+    )
     return res
 
 
@@ -65,8 +92,11 @@ def test_et_and_kineto_cover_the_same_steps_and_link(small_mlp):
         assert names.count(label) == 2, label  # once per recorded step
     steps_k = [e["name"] for e in kineto["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
     assert sorted(steps_k) == ["ProfilerStep#1", "ProfilerStep#2"]
-    k_rf = {e["args"]["Record function id"] for e in kineto["traceEvents"]
-            if e.get("ph") == "X" and "Record function id" in e.get("args", {})}
+    k_rf = {
+        e["args"]["Record function id"]
+        for e in kineto["traceEvents"]
+        if e.get("ph") == "X" and "Record function id" in e.get("args", {})
+    }
     ops = [n for n in et["nodes"] if not n["name"].startswith("[pytorch|profiler")]
     linked = sum(_attr(n, "rf_id") in k_rf for n in ops)
     assert linked / len(ops) >= 0.99, (linked, len(ops))
@@ -100,8 +130,7 @@ def test_session_stopped_early_is_an_error(tmp_path):
             cap.step()
 
 
-@pytest.mark.parametrize("kw", [{"name": "../x"}, {"steps": 0}, {"timing_steps": 0}, {"device": "tpu"},
-                                {"threads": 0}])
+@pytest.mark.parametrize("kw", [{"name": "../x"}, {"steps": 0}, {"timing_steps": 0}, {"device": "tpu"}, {"threads": 0}])
 def test_bad_config_rejected(tmp_path, kw):
     args = {"out_dir": tmp_path, "name": "ok", **kw}
     with pytest.raises(TraceError):
@@ -139,8 +168,18 @@ def test_every_sample_model_captures_on_cpu_and_links(name, tmp_path, cache_dir)
     from engine.trace import load
 
     step, cfg = build(name, "cpu")
-    res = capture(step, out_dir=tmp_path, name=name, steps=1, warmup=1, timing_steps=2,
-                  model_name=name, model_config=cfg, command="test", threads=1)
+    res = capture(
+        step,
+        out_dir=tmp_path,
+        name=name,
+        steps=1,
+        warmup=1,
+        timing_steps=2,
+        model_name=name,
+        model_config=cfg,
+        command="test",
+        threads=1,
+    )
     trace = load(res.et_path, res.kineto_path)
     link = trace.meta["link"]
     assert link["link_rate"] >= 0.99, link

@@ -1,4 +1,5 @@
 """The committed sample traces: small, loadable, ET linked to Kineto, labelled by phase/module."""
+
 from __future__ import annotations
 
 import pytest

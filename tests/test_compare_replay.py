@@ -3,6 +3,7 @@
 The replay dicts here follow the replay.json contract (engine/compare/replay.py) and their
 numbers are derived from the real sample trace, so every expected error is known exactly.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,16 +31,22 @@ def original(tmp_path_factory):
 def _replay_from(trace, meta, *, fwd_scale=1.1, other_scale=1.0, e2e_scale=1.05, extra=()):
     ops = trace.ops
     sel = ops[(ops["category"] == "compute") & ops["k_dur_us"].notna()]
-    per_op = [{"op_id": int(r.id), "name": str(r.name), "category": "compute", "phase": str(r.phase),
-               "dur_us": float(r.k_dur_us) * (fwd_scale if r.phase == "forward" else other_scale)}
-              for r in sel.itertuples()]
+    per_op = [
+        {
+            "op_id": int(r.id),
+            "name": str(r.name),
+            "category": "compute",
+            "phase": str(r.phase),
+            "dur_us": float(r.k_dur_us) * (fwd_scale if r.phase == "forward" else other_scale),
+        }
+        for r in sel.itertuples()
+    ]
     per_op += list(extra)
     return {
         "iteration_ms": [meta["median_ms"] * e2e_scale] * 5,
         "median_ms": meta["median_ms"] * e2e_scale,
         "per_op": per_op,
-        "coverage": {"selected": len(per_op), "replayed": len(per_op), "substituted": 0, "skipped": 0,
-                     "by_reason": {}},
+        "coverage": {"selected": len(per_op), "replayed": len(per_op), "substituted": 0, "skipped": 0, "by_reason": {}},
         "metrics": meta["metrics"],
         "kineto_path": None,
         "device": "cpu",
@@ -135,11 +142,23 @@ def test_gpu_replay_compares_kernel_time_of_a_real_gpu_trace(shared_traces, tmp_
     ops = trace.ops
     sel = ops[(ops["category"] == "compute") & (ops["gpu_dur_us"] > 0)]
     assert len(sel) > 50
-    per_op = [{"op_id": int(r.id), "name": str(r.name), "category": "compute", "phase": str(r.phase),
-               "dur_us": float(r.gpu_dur_us) * 2.0} for r in sel.itertuples()]
-    replay = {"iteration_ms": [10.0], "median_ms": 10.0, "per_op": per_op, "device": "cuda:0",
-              "coverage": {"selected": len(per_op), "replayed": len(per_op), "substituted": 0,
-                           "skipped": 0, "by_reason": {}}}
+    per_op = [
+        {
+            "op_id": int(r.id),
+            "name": str(r.name),
+            "category": "compute",
+            "phase": str(r.phase),
+            "dur_us": float(r.gpu_dur_us) * 2.0,
+        }
+        for r in sel.itertuples()
+    ]
+    replay = {
+        "iteration_ms": [10.0],
+        "median_ms": 10.0,
+        "per_op": per_op,
+        "device": "cuda:0",
+        "coverage": {"selected": len(per_op), "replayed": len(per_op), "substituted": 0, "skipped": 0, "by_reason": {}},
+    }
     cmp = compare(trace, replay)
     assert cmp.time_basis == "gpu"
     assert cmp.matching["original_sum_us"] == pytest.approx(sel["gpu_dur_us"].sum())

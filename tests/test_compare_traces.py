@@ -1,5 +1,6 @@
 """compare() of two real Kineto traces (HTA's trace-diff pair) against numbers read straight
 from the files (and MANIFEST.json), plus trace-vs-trace of two of our own captures."""
+
 from __future__ import annotations
 
 import gzip

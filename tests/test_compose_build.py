@@ -1,4 +1,5 @@
 """Composition on the bundled samples: boundaries, loading/validation, repeats, dtype, DP, examples."""
+
 from __future__ import annotations
 
 import json
@@ -32,20 +33,20 @@ def _build(tmp_path, spec: dict, name: str):
 def _replay(path: Path):
     from engine.replay import ReplayConfig, replay
 
-    return replay(et.load(path, use_cache=False), config=ReplayConfig(warmup=0, iters=1, metrics=False,
-                                                                      num_threads=1))
+    return replay(et.load(path, use_cache=False), config=ReplayConfig(warmup=0, iters=1, metrics=False, num_threads=1))
 
 
 def test_segment_inputs_from_outside_are_synthesized(tmp_path, cache_dir):
     mlp = _sample("mlp")
-    bench, paths = _build(tmp_path, {"sources": [str(mlp)], "segments": [{"selection": {"module": "nn.Module: body.2"}}]},
-                          "body2")
+    bench, paths = _build(
+        tmp_path, {"sources": [str(mlp)], "segments": [{"selection": {"module": "nn.Module: body.2"}}]}, "body2"
+    )
     # body.2 (the 2nd Linear) reads the [256, 1024] ReLU output produced outside the segment
     loaded = et.load(paths[0], use_cache=False)
     sub = select(loaded, Selection())
     ext = {(tuple(r.shape), str(r.dtype)) for r in sub.external_inputs.itertuples()}
-    assert ((256, 1024), "float32") in ext          # the activation from body.1
-    assert ((1024, 1024), "float32") in ext         # the weight
+    assert ((256, 1024), "float32") in ext  # the activation from body.1
+    assert ((1024, 1024), "float32") in ext  # the weight
     rep = validate_et(paths[0])
     assert rep["external_inputs"] == len(sub.external_inputs) and rep["meta"]["mismatches"] == []
     res = _replay(paths[0])
@@ -99,14 +100,14 @@ def test_repeat_chains_layer_outputs_into_inputs(tmp_path, cache_dir):
     outs = t4.tensors[t4.tensors["io"].astype(str) == "out"]
     per_op = outs.groupby("tensor_id")["op_id"].nunique()
     assert len(outs["tensor_id"].unique()) > 3.5 * len(
-        et.load(p1[0], use_cache=False).tensors.query("io == 'out'")["tensor_id"].unique())
+        et.load(p1[0], use_cache=False).tensors.query("io == 'out'")["tensor_id"].unique()
+    )
     assert (per_op >= 1).all()
 
 
 def test_batch_scale_rewrites_shapes_and_sizes(tmp_path, cache_dir):
     mlp = _sample("mlp")
-    bench, paths = _build(tmp_path, {"sources": [str(mlp)], "segments": [{"selection": {}}], "batch_scale": 2},
-                          "x2")
+    bench, paths = _build(tmp_path, {"sources": [str(mlp)], "segments": [{"selection": {}}], "batch_scale": 2}, "x2")
     info = bench.meta["transforms"][0]
     assert info["batch"] == 256 and info["new_batch"] == 512 and info["mismatches"] == []
     t = et.load(paths[0], use_cache=False)
@@ -117,8 +118,11 @@ def test_batch_scale_rewrites_shapes_and_sizes(tmp_path, cache_dir):
 
 def test_dtype_bf16_keeps_integer_tensors(tmp_path, cache_dir):
     tx = _sample("transformer")
-    bench, paths = _build(tmp_path, {"sources": [str(tx)], "segments": [{"selection": {"module": "nn.Module: blocks.0"}}],
-                                     "dtype": "bf16"}, "bf16")
+    bench, paths = _build(
+        tmp_path,
+        {"sources": [str(tx)], "segments": [{"selection": {"module": "nn.Module: blocks.0"}}], "dtype": "bf16"},
+        "bf16",
+    )
     t = et.load(paths[0], use_cache=False)
     dt = set(t.tensors["dtype"].astype(str))
     assert "float32" not in dt and "bfloat16" in dt
@@ -132,8 +136,11 @@ def test_dtype_bf16_keeps_integer_tensors(tmp_path, cache_dir):
 
 def test_data_parallel_halves_batch_and_buckets_gradients(tmp_path, cache_dir):
     mlp = _sample("mlp")
-    bench, paths = _build(tmp_path, {"sources": [str(mlp)], "segments": [{"selection": {}}],
-                                     "sharding": {"kind": "dp", "degree": 2}}, "dp2")
+    bench, paths = _build(
+        tmp_path,
+        {"sources": [str(mlp)], "segments": [{"selection": {}}], "sharding": {"kind": "dp", "degree": 2}},
+        "dp2",
+    )
     sh = bench.meta["sharding"]
     # 512->1024->1024->1024->512 Linear weights + biases, fp32
     assert sh["grad_bytes"] == 4 * (512 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 512 + 512)
@@ -150,8 +157,15 @@ def test_data_parallel_halves_batch_and_buckets_gradients(tmp_path, cache_dir):
 
 def test_dp_degree_must_divide_batch(cache_dir):
     with pytest.raises(TraceError, match="dp degree 3 does not divide the batch 256"):
-        compose(spec_from_dict({"sources": [str(_sample("mlp"))], "segments": [{"selection": {}}],
-                                "sharding": {"kind": "dp", "degree": 3}}))
+        compose(
+            spec_from_dict(
+                {
+                    "sources": [str(_sample("mlp"))],
+                    "segments": [{"selection": {}}],
+                    "sharding": {"kind": "dp", "degree": 3},
+                }
+            )
+        )
 
 
 def test_cli_json_and_standalone_script(tmp_path, capsys, cache_dir):
@@ -170,8 +184,13 @@ def test_cli_json_and_standalone_script(tmp_path, capsys, cache_dir):
     assert r0["replay_ops"] == 56 and r0["external_inputs"] > 0 and r0["estimated_memory_bytes"] > 0
     assert doc["validation"]["0"]["ok"] and doc["command"] == f"mystique replay {out}"
     # the script runs with torch only: -I keeps the repo (and engine) off sys.path
-    proc = subprocess.run([sys.executable, "-I", doc["script"], "--iters", "1", "--warmup", "0"],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-I", doc["script"], "--iters", "1", "--warmup", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     assert res["ops"] == res["ran"] == 56 and res["median_ms"] > 0

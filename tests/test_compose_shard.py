@@ -1,4 +1,5 @@
 """Embedding-table sharding of the DLRM sample: plans, per-rank lookups, collectives, balance."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -22,9 +23,16 @@ def original():
     t = et.load(DLRM)
     ids = t.ops.loc[t.ops["name"].astype(str).isin(FWD), "id"]
     idx = t.tensors[t.tensors["op_id"].isin(ids) & (t.tensors["io"].astype(str) == "in") & (t.tensors["arg"] == 1)]
-    return {"lookups": int(idx["numel"].sum()), "tables": len(ids),
-            "rows": sorted(int(s[0]) for s in t.tensors[t.tensors["op_id"].isin(ids) & (t.tensors["arg"] == 0)
-                                                        & (t.tensors["io"].astype(str) == "in")]["shape"])}
+    return {
+        "lookups": int(idx["numel"].sum()),
+        "tables": len(ids),
+        "rows": sorted(
+            int(s[0])
+            for s in t.tensors[
+                t.tensors["op_id"].isin(ids) & (t.tensors["arg"] == 0) & (t.tensors["io"].astype(str) == "in")
+            ]["shape"]
+        ),
+    }
 
 
 def _rank_lookups(path: Path) -> tuple[int, list[tuple]]:
@@ -36,8 +44,15 @@ def _rank_lookups(path: Path) -> tuple[int, list[tuple]]:
 
 
 def _shard(tmp_path, plan: str, n: int):
-    bench = compose(spec_from_dict({"sources": [str(DLRM)], "segments": [{"selection": {}}],
-                                    "sharding": {"kind": "embedding", "plan": plan, "ranks": n}}))
+    bench = compose(
+        spec_from_dict(
+            {
+                "sources": [str(DLRM)],
+                "segments": [{"selection": {}}],
+                "sharding": {"kind": "embedding", "plan": plan, "ranks": n},
+            }
+        )
+    )
     res = export(bench, tmp_path / f"{plan}{n}")
     return bench, {int(r): Path(p) for r, p in res["ranks"].items()}
 
@@ -71,8 +86,9 @@ def test_lookups_add_up(tmp_path, cache_dir, original, plan, n):
         assert max(per) - min(per) <= 4
         assert sum(sum(v) for v in rows.values()) == sum(original["rows"])
     else:  # whole tables, round-robin by table index
-        assert [bench.meta["sharding"]["per_rank"][r]["tables"] for r in range(n)] == \
-            [[i for i in range(4) if i % n == r] for r in range(n)]
+        assert [bench.meta["sharding"]["per_rank"][r]["tables"] for r in range(n)] == [
+            [i for i in range(4) if i % n == r] for r in range(n)
+        ]
 
 
 def test_column_plan_keeps_all_lookups(tmp_path, cache_dir, original):
@@ -84,8 +100,10 @@ def test_column_plan_keeps_all_lookups(tmp_path, cache_dir, original):
 
 
 def test_greedy_plan_balances_cost():
-    tables = [Table(index=i, fwd={}, bwd=None, rows=r, dim=64, itemsize=4, lookups=20000, batch=1024)
-              for i, r in enumerate((100_000, 40_000, 10_000, 2_000))]
+    tables = [
+        Table(index=i, fwd={}, bwd=None, rows=r, dim=64, itemsize=4, lookups=20000, batch=1024)
+        for i, r in enumerate((100_000, 40_000, 10_000, 2_000))
+    ]
     for n in (2, 4):
         naive = plan_shards(tables, "table", n)
         greedy = plan_shards(tables, "greedy", n)

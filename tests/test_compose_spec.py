@@ -1,4 +1,5 @@
 """Benchmark specs: validation, bad specs -> TraceError naming the field, CLI exit code 2."""
+
 from __future__ import annotations
 
 import json
@@ -31,9 +32,14 @@ def _write(tmp_path: Path, spec: dict, name: str = "spec.json") -> Path:
 
 def test_spec_round_trip_and_relative_sources(tmp_path):
     src = _sample("mlp")
-    spec = {"version": 1, "sources": [os.path.relpath(src, tmp_path)],
-            "segments": [{"selection": {"name_pattern": "addmm|mm"}, "repeat": 2, "label": "mms"}],
-            "batch_scale": 0.5, "dtype": "bf16", "sharding": {"kind": "dp", "degree": 2}}
+    spec = {
+        "version": 1,
+        "sources": [os.path.relpath(src, tmp_path)],
+        "segments": [{"selection": {"name_pattern": "addmm|mm"}, "repeat": 2, "label": "mms"}],
+        "batch_scale": 0.5,
+        "dtype": "bf16",
+        "sharding": {"kind": "dp", "degree": 2},
+    }
     p = _write(tmp_path, spec)
     s = load_spec(p)
     assert s.segments[0].repeat == 2 and s.batch_scale == 0.5 and s.sharding.world_size == 2
@@ -43,20 +49,23 @@ def test_spec_round_trip_and_relative_sources(tmp_path):
     assert load_spec(p2).to_dict() == s.to_dict()
 
 
-@pytest.mark.parametrize("patch, needle", [
-    ({"version": 2}, "version must be 1"),
-    ({"segments": []}, "segments must be a non-empty list"),
-    ({"segments": [{"selection": {}, "repeat": -1}]}, "segments[0]: segment repeat must be an integer >= 1"),
-    ({"segments": [{"selection": {}, "repeat": 1.5}]}, "segment repeat must be an integer"),
-    ({"segments": [{"selection": {"bogus": 1}}]}, "unknown selection field"),
-    ({"segments": [{"selection": {}, "source": 3}]}, "segments[0].source 3 is out of range"),
-    ({"batch_scale": 0}, "batch_scale must be a number > 0"),
-    ({"batch_scale": -2}, "batch_scale must be a number > 0"),
-    ({"dtype": "int8"}, "dtype must be null"),
-    ({"sharding": {"kind": "embedding", "plan": "random", "ranks": 2}}, "sharding plan must be one of"),
-    ({"sharding": {"kind": "dp", "degree": 0}}, "dp sharding degree must be an integer >= 1"),
-    ({"colour": "red"}, "unknown spec field(s): colour"),
-])
+@pytest.mark.parametrize(
+    "patch, needle",
+    [
+        ({"version": 2}, "version must be 1"),
+        ({"segments": []}, "segments must be a non-empty list"),
+        ({"segments": [{"selection": {}, "repeat": -1}]}, "segments[0]: segment repeat must be an integer >= 1"),
+        ({"segments": [{"selection": {}, "repeat": 1.5}]}, "segment repeat must be an integer"),
+        ({"segments": [{"selection": {"bogus": 1}}]}, "unknown selection field"),
+        ({"segments": [{"selection": {}, "source": 3}]}, "segments[0].source 3 is out of range"),
+        ({"batch_scale": 0}, "batch_scale must be a number > 0"),
+        ({"batch_scale": -2}, "batch_scale must be a number > 0"),
+        ({"dtype": "int8"}, "dtype must be null"),
+        ({"sharding": {"kind": "embedding", "plan": "random", "ranks": 2}}, "sharding plan must be one of"),
+        ({"sharding": {"kind": "dp", "degree": 0}}, "dp sharding degree must be an integer >= 1"),
+        ({"colour": "red"}, "unknown spec field(s): colour"),
+    ],
+)
 def test_bad_spec_fields_name_file_and_field(tmp_path, patch, needle):
     spec = {"version": 1, "sources": ["x_et.json.gz"], "segments": [{"selection": {}}]}
     spec.update(patch)
@@ -76,20 +85,26 @@ def test_not_json_and_missing_file(tmp_path):
         load_spec(tmp_path / "absent.json")
 
 
-@pytest.mark.parametrize("case", ["unknown_ids", "empty_selection", "negative_repeat", "breaking_scale",
-                                  "no_embeddings", "non_integer_batch"])
+@pytest.mark.parametrize(
+    "case",
+    ["unknown_ids", "empty_selection", "negative_repeat", "breaking_scale", "no_embeddings", "non_integer_batch"],
+)
 def test_bad_specs_cli_exit_2(tmp_path, capsys, case):
     mlp, tx = _sample("mlp"), _sample("transformer")
     base = {"version": 1, "sources": [str(mlp)], "segments": [{"selection": {}}]}
     expect = {
         "unknown_ids": ({"segments": [{"selection": {"ids": [987654321]}}]}, "unknown ET node ids"),
-        "empty_selection": ({"segments": [{"selection": {"name_pattern": "^no_such_op$"}}]},
-                            "selection matched no operators"),
+        "empty_selection": (
+            {"segments": [{"selection": {"name_pattern": "^no_such_op$"}}]},
+            "selection matched no operators",
+        ),
         "negative_repeat": ({"segments": [{"selection": {}, "repeat": -3}]}, "repeat must be an integer >= 1"),
         # declaring the sequence length (128) as the batch: doubling it breaks the graph's shapes
         "breaking_scale": ({"sources": [str(tx)], "batch_size": 128, "batch_scale": 2}, "breaks shape at node"),
-        "no_embeddings": ({"sharding": {"kind": "embedding", "plan": "table", "ranks": 2}},
-                          f"no embedding tables to shard in {mlp}"),
+        "no_embeddings": (
+            {"sharding": {"kind": "embedding", "plan": "table", "ranks": 2}},
+            f"no embedding tables to shard in {mlp}",
+        ),
         "non_integer_batch": ({"sources": [str(tx)], "batch_scale": 0.5}, "non-integer batch: 3 x 0.5 = 1.5"),
     }[case]
     spec = dict(base)
@@ -109,8 +124,7 @@ def test_bad_specs_cli_exit_2(tmp_path, capsys, case):
 
 def test_breaking_scale_names_the_node(tmp_path):
     tx = _sample("transformer")
-    spec = spec_from_dict({"sources": [str(tx)], "segments": [{"selection": {}}], "batch_size": 128,
-                           "batch_scale": 2})
+    spec = spec_from_dict({"sources": [str(tx)], "segments": [{"selection": {}}], "batch_size": 128, "batch_scale": 2})
     with pytest.raises(TraceError) as e:
         compose(spec)
     msg = str(e.value)

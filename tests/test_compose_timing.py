@@ -3,6 +3,7 @@
 Variants run alternately in one process (one iteration each per round) and are compared by the
 median of per-round ratios, which cancels most of the load drift of a shared 2-core machine.
 """
+
 from __future__ import annotations
 
 import importlib.util

@@ -1,4 +1,5 @@
 """Tensor-parallel splitting of linear layers (Megatron column/row pairs) on the real samples."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -23,8 +24,11 @@ def _src(model: str) -> Path:
 
 
 def _tp(model: str, n: int):
-    return compose(spec_from_dict({"sources": [str(_src(model))], "segments": [{"selection": {}}],
-                                   "sharding": {"kind": "tp", "degree": n}}))
+    return compose(
+        spec_from_dict(
+            {"sources": [str(_src(model))], "segments": [{"selection": {}}], "sharding": {"kind": "tp", "degree": n}}
+        )
+    )
 
 
 def _linear_weights(path: Path) -> list[tuple]:
@@ -38,12 +42,17 @@ def test_mlp_pairs_split_weights_and_insert_allreduces(tmp_path, cache_dir):
     bench = _tp("mlp", 2)
     sh = bench.meta["sharding"]
     # 512 -> 1024 -> relu -> 1024 | 1024 -> relu -> 1024 -> 512: two column/row pairs
-    assert [(p["column"]["weight"], p["row"]["weight"]) for p in sh["pairs"]] == \
-        [([1024, 512], [1024, 1024]), ([1024, 1024], [512, 1024])]
+    assert [(p["column"]["weight"], p["row"]["weight"]) for p in sh["pairs"]] == [
+        ([1024, 512], [1024, 1024]),
+        ([1024, 1024], [512, 1024]),
+    ]
     # forward: after each row-parallel linear; backward: after the input-gradient matmul of the
     # second column layer (the first layer's input needs no gradient)
-    assert [(c["phase"], c["shape"]) for c in sh["collectives"]] == \
-        [("forward", [256, 1024]), ("forward", [256, 512]), ("backward", [256, 1024])]
+    assert [(c["phase"], c["shape"]) for c in sh["collectives"]] == [
+        ("forward", [256, 1024]),
+        ("forward", [256, 512]),
+        ("backward", [256, 1024]),
+    ]
     assert sh["meta_check"]["unchecked"] == 0 and not sh["meta_check"]["mismatches"]
     res = export(bench, tmp_path / "tp2")
     assert sorted(int(r) for r in res["ranks"]) == [0, 1]
@@ -73,8 +82,16 @@ def test_degree_must_divide_and_models_without_pairs_are_refused(tmp_path, capsy
     with pytest.raises(TraceError, match="no pair of consecutive linear layers"):
         _tp("cnn", 2)
     spec = tmp_path / "cnn_tp.json"
-    spec.write_text(json.dumps({"version": 1, "sources": [str(_src("cnn"))], "segments": [{"selection": {}}],
-                                "sharding": {"kind": "tp", "degree": 2}}))
+    spec.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "sources": [str(_src("cnn"))],
+                "segments": [{"selection": {}}],
+                "sharding": {"kind": "tp", "degree": 2},
+            }
+        )
+    )
     assert cli(["compose", str(spec), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no pair of consecutive linear layers" in err[0]

@@ -6,6 +6,7 @@ WebGL, so there is no DOM node to click) and a timeline bar is clicked (an SVG p
 the selection becomes a segment; on Replay it runs on CPU; on Compare the comparison shows.
 Screenshots go to artifacts/e2e/. Skips only when chromium/chromedriver or selenium are missing.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,9 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 ART = ROOT / "artifacts" / "e2e"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-FLAGS = ("--headless --no-sandbox --disable-gpu --disable-dev-shm-usage --disable-background-networking "
-         "--disable-component-update --disable-sync --no-first-run --enable-unsafe-swiftshader "
-         "--window-size=1600,1300").split()
+FLAGS = (
+    "--headless --no-sandbox --disable-gpu --disable-dev-shm-usage --disable-background-networking "
+    "--disable-component-update --disable-sync --no-first-run --enable-unsafe-swiftshader "
+    "--window-size=1600,1300"
+).split()
 
 
 def _need_browser():
@@ -54,10 +57,27 @@ def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("e2e")
     env = dict(os.environ, MYSTIQUE_CACHE_DIR=str(tmp / "cache"), MYSTIQUE_UI_DIR=str(tmp / "ui"))
     log = open(tmp / "streamlit.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"),
-                             "--server.port", str(port), "--server.headless", "true",
-                             "--server.address", "localhost", "--browser.gatherUsageStats", "false"],
-                            cwd=str(ROOT), env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(ROOT / "app" / "main.py"),
+            "--server.port",
+            str(port),
+            "--server.headless",
+            "true",
+            "--server.address",
+            "localhost",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        cwd=str(ROOT),
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://localhost:{port}"
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -103,7 +123,13 @@ def _wait_text(d, text: str, timeout: float = 90):
     from selenium.webdriver.support.ui import WebDriverWait
 
     return WebDriverWait(d, timeout).until(
-        EC.presence_of_element_located((By.XPATH, f"//*[contains(normalize-space(.), {text!r}) and not(*[contains(normalize-space(.), {text!r})])]")))
+        EC.presence_of_element_located(
+            (
+                By.XPATH,
+                f"//*[contains(normalize-space(.), {text!r}) and not(*[contains(normalize-space(.), {text!r})])]",
+            )
+        )
+    )
 
 
 def _wait_css(d, css: str, timeout: float = 90):
@@ -139,8 +165,11 @@ def _idle(d, timeout: float = 120):
 def _nav(d, slug: str):
     from selenium.webdriver.common.by import By
 
-    link = next(a for a in d.find_elements(By.CSS_SELECTOR, '[data-testid="stSidebarNavLink"]')
-                if a.get_attribute("href").rstrip("/").endswith(slug))
+    link = next(
+        a
+        for a in d.find_elements(By.CSS_SELECTOR, '[data-testid="stSidebarNavLink"]')
+        if a.get_attribute("href").rstrip("/").endswith(slug)
+    )
     link.click()
     _idle(d)
 
@@ -152,16 +181,20 @@ def _click_graph_node(d, chart_key: str) -> object:
 
     chart = _wait_css(d, f".st-key-{chart_key} .js-plotly-plot")
     time.sleep(1.0)
-    info = d.execute_script("""
+    info = d.execute_script(
+        """
         const gd = arguments[0];
         const fl = gd._fullLayout;
         const tr = gd._fullData.find(t => t.mode === 'markers' && t.x.length > 0);
         const r = gd.querySelector('.nsewdrag').getBoundingClientRect();
         return {px: fl.xaxis.l2p(tr.x[0]), py: fl.yaxis.l2p(tr.y[0]), w: r.width, h: r.height, key: tr.customdata[0]};
-    """, chart)
+    """,
+        chart,
+    )
     drag = chart.find_element(By.CSS_SELECTOR, ".nsewdrag")
-    ActionChains(d).move_to_element_with_offset(drag, int(info["px"] - info["w"] / 2), int(info["py"] - info["h"] / 2)) \
-        .pause(0.4).click().perform()
+    ActionChains(d).move_to_element_with_offset(
+        drag, int(info["px"] - info["w"] / 2), int(info["py"] - info["h"] / 2)
+    ).pause(0.4).click().perform()
     _idle(d)
     return info["key"]
 
@@ -182,8 +215,12 @@ def _flow(server, driver):
     _wait_text(d, "Loaded traces")
     _idle(d)
     d.save_screenshot(str(ART / "1_traces.png"))
-    assert "sample:mlp" in d.find_element(By.CSS_SELECTOR, ".st-key-summary_pick").get_attribute("innerText") or \
-        d.find_elements(By.CSS_SELECTOR, ".st-key-summary_pick input[value='sample:mlp'], .st-key-summary_pick [aria-label*='sample:mlp']")
+    assert "sample:mlp" in d.find_element(By.CSS_SELECTOR, ".st-key-summary_pick").get_attribute(
+        "innerText"
+    ) or d.find_elements(
+        By.CSS_SELECTOR,
+        ".st-key-summary_pick input[value='sample:mlp'], .st-key-summary_pick [aria-label*='sample:mlp']",
+    )
     _wait_text(d, "ET↔Kineto link rate")
 
     # Explore: click an operator in the graph
@@ -194,17 +231,22 @@ def _flow(server, driver):
     assert key is not None
 
     # Explore: click a bar in the timeline (SVG bars: a DOM click on the widest cpu_op bar)
-    next(lab for lab in d.find_elements(By.CSS_SELECTOR, ".st-key-explore_view label") if lab.text.strip() == "Timeline").click()
+    next(
+        lab for lab in d.find_elements(By.CSS_SELECTOR, ".st-key-explore_view label") if lab.text.strip() == "Timeline"
+    ).click()
     _idle(d)
     chart = _wait_css(d, ".st-key-explore_timeline .js-plotly-plot")
     time.sleep(1.0)
-    bar = d.execute_script("""
+    bar = d.execute_script(
+        """
         const gd = arguments[0];
         const idx = gd._fullData.findIndex(t => t.name === 'cpu_op');
         const paths = [...gd.querySelectorAll('.barlayer .trace')[idx].querySelectorAll('.point path')];
         let best = null, bw = 0;
         for (const p of paths) { const w = p.getBoundingClientRect().width; if (w > bw) { bw = w; best = p; } }
-        return best;""", chart)
+        return best;""",
+        chart,
+    )
     assert bar is not None, "no timeline bar found"
     from selenium.webdriver.common.action_chains import ActionChains
 

@@ -1,4 +1,5 @@
 """Breakdown tables/figures and comparison figures on real traces (golden counts from MANIFEST)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,8 +24,12 @@ def alexnet(shared_traces, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def simple(shared_traces, tmp_path_factory):
-    return load_shared(tmp_path_factory, shared_traces, "hta_simple_add/benchmark_simple_add_et.json.gz",
-                       "hta_simple_add/benchmark_simple_add_trace.json.gz")
+    return load_shared(
+        tmp_path_factory,
+        shared_traces,
+        "hta_simple_add/benchmark_simple_add_et.json.gz",
+        "hta_simple_add/benchmark_simple_add_trace.json.gz",
+    )
 
 
 def _golden(manifest, path):

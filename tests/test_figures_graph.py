@@ -1,4 +1,5 @@
 """Operator graph figure on real ETs: layered layout, collapsing, customdata mapping."""
+
 from __future__ import annotations
 
 import networkx as nx
@@ -28,8 +29,12 @@ def resnet(shared_traces, tmp_path_factory):
 def simple(shared_traces, tmp_path_factory):
     from engine.graph import data_deps
 
-    trace = load_shared(tmp_path_factory, shared_traces, "hta_simple_add/benchmark_simple_add_et.json.gz",
-                        "hta_simple_add/benchmark_simple_add_trace.json.gz")
+    trace = load_shared(
+        tmp_path_factory,
+        shared_traces,
+        "hta_simple_add/benchmark_simple_add_et.json.gz",
+        "hta_simple_add/benchmark_simple_add_trace.json.gz",
+    )
     return trace, data_deps(trace)
 
 
@@ -91,10 +96,12 @@ def test_figure_traces_carry_keys_and_edges(resnet):
     assert all(tr.type == "scattergl" for tr in fig.data)
     fig_t = graph_figure(model, "time")
     assert fig_t.data[1].marker.colorscale is not None
-    assert np.isclose(model.nodes["time_us"].sum(),
-                      trace.ops[trace.ops["id"].isin(list(dag.nodes))]["gpu_dur_us"].fillna(0).sum()
-                      if trace.ops["gpu_dur_us"].notna().any() else
-                      trace.ops[trace.ops["id"].isin(list(dag.nodes))]["k_dur_us"].fillna(0).sum())
+    assert np.isclose(
+        model.nodes["time_us"].sum(),
+        trace.ops[trace.ops["id"].isin(list(dag.nodes))]["gpu_dur_us"].fillna(0).sum()
+        if trace.ops["gpu_dur_us"].notna().any()
+        else trace.ops[trace.ops["id"].isin(list(dag.nodes))]["k_dur_us"].fillna(0).sum(),
+    )
 
 
 def test_bad_view_is_rejected():

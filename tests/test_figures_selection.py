@@ -1,4 +1,5 @@
 """Selection payloads (what st.plotly_chart / st.dataframe return) -> ET node ids."""
+
 from __future__ import annotations
 
 import pytest
@@ -17,13 +18,24 @@ def load_shared(tmp_path_factory, shared, *rel):
 
 @pytest.fixture(scope="module")
 def simple(shared_traces, tmp_path_factory):
-    return load_shared(tmp_path_factory, shared_traces, "hta_simple_add/benchmark_simple_add_et.json.gz",
-                       "hta_simple_add/benchmark_simple_add_trace.json.gz")
+    return load_shared(
+        tmp_path_factory,
+        shared_traces,
+        "hta_simple_add/benchmark_simple_add_et.json.gz",
+        "hta_simple_add/benchmark_simple_add_trace.json.gz",
+    )
 
 
 def _points(*keys, **extra):
-    return {"selection": {"points": [{"curve_number": 1, "point_index": i, "customdata": k} for i, k in enumerate(keys)],
-                          "point_indices": list(range(len(keys))), "box": [], "lasso": [], **extra}}
+    return {
+        "selection": {
+            "points": [{"curve_number": 1, "point_index": i, "customdata": k} for i, k in enumerate(keys)],
+            "point_indices": list(range(len(keys))),
+            "box": [],
+            "lasso": [],
+            **extra,
+        }
+    }
 
 
 def test_graph_group_keys_expand_to_members(simple):
@@ -62,8 +74,9 @@ def test_timeline_cpu_op_and_kernel_map_to_et_ops(simple):
 
 
 def test_dataframe_rows_and_bars():
-    assert selection_to_node_ids({"selection": {"rows": [2, 0, 9], "columns": []}}, "table",
-                                 table_ids=[10, 11, 12]) == [10, 12]
+    assert selection_to_node_ids(
+        {"selection": {"rows": [2, 0, 9], "columns": []}}, "table", table_ids=[10, 11, 12]
+    ) == [10, 12]
     assert selection_to_node_ids(_points("aten::add"), "bars", name_to_ids={"aten::add": [3, 1]}) == [1, 3]
     assert selection_to_node_ids(None, "graph") == []
     with pytest.raises(ValueError):

@@ -1,4 +1,5 @@
 """Timeline figure on real Kineto traces: µs-exact bars, WebGL segments for big traces, arrows."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,8 +18,12 @@ def load_shared(tmp_path_factory, shared, *rel):
 
 @pytest.fixture(scope="module")
 def simple(shared_traces, tmp_path_factory):
-    return load_shared(tmp_path_factory, shared_traces, "hta_simple_add/benchmark_simple_add_et.json.gz",
-                       "hta_simple_add/benchmark_simple_add_trace.json.gz")
+    return load_shared(
+        tmp_path_factory,
+        shared_traces,
+        "hta_simple_add/benchmark_simple_add_et.json.gz",
+        "hta_simple_add/benchmark_simple_add_trace.json.gz",
+    )
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
 """Call tree, vectorized tree queries and the replay operator rule (engine.graph.calltree/replayset)."""
+
 from __future__ import annotations
 
 import gzip
@@ -50,8 +51,16 @@ def _raw_nodes(path: Path) -> list[dict]:
             values = n["inputs"]["values"]
         else:
             attrs, parent, values = n, n.get("parent", -1), n["inputs"]
-        out.append({"id": n["id"], "name": n["name"], "parent": -1 if parent == n["id"] else parent,
-                    "schema": attrs.get("op_schema", ""), "scope": attrs.get("scope", 0), "values": values})
+        out.append(
+            {
+                "id": n["id"],
+                "name": n["name"],
+                "parent": -1 if parent == n["id"] else parent,
+                "schema": attrs.get("op_schema", ""),
+                "scope": attrs.get("scope", 0),
+                "values": values,
+            }
+        )
     return out
 
 
@@ -64,12 +73,18 @@ def _reference_top_replay(nodes: list[dict]) -> set[int]:
 
     def wrapper(n):  # annotation / autograd categories, by name
         name = n["name"]
-        return (name.startswith(("autograd::engine::evaluate_function:", "torch::autograd::"))
-                or n["scope"] == 1 or ":" not in name)
+        return (
+            name.startswith(("autograd::engine::evaluate_function:", "torch::autograd::"))
+            or n["scope"] == 1
+            or ":" not in name
+        )
 
     def can_rebuild(n):
-        return (re.fullmatch(r"[A-Za-z_]\w*::[A-Za-z_][\w.]*", n["name"]) is not None and not wrapper(n)
-                and (bool(n["schema"]) or bool(n["values"])))
+        return (
+            re.fullmatch(r"[A-Za-z_]\w*::[A-Za-z_][\w.]*", n["name"]) is not None
+            and not wrapper(n)
+            and (bool(n["schema"]) or bool(n["values"]))
+        )
 
     chosen: set[int] = set()
     stack = [i for i in by_id if by_id[i]["parent"] not in by_id]
@@ -96,8 +111,9 @@ def test_resnet_replay_counts(resnet):
     names = resnet.ops.set_index("id")["name"].astype(str)
     top_names = set(names[top])
     # wrappers are looked through, never replayed
-    assert not any(n.startswith(("autograd::", "torch::autograd::", "##", "[", "ProfilerStep", "nn.Module"))
-                   for n in top_names)
+    assert not any(
+        n.startswith(("autograd::", "torch::autograd::", "##", "[", "ProfilerStep", "nn.Module")) for n in top_names
+    )
     assert "torch.distributed.ddp.reducer::copy_bucket_to_grad" not in top_names
     assert {"aten::conv2d", "aten::convolution_backward", "aten::_foreach_add_", "c10d::broadcast_"} <= top_names
     assert "aten::cudnn_convolution" not in top_names  # child of aten::conv2d
@@ -189,12 +205,14 @@ def test_bulk_build_with_edges_outside_the_node_list():
     """An edge endpoint not among `nodes` is added bare, exactly as networkx's public API does."""
     from engine.graph._nxbuild import build_digraph
 
-    g = build_digraph([1, 2, 3], {"name": ["a", "b", "c"]}, [1, 3, 1, 9], [2, 2, 7, 1],
-                      {"kind": ["raw", "war", "raw", "waw"]}, rank=0)
+    g = build_digraph(
+        [1, 2, 3], {"name": ["a", "b", "c"]}, [1, 3, 1, 9], [2, 2, 7, 1], {"kind": ["raw", "war", "raw", "waw"]}, rank=0
+    )
     ref = nx.DiGraph(rank=0)
     ref.add_nodes_from([(1, {"name": "a"}), (2, {"name": "b"}), (3, {"name": "c"})])
-    ref.add_edges_from([(1, 2, {"kind": "raw"}), (3, 2, {"kind": "war"}), (1, 7, {"kind": "raw"}),
-                        (9, 1, {"kind": "waw"})])
+    ref.add_edges_from(
+        [(1, 2, {"kind": "raw"}), (3, 2, {"kind": "war"}), (1, 7, {"kind": "raw"}), (9, 1, {"kind": "waw"})]
+    )
     assert nx.utils.graphs_equal(g, ref)
     assert list(g.successors(1)) == list(ref.successors(1)) == [2, 7]
     assert list(g.predecessors(2)) == [1, 3] and g.nodes[9] == {}

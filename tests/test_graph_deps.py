@@ -1,4 +1,5 @@
 """Data-dependency DAG (engine.graph.deps) on real traces and on a tiny trace we capture here."""
+
 from __future__ import annotations
 
 import time
@@ -70,9 +71,15 @@ def _one(trace, name):
 
 
 def test_mutated_args_from_schema_and_name():
-    assert mutated_args("aten::add_", "aten::add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)") == (0,)
-    assert mutated_args("aten::_foreach_add_", "aten::_foreach_add_.List(Tensor(a!)[] self, Tensor[] other, *, Scalar alpha=1) -> ()") == (0,)
-    assert mutated_args("aten::add", "aten::add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)") == (3,)
+    assert mutated_args(
+        "aten::add_", "aten::add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)"
+    ) == (0,)
+    assert mutated_args(
+        "aten::_foreach_add_", "aten::_foreach_add_.List(Tensor(a!)[] self, Tensor[] other, *, Scalar alpha=1) -> ()"
+    ) == (0,)
+    assert mutated_args(
+        "aten::add", "aten::add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)"
+    ) == (3,)
     assert mutated_args("aten::view", "aten::view(Tensor(a) self, SymInt[] size) -> Tensor(a)") == ()
     assert mutated_args("c10d::allreduce_", "") == (0,)  # no schema: trailing underscore
     assert mutated_args("aten::__and__", "") == ()
@@ -96,7 +103,9 @@ def test_tiny_capture_view_and_inplace_ordering(tiny):
     # a reader of the base after the in-place op reads the version it wrote
     e = g.edges[add_, total]
     assert e["kind"] == "raw"
-    base_storage = tiny.tensors[(tiny.tensors["op_id"] == mul_x) & (tiny.tensors["io"].astype(str) == "out")]["storage_id"].iloc[0]
+    base_storage = tiny.tensors[(tiny.tensors["op_id"] == mul_x) & (tiny.tensors["io"].astype(str) == "out")][
+        "storage_id"
+    ].iloc[0]
     assert e["storage_id"] == base_storage
     # and never before it
     assert not nx.has_path(g, total, add_)

@@ -1,4 +1,5 @@
 """Phase and module annotation on real traces (engine.graph.phases)."""
+
 from __future__ import annotations
 
 import gzip

@@ -1,4 +1,5 @@
 """Selections -> closed Subgraphs (engine.graph.select), checked by hand on hta_simple_add."""
+
 from __future__ import annotations
 
 import json
@@ -94,27 +95,42 @@ def test_select_errors(simple_add):
         select(simple_add, Selection(name_pattern="add", rank=7))
 
 
-@pytest.mark.parametrize("kw, msg", [
-    ({"name_pattern": "aten::(add"}, "bad regular expression"),
-    ({"phase": "training"}, "unknown phase"),
-    ({"time_window_us": (-1.0, 5.0)}, "non-negative"),
-    ({"time_window_us": (5.0, 5.0)}, "end must be after start"),
-    ({"ids": "12"}, "list of integers"),
-    ({"ids": [1.5]}, "integers"),
-    ({"rank": -1}, "rank must be >= 0"),
-    ({"include_descendants": "yes"}, "true or false"),
-])
+@pytest.mark.parametrize(
+    "kw, msg",
+    [
+        ({"name_pattern": "aten::(add"}, "bad regular expression"),
+        ({"phase": "training"}, "unknown phase"),
+        ({"time_window_us": (-1.0, 5.0)}, "non-negative"),
+        ({"time_window_us": (5.0, 5.0)}, "end must be after start"),
+        ({"ids": "12"}, "list of integers"),
+        ({"ids": [1.5]}, "integers"),
+        ({"rank": -1}, "rank must be >= 0"),
+        ({"include_descendants": "yes"}, "true or false"),
+    ],
+)
 def test_selection_validation(kw, msg):
     with pytest.raises(TraceError, match=msg):
         Selection(**kw)
 
 
 def test_selection_json_round_trip():
-    sel = Selection(name_pattern="aten::mm", module="nn.Module: body", phase="backward",
-                    time_window_us=(10, 250.5), rank=1, include_descendants=False)
+    sel = Selection(
+        name_pattern="aten::mm",
+        module="nn.Module: body",
+        phase="backward",
+        time_window_us=(10, 250.5),
+        rank=1,
+        include_descendants=False,
+    )
     d = json.loads(json.dumps(sel.to_dict()))
-    assert d == {"name_pattern": "aten::mm", "module": "nn.Module: body", "phase": "backward",
-                 "time_window_us": [10.0, 250.5], "rank": 1, "include_descendants": False}
+    assert d == {
+        "name_pattern": "aten::mm",
+        "module": "nn.Module: body",
+        "phase": "backward",
+        "time_window_us": [10.0, 250.5],
+        "rank": 1,
+        "include_descendants": False,
+    }
     assert selection_from_dict(d) == sel
     assert Selection(ids=[3, 1]).to_dict() == {"ids": [3, 1]}
     with pytest.raises(TraceError, match="unknown selection field"):
@@ -166,8 +182,12 @@ def _check_external_inputs_brute_force(trace, sub):
 
 def test_resnet_selections_are_closed(shared_traces):
     tr = load(shared_traces / "param_resnet" / "resnet_et.json.gz", use_cache=False)
-    for sel in (Selection(phase="optimizer"), Selection(name_pattern=r"^aten::conv2d$"),
-                Selection(module="## backward ##"), Selection(ids=[6942])):
+    for sel in (
+        Selection(phase="optimizer"),
+        Selection(name_pattern=r"^aten::conv2d$"),
+        Selection(module="## backward ##"),
+        Selection(ids=[6942]),
+    ):
         sub = select(tr, sel)
         assert descendants(tr.ops, sub.op_ids).tolist() == sub.op_ids, sel
         top = set(replay_ops(tr))
@@ -220,5 +240,6 @@ def test_phase_selection_keeps_only_that_phase():
         assert set(phase.loc[sub.op_ids]) == {ph}
         assert set(phase.loc[sub.replay_ids]) == {ph}
         seen += len(sub.replay_ids)
-    assert seen == len(select(trace, Selection(name_pattern=".")).replay_ids) - \
-        int((phase.loc[select(trace, Selection(name_pattern=".")).replay_ids] == "other").sum())
+    assert seen == len(select(trace, Selection(name_pattern=".")).replay_ids) - int(
+        (phase.loc[select(trace, Selection(name_pattern=".")).replay_ids] == "other").sum()
+    )

@@ -1,4 +1,5 @@
 """Vectorized tree primitives (engine.graph._tree) against brute force on random forests."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -51,8 +52,11 @@ def test_tree_primitives_match_brute_force(forest):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.integers(min_value=0, max_value=40), min_size=1, max_size=40),
-       st.lists(st.integers(min_value=-2, max_value=45), min_size=1, max_size=40), st.booleans())
+@given(
+    st.lists(st.integers(min_value=0, max_value=40), min_size=1, max_size=40),
+    st.lists(st.integers(min_value=-2, max_value=45), min_size=1, max_size=40),
+    st.booleans(),
+)
 def test_parent_positions_sorted_and_hashed_paths_agree(ids, parents, ascending):
     """Ascending ids take a binary search, others a hash index: same positions, first row wins
     for duplicated ids, -1 for roots, self-parents and parents not in the table."""
@@ -61,7 +65,7 @@ def test_parent_positions_sorted_and_hashed_paths_agree(ids, parents, ascending)
     from engine.graph._tree import parent_positions
 
     ids = sorted(set(ids)) if ascending else ids
-    parents = (parents * len(ids))[:len(ids)]
+    parents = (parents * len(ids))[: len(ids)]
     ops = pd.DataFrame({"id": ids, "parent": parents, "rank": 0})
     got = parent_positions(ops)
     for i, p in enumerate(parents):

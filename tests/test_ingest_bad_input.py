@@ -1,4 +1,5 @@
 """Bad and hostile input: one-line errors naming the file, exit code 2, nothing written outside tmp."""
+
 from __future__ import annotations
 
 import gzip
@@ -25,9 +26,24 @@ def _et(nodes) -> bytes:
 
 
 def _node(i, parent, name="aten::add"):
-    return {"name": name, "id": i, "rf_id": i, "parent": parent, "fw_parent": 0, "seq_id": -1, "scope": 0, "tid": 1,
-            "fw_tid": 0, "op_schema": "", "inputs": [], "input_shapes": [], "input_types": [], "outputs": [],
-            "output_shapes": [], "output_types": []}
+    return {
+        "name": name,
+        "id": i,
+        "rf_id": i,
+        "parent": parent,
+        "fw_parent": 0,
+        "seq_id": -1,
+        "scope": 0,
+        "tid": 1,
+        "fw_tid": 0,
+        "op_schema": "",
+        "inputs": [],
+        "input_shapes": [],
+        "input_types": [],
+        "outputs": [],
+        "output_shapes": [],
+        "output_types": [],
+    }
 
 
 def _tar(path, members) -> None:
@@ -122,9 +138,23 @@ def _case(tmp_path, name: str):
     raise AssertionError(name)
 
 
-CASES = ["truncated_gz", "random_bytes", "random_gz_payload", "other_json", "json_list", "dangling_parent",
-         "cycle", "empty", "too_large", "gzip_bomb", "tar_absolute", "tar_dotdot", "tar_symlink",
-         "tar_hardlink", "tar_device"]
+CASES = [
+    "truncated_gz",
+    "random_bytes",
+    "random_gz_payload",
+    "other_json",
+    "json_list",
+    "dangling_parent",
+    "cycle",
+    "empty",
+    "too_large",
+    "gzip_bomb",
+    "tar_absolute",
+    "tar_dotdot",
+    "tar_symlink",
+    "tar_hardlink",
+    "tar_device",
+]
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -156,8 +186,14 @@ def test_bad_input_cli_exit_2_one_line(name, tmp_path, cache_dir, monkeypatch, c
 def test_bad_input_subprocess_has_no_traceback(tmp_path):
     path, fragment = _case(tmp_path, "tar_dotdot")
     env = dict(os.environ, MYSTIQUE_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=ROOT)
-    out = subprocess.run([sys.executable, "-m", "engine.cli.main", "info", str(path)], capture_output=True,
-                         text=True, env=env, cwd=tmp_path, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "engine.cli.main", "info", str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and fragment in out.stderr and "Traceback" not in out.stderr
 
@@ -191,12 +227,15 @@ def test_tar_resources_are_never_imported(tmp_path, cache_dir):
     assert "pt2_et_resources" not in sys.modules and "kernel" not in sys.modules
 
 
-@pytest.mark.parametrize("tail, expect", [
-    (gzip.compress(b"[2]"), b"[1][2]"),        # a second member: both are read
-    (b"\x00" * 16, b"[1]"),                    # zero padding after the stream: ignored
-    (b"junk", "unexpected bytes after the gzip stream"),
-    (b"", b"[1]"),
-])
+@pytest.mark.parametrize(
+    "tail, expect",
+    [
+        (gzip.compress(b"[2]"), b"[1][2]"),  # a second member: both are read
+        (b"\x00" * 16, b"[1]"),  # zero padding after the stream: ignored
+        (b"junk", "unexpected bytes after the gzip stream"),
+        (b"", b"[1]"),
+    ],
+)
 def test_gunzip_members_padding_and_trailing_bytes(tail, expect):
     """The one-call fast path (`safe_io._gunzip_whole`) must leave every case other than one
     member ending at end of file to the streaming loop, which owns the answers."""
@@ -216,7 +255,7 @@ def test_gunzip_fast_path_equals_streaming_on_large_input():
     payload = json.dumps([{"i": i, "v": random.Random(i).random()} for i in range(50_000)]).encode()
     data = gzip.compress(payload)
     assert safe_io._gunzip_whole(data, 1 << 30) == payload  # taken for a plain file
-    assert safe_io._gunzip_whole(data, 1 << 20) is None      # a limit it could overrun: streaming
+    assert safe_io._gunzip_whole(data, 1 << 20) is None  # a limit it could overrun: streaming
     with pytest.raises(TraceError, match="exceeds the limit"):
         safe_io.gunzip(data, "t.json.gz", len(payload) - 1)
 

@@ -1,4 +1,5 @@
 """Fuzzing the loaders (only TraceError or success) and the Parquet cache (equal, faster, robust)."""
+
 from __future__ import annotations
 
 import copy
@@ -16,15 +17,23 @@ from engine.errors import TraceError
 from engine.trace import load
 from engine.trace.cache import cache_root
 
-SMALL = ["hta_simple_add/benchmark_simple_add_et.json.gz", "hta_simple_add/benchmark_simple_add_trace.json.gz",
-         "chakra_1.0.2/1.0.2-chakra.0.0.4.json.gz", "hta_event_sync/event_sync_trace.json.gz"]
-_FUZZ = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                        HealthCheck.too_slow])
-json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=False),
-                      st.text(max_size=12))
-json_value = st.recursive(json_leaf, lambda c: st.one_of(st.lists(c, max_size=4),
-                                                         st.dictionaries(st.text(max_size=6), c, max_size=4)),
-                          max_leaves=8)
+SMALL = [
+    "hta_simple_add/benchmark_simple_add_et.json.gz",
+    "hta_simple_add/benchmark_simple_add_trace.json.gz",
+    "chakra_1.0.2/1.0.2-chakra.0.0.4.json.gz",
+    "hta_event_sync/event_sync_trace.json.gz",
+]
+_FUZZ = settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+json_leaf = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False), st.text(max_size=12)
+)
+json_value = st.recursive(
+    json_leaf,
+    lambda c: st.one_of(st.lists(c, max_size=4), st.dictionaries(st.text(max_size=6), c, max_size=4)),
+    max_leaves=8,
+)
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +84,12 @@ def _mutate(doc, draw_path, value, mode):
 
 
 @_FUZZ
-@given(which=st.integers(0, len(SMALL) - 1), paths=st.lists(st.lists(st.integers(0, 10_000), min_size=1, max_size=6),
-                                                             min_size=1, max_size=4),
-       value=json_value, mode=st.integers(0, 1))
+@given(
+    which=st.integers(0, len(SMALL) - 1),
+    paths=st.lists(st.lists(st.integers(0, 10_000), min_size=1, max_size=6), min_size=1, max_size=4),
+    value=json_value,
+    mode=st.integers(0, 1),
+)
 def test_fuzz_mutated_real_traces(tmp_path, cache_dir, small_docs, which, paths, value, mode):
     doc = copy.deepcopy(small_docs[which])
     for p in paths:

@@ -1,4 +1,5 @@
 """Every shared real trace loads, and `mystique info --json` reports the MANIFEST's golden facts."""
+
 from __future__ import annotations
 
 import json
@@ -16,13 +17,63 @@ from engine.trace.model import PHASES
 from engine.trace.summary import KEYS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OPS_COLS = ["id", "rank", "name", "parent", "depth", "tid", "fw_tid", "fw_parent", "rf_id", "seq_id", "scope",
-            "schema", "category", "inputs", "outputs", "attrs", "n_children", "phase", "module",
-            "k_ts_us", "k_dur_us", "gpu_dur_us"]
-EVENT_COLS = ["ev", "rank", "cat", "name", "pid", "tid", "ts_us", "dur_us", "device", "stream", "correlation",
-              "external_id", "rf_id", "seq_num", "fwd_tid"]
-TENSOR_COLS = ["op_id", "rank", "io", "arg", "sub", "tensor_id", "storage_id", "offset", "numel", "itemsize",
-               "dtype", "shape", "strides", "device"]
+OPS_COLS = [
+    "id",
+    "rank",
+    "name",
+    "parent",
+    "depth",
+    "tid",
+    "fw_tid",
+    "fw_parent",
+    "rf_id",
+    "seq_id",
+    "scope",
+    "schema",
+    "category",
+    "inputs",
+    "outputs",
+    "attrs",
+    "n_children",
+    "phase",
+    "module",
+    "k_ts_us",
+    "k_dur_us",
+    "gpu_dur_us",
+]
+EVENT_COLS = [
+    "ev",
+    "rank",
+    "cat",
+    "name",
+    "pid",
+    "tid",
+    "ts_us",
+    "dur_us",
+    "device",
+    "stream",
+    "correlation",
+    "external_id",
+    "rf_id",
+    "seq_num",
+    "fwd_tid",
+]
+TENSOR_COLS = [
+    "op_id",
+    "rank",
+    "io",
+    "arg",
+    "sub",
+    "tensor_id",
+    "storage_id",
+    "offset",
+    "numel",
+    "itemsize",
+    "dtype",
+    "shape",
+    "strides",
+    "device",
+]
 
 
 def _info_json(capsys, *args) -> object:
@@ -57,9 +108,14 @@ def test_info_json_subprocess_single_and_pair(shared_traces, manifest, cache_dir
     by_path = {e["path"]: e for e in manifest}
     paths = ["hta_simple_add/benchmark_simple_add_et.json.gz", "hta_simple_add/benchmark_simple_add_trace.json.gz"]
     env = dict(os.environ, MYSTIQUE_CACHE_DIR=str(cache_dir), PYTHONPATH=ROOT)
-    out = subprocess.run([sys.executable, "-m", "engine.cli.main", "info", "--json",
-                          *[str(shared_traces / p) for p in paths]],
-                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "engine.cli.main", "info", "--json", *[str(shared_traces / p) for p in paths]],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     objs = json.loads(out.stdout)
     assert isinstance(objs, list) and len(objs) == 2
@@ -70,8 +126,8 @@ def test_info_json_subprocess_single_and_pair(shared_traces, manifest, cache_dir
 
 def test_tables_follow_the_model_contract(shared_traces, cache_dir):
     tr = load(shared_traces / "param_resnet/resnet_et.json.gz", shared_traces / "param_resnet/resnet_kineto.json.gz")
-    assert list(tr.ops.columns[:len(OPS_COLS)]) == OPS_COLS
-    assert list(tr.events.columns[:len(EVENT_COLS)]) == EVENT_COLS
+    assert list(tr.ops.columns[: len(OPS_COLS)]) == OPS_COLS
+    assert list(tr.events.columns[: len(EVENT_COLS)]) == EVENT_COLS
     assert list(tr.tensors.columns) == TENSOR_COLS
     ops = tr.ops
     assert len(ops) == 14392 and ops["id"].is_unique
@@ -90,8 +146,9 @@ def test_tables_follow_the_model_contract(shared_traces, cache_dir):
     assert (ops.loc[ops["name"] == "aten::view", "category"] == "view").all()
     assert (ops.loc[ops["name"] == "aten::empty", "category"] == "allocation").all()
     assert (ops.loc[ops["name"] == "## forward ##", "category"] == "annotation").all()
-    assert (ops.loc[ops["name"].astype(str).str.startswith("autograd::engine::evaluate_function"),
-                    "category"] == "autograd").all()
+    assert (
+        ops.loc[ops["name"].astype(str).str.startswith("autograd::engine::evaluate_function"), "category"] == "autograd"
+    ).all()
     comm = ops.loc[ops["category"] == "communication", "name"].astype(str)
     assert "record_param_comms" in set(comm)
     # Tensors: float32 CUDA tensors with tuple shapes; tensor lists are flattened with `sub`.
@@ -131,14 +188,18 @@ def test_old_flat_schema_and_dtypes(shared_traces, cache_dir):
 
 def test_pairs_link(shared_traces, cache_dir):
     """Golden link rates (numbers reported to the lead; see engine.trace.link for the method)."""
-    add = load(shared_traces / "hta_simple_add/benchmark_simple_add_et.json.gz",
-               shared_traces / "hta_simple_add/benchmark_simple_add_trace.json.gz")
+    add = load(
+        shared_traces / "hta_simple_add/benchmark_simple_add_et.json.gz",
+        shared_traces / "hta_simple_add/benchmark_simple_add_trace.json.gz",
+    )
     assert add.meta["kind"] == "execution_trace+kineto"
     assert add.meta["link"]["link_rate"] == 1.0 and add.meta["link"]["et_ops"] == 36
     add_ops = add.ops[add.ops["name"] == "aten::add"]
     assert add_ops["k_dur_us"].notna().all() and (add_ops["gpu_dur_us"] > 0).all()
     assert summarize(add)["link_rate"] == 1.0
-    linear = load(shared_traces / "param_linear/linear_et.json.gz", shared_traces / "param_linear/linear_kineto.json.gz")
+    linear = load(
+        shared_traces / "param_linear/linear_et.json.gz", shared_traces / "param_linear/linear_kineto.json.gz"
+    )
     assert linear.meta["link"]["link_rate"] == 1.0
     # The ET holds one iteration, the Kineto trace 40: each ET op links to one event, no event twice.
     ev_linked = linear.events["op_id"].dropna()
@@ -147,7 +208,9 @@ def test_pairs_link(shared_traces, cache_dir):
     assert host["op_id"].nunique() == len(host) == 928
     mm = linear.ops[linear.ops["name"] == "aten::addmm"]
     assert (mm["gpu_dur_us"] > 0).all()
-    resnet = load(shared_traces / "param_resnet/resnet_et.json.gz", shared_traces / "param_resnet/resnet_kineto.json.gz")
+    resnet = load(
+        shared_traces / "param_resnet/resnet_et.json.gz", shared_traces / "param_resnet/resnet_kineto.json.gz"
+    )
     info = resnet.meta["link"]
     assert info["method"] == "external_id" and info["et_ops"] == 14389
     # The ResNet ET is a DDP run, its Kineto trace a plain one: only part of the ops exist in both.
@@ -195,13 +258,21 @@ def _to_chakra(doc: dict, schema: str) -> dict:
     out["schema"] = schema
     nodes = []
     for n in doc["nodes"]:
-        attrs = [{"name": k, "type": "uint64", "value": n[k]} for k in ("rf_id", "fw_parent", "seq_id", "scope",
-                                                                          "tid", "fw_tid")]
+        attrs = [
+            {"name": k, "type": "uint64", "value": n[k]}
+            for k in ("rf_id", "fw_parent", "seq_id", "scope", "tid", "fw_tid")
+        ]
         attrs.append({"name": "op_schema", "type": "string", "value": n["op_schema"]})
-        nodes.append({"id": n["id"], "name": n["name"], "ctrl_deps": n["parent"],
-                      "inputs": {"values": n["inputs"], "shapes": n["input_shapes"], "types": n["input_types"]},
-                      "outputs": {"values": n["outputs"], "shapes": n["output_shapes"], "types": n["output_types"]},
-                      "attrs": attrs})
+        nodes.append(
+            {
+                "id": n["id"],
+                "name": n["name"],
+                "ctrl_deps": n["parent"],
+                "inputs": {"values": n["inputs"], "shapes": n["input_shapes"], "types": n["input_types"]},
+                "outputs": {"values": n["outputs"], "shapes": n["output_shapes"], "types": n["output_types"]},
+                "attrs": attrs,
+            }
+        )
     out["nodes"] = nodes
     return out
 
@@ -224,8 +295,10 @@ def test_flat_and_chakra_layouts_give_the_same_tables(shared_traces, tmp_path, c
 
 def test_progress_is_reported_monotonically(shared_traces, cache_dir):
     seen = []
-    load(shared_traces / "hta_alexnet/benchmark_result_2869224_1695835535_trace.json.gz",
-         progress=lambda f, msg: seen.append((f, msg)))
+    load(
+        shared_traces / "hta_alexnet/benchmark_result_2869224_1695835535_trace.json.gz",
+        progress=lambda f, msg: seen.append((f, msg)),
+    )
     fractions = [f for f, _ in seen]
     assert fractions[0] == 0.0 and fractions[-1] == 1.0 and fractions == sorted(fractions)
     assert all(isinstance(m, str) and m for _, m in seen)
@@ -251,20 +324,69 @@ def test_et_without_rank_adopts_the_kineto_rank(tmp_path, shared_traces, cache_d
 
 
 def _tiny_et_and_kineto(tmp_path, kineto_names):
-    nodes = [{"name": "[pytorch|profiler|execution_trace|thread]", "id": 2, "rf_id": 0, "parent": 1, "fw_parent": 0,
-              "seq_id": -1, "scope": 7, "tid": 1, "fw_tid": 0, "op_schema": "", "inputs": [], "input_shapes": [],
-              "input_types": [], "outputs": [], "output_shapes": [], "output_types": []}]
+    nodes = [
+        {
+            "name": "[pytorch|profiler|execution_trace|thread]",
+            "id": 2,
+            "rf_id": 0,
+            "parent": 1,
+            "fw_parent": 0,
+            "seq_id": -1,
+            "scope": 7,
+            "tid": 1,
+            "fw_tid": 0,
+            "op_schema": "",
+            "inputs": [],
+            "input_shapes": [],
+            "input_types": [],
+            "outputs": [],
+            "output_shapes": [],
+            "output_types": [],
+        }
+    ]
     for i, name in enumerate(["aten::mm", "aten::relu", "aten::sum"], start=3):
         nodes.append({**nodes[0], "name": name, "id": i, "rf_id": i * 10, "parent": 2, "scope": 0})
     et = tmp_path / "tiny_et.json"
     et.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4x", "nodes": nodes}))
-    events = [{"ph": "X", "cat": "cpu_op", "name": n, "pid": 7, "tid": 7, "ts": 100.0 * k, "dur": 50.0,
-               "args": {"Record function id": (k + 3) * 10, "External id": k + 1}}
-              for k, n in enumerate(kineto_names)]
-    events += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 7, "tid": 7, "ts": 100.0 * k + 5,
-                "dur": 3.0, "args": {"correlation": 500 + k, "External id": k + 1}} for k in range(3)]
-    events += [{"ph": "X", "cat": "kernel", "name": f"k{k}", "pid": 0, "tid": 7, "ts": 100.0 * k + 20, "dur": 4.0 + k,
-                "args": {"correlation": 500 + k, "device": 0, "stream": 7}} for k in range(3)]
+    events = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": n,
+            "pid": 7,
+            "tid": 7,
+            "ts": 100.0 * k,
+            "dur": 50.0,
+            "args": {"Record function id": (k + 3) * 10, "External id": k + 1},
+        }
+        for k, n in enumerate(kineto_names)
+    ]
+    events += [
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 7,
+            "tid": 7,
+            "ts": 100.0 * k + 5,
+            "dur": 3.0,
+            "args": {"correlation": 500 + k, "External id": k + 1},
+        }
+        for k in range(3)
+    ]
+    events += [
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": f"k{k}",
+            "pid": 0,
+            "tid": 7,
+            "ts": 100.0 * k + 20,
+            "dur": 4.0 + k,
+            "args": {"correlation": 500 + k, "device": 0, "stream": 7},
+        }
+        for k in range(3)
+    ]
     k = tmp_path / "tiny_kineto.json"
     k.write_text(json.dumps({"traceEvents": events}))
     return et, k
@@ -289,8 +411,10 @@ def test_rf_id_links_kernels_and_refuses_name_mismatch(tmp_path, cache_dir):
 
 
 def test_kineto_with_nan_literals_and_bom(tmp_path, cache_dir):
-    text = ('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, '
-            '"args": {"est. achieved occupancy %": NaN, "correlation": 3}}], "deviceProperties": []}')
+    text = (
+        '{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, '
+        '"args": {"est. achieved occupancy %": NaN, "correlation": 3}}], "deviceProperties": []}'
+    )
     f = tmp_path / "nan.json"
     f.write_bytes(b"\xef\xbb\xbf" + text.encode())
     tr = load(f)

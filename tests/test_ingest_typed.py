@@ -1,4 +1,5 @@
 """The typed (msgspec) chakra fast path must give exactly the tables of the general orjson path."""
+
 from __future__ import annotations
 
 import gzip
@@ -70,11 +71,25 @@ def _set_attr(node, name, value):
             a["value"] = value
 
 
-@pytest.mark.parametrize("case", ["string_rf_id", "extra_io_key", "float_parent", "odd_attr", "kernel_file",
-                                  "bool_seq_id", "float_scope", "null_op_schema", "five_element_record",
-                                  "float_in_record", "huge_tensor_id"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "string_rf_id",
+        "extra_io_key",
+        "float_parent",
+        "odd_attr",
+        "kernel_file",
+        "bool_seq_id",
+        "float_scope",
+        "null_op_schema",
+        "five_element_record",
+        "float_in_record",
+        "huge_tensor_id",
+    ],
+)
 def test_odd_values_fall_back_or_match(case, tmp_path, cache_dir):
     """Values the typed path refuses still load (through orjson) and give the same tables."""
+
     def mutate(nodes):
         n = next(x for x in nodes if x["name"].startswith("aten::"))
         if case == "string_rf_id":
@@ -103,6 +118,7 @@ def test_odd_values_fall_back_or_match(case, tmp_path, cache_dir):
             n["attrs"].append({"name": "pg_desc", "type": "string", "value": "default_pg"})
         else:
             _set_attr(n, "kernel_file", "/tmp/k.py")
+
     path = _mutated(tmp_path, mutate)
     if case == "huge_tensor_id":  # no int64 holds it: both paths refuse the file the same way
         with pytest.raises(TraceError, match="malformed execution trace"):
@@ -118,9 +134,11 @@ def test_odd_values_fall_back_or_match(case, tmp_path, cache_dir):
 def test_unknown_attribute_name_takes_the_generic_typed_decoder(tmp_path, cache_dir):
     """An attribute name newer than KNOWN_ATTRS fails the tagged decoder; the generic typed
     decoder takes the document (not orjson), and the tables still match the general path."""
+
     def mutate(nodes):
         n = next(x for x in nodes if x["name"].startswith("aten::"))
         n["attrs"].append({"name": "some_future_attr", "type": "string", "value": "x"})
+
     path = _mutated(tmp_path, mutate)
     doc = decode_chakra(path.read_bytes())
     assert isinstance(doc, TYPED_DOCS[1]) and not isinstance(doc, TYPED_DOCS[0])

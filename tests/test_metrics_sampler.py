@@ -1,4 +1,5 @@
 """MetricsSampler: real samples of this process while it burns CPU, JSON round trip."""
+
 from __future__ import annotations
 
 import math
@@ -89,8 +90,14 @@ def test_background_load_is_machine_busy_minus_own_process():
     from engine.metrics import background_load_cores
 
     # 2 cores: machine 100% busy while this process used one full core -> 1 other core busy
-    df = pd.DataFrame({"t_s": [0.1, 0.2, 0.3], "cpu_util_pct": [100.0, 100.0, 100.0],
-                       "sys_cpu_util_pct": [100.0, 100.0, 50.0], "rss_mb": [1.0] * 3})
+    df = pd.DataFrame(
+        {
+            "t_s": [0.1, 0.2, 0.3],
+            "cpu_util_pct": [100.0, 100.0, 100.0],
+            "sys_cpu_util_pct": [100.0, 100.0, 50.0],
+            "rss_mb": [1.0] * 3,
+        }
+    )
     assert background_load_cores(df, cpu_count=2) == pytest.approx((1.0 + 1.0 + 0.0) / 3)
     # never negative (sampling jitter can make the process look busier than the machine)
     df2 = df.assign(sys_cpu_util_pct=[10.0, 10.0, 10.0])

@@ -1,5 +1,6 @@
 """The engine's ingestion, graph, capture, replay and compose paths with only torch, pandas and
 networkx: every other package is blocked at import in a fresh interpreter (a bare GPU image)."""
+
 from __future__ import annotations
 
 import json
@@ -10,10 +11,9 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCKED = ("streamlit", "plotly", "orjson", "msgspec", "pyarrow", "psutil", "pynvml", "tqdm", "selenium",
-           "hypothesis")
+BLOCKED = ("streamlit", "plotly", "orjson", "msgspec", "pyarrow", "psutil", "pynvml", "tqdm", "selenium", "hypothesis")
 
-SCRIPT = textwrap.dedent('''
+SCRIPT = textwrap.dedent("""
     import json, sys, time
     BLOCK = set(sys.argv[1].split(","))
     for name in BLOCK:  # what Python does for an absent package: import fails, find_spec is None
@@ -51,13 +51,18 @@ SCRIPT = textwrap.dedent('''
         out["bad_json"] = "JSONDecodeError"
     out["leaked"] = sorted(m for m, mod in sys.modules.items() if m.split(".")[0] in BLOCK and mod is not None)
     print(json.dumps(out))
-''')
+""")
 
 
 def test_engine_paths_work_with_only_torch_pandas_networkx(tmp_path):
     env = {**os.environ, "MYSTIQUE_CACHE_DIR": str(tmp_path / "cache")}
-    p = subprocess.run([sys.executable, "-c", SCRIPT, ",".join(BLOCKED), str(ROOT), str(tmp_path / "out")], capture_output=True,
-                       text=True, env=env, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-c", SCRIPT, ",".join(BLOCKED), str(ROOT), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out["ops"] == 289 and out["link_rate"] == 1.0 and out["info_kind"] == "execution_trace+kineto"

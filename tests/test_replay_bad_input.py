@@ -4,6 +4,7 @@ replays, impossible memory is refused or skipped (never allocated), trace code i
 The ETs are the real sample captures (`sample_traces/mlp`) with one field mutated per bad op, so
 the loader, planner and executor see exactly the layout a user's file has.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -45,7 +46,7 @@ def mutated_mlp(tmp_path, cache_dir):
     lin, relu = _by_name(doc, "aten::linear"), _by_name(doc, "aten::relu")
     lin[1]["name"] = "aten::does_not_exist"
     relu[1]["inputs"]["types"][0] = "Tensor(weird)"
-    lin[2]["inputs"]["values"][0][3] = 12345      # shape [256, 1024] says 262144 elements
+    lin[2]["inputs"]["values"][0][3] = 12345  # shape [256, 1024] says 262144 elements
     ids = {"unknown": lin[1]["id"], "dtype": relu[1]["id"], "numel": lin[2]["id"]}
     return _write(tmp_path / "mut_et.json.gz", doc), ids
 
@@ -91,9 +92,9 @@ def _huge_mlp(tmp_path) -> tuple[Path, int]:
     """The MLP capture whose first linear reads a 1e12-element float tensor (4 TB)."""
     doc = _mlp_doc()
     lin = _by_name(doc, "aten::linear")[0]
-    lin["inputs"]["values"][0][3] = 10 ** 12
-    lin["inputs"]["shapes"][0] = [10 ** 6, 10 ** 6]
-    lin["inputs"]["strides"][0] = [10 ** 6, 1]
+    lin["inputs"]["values"][0][3] = 10**12
+    lin["inputs"]["shapes"][0] = [10**6, 10**6]
+    lin["inputs"]["strides"][0] = [10**6, 1]
     return _write(tmp_path / "huge_et.json.gz", doc), lin["id"]
 
 
@@ -102,20 +103,23 @@ def test_real_trace_with_1e12_numel_is_refused_eager_and_skipped_lazily(tmp_path
     trace = T.load(path)
     with pytest.raises(TraceError, match=r"GiB.*lazy"):
         replay(trace, config=ReplayConfig(**FAST, lazy=False))
-    res = replay(trace, config=ReplayConfig(**FAST))              # lazy="auto" (the CLI default)
-    assert res.memory["lazy"] is True and res.memory["eager_peak_bytes"] >= 4 * 10 ** 12
+    res = replay(trace, config=ReplayConfig(**FAST))  # lazy="auto" (the CLI default)
+    assert res.memory["lazy"] is True and res.memory["eager_peak_bytes"] >= 4 * 10**12
     skipped = {s["op_id"]: s for s in res.skipped_ops}
     assert skipped[op_id]["reason"] == "needs more memory than the device has free"
     assert "GiB" in skipped[op_id]["detail"]
-    assert set(res.coverage["by_reason"]) <= {"needs more memory than the device has free",
-                                              "depends on an op skipped for memory"}
+    assert set(res.coverage["by_reason"]) <= {
+        "needs more memory than the device has free",
+        "depends on an op skipped for memory",
+    }
     assert res.coverage["replayed"] >= 1 and len(res.iteration_ms) == 1
 
 
 def test_cli_1e12_numel_exit_0_no_oom(tmp_path, cache_dir, capsys):
     path, _ = _huge_mlp(tmp_path)
-    code = main(["replay", str(path), "--iters", "1", "--warmup", "0", "--no-profile",
-                 "--out", str(tmp_path / "out"), "--json"])
+    code = main(
+        ["replay", str(path), "--iters", "1", "--warmup", "0", "--no-profile", "--out", str(tmp_path / "out"), "--json"]
+    )
     cap = capsys.readouterr()
     assert code == 0 and "Traceback" not in cap.err
     assert json.loads(cap.out)["coverage"]["by_reason"]["needs more memory than the device has free"] == 1
@@ -128,7 +132,7 @@ def test_size_argument_contradicting_the_output_is_not_allocated(tmp_path, cache
     empties = [n for n in doc["nodes"] if n["name"] == "aten::empty" and n["outputs"]["values"]]
     node = empties[0]
     recorded = node["outputs"]["values"][0][3]
-    node["inputs"]["values"][0] = [10 ** 6, 10 ** 6]
+    node["inputs"]["values"][0] = [10**6, 10**6]
     node["inputs"]["shapes"][0] = [[], []]
     node["inputs"]["types"][0] = "GenericList[Int,Int]"
     path = _write(tmp_path / "size_et.json.gz", doc)
@@ -177,19 +181,27 @@ def code_spy():
     _CodeSpy.active = False
 
 
-def test_pt2_trace_code_is_never_compiled_imported_or_opened(shared_traces, cache_dir, tmp_path, code_spy,
-                                                              monkeypatch, capsys):
+def test_pt2_trace_code_is_never_compiled_imported_or_opened(
+    shared_traces, cache_dir, tmp_path, code_spy, monkeypatch, capsys
+):
     import tarfile
 
     tar = shared_traces / "param_pt2" / "pt2_et.json.tar.gz"
     with tarfile.open(tar) as tf:
-        res_files = {m.name: tf.extractfile(m).read().decode() for m in tf.getmembers()
-                     if m.isfile() and m.name.startswith("pt2_et_resources/")}
+        res_files = {
+            m.name: tf.extractfile(m).read().decode()
+            for m in tf.getmembers()
+            if m.isfile() and m.name.startswith("pt2_et_resources/")
+        }
     assert len(res_files) == 2
     stems = tuple(Path(n).stem for n in res_files)
     # the kernel sources' distinctive def lines (e.g. "def triton_poi_fused_...(in_ptr0, ...")
-    kernel_lines = tuple(line.strip() for src in res_files.values() for line in src.splitlines()
-                         if line.strip().startswith("def ") and len(line.strip()) > 30)
+    kernel_lines = tuple(
+        line.strip()
+        for src in res_files.values()
+        for line in src.splitlines()
+        if line.strip().startswith("def ") and len(line.strip()) > 30
+    )
     assert kernel_lines
     code_spy.needles = ("pt2_et_resources",) + stems + kernel_lines
     modules_before = set(sys.modules)
@@ -198,8 +210,20 @@ def test_pt2_trace_code_is_never_compiled_imported_or_opened(shared_traces, cach
     try:
         trace = T.load(tar, use_cache=False)
         res = replay(trace, config=ReplayConfig(**FAST))
-        code = main(["replay", str(tar), "--iters", "1", "--warmup", "0", "--no-profile",
-                     "--out", str(tmp_path / "out"), "--json"])
+        code = main(
+            [
+                "replay",
+                str(tar),
+                "--iters",
+                "1",
+                "--warmup",
+                "0",
+                "--no-profile",
+                "--out",
+                str(tmp_path / "out"),
+                "--json",
+            ]
+        )
     finally:
         code_spy.active = False
     assert code_spy.hits == []

@@ -3,6 +3,7 @@
 Hand-made ETs are written in the real 1.0.1 / chakra JSON layouts and go through
 `engine.trace.load`, so these tests exercise the same path a user's file takes.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -27,15 +28,32 @@ ADD_SCHEMA = "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> 
 
 
 def _node(nid, name, schema, inputs, in_shapes, in_types, outputs=(), out_shapes=(), out_types=(), **extra):
-    return {"name": name, "id": nid, "rf_id": nid, "parent": 2, "fw_parent": 0, "seq_id": -1, "scope": 0,
-            "tid": 1, "fw_tid": 0, "op_schema": schema, "inputs": list(inputs), "input_shapes": list(in_shapes),
-            "input_types": list(in_types), "outputs": list(outputs), "output_shapes": list(out_shapes),
-            "output_types": list(out_types), **extra}
+    return {
+        "name": name,
+        "id": nid,
+        "rf_id": nid,
+        "parent": 2,
+        "fw_parent": 0,
+        "seq_id": -1,
+        "scope": 0,
+        "tid": 1,
+        "fw_tid": 0,
+        "op_schema": schema,
+        "inputs": list(inputs),
+        "input_shapes": list(in_shapes),
+        "input_types": list(in_types),
+        "outputs": list(outputs),
+        "output_shapes": list(out_shapes),
+        "output_types": list(out_types),
+        **extra,
+    }
 
 
 def _write_et(path: Path, nodes: list[dict]) -> Path:
-    roots = [_node(1, "[pytorch|profiler|execution_trace|process]", "", [], [], []),
-             _node(2, "[pytorch|profiler|execution_trace|thread]", "", [], [], [])]
+    roots = [
+        _node(1, "[pytorch|profiler|execution_trace|process]", "", [], [], []),
+        _node(2, "[pytorch|profiler|execution_trace|thread]", "", [], [], []),
+    ]
     roots[0]["parent"] = 1
     roots[1]["parent"] = 1
     doc = {"schema": "1.0.1", "pid": 1, "time": "2026-11-22 00:00:00", "start_ts": 0, "nodes": roots + nodes}
@@ -55,10 +73,23 @@ def _add(nid, a, b, out):
 @pytest.fixture()
 def bad_trace(tmp_path, cache_dir) -> Path:
     good = _add(10, _t(100, 1, 16, [4, 4]), _t(101, 2, 16, [4, 4]), _t(102, 3, 16, [4, 4]))
-    unknown = _node(11, "aten::definitely_not_an_op", "", [_t(102, 3, 16, [4, 4])[0]], [[4, 4]],
-                    ["Tensor(float)"], [_t(103, 4, 16, [4, 4])[0]], [[4, 4]], ["Tensor(float)"])
-    bad_dtype = _add(12, (_t(102, 3, 16, [4, 4])[0], [4, 4], "Tensor(float)"),
-                     ([104, 5, 0, 16, 4, "cuda:0"], [4, 4], "Tensor(wobbly_float99)"), _t(105, 6, 16, [4, 4]))
+    unknown = _node(
+        11,
+        "aten::definitely_not_an_op",
+        "",
+        [_t(102, 3, 16, [4, 4])[0]],
+        [[4, 4]],
+        ["Tensor(float)"],
+        [_t(103, 4, 16, [4, 4])[0]],
+        [[4, 4]],
+        ["Tensor(float)"],
+    )
+    bad_dtype = _add(
+        12,
+        (_t(102, 3, 16, [4, 4])[0], [4, 4], "Tensor(float)"),
+        ([104, 5, 0, 16, 4, "cuda:0"], [4, 4], "Tensor(wobbly_float99)"),
+        _t(105, 6, 16, [4, 4]),
+    )
     bad_numel = _add(13, _t(102, 3, 16, [4, 4]), _t(106, 7, 99, [4, 4]), _t(107, 8, 16, [4, 4]))
     consumer = _add(14, _t(102, 3, 16, [4, 4]), _t(102, 3, 16, [4, 4]), _t(108, 9, 16, [4, 4]))
     return _write_et(tmp_path / "bad_et.json.gz", [good, unknown, bad_dtype, bad_numel, consumer])
@@ -83,11 +114,21 @@ def test_bad_records_are_reported_per_op_while_the_rest_replays(bad_trace):
 def test_runtime_failure_synthesizes_outputs_so_dependents_run(tmp_path, cache_dir):
     # mm with inner dims that do not match: dispatch resolves, execution fails
     mm = "aten::mm(Tensor self, Tensor mat2) -> Tensor"
-    bad = _node(10, "aten::mm", mm, [_t(1, 1, 6, [2, 3])[0], _t(2, 2, 8, [4, 2])[0]], [[2, 3], [4, 2]],
-                ["Tensor(float)", "Tensor(float)"], [_t(3, 3, 4, [2, 2])[0]], [[2, 2]], ["Tensor(float)"])
+    bad = _node(
+        10,
+        "aten::mm",
+        mm,
+        [_t(1, 1, 6, [2, 3])[0], _t(2, 2, 8, [4, 2])[0]],
+        [[2, 3], [4, 2]],
+        ["Tensor(float)", "Tensor(float)"],
+        [_t(3, 3, 4, [2, 2])[0]],
+        [[2, 2]],
+        ["Tensor(float)"],
+    )
     dep = _add(11, _t(3, 3, 4, [2, 2]), _t(3, 3, 4, [2, 2]), _t(4, 4, 4, [2, 2]))
-    res = replay(T.load(_write_et(tmp_path / "mm_et.json.gz", [bad, dep])),
-                 config=ReplayConfig(warmup=1, iters=2, metrics=False))
+    res = replay(
+        T.load(_write_et(tmp_path / "mm_et.json.gz", [bad, dep])), config=ReplayConfig(warmup=1, iters=2, metrics=False)
+    )
     assert res.coverage["replayed"] == 1
     (reason,) = res.coverage["by_reason"]
     assert reason.startswith("failed: RuntimeError")
@@ -95,14 +136,14 @@ def test_runtime_failure_synthesizes_outputs_so_dependents_run(tmp_path, cache_d
 
 
 def test_terabyte_tensor_is_refused_or_skipped_not_allocated(tmp_path, cache_dir):
-    n = 2 ** 38  # 2^38 float32 = 1 TiB
+    n = 2**38  # 2^38 float32 = 1 TiB
     huge = _add(10, _t(1, 1, n, [n]), _t(2, 2, n, [n]), _t(3, 3, n, [n]))
     small = _add(11, _t(4, 4, 16, [16]), _t(5, 5, 16, [16]), _t(6, 6, 16, [16]))
     trace = T.load(_write_et(tmp_path / "huge_et.json.gz", [huge, small]))
     with pytest.raises(TraceError, match="GiB"):
         replay(trace, config=ReplayConfig(warmup=0, iters=1, lazy=False, metrics=False))
     res = replay(trace, config=ReplayConfig(warmup=0, iters=1, lazy="auto", metrics=False))
-    assert res.memory["lazy"] is True and res.memory["eager_peak_bytes"] > 2 ** 40
+    assert res.memory["lazy"] is True and res.memory["eager_peak_bytes"] > 2**40
     assert res.coverage["replayed"] == 1
     assert res.coverage["by_reason"] == {"needs more memory than the device has free": 1}
     assert "TiB" in res.skipped_ops[0]["detail"] or "GiB" in res.skipped_ops[0]["detail"]
@@ -112,17 +153,35 @@ def test_aliasing_views_share_one_storage(tmp_path, cache_dir):
     # two external views of one storage: an in-place add through one must be visible in the other
     add_ = "aten::add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)"
     a = [1, 7, 0, 4, 4, "cpu"]
-    b = [2, 7, 4, 4, 4, "cpu"]   # second half of storage 7
-    n1 = _node(10, "aten::add_", add_, [a, a, 1], [[4], [4], []], ["Tensor(float)", "Tensor(float)", "Int"],
-               [a], [[4]], ["Tensor(float)"])
-    n2 = _node(11, "aten::add_", add_, [b, b, 1], [[4], [4], []], ["Tensor(float)", "Tensor(float)", "Int"],
-               [b], [[4]], ["Tensor(float)"])
+    b = [2, 7, 4, 4, 4, "cpu"]  # second half of storage 7
+    n1 = _node(
+        10,
+        "aten::add_",
+        add_,
+        [a, a, 1],
+        [[4], [4], []],
+        ["Tensor(float)", "Tensor(float)", "Int"],
+        [a],
+        [[4]],
+        ["Tensor(float)"],
+    )
+    n2 = _node(
+        11,
+        "aten::add_",
+        add_,
+        [b, b, 1],
+        [[4], [4], []],
+        ["Tensor(float)", "Tensor(float)", "Int"],
+        [b],
+        [[4]],
+        ["Tensor(float)"],
+    )
     trace = T.load(_write_et(tmp_path / "alias_et.json.gz", [n1, n2]))
     plan = build_plan(trace.ops, [10, 11], device="cpu", allow_trace_code=False)
     store = StorageManager(device="cpu")
     exts = list(plan.externals.values())
     store.plan(exts)
-    assert store.total_bytes() == 8 * 4      # one buffer covering both views
+    assert store.total_bytes() == 8 * 4  # one buffer covering both views
     gen = torch.Generator().manual_seed(0)
     ta, tb = (store.materialize(e, gen) for e in exts)
     assert ta.untyped_storage().data_ptr() == tb.untyped_storage().data_ptr()
@@ -130,9 +189,11 @@ def test_aliasing_views_share_one_storage(tmp_path, cache_dir):
 
 
 def test_cudnn_ops_are_substituted_on_cpu_and_rnn_has_no_equivalent():
-    bn_bwd = ("aten::cudnn_batch_norm_backward(Tensor input, Tensor grad_output, Tensor weight, Tensor? running_mean, "
-              "Tensor? running_var, Tensor? save_mean, Tensor? save_var, float epsilon, Tensor reserveSpace) "
-              "-> (Tensor, Tensor, Tensor)")
+    bn_bwd = (
+        "aten::cudnn_batch_norm_backward(Tensor input, Tensor grad_output, Tensor weight, Tensor? running_mean, "
+        "Tensor? running_var, Tensor? save_mean, Tensor? save_var, float epsilon, Tensor reserveSpace) "
+        "-> (Tensor, Tensor, Tensor)"
+    )
     types = ["Tensor(float)"] * 7 + ["Double", "Tensor(unsigned char)"]
     r = resolve("aten::cudnn_batch_norm_backward", bn_bwd, types, "cpu")
     assert r.substituted == "aten::cudnn_batch_norm_backward -> aten::native_batch_norm_backward"
@@ -173,20 +234,46 @@ def test_embedding_bag_inputs_get_valid_indices_and_offsets(cache_dir):
         off = store.materialize(plan.externals[by_arg[("p", 2)]], gen)
         assert 0 <= int(idx.min()) and int(idx.max()) < rows
         assert int(off[0]) == 0 and bool((off[1:] >= off[:-1]).all()) and int(off[-1]) <= n_idx
-        assert len(set(idx.tolist())) > 1            # not a constant fill
+        assert len(set(idx.tolist())) > 1  # not a constant fill
         checked += 1
-    assert checked == 4   # one per embedding table
+    assert checked == 4  # one per embedding table
 
 
 def _evil_tarball(tmp_path: Path, sentinel: Path) -> Path:
-    et = {"schema": "1.1.1-chakra.0.0.4", "pid": 1, "time": "x", "start_ts": 0, "finish_ts": 1, "nodes": [
-        {"id": 1, "name": "[pytorch|profiler|execution_trace|process]", "ctrl_deps": 1, "inputs": {"values": [],
-         "shapes": [], "types": []}, "outputs": {"values": [], "shapes": [], "types": []}, "attrs": []},
-        {"id": 2, "name": "triton_poi_fused_evil_0", "ctrl_deps": 1,
-         "inputs": {"values": [[3, 4, 0, 4, 4, "cuda:0"]], "shapes": [[4]], "types": ["Tensor(float)"], "strides": [[1]]},
-         "outputs": {"values": [], "shapes": [], "types": []},
-         "attrs": [{"name": "rf_id", "type": "uint64", "value": 2}, {"name": "kernel_backend", "type": "string", "value": "triton"},
-                   {"name": "kernel_file", "type": "string", "value": "evil.py"}]}]}
+    et = {
+        "schema": "1.1.1-chakra.0.0.4",
+        "pid": 1,
+        "time": "x",
+        "start_ts": 0,
+        "finish_ts": 1,
+        "nodes": [
+            {
+                "id": 1,
+                "name": "[pytorch|profiler|execution_trace|process]",
+                "ctrl_deps": 1,
+                "inputs": {"values": [], "shapes": [], "types": []},
+                "outputs": {"values": [], "shapes": [], "types": []},
+                "attrs": [],
+            },
+            {
+                "id": 2,
+                "name": "triton_poi_fused_evil_0",
+                "ctrl_deps": 1,
+                "inputs": {
+                    "values": [[3, 4, 0, 4, 4, "cuda:0"]],
+                    "shapes": [[4]],
+                    "types": ["Tensor(float)"],
+                    "strides": [[1]],
+                },
+                "outputs": {"values": [], "shapes": [], "types": []},
+                "attrs": [
+                    {"name": "rf_id", "type": "uint64", "value": 2},
+                    {"name": "kernel_backend", "type": "string", "value": "triton"},
+                    {"name": "kernel_file", "type": "string", "value": "evil.py"},
+                ],
+            },
+        ],
+    }
     evil = f"open({str(sentinel)!r}, 'w').write('executed')\n".encode()
     path = tmp_path / "evil_et.json.tar.gz"
     with tarfile.open(path, "w:gz") as tf:
@@ -206,7 +293,7 @@ def test_trace_code_is_never_executed_without_opt_in(tmp_path, cache_dir, shared
     pt2 = T.load(shared_traces / "param_pt2" / "pt2_et.json.tar.gz")
     res2 = replay(pt2, config=ReplayConfig(warmup=0, iters=1, metrics=False))
     assert res2.coverage["by_reason"] == {TRACE_CODE_REASON: 2}
-    assert res2.coverage["replayed_compute"] == res2.coverage["selected_compute"] == 2   # the two aten::mm
+    assert res2.coverage["replayed_compute"] == res2.coverage["selected_compute"] == 2  # the two aten::mm
     assert not sentinel.exists()
     new = set(sys.modules) - before
     assert not [m for m in new if "evil" in m or "pt2_et_resources" in m or m.startswith(("cm742", "cth3n"))]
@@ -214,8 +301,9 @@ def test_trace_code_is_never_executed_without_opt_in(tmp_path, cache_dir, shared
 
 def test_profile_writes_kineto_trace_labelled_with_et_ids(tmp_path, cache_dir):
     path = _write_et(tmp_path / "p_et.json.gz", [_add(10, _t(1, 1, 16, [16]), _t(2, 2, 16, [16]), _t(3, 3, 16, [16]))])
-    res = replay(T.load(path), config=ReplayConfig(warmup=0, iters=1, profile=True, out_dir=tmp_path / "o",
-                                                    metrics=False))
+    res = replay(
+        T.load(path), config=ReplayConfig(warmup=0, iters=1, profile=True, out_dir=tmp_path / "o", metrics=False)
+    )
     doc = json.loads(gzip.decompress(Path(res.kineto_path).read_bytes()))
     names = {e.get("name") for e in doc["traceEvents"]}
     assert "et:10:aten::add" in names
@@ -259,19 +347,38 @@ def test_cli_exported_benchmark_folder_replays_each_rank(tmp_path, capsys, cache
     bench = tmp_path / "bench"
     bench.mkdir()
     for r in (0, 1):
-        gz = _write_et(tmp_path / f"r{r}_et.json.gz", [_add(10 + r, _t(1, 1, 16, [16]), _t(2, 2, 16, [16]),
-                                                           _t(3, 3, 16, [16]))])
+        gz = _write_et(
+            tmp_path / f"r{r}_et.json.gz", [_add(10 + r, _t(1, 1, 16, [16]), _t(2, 2, 16, [16]), _t(3, 3, 16, [16]))]
+        )
         (bench / f"rank_{r}.et.json").write_bytes(gzip.decompress(gz.read_bytes()))
     (bench / "spec.json").write_text(json.dumps({"name": "bench", "ranks": [0, 1]}))
     out = tmp_path / "out"
-    assert main(["replay", str(bench), "--iters", "1", "--warmup", "0", "--out", str(out), "--json",
-                 "--no-profile"]) == 0
+    assert (
+        main(["replay", str(bench), "--iters", "1", "--warmup", "0", "--out", str(out), "--json", "--no-profile"]) == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert sorted(doc["ranks"]) == ["0", "1"]
     assert all(v["coverage"]["replayed"] == 1 for v in doc["ranks"].values())
     assert (out / "rank_1" / "replay.json").is_file()
-    assert main(["replay", str(bench), "--rank", "1", "--iters", "1", "--warmup", "0", "--out", str(out / "one"),
-                 "--json", "--no-profile"]) == 0
+    assert (
+        main(
+            [
+                "replay",
+                str(bench),
+                "--rank",
+                "1",
+                "--iters",
+                "1",
+                "--warmup",
+                "0",
+                "--out",
+                str(out / "one"),
+                "--json",
+                "--no-profile",
+            ]
+        )
+        == 0
+    )
     one = json.loads(capsys.readouterr().out)
     assert one["rank"] == 1 and one["coverage"]["selected"] == 1
     assert main(["replay", str(bench), "--rank", "5"]) == 2

@@ -5,6 +5,7 @@ selects must replay (>= 99 %), cuDNN ops recorded on GPU are substituted on CPU 
 collectives are skipped with their reason. ResNet is replayed on a cheap slice (no convolution,
 tensors <= 1M elements) so this file stays fast; benchmarks/coverage.py runs it whole.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,7 +34,7 @@ def test_sample_replays_with_full_compute_coverage(model, cache_dir):
     assert cov["replayed"] / cov["selected"] >= 0.99, cov["by_reason"]
     assert res.iteration_ms[0] > 1.0
     meta = json.loads((folder / f"{model}_meta.json").read_text())
-    assert res.config["num_threads"] == meta["num_threads"]   # the capture's thread count is reused
+    assert res.config["num_threads"] == meta["num_threads"]  # the capture's thread count is reused
 
 
 def test_linear_replays_every_op(shared_traces, cache_dir):
@@ -46,8 +47,9 @@ def test_linear_replays_every_op(shared_traces, cache_dir):
 
 
 def test_simple_add_and_chakra(shared_traces, cache_dir):
-    add = replay(T.load(shared_traces / "hta_simple_add" / "benchmark_simple_add_et.json.gz"),
-                 config=ReplayConfig(**QUICK))
+    add = replay(
+        T.load(shared_traces / "hta_simple_add" / "benchmark_simple_add_et.json.gz"), config=ReplayConfig(**QUICK)
+    )
     assert add.coverage["replayed"] == add.coverage["selected"] == 10
     ch = replay(T.load(shared_traces / "chakra_1.0.2" / "1.0.2-chakra.0.0.4.json.gz"), config=ReplayConfig(**QUICK))
     assert ch.coverage["compute_rate"] == 1.0 and ch.coverage["selected_compute"] == 20
@@ -77,8 +79,9 @@ def _prod(s):
     return n
 
 
-@pytest.mark.parametrize("folder,file", [("param_resnet", "resnet_et.json.gz"),
-                                         ("param_resnet_2gpu", "resnet_2gpu_et.json.gz")])
+@pytest.mark.parametrize(
+    "folder,file", [("param_resnet", "resnet_et.json.gz"), ("param_resnet_2gpu", "resnet_2gpu_et.json.gz")]
+)
 def test_resnet_slice_substitutes_cudnn_and_skips_collectives(shared_traces, cache_dir, folder, file):
     trace = T.load(shared_traces / folder / file)
     ids = _cheap_slice(trace)
@@ -88,7 +91,7 @@ def test_resnet_slice_substitutes_cudnn_and_skips_collectives(shared_traces, cac
     assert n_bn_bwd >= 10 and len(ids) > 1500
     res = replay(trace, config=ReplayConfig(**QUICK), op_ids=ids)
     cov = res.coverage
-    assert cov["substituted"] == n_bn_bwd            # every cudnn_batch_norm_backward ran via native
+    assert cov["substituted"] == n_bn_bwd  # every cudnn_batch_norm_backward ran via native
     assert cov["compute_rate"] >= 0.99, cov["by_reason"]
     assert cov["by_reason"].get("collective (single-process replay)", 0) == n_comm
     assert cov["skipped"] == n_comm, cov["by_reason"]
@@ -142,5 +145,5 @@ def test_host_gaps_reproduce_original_cpu_time_between_ops(cache_dir):
         ms = s.run_iteration()
         s.finish()
     linked = sum(1 for st in s.plan.steps if st.k_ts_us == st.k_ts_us)
-    assert linked == len(s.plan.steps)          # every replayed op is linked to its Kineto cpu_op
+    assert linked == len(s.plan.steps)  # every replayed op is linked to its Kineto cpu_op
     assert 0.1 < gaps_ms < 1000 and ms >= gaps_ms

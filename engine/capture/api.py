@@ -25,6 +25,7 @@ Two forms:
             cap.step()
     res = cap.result
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -130,14 +131,33 @@ class _ModuleLabels:
 class CaptureSession:
     """Drives warm-up, timing and recording from a loop that calls `step()` after each step."""
 
-    def __init__(self, *, out_dir: str | os.PathLike, name: str, steps: int = 1, warmup: int = 3,
-                 timing_steps: int = 20, device: str = "cpu", module: Any = None,
-                 model_name: str | None = None, model_config: dict | None = None,
-                 command: str | None = None, progress: Progress | None = None,
-                 metrics_interval_s: float = 0.02, threads: int | None = None):
-        self.config = CaptureConfig(out_dir=Path(out_dir), name=name, steps=steps, warmup=warmup,
-                                    timing_steps=timing_steps, device=str(device),
-                                    metrics_interval_s=metrics_interval_s, threads=threads)
+    def __init__(
+        self,
+        *,
+        out_dir: str | os.PathLike,
+        name: str,
+        steps: int = 1,
+        warmup: int = 3,
+        timing_steps: int = 20,
+        device: str = "cpu",
+        module: Any = None,
+        model_name: str | None = None,
+        model_config: dict | None = None,
+        command: str | None = None,
+        progress: Progress | None = None,
+        metrics_interval_s: float = 0.02,
+        threads: int | None = None,
+    ):
+        self.config = CaptureConfig(
+            out_dir=Path(out_dir),
+            name=name,
+            steps=steps,
+            warmup=warmup,
+            timing_steps=timing_steps,
+            device=str(device),
+            metrics_interval_s=metrics_interval_s,
+            threads=threads,
+        )
         self.module = module
         self.model_name = model_name
         self.model_config = model_config or {}
@@ -193,8 +213,9 @@ class CaptureSession:
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
             if exc_type is None and not self.done:
-                raise TraceError(f"capture {self.config.name!r} ended after {self._n} of "
-                                 f"{self.config.total_steps} steps")
+                raise TraceError(
+                    f"capture {self.config.name!r} ended after {self._n} of {self.config.total_steps} steps"
+                )
             if exc_type is None:
                 self.result = self._write()
         finally:
@@ -237,9 +258,13 @@ class CaptureSession:
             self._labels.install()
         # Uncompressed temp file: register_callback("*.gz") prints to stdout while compressing.
         self._et = ExecutionTraceObserver().register_callback(os.path.join(self._tmp, "et.json"))
-        self._prof = profile(activities=activities, record_shapes=True, with_stack=False,
-                             schedule=schedule(wait=0, warmup=1, active=self.config.steps, repeat=1),
-                             execution_trace_observer=self._et)
+        self._prof = profile(
+            activities=activities,
+            record_shapes=True,
+            with_stack=False,
+            schedule=schedule(wait=0, warmup=1, active=self.config.steps, repeat=1),
+            execution_trace_observer=self._et,
+        )
         self._prof.__enter__()
 
     def _stop_profiler(self) -> None:
@@ -293,8 +318,11 @@ class CaptureSession:
         meta_path = c.out_dir / f"{c.name}_meta.json"
         for src, dst in ((et_src, et_path), (self._kineto_tmp, kineto_path)):
             # mtime=0: identical content gives identical bytes (stable sha256 cache keys)
-            with open(src, "rb") as fin, open(dst, "wb") as raw, \
-                    gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as fout:
+            with (
+                open(src, "rb") as fin,
+                open(dst, "wb") as raw,
+                gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as fout,
+            ):
                 shutil.copyfileobj(fin, fout)
         median = statistics.median(self._step_ms)
         meta = {
@@ -305,7 +333,9 @@ class CaptureSession:
             "model": self.model_name,
             "model_config": self.model_config,
             "command": self.command,
-            "steps": c.steps, "warmup": c.warmup, "timing_steps": c.timing_steps,
+            "steps": c.steps,
+            "warmup": c.warmup,
+            "timing_steps": c.timing_steps,
             "step_ms": [round(x, 4) for x in self._step_ms],
             "median_ms": round(median, 4),
             "metrics": self._metrics,
@@ -314,15 +344,32 @@ class CaptureSession:
         }
         meta_path.write_bytes(jsonio.dumps(meta, option=jsonio.OPT_INDENT_2 | jsonio.OPT_SERIALIZE_NUMPY))
         report(self.progress, 1.0, "done")
-        return CaptureResult(et_path=et_path, kineto_path=kineto_path, meta_path=meta_path,
-                             step_ms=list(self._step_ms), median_ms=median, meta=meta)
+        return CaptureResult(
+            et_path=et_path,
+            kineto_path=kineto_path,
+            meta_path=meta_path,
+            step_ms=list(self._step_ms),
+            median_ms=median,
+            meta=meta,
+        )
 
 
-def capture(step_fn: Callable[[], Any], *, out_dir: str | os.PathLike, name: str, steps: int = 1,
-            warmup: int = 3, timing_steps: int = 20, device: str = "cpu",
-            progress: Progress | None = None, module: Any = None, model_name: str | None = None,
-            model_config: dict | None = None, command: str | None = None,
-            threads: int | None = None) -> CaptureResult:
+def capture(
+    step_fn: Callable[[], Any],
+    *,
+    out_dir: str | os.PathLike,
+    name: str,
+    steps: int = 1,
+    warmup: int = 3,
+    timing_steps: int = 20,
+    device: str = "cpu",
+    progress: Progress | None = None,
+    module: Any = None,
+    model_name: str | None = None,
+    model_config: dict | None = None,
+    command: str | None = None,
+    threads: int | None = None,
+) -> CaptureResult:
     """Run `step_fn` through warm-up, timing and recording; write ET, Kineto and meta files.
 
     `module` (default: `step_fn.model` when present) gets module labels during recording.
@@ -331,10 +378,20 @@ def capture(step_fn: Callable[[], Any], *, out_dir: str | os.PathLike, name: str
     """
     if module is None:
         module = getattr(step_fn, "model", None)
-    session = CaptureSession(out_dir=out_dir, name=name, steps=steps, warmup=warmup,
-                             timing_steps=timing_steps, device=device, module=module,
-                             model_name=model_name, model_config=model_config, command=command,
-                             progress=progress, threads=threads)
+    session = CaptureSession(
+        out_dir=out_dir,
+        name=name,
+        steps=steps,
+        warmup=warmup,
+        timing_steps=timing_steps,
+        device=device,
+        module=module,
+        model_name=model_name,
+        model_config=model_config,
+        command=command,
+        progress=progress,
+        threads=threads,
+    )
     with session as cap:
         while not cap.done:
             step_fn()

@@ -14,6 +14,7 @@ benchmarks) so the phase of every operator is recoverable from the trace.
     step_fn, config = build("mlp", "cpu")
     step_fn()            # one training step; step_fn.model is the nn.Module
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -29,8 +30,15 @@ SEED = 0
 class SampleStep:
     """One training step of a sample model (callable). Holds model, optimizer and fixed inputs."""
 
-    def __init__(self, name: str, model: nn.Module, optimizer: torch.optim.Optimizer,
-                 inputs: tuple, target: torch.Tensor, loss_fn: Callable):
+    def __init__(
+        self,
+        name: str,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        inputs: tuple,
+        target: torch.Tensor,
+        loss_fn: Callable,
+    ):
         self.name = name
         self.model = model
         self.optimizer = optimizer
@@ -70,8 +78,7 @@ class MLP(nn.Module):
     def __init__(self, c: MLPConfig):
         super().__init__()
         dims = [c.in_features] + [c.hidden] * c.layers
-        self.body = nn.Sequential(*[m for i in range(c.layers)
-                                    for m in (nn.Linear(dims[i], dims[i + 1]), nn.ReLU())])
+        self.body = nn.Sequential(*[m for i in range(c.layers) for m in (nn.Linear(dims[i], dims[i + 1]), nn.ReLU())])
         self.head = nn.Linear(c.hidden, c.classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -110,8 +117,11 @@ class BasicBlock(nn.Module):
         self.bn1 = nn.BatchNorm2d(cout)
         self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
         self.bn2 = nn.BatchNorm2d(cout)
-        self.short = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-                      if stride != 1 or cin != cout else nn.Identity())
+        self.short = (
+            nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+            if stride != 1 or cin != cout
+            else nn.Identity()
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.bn1(self.conv1(x)))
@@ -122,11 +132,10 @@ class BasicBlock(nn.Module):
 class ResNetSmall(nn.Module):
     def __init__(self, c: CNNConfig):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, c.width, 3, 1, 1, bias=False), nn.BatchNorm2d(c.width),
-                                  nn.ReLU())
+        self.stem = nn.Sequential(nn.Conv2d(3, c.width, 3, 1, 1, bias=False), nn.BatchNorm2d(c.width), nn.ReLU())
         blocks, cin = [], c.width
         for s in range(c.stages):
-            cout = c.width * 2 ** s
+            cout = c.width * 2**s
             for b in range(c.blocks_per_stage):
                 blocks.append(BasicBlock(cin, cout, 2 if (b == 0 and s > 0) else 1))
                 cin = cout
@@ -186,8 +195,9 @@ class DecoderBlock(nn.Module):
         self.ln1 = nn.LayerNorm(c.d_model)
         self.attn = CausalSelfAttention(c)
         self.ln2 = nn.LayerNorm(c.d_model)
-        self.mlp = nn.Sequential(nn.Linear(c.d_model, c.mlp_ratio * c.d_model), nn.GELU(),
-                                 nn.Linear(c.mlp_ratio * c.d_model, c.d_model))
+        self.mlp = nn.Sequential(
+            nn.Linear(c.d_model, c.mlp_ratio * c.d_model), nn.GELU(), nn.Linear(c.mlp_ratio * c.d_model, c.d_model)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
@@ -250,15 +260,15 @@ def _mlp(dims: list[int], last_act: bool) -> nn.Sequential:
 class DLRM(nn.Module):
     def __init__(self, c: DLRMConfig):
         super().__init__()
-        self.tables = nn.ModuleList(nn.EmbeddingBag(n, c.embedding_dim, mode="sum")
-                                    for n in c.table_rows)
+        self.tables = nn.ModuleList(nn.EmbeddingBag(n, c.embedding_dim, mode="sum") for n in c.table_rows)
         self.bottom = _mlp([c.dense_features, *c.bottom, c.embedding_dim], last_act=True)
         n = len(c.table_rows) + 1
         self.register_buffer("tri", torch.tril_indices(n, n, offset=-1), persistent=False)
         self.top = _mlp([c.embedding_dim + n * (n - 1) // 2, *c.top, 1], last_act=False)
 
-    def forward(self, dense: torch.Tensor, indices: tuple[torch.Tensor, ...],
-                offsets: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    def forward(
+        self, dense: torch.Tensor, indices: tuple[torch.Tensor, ...], offsets: tuple[torch.Tensor, ...]
+    ) -> torch.Tensor:
         x = self.bottom(dense)
         feats = torch.stack([x] + [t(i, o) for t, i, o in zip(self.tables, indices, offsets)], dim=1)
         inter = torch.bmm(feats, feats.transpose(1, 2))[:, self.tri[0], self.tri[1]]
@@ -277,8 +287,9 @@ def _build_dlrm(device: torch.device, c: DLRMConfig) -> SampleStep:
         indices.append(torch.randint(0, rows, (int(lengths.sum()),), generator=g).to(device))
     y = torch.randint(0, 2, (c.batch,), generator=g).float().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=c.lr, foreach=True)
-    return SampleStep("dlrm", model, opt, (dense, tuple(indices), tuple(offsets)), y,
-                      F.binary_cross_entropy_with_logits)
+    return SampleStep(
+        "dlrm", model, opt, (dense, tuple(indices), tuple(offsets)), y, F.binary_cross_entropy_with_logits
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 Streamlit is optional for the engine, so it is looked up only when this command runs; the UI
 is started as `python -m streamlit run` in the same interpreter (same venv, same packages).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,20 +19,34 @@ APP = Path(__file__).resolve().parents[2] / "app" / "main.py"
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("app", help="start the web UI (Streamlit) on localhost",
-                              description=__doc__.splitlines()[0])
+    p = subparsers.add_parser(
+        "app", help="start the web UI (Streamlit) on localhost", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--port", type=int, default=8501, help="port (default 8501)")
-    p.add_argument("--address", default="localhost",
-                   help="bind address (default localhost; 0.0.0.0 exposes the UI to the network)")
+    p.add_argument(
+        "--address", default="localhost", help="bind address (default localhost; 0.0.0.0 exposes the UI to the network)"
+    )
     p.add_argument("--browser", action="store_true", help="open a browser tab (default: headless)")
     p.set_defaults(func=run)
 
 
 def command(args: argparse.Namespace) -> list[str]:
     """The streamlit command line for `args` (separate from `run` so it can be tested)."""
-    return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.port", str(args.port),
-            "--server.address", args.address, "--server.headless", "false" if args.browser else "true",
-            "--browser.gatherUsageStats", "false"]
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(APP),
+        "--server.port",
+        str(args.port),
+        "--server.address",
+        args.address,
+        "--server.headless",
+        "false" if args.browser else "true",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
 
 
 def run(args: argparse.Namespace) -> int:

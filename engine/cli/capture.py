@@ -3,6 +3,7 @@
 Each model is written to `DIR/<model>/<model>_{et.json.gz,kineto.json.gz,meta.json}`; the meta
 file records the exact command that regenerates it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,8 +14,11 @@ from engine.errors import TraceError
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("capture", help="capture a sample workload: ET + Kineto + step times + metrics",
-                              description=__doc__.splitlines()[0])
+    p = subparsers.add_parser(
+        "capture",
+        help="capture a sample workload: ET + Kineto + step times + metrics",
+        description=__doc__.splitlines()[0],
+    )
     p.add_argument("model", nargs="?", help="sample model: mlp, cnn, transformer or dlrm")
     p.add_argument("--all-samples", action="store_true", help="capture all four sample models")
     p.add_argument("--out", required=True, help="output folder (one sub-folder per model)")
@@ -22,9 +26,12 @@ def register(subparsers) -> None:
     p.add_argument("--warmup", type=int, default=3, help="warm-up steps before timing (default 3)")
     p.add_argument("--timing-steps", type=int, default=20, help="unprofiled timed steps (default 20)")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch intra-op threads (default 1: stable step times on a shared machine; "
-                        "0 = torch's default)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (default 1: stable step times on a shared machine; 0 = torch's default)",
+    )
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=run)
 
@@ -47,26 +54,45 @@ def run(args: argparse.Namespace) -> int:
     results = []
     for name in names:
         step_fn, config = build(name, args.device)
-        command = (f"mystique capture {name} --out {args.out} --steps {args.steps} --warmup {args.warmup} "
-                   f"--timing-steps {args.timing_steps} --device {args.device} --threads {args.threads}")
+        command = (
+            f"mystique capture {name} --out {args.out} --steps {args.steps} --warmup {args.warmup} "
+            f"--timing-steps {args.timing_steps} --device {args.device} --threads {args.threads}"
+        )
         with progress_bar(f"capture {name}", enabled=not args.json) as cb:
-            res = capture(step_fn, out_dir=out / name, name=name, steps=args.steps, warmup=args.warmup,
-                          timing_steps=args.timing_steps, device=args.device, progress=cb,
-                          model_name=name, model_config=config, command=command,
-                          threads=args.threads or None)
-        results.append({"model": name, "median_ms": round(res.median_ms, 3),
-                        "step_ms": [round(x, 3) for x in res.step_ms], **res.paths(),
-                        "metrics_summary": res.meta["metrics"].get("summary", {}),
-                        "background_load_cores": res.meta["metrics"].get("background_load_cores")})
+            res = capture(
+                step_fn,
+                out_dir=out / name,
+                name=name,
+                steps=args.steps,
+                warmup=args.warmup,
+                timing_steps=args.timing_steps,
+                device=args.device,
+                progress=cb,
+                model_name=name,
+                model_config=config,
+                command=command,
+                threads=args.threads or None,
+            )
+        results.append(
+            {
+                "model": name,
+                "median_ms": round(res.median_ms, 3),
+                "step_ms": [round(x, 3) for x in res.step_ms],
+                **res.paths(),
+                "metrics_summary": res.meta["metrics"].get("summary", {}),
+                "background_load_cores": res.meta["metrics"].get("background_load_cores"),
+            }
+        )
         if not args.json:
-            sizes = ", ".join(f"{Path(p).name} {Path(p).stat().st_size / 1024:.0f} KiB"
-                              for p in res.paths().values())
+            sizes = ", ".join(f"{Path(p).name} {Path(p).stat().st_size / 1024:.0f} KiB" for p in res.paths().values())
             print(f"{name}: median step {res.median_ms:.2f} ms over {len(res.step_ms)} steps -> {sizes}")
             load = res.meta["metrics"].get("background_load_cores")
             cores, threads = res.meta.get("cpu_count") or 1, res.meta.get("num_threads") or 1
             if load is not None and load + threads > cores + 0.2:
-                print(f"  warning: other processes kept {load:.2f} of {cores} cores busy while timing "
-                      f"{threads} thread(s): the step times are likely inflated (re-capture on a quiet machine)")
+                print(
+                    f"  warning: other processes kept {load:.2f} of {cores} cores busy while timing "
+                    f"{threads} thread(s): the step times are likely inflated (re-capture on a quiet machine)"
+                )
     if args.json:
         print_json(results if args.all_samples else results[0])
     return 0

@@ -1,4 +1,5 @@
 """Helpers shared by CLI subcommands: JSON output and a progress bar bound to engine callbacks."""
+
 from __future__ import annotations
 
 import contextlib
@@ -10,8 +11,12 @@ from engine.progress import Progress
 
 
 def print_json(obj: Any) -> None:
-    sys.stdout.write(jsonio.dumps(obj, option=jsonio.OPT_INDENT_2 | jsonio.OPT_SERIALIZE_NUMPY
-                                  | jsonio.OPT_NON_STR_KEYS, default=_default).decode() + "\n")
+    sys.stdout.write(
+        jsonio.dumps(
+            obj, option=jsonio.OPT_INDENT_2 | jsonio.OPT_SERIALIZE_NUMPY | jsonio.OPT_NON_STR_KEYS, default=_default
+        ).decode()
+        + "\n"
+    )
 
 
 def _default(obj: Any) -> Any:
@@ -33,8 +38,9 @@ def progress_bar(desc: str, enabled: bool = True) -> Iterator[Progress | None]:
     except ImportError:
         yield None
         return
-    bar = tqdm(total=1000, desc=desc, file=sys.stderr, leave=False,
-               bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix}")
+    bar = tqdm(
+        total=1000, desc=desc, file=sys.stderr, leave=False, bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix}"
+    )
 
     def cb(fraction: float, message: str) -> None:
         bar.n = int(fraction * 1000)

@@ -4,6 +4,7 @@ ORIGINAL: a capture folder, a `*_meta.json`, or trace file(s) (e.g. an ET and it
 REPLAY (the last path): a replay output folder (with `replay.json`), a `replay.json`, or
 another capture folder / trace file (trace vs trace).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,11 +14,16 @@ from engine.cli.common import print_json, progress_bar
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("compare", help="compare an original with its replay, or two traces",
-                              description=__doc__.splitlines()[0])
-    p.add_argument("paths", nargs="+", metavar="PATH",
-                   help="ORIGINAL (capture folder, *_meta.json, or trace files) then REPLAY "
-                        "(replay folder/replay.json, or another capture folder/trace)")
+    p = subparsers.add_parser(
+        "compare", help="compare an original with its replay, or two traces", description=__doc__.splitlines()[0]
+    )
+    p.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="ORIGINAL (capture folder, *_meta.json, or trace files) then REPLAY "
+        "(replay folder/replay.json, or another capture folder/trace)",
+    )
     p.add_argument("--top", type=int, default=15, help="rows per table (default 15; 0 = all with --json)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.set_defaults(func=run)
@@ -62,33 +68,47 @@ def _pct(x) -> str:
 def _print_text(result, top: int) -> None:
     e = result.e2e
     if result.kind == "replay":
-        print(f"iteration: original {_fmt(e['original_ms'], ' ms')} ({e['original_source']}), "
-              f"replay {_fmt(e['replay_ms'], ' ms')} on {e.get('replay_device')}, error {_pct(e['error'])}")
+        print(
+            f"iteration: original {_fmt(e['original_ms'], ' ms')} ({e['original_source']}), "
+            f"replay {_fmt(e['replay_ms'], ' ms')} on {e.get('replay_device')}, error {_pct(e['error'])}"
+        )
         m = result.matching
-        print(f"ops: {m['matched']}/{m['replay_ops']} replayed ops matched by ET id; "
-              f"sum original {_fmt(m['original_sum_us'], ' us')} vs replay {_fmt(m['replay_sum_us'], ' us')} "
-              f"({_pct(m['sum_error'])}); time basis {result.time_basis}")
+        print(
+            f"ops: {m['matched']}/{m['replay_ops']} replayed ops matched by ET id; "
+            f"sum original {_fmt(m['original_sum_us'], ' us')} vs replay {_fmt(m['replay_sum_us'], ' us')} "
+            f"({_pct(m['sum_error'])}); time basis {result.time_basis}"
+        )
         if result.coverage:
             print(f"coverage: {result.coverage}")
         tables = (("phase", result.by_phase), ("category", result.by_category), ("name", result.by_name))
         for key, df in tables:
             print(f"\nby {key}:")
             for r in df.head(top).itertuples(index=False):
-                print(f"  {str(getattr(r, key))[:48]:48s} n={r.count:<5d} orig {r.original_us:12,.1f} us  "
-                      f"replay {r.replay_us:12,.1f} us  err {_pct(r.error)}")
+                print(
+                    f"  {str(getattr(r, key))[:48]:48s} n={r.count:<5d} orig {r.original_us:12,.1f} us  "
+                    f"replay {r.replay_us:12,.1f} us  err {_pct(r.error)}"
+                )
         for col, s in result.metrics.get("shared", {}).items():
-            print(f"metric {col}: original mean {_fmt(s['original_mean'])} replay mean "
-                  f"{_fmt(s['replay_mean'])} ({_pct(s['error'])})")
+            print(
+                f"metric {col}: original mean {_fmt(s['original_mean'])} replay mean "
+                f"{_fmt(s['replay_mean'])} ({_pct(s['error'])})"
+            )
     else:
-        print(f"iterations: a {_fmt(e['a_ms'], ' ms')} (n={e['a_iterations']}), "
-              f"b {_fmt(e['b_ms'], ' ms')} (n={e['b_iterations']}), error {_pct(e['error'])}")
+        print(
+            f"iterations: a {_fmt(e['a_ms'], ' ms')} (n={e['a_iterations']}), "
+            f"b {_fmt(e['b_ms'], ' ms')} (n={e['b_iterations']}), error {_pct(e['error'])}"
+        )
         print("\nby category:")
         for r in result.by_category.head(top).itertuples(index=False):
-            print(f"  {r.cat[:30]:30s} count {r.count_a:>8d} -> {r.count_b:<8d} "
-                  f"time {r.dur_us_a:14,.1f} -> {r.dur_us_b:14,.1f} us ({r.delta_us:+,.1f})")
+            print(
+                f"  {r.cat[:30]:30s} count {r.count_a:>8d} -> {r.count_b:<8d} "
+                f"time {r.dur_us_a:14,.1f} -> {r.dur_us_b:14,.1f} us ({r.delta_us:+,.1f})"
+            )
         print("\nby name (largest first):")
         for r in result.by_name.head(top).itertuples(index=False):
-            print(f"  [{r.cat[:12]}] {r.name[:50]:50s} {r.count_a:>6d} -> {r.count_b:<6d} "
-                  f"{r.dur_us_a:12,.1f} -> {r.dur_us_b:12,.1f} us")
+            print(
+                f"  [{r.cat[:12]}] {r.name[:50]:50s} {r.count_a:>6d} -> {r.count_b:<6d} "
+                f"{r.dur_us_a:12,.1f} -> {r.dur_us_b:12,.1f} us"
+            )
     for w in result.warnings:
         print(f"warning: {w}")

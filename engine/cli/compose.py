@@ -3,6 +3,7 @@
 Prints per-rank op counts, external inputs, estimated memory and the written paths; `--json`
 prints the same as JSON. Bad specs exit with code 2 and a one-line message (engine.cli.main).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -12,13 +13,15 @@ from engine.cli.common import print_json, progress_bar
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("compose", help="compose a benchmark from a spec and export it",
-                              description=__doc__.splitlines()[0])
+    p = subparsers.add_parser(
+        "compose", help="compose a benchmark from a spec and export it", description=__doc__.splitlines()[0]
+    )
     p.add_argument("spec", help="benchmark spec JSON (see examples/*.json)")
     p.add_argument("--out", required=True, help="folder to write (spec.json, rank_<r>.et.json, README.md)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.add_argument("--script", action="store_true",
-                   help="also write run_benchmark.py: a standalone replay needing only torch")
+    p.add_argument(
+        "--script", action="store_true", help="also write run_benchmark.py: a standalone replay needing only torch"
+    )
     p.add_argument("--no-validate", action="store_true", help="skip the structural/meta validation of the ETs")
     p.set_defaults(func=run)
 
@@ -36,9 +39,14 @@ def run(args: argparse.Namespace) -> int:
             rep = validate_et(p)
             checks[str(r)] = {"ok": not rep["problems"], "meta": rep.get("meta", {})}
     summary = res["summary"]
-    out = {"out": res["dir"], "spec": res["spec"], "ranks": {str(r): p for r, p in res["ranks"].items()},
-           "summary": summary, "validation": checks,
-           "command": f"mystique replay {res['dir']}" + (" --rank R" if bench.world_size > 1 else "")}
+    out = {
+        "out": res["dir"],
+        "spec": res["spec"],
+        "ranks": {str(r): p for r, p in res["ranks"].items()},
+        "summary": summary,
+        "validation": checks,
+        "command": f"mystique replay {res['dir']}" + (" --rank R" if bench.world_size > 1 else ""),
+    }
     if args.script:
         from engine.compose.script import write_script
 
@@ -48,9 +56,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"composed {spec.name!r}: {bench.world_size} rank(s) -> {res['dir']}")
     for r, s in summary["ranks"].items():
-        print(f"  rank {r}: {s['replay_ops']} replayed ops ({s['nodes']} nodes), {s['communication_ops']} collective(s) "
-              f"{s['communication_bytes'] / 2**20:.1f} MiB, {s['external_inputs']} external inputs "
-              f"{s['external_input_bytes'] / 2**20:.1f} MiB, est. memory {s['estimated_memory_bytes'] / 2**20:.1f} MiB")
+        print(
+            f"  rank {r}: {s['replay_ops']} replayed ops ({s['nodes']} nodes), {s['communication_ops']} collective(s) "
+            f"{s['communication_bytes'] / 2**20:.1f} MiB, {s['external_inputs']} external inputs "
+            f"{s['external_input_bytes'] / 2**20:.1f} MiB, est. memory {s['estimated_memory_bytes'] / 2**20:.1f} MiB"
+        )
     for w in summary["meta"].get("warnings", []):
         print(f"  warning: {w}")
     if "sharding" in summary["meta"]:

@@ -6,6 +6,7 @@ in `engine.trace.summary`; they match MANIFEST.json entries (`kind`, `schema`, `
 `events`, `rank`, `world_size`, `kernels`, `cpu_ops`). When an ET and a Kineto trace are given
 together they are linked and every object carries the pair's `link_rate`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,8 +16,7 @@ from engine.cli.common import print_json, progress_bar
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("info", help="summarize ET / Kineto trace files",
-                              description=__doc__.splitlines()[0])
+    p = subparsers.add_parser("info", help="summarize ET / Kineto trace files", description=__doc__.splitlines()[0])
     p.add_argument("paths", nargs="+", help="trace files (.json, .json.gz, .tar.gz) or a directory of ranks")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--rank", type=int, default=None, help="rank for files that do not declare one")
@@ -56,13 +56,21 @@ def render(objs: list[dict]) -> str:
     lines = []
     for o in objs:
         lines.append(o["path"])
-        rows = [("kind", o["kind"]), ("schema", o["schema"] or "-"),
-                ("nodes" if o["kind"].startswith("execution") else "events",
-                 o["nodes"] if o["kind"].startswith("execution") else o["events"]),
-                ("ranks", ",".join(map(str, o["ranks"])) or "-"), ("world size", o["world_size"]),
-                ("link rate", None if o["link_rate"] is None else f"{100 * o['link_rate']:.1f}%"),
-                ("kernels", o["kernels"]), ("cpu ops", o["cpu_ops"]),
-                ("time span (us)", o["time_span_us"]), ("iterations", len(o["iterations"]))]
+        rows = [
+            ("kind", o["kind"]),
+            ("schema", o["schema"] or "-"),
+            (
+                "nodes" if o["kind"].startswith("execution") else "events",
+                o["nodes"] if o["kind"].startswith("execution") else o["events"],
+            ),
+            ("ranks", ",".join(map(str, o["ranks"])) or "-"),
+            ("world size", o["world_size"]),
+            ("link rate", None if o["link_rate"] is None else f"{100 * o['link_rate']:.1f}%"),
+            ("kernels", o["kernels"]),
+            ("cpu ops", o["cpu_ops"]),
+            ("time span (us)", o["time_span_us"]),
+            ("iterations", len(o["iterations"])),
+        ]
         for k, v in rows:
             lines.append(f"  {k:<15} {_fmt(v)}")
         if o["ops_by_category"]:

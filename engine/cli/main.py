@@ -4,6 +4,7 @@ Each module exposes `register(subparsers)` (adds its parser and sets `func`) and
 it sets returns an exit code. Errors from bad input (`TraceError`) become one line on stderr and
 exit code 2, never a traceback.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,7 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mystique",
         description="Turn PyTorch execution traces into portable benchmarks: inspect, capture, "
-                    "replay, compare and compose. Bad input exits with code 2.")
+        "replay, compare and compose. Bad input exits with code 2.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         try:

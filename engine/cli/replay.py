@@ -6,6 +6,7 @@ or an exported benchmark folder (`DIR/spec.json` + `DIR/rank_<r>.et.json`): with
 that rank is replayed, else every rank in turn. Writes `replay.json` (+ the replay's Kineto
 trace) into --out (default ./replay_out/<name>).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,9 @@ from engine.errors import TraceError
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("replay", help="replay a trace as a benchmark (CPU or CUDA)",
-                              description=__doc__.splitlines()[0])
+    p = subparsers.add_parser(
+        "replay", help="replay a trace as a benchmark (CPU or CUDA)", description=__doc__.splitlines()[0]
+    )
     p.add_argument("trace", help="ET file, capture folder, or exported benchmark folder")
     p.add_argument("--kineto", default=None, help="Kineto trace to link (streams, host gaps)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
@@ -28,8 +30,11 @@ def register(subparsers) -> None:
     p.add_argument("--host-gaps", action="store_true", help="reproduce the original CPU gaps between ops")
     p.add_argument("--lazy", action="store_true", help="allocate trace inputs per op (low memory)")
     p.add_argument("--no-streams", action="store_true", help="CUDA: run everything on one stream")
-    p.add_argument("--allow-trace-code", action="store_true",
-                   help="allow executing code shipped inside the trace (PT2 Triton kernels); off by default")
+    p.add_argument(
+        "--allow-trace-code",
+        action="store_true",
+        help="allow executing code shipped inside the trace (PT2 Triton kernels); off by default",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: the capture's)")
     p.add_argument("--no-profile", action="store_true", help="do not write the replay's Kineto trace")
     p.add_argument("--out", default=None, help="output folder (default ./replay_out/<name>)")
@@ -125,40 +130,72 @@ def run(args: argparse.Namespace) -> int:
         if len(jobs) > 1:
             out = out / f"rank_{rank}"
         threads = args.threads or (meta.get("num_threads") if isinstance(meta.get("num_threads"), int) else None)
-        cfg = ReplayConfig(device=args.device, warmup=args.warmup, iters=args.iters, mode=args.mode,
-                           streams=not args.no_streams, host_gaps=args.host_gaps,
-                           lazy=True if args.lazy else "auto", profile=not args.no_profile, out_dir=out,
-                           allow_trace_code=args.allow_trace_code, num_threads=threads)
+        cfg = ReplayConfig(
+            device=args.device,
+            warmup=args.warmup,
+            iters=args.iters,
+            mode=args.mode,
+            streams=not args.no_streams,
+            host_gaps=args.host_gaps,
+            lazy=True if args.lazy else "auto",
+            profile=not args.no_profile,
+            out_dir=out,
+            allow_trace_code=args.allow_trace_code,
+            num_threads=threads,
+        )
         with progress_bar(f"replay {name}", enabled=not args.json) as cb:
             trace = T.load(*paths, progress=None)
             ranks_present = set(trace.ops["rank"].astype(int).tolist()) if trace.has_et else set()
             # an exported rank file may carry rank 0 inside: replay what the file holds
             try:
-                res = replay(trace, config=cfg, progress=cb,
-                             rank=rank if rank in ranks_present or len(ranks_present) != 1 else None)
+                res = replay(
+                    trace,
+                    config=cfg,
+                    progress=cb,
+                    rank=rank if rank in ranks_present or len(ranks_present) != 1 else None,
+                )
             except TraceError as exc:
-                if exc.path is None:   # name the file in the one-line message
+                if exc.path is None:  # name the file in the one-line message
                     raise TraceError(exc.problem, paths[0]) from None
                 raise
         res.paths["trace"] = str(paths[0])
         path = res.write(out)
         cov = res.coverage
-        summary = {"name": name, "rank": rank, "iteration_ms": [round(x, 4) for x in res.iteration_ms],
-                   "median_ms": round(res.median_ms, 4),
-                   "coverage": {k: cov[k] for k in ("selected", "replayed", "substituted", "skipped", "by_reason",
-                                                    "selected_compute", "replayed_compute", "compute_rate")},
-                   "metrics": res.metrics.get("summary", {}), "paths": {**res.paths, "replay_json": str(path)},
-                   "device": res.device}
+        summary = {
+            "name": name,
+            "rank": rank,
+            "iteration_ms": [round(x, 4) for x in res.iteration_ms],
+            "median_ms": round(res.median_ms, 4),
+            "coverage": {
+                k: cov[k]
+                for k in (
+                    "selected",
+                    "replayed",
+                    "substituted",
+                    "skipped",
+                    "by_reason",
+                    "selected_compute",
+                    "replayed_compute",
+                    "compute_rate",
+                )
+            },
+            "metrics": res.metrics.get("summary", {}),
+            "paths": {**res.paths, "replay_json": str(path)},
+            "device": res.device,
+        }
         if meta.get("median_ms"):
             summary["original_median_ms"] = meta["median_ms"]
         results[rank if rank is not None else 0] = summary
         if not args.json:
             orig = f" (original {meta['median_ms']:.2f} ms)" if meta.get("median_ms") else ""
-            print(f"{name}: median {res.median_ms:.2f} ms over {len(res.iteration_ms)} iterations on "
-                  f"{res.device}{orig}")
-            print(f"  ops: {cov['selected']} selected, {cov['replayed']} replayed "
-                  f"({cov['substituted']} substituted), {cov['skipped']} skipped; compute "
-                  f"{cov['replayed_compute']}/{cov['selected_compute']} ({cov['compute_rate']:.1%})")
+            print(
+                f"{name}: median {res.median_ms:.2f} ms over {len(res.iteration_ms)} iterations on {res.device}{orig}"
+            )
+            print(
+                f"  ops: {cov['selected']} selected, {cov['replayed']} replayed "
+                f"({cov['substituted']} substituted), {cov['skipped']} skipped; compute "
+                f"{cov['replayed_compute']}/{cov['selected_compute']} ({cov['compute_rate']:.1%})"
+            )
             for reason, n in cov["by_reason"].items():
                 print(f"    {n:>5} x {reason}")
             print(f"  wrote {path}" + (f" and {res.kineto_path}" if res.kineto_path else ""))

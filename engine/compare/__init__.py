@@ -1,8 +1,9 @@
 """Compare an original with its replay, or two traces (see replay.py for the replay.json contract).
 
-    compare(original_trace, replay_dict, original_meta=meta) -> Comparison
-    compare(trace_a, trace_b) -> TraceDiff
+compare(original_trace, replay_dict, original_meta=meta) -> Comparison
+compare(trace_a, trace_b) -> TraceDiff
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -10,12 +11,12 @@ from typing import Any
 from engine.compare.replay import REPLAY_KEYS, Comparison, compare_replay, rel_error
 from engine.compare.traces import TraceDiff, compare_traces
 
-__all__ = ["compare", "Comparison", "TraceDiff", "compare_replay", "compare_traces", "rel_error",
-           "REPLAY_KEYS"]
+__all__ = ["compare", "Comparison", "TraceDiff", "compare_replay", "compare_traces", "rel_error", "REPLAY_KEYS"]
 
 
-def compare(original: Any, replay: Any, *, original_meta: dict | None = None,
-            labels: tuple[str, str] = ("a", "b")) -> Comparison | TraceDiff:
+def compare(
+    original: Any, replay: Any, *, original_meta: dict | None = None, labels: tuple[str, str] = ("a", "b")
+) -> Comparison | TraceDiff:
     """Original Trace vs replay result dict (-> Comparison) or vs another Trace (-> TraceDiff)."""
     if isinstance(replay, dict):
         return compare_replay(original, replay, original_meta=original_meta)

@@ -6,6 +6,7 @@ window, u = (t - start) / (end - start) in [0, 1], resampled by linear interpola
 shared grid. Each side's window is its `window_s` when recorded (the timed steps), else the span
 of its samples.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,8 +24,9 @@ def samples_frame(metrics: dict[str, Any] | None) -> pd.DataFrame:
         return pd.DataFrame()
     cols = metrics["samples"]
     n = min((len(v) for v in cols.values()), default=0)
-    return pd.DataFrame({c: pd.to_numeric(pd.Series(v[:n], dtype="object"), errors="coerce").astype("float64")
-                         for c, v in cols.items()})
+    return pd.DataFrame(
+        {c: pd.to_numeric(pd.Series(v[:n], dtype="object"), errors="coerce").astype("float64") for c, v in cols.items()}
+    )
 
 
 def _window(df: pd.DataFrame, metrics: dict[str, Any]) -> tuple[float, float] | None:
@@ -36,8 +38,9 @@ def _window(df: pd.DataFrame, metrics: dict[str, Any]) -> tuple[float, float] | 
     return None
 
 
-def align(original: dict[str, Any] | None, replay: dict[str, Any] | None,
-          points: int = GRID_POINTS) -> tuple[pd.DataFrame, dict[str, dict[str, float]]]:
+def align(
+    original: dict[str, Any] | None, replay: dict[str, Any] | None, points: int = GRID_POINTS
+) -> tuple[pd.DataFrame, dict[str, dict[str, float]]]:
     """(curves, summary): curves has column `u` then `<metric>_original` / `<metric>_replay` for
     every metric the two sides share; summary maps each shared metric to original/replay means
     over the window and the relative error of the replay mean.
@@ -56,8 +59,11 @@ def align(original: dict[str, Any] | None, replay: dict[str, Any] | None,
         ca, cb = _resample(a, col, wa, grid), _resample(b, col, wb, grid)
         out[f"{col}_original"], out[f"{col}_replay"] = ca, cb
         ma, mb = _nanmean(ca), _nanmean(cb)
-        summary[col] = {"original_mean": ma, "replay_mean": mb,
-                        "error": abs(mb - ma) / abs(ma) if ma and math.isfinite(ma) and math.isfinite(mb) else math.nan}
+        summary[col] = {
+            "original_mean": ma,
+            "replay_mean": mb,
+            "error": abs(mb - ma) / abs(ma) if ma and math.isfinite(ma) and math.isfinite(mb) else math.nan,
+        }
     return pd.DataFrame(out), summary
 
 

@@ -5,6 +5,7 @@ ORIGINAL: a capture folder (one `*_meta.json`), a capture meta file, or trace fi
 REPLAY: a replay output folder holding `replay.json`, a `replay.json` file, or anything
 ORIGINAL accepts (then the comparison is trace vs trace).
 """
+
 from __future__ import annotations
 
 import os

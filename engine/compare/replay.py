@@ -25,6 +25,7 @@ the linked Kineto `k_dur_us` of those ops (host time), or `gpu_dur_us` (kernel t
 under the op) when the replay ran on a GPU and the original has GPU kernels.
 Errors are relative: |replay - original| / original.
 """
+
 from __future__ import annotations
 
 import math
@@ -77,11 +78,17 @@ class Comparison:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "kind": self.kind, "e2e": _clean(self.e2e), "time_basis": self.time_basis,
-            "matching": _clean(self.matching), "coverage": self.coverage,
-            "by_phase": _records(self.by_phase), "by_category": _records(self.by_category),
-            "by_name": _records(self.by_name), "per_op": _records(self.per_op),
-            "metrics": _clean(self.metrics), "curves": _records(self.curves),
+            "kind": self.kind,
+            "e2e": _clean(self.e2e),
+            "time_basis": self.time_basis,
+            "matching": _clean(self.matching),
+            "coverage": self.coverage,
+            "by_phase": _records(self.by_phase),
+            "by_category": _records(self.by_category),
+            "by_name": _records(self.by_name),
+            "per_op": _records(self.per_op),
+            "metrics": _clean(self.metrics),
+            "curves": _records(self.curves),
             "warnings": list(self.warnings),
         }
 
@@ -96,55 +103,69 @@ def original_step_ms(trace: Any, meta: dict[str, Any] | None) -> tuple[float, st
     return math.nan, "unknown (no capture meta and no ProfilerStep iterations)"
 
 
-def compare_replay(original: Any, replay: dict[str, Any], *,
-                   original_meta: dict[str, Any] | None = None) -> Comparison:
+def compare_replay(original: Any, replay: dict[str, Any], *, original_meta: dict[str, Any] | None = None) -> Comparison:
     """Compare an original Trace (+ capture meta) with a replay result dict (see module doc)."""
     validate_replay(replay)
     cmp = Comparison(kind="replay")
     o_ms, source = original_step_ms(original, original_meta)
     r_ms = float(replay["median_ms"]) if replay.get("median_ms") is not None else math.nan
-    cmp.e2e = {"original_ms": o_ms, "replay_ms": r_ms, "error": rel_error(o_ms, r_ms),
-               "original_source": source, "original_device": (original_meta or {}).get("device"),
-               "replay_device": replay.get("device"), "replay_iterations": len(replay["iteration_ms"])}
+    cmp.e2e = {
+        "original_ms": o_ms,
+        "replay_ms": r_ms,
+        "error": rel_error(o_ms, r_ms),
+        "original_source": source,
+        "original_device": (original_meta or {}).get("device"),
+        "replay_device": replay.get("device"),
+        "replay_iterations": len(replay["iteration_ms"]),
+    }
     cmp.coverage = dict(replay.get("coverage") or {})
 
     ops = original.ops
-    gpu = str(replay.get("device") or "").startswith("cuda") and "gpu_dur_us" in ops \
-        and ops["gpu_dur_us"].notna().any()
+    gpu = str(replay.get("device") or "").startswith("cuda") and "gpu_dur_us" in ops and ops["gpu_dur_us"].notna().any()
     cmp.time_basis = "gpu" if gpu else "cpu"
     col = "gpu_dur_us" if gpu else "k_dur_us"
     if not original.has_et:
         cmp.warnings.append("original trace has no ET: per-op matching by node id is impossible")
     if not gpu and (col not in ops or ops[col].notna().sum() == 0):
-        cmp.warnings.append("original ops carry no linked Kineto durations (k_dur_us): "
-                            "per-op original times are unknown")
+        cmp.warnings.append(
+            "original ops carry no linked Kineto durations (k_dur_us): per-op original times are unknown"
+        )
 
     rep = pd.DataFrame(replay["per_op"], columns=["op_id", "name", "category", "phase", "dur_us"])
     rep = rep.astype({"op_id": "int64", "dur_us": "float64"})
     rep = rep.groupby("op_id", as_index=False, sort=False).agg(
-        {"name": "first", "category": "first", "phase": "first", "dur_us": "sum"})
-    orig = pd.DataFrame({"op_id": ops["id"].astype("int64") if len(ops) else pd.Series(dtype="int64"),
-                         "o_name": ops["name"].astype(str) if len(ops) else pd.Series(dtype=str),
-                         "o_category": ops["category"].astype(str) if len(ops) else pd.Series(dtype=str),
-                         "o_phase": ops["phase"].astype(str) if len(ops) else pd.Series(dtype=str),
-                         "original_us": ops[col].astype("float64") if col in ops else math.nan})
+        {"name": "first", "category": "first", "phase": "first", "dur_us": "sum"}
+    )
+    orig = pd.DataFrame(
+        {
+            "op_id": ops["id"].astype("int64") if len(ops) else pd.Series(dtype="int64"),
+            "o_name": ops["name"].astype(str) if len(ops) else pd.Series(dtype=str),
+            "o_category": ops["category"].astype(str) if len(ops) else pd.Series(dtype=str),
+            "o_phase": ops["phase"].astype(str) if len(ops) else pd.Series(dtype=str),
+            "original_us": ops[col].astype("float64") if col in ops else math.nan,
+        }
+    )
     orig = orig.drop_duplicates("op_id")  # multi-rank traces: the first rank's node
     per = rep.merge(orig, on="op_id", how="left")
     per["name"] = per["o_name"].fillna(per["name"])
     per["category"] = per["o_category"].fillna(per["category"])
     per["phase"] = per["o_phase"].fillna(per["phase"])
     per = per.rename(columns={"dur_us": "replay_us"})[
-        ["op_id", "name", "category", "phase", "original_us", "replay_us"]]
+        ["op_id", "name", "category", "phase", "original_us", "replay_us"]
+    ]
     per["error"] = [rel_error(o, r) for o, r in zip(per["original_us"], per["replay_us"])]
     cmp.per_op = per.reset_index(drop=True)
 
     matched = per["original_us"].notna()
     unknown = int((~per["op_id"].isin(orig["op_id"])).sum())
-    cmp.matching = {"replay_ops": len(per), "matched": int(matched.sum()),
-                    "unknown_ids": unknown,
-                    "match_rate": float(matched.mean()) if len(per) else math.nan,
-                    "original_sum_us": float(per.loc[matched, "original_us"].sum()),
-                    "replay_sum_us": float(per.loc[matched, "replay_us"].sum())}
+    cmp.matching = {
+        "replay_ops": len(per),
+        "matched": int(matched.sum()),
+        "unknown_ids": unknown,
+        "match_rate": float(matched.mean()) if len(per) else math.nan,
+        "original_sum_us": float(per.loc[matched, "original_us"].sum()),
+        "replay_sum_us": float(per.loc[matched, "replay_us"].sum()),
+    }
     cmp.matching["sum_error"] = rel_error(cmp.matching["original_sum_us"], cmp.matching["replay_sum_us"])
     if unknown:
         cmp.warnings.append(f"{unknown} replayed op ids are not ET node ids of the original")
@@ -155,9 +176,11 @@ def compare_replay(original: Any, replay: dict[str, Any], *,
     cmp.by_category = _group(both, "category")
 
     cmp.curves, summary = align((original_meta or {}).get("metrics"), replay.get("metrics"))
-    cmp.metrics = {"shared": summary,
-                   "original_summary": ((original_meta or {}).get("metrics") or {}).get("summary", {}),
-                   "replay_summary": (replay.get("metrics") or {}).get("summary", {})}
+    cmp.metrics = {
+        "shared": summary,
+        "original_summary": ((original_meta or {}).get("metrics") or {}).get("summary", {}),
+        "replay_summary": (replay.get("metrics") or {}).get("summary", {}),
+    }
     cmp.metrics["starved"] = starved = cpu_starvation(summary)
     for side, flag in starved.items():
         if flag:
@@ -166,12 +189,14 @@ def compare_replay(original: Any, replay: dict[str, Any], *,
                 f"the {side} was CPU-starved: its process used {s[side + '_mean']:.0f}% of a core "
                 f"(the other side {s[('replay' if side == 'original' else 'original') + '_mean']:.0f}%) while "
                 f"the machine was {summary['sys_cpu_util_pct'][side + '_mean']:.0f}% busy; "
-                "its times include waiting for a CPU and are not comparable")
+                "its times include waiting for a CPU and are not comparable"
+            )
     return cmp
 
 
-def cpu_starvation(shared: dict[str, dict[str, float]], *, ratio: float = 0.75,
-                   busy_pct: float = 90.0) -> dict[str, bool]:
+def cpu_starvation(
+    shared: dict[str, dict[str, float]], *, ratio: float = 0.75, busy_pct: float = 90.0
+) -> dict[str, bool]:
     """Which side ran CPU-starved: its process got < `ratio` of the other side's CPU while the
     whole machine was >= `busy_pct` busy (another process held the cores). Why: on shared
     machines that, not the replay, is the usual cause of a large end-to-end error."""
@@ -192,7 +217,8 @@ def _group(df: pd.DataFrame, key: str) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame(columns=cols)
     g = df.groupby(df[key].astype(str), sort=False).agg(
-        count=("op_id", "size"), original_us=("original_us", "sum"), replay_us=("replay_us", "sum"))
+        count=("op_id", "size"), original_us=("original_us", "sum"), replay_us=("replay_us", "sum")
+    )
     g = g.reset_index().rename(columns={"index": key})
     g["delta_us"] = g["replay_us"] - g["original_us"]
     g["error"] = [rel_error(o, r) for o, r in zip(g["original_us"], g["replay_us"])]

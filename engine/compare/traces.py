@@ -9,6 +9,7 @@ What is compared and why:
 Durations are totals over the whole trace; `*_per_iter_us` divides by the side's iteration
 count when both sides have iterations, so runs of different lengths stay comparable.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,7 +26,7 @@ from engine.compare.replay import _clean, _records, rel_error
 class TraceDiff:
     kind: str = "traces"
     e2e: dict[str, Any] = field(default_factory=dict)
-    by_name: pd.DataFrame = field(default_factory=pd.DataFrame)      # (cat, name) rows
+    by_name: pd.DataFrame = field(default_factory=pd.DataFrame)  # (cat, name) rows
     by_category: pd.DataFrame = field(default_factory=pd.DataFrame)  # cat rows
     ops_by_name: pd.DataFrame = field(default_factory=pd.DataFrame)  # ET op name counts
     sides: dict[str, Any] = field(default_factory=dict)
@@ -33,21 +34,27 @@ class TraceDiff:
 
     def to_json(self, top: int | None = None) -> dict[str, Any]:
         """JSON-ready dict; `top` keeps only the rows with the largest |delta_us| per table."""
+
         def cut(df: pd.DataFrame) -> pd.DataFrame:
             if top is None or df.empty or "delta_us" not in df:
                 return df
             return df.reindex(df["delta_us"].abs().sort_values(ascending=False, kind="stable").index[:top])
-        return {"kind": self.kind, "e2e": _clean(self.e2e), "sides": _clean(self.sides),
-                "by_category": _records(self.by_category), "by_name": _records(cut(self.by_name)),
-                "ops_by_name": _records(self.ops_by_name if top is None else self.ops_by_name.head(top)),
-                "warnings": list(self.warnings)}
+
+        return {
+            "kind": self.kind,
+            "e2e": _clean(self.e2e),
+            "sides": _clean(self.sides),
+            "by_category": _records(self.by_category),
+            "by_name": _records(cut(self.by_name)),
+            "ops_by_name": _records(self.ops_by_name if top is None else self.ops_by_name.head(top)),
+            "warnings": list(self.warnings),
+        }
 
 
 def _iter_stats(trace: Any) -> dict[str, Any]:
     iters = [it for it in (trace.meta.get("iterations") or []) if it.get("dur_us")]
     durs = [float(it["dur_us"]) for it in iters]
-    return {"iterations": len(durs),
-            "median_iter_ms": float(np.median(durs)) / 1e3 if durs else math.nan}
+    return {"iterations": len(durs), "median_iter_ms": float(np.median(durs)) / 1e3 if durs else math.nan}
 
 
 def _events_by(trace: Any, keys: list[str]) -> pd.DataFrame:
@@ -80,17 +87,27 @@ def compare_traces(a: Any, b: Any, *, labels: tuple[str, str] = ("a", "b")) -> T
     """Side-by-side tables of two Traces; columns suffixed `_a` (first) and `_b` (second)."""
     diff = TraceDiff()
     sa, sb = _iter_stats(a), _iter_stats(b)
-    diff.e2e = {"a_ms": sa["median_iter_ms"], "b_ms": sb["median_iter_ms"],
-                "error": rel_error(sa["median_iter_ms"], sb["median_iter_ms"]),
-                "a_iterations": sa["iterations"], "b_iterations": sb["iterations"]}
+    diff.e2e = {
+        "a_ms": sa["median_iter_ms"],
+        "b_ms": sb["median_iter_ms"],
+        "error": rel_error(sa["median_iter_ms"], sb["median_iter_ms"]),
+        "a_iterations": sa["iterations"],
+        "b_iterations": sb["iterations"],
+    }
     for label, t, s in ((labels[0], a, sa), (labels[1], b, sb)):
-        diff.sides[label] = {"sources": [src.get("path") for src in t.meta.get("sources", [])],
-                             "kind": t.meta.get("kind"), "events": int(len(t.events)),
-                             "ops": int(len(t.ops)), "ranks": t.meta.get("ranks"), **s}
+        diff.sides[label] = {
+            "sources": [src.get("path") for src in t.meta.get("sources", [])],
+            "kind": t.meta.get("kind"),
+            "events": int(len(t.events)),
+            "ops": int(len(t.ops)),
+            "ranks": t.meta.get("ranks"),
+            **s,
+        }
     ia, ib = sa["iterations"], sb["iterations"]
     if a.has_kineto and b.has_kineto:
-        diff.by_name = _side_by_side(_events_by(a, ["cat", "name"]), _events_by(b, ["cat", "name"]),
-                                     ["cat", "name"], ia, ib)
+        diff.by_name = _side_by_side(
+            _events_by(a, ["cat", "name"]), _events_by(b, ["cat", "name"]), ["cat", "name"], ia, ib
+        )
         diff.by_category = _side_by_side(_events_by(a, ["cat"]), _events_by(b, ["cat"]), ["cat"], ia, ib)
     elif a.has_kineto or b.has_kineto:
         diff.warnings.append("only one side has Kineto events: no timing comparison")
@@ -101,6 +118,7 @@ def compare_traces(a: Any, b: Any, *, labels: tuple[str, str] = ("a", "b")) -> T
         ops.index.name = "name"
         ops = ops.reset_index()
         ops["delta_count"] = ops["count_b"] - ops["count_a"]
-        diff.ops_by_name = ops.sort_values(["delta_count", "count_a"], key=lambda s: s.abs(),
-                                           ascending=False, kind="stable").reset_index(drop=True)
+        diff.ops_by_name = ops.sort_values(
+            ["delta_count", "count_a"], key=lambda s: s.abs(), ascending=False, kind="stable"
+        ).reset_index(drop=True)
     return diff

@@ -10,11 +10,23 @@ Public API:
 Spec paths: `sources` resolve against the spec file's folder first, then the current
 directory (examples/*.json use repo-root-relative paths, run from the repo root).
 """
+
 from engine.compose.build import Benchmark, compose
 from engine.compose.export import export
 from engine.compose.meta_check import propagate
 from engine.compose.spec import BenchmarkSpec, Segment, Sharding, load_spec, save_spec, spec_from_dict
 from engine.compose.validate import validate_et
 
-__all__ = ["BenchmarkSpec", "Segment", "Sharding", "load_spec", "save_spec", "spec_from_dict", "compose",
-           "Benchmark", "export", "validate_et", "propagate"]
+__all__ = [
+    "BenchmarkSpec",
+    "Segment",
+    "Sharding",
+    "load_spec",
+    "save_spec",
+    "spec_from_dict",
+    "compose",
+    "Benchmark",
+    "export",
+    "validate_et",
+    "propagate",
+]

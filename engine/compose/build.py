@@ -8,6 +8,7 @@ repeat by repeat). Tensor identity (Lumos-style layer duplication):
   * a repeated segment *chains* when its outputs match its external inputs in shape and dtype
     (a decoder layer: hidden -> hidden): repeat i+1 reads repeat i's output instead.
 """
+
 from __future__ import annotations
 
 import copy
@@ -16,8 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.compose.nodes import (ROOT_ID, label_node, node_from_row, root_node, set_slot, tensors_of,
-                                  is_defined)
+from engine.compose.nodes import ROOT_ID, label_node, node_from_row, root_node, set_slot, tensors_of, is_defined
 from engine.compose.spec import BenchmarkSpec
 from engine.errors import TraceError
 from engine.progress import Progress, report, scaled
@@ -45,8 +45,14 @@ class Benchmark:
     def et_doc(self, rank: int = 0) -> dict:
         """The rank's ET as a JSON-ready dict (schema 1.1.1-chakra.0.0.4)."""
         nodes = [{k: v for k, v in n.items() if not k.startswith("_")} for n in self.ranks[rank]]
-        doc: dict[str, Any] = {"schema": "1.1.1-chakra.0.0.4", "pid": 0, "time": self.meta.get("time", ""),
-                               "start_ts": 0, "finish_ts": 0, "nodes": nodes}
+        doc: dict[str, Any] = {
+            "schema": "1.1.1-chakra.0.0.4",
+            "pid": 0,
+            "time": self.meta.get("time", ""),
+            "start_ts": 0,
+            "finish_ts": 0,
+            "nodes": nodes,
+        }
         if self.world_size > 1:
             doc["distributedInfo"] = {"rank": rank, "world_size": self.world_size, "backend": "nccl"}
         return doc
@@ -54,9 +60,12 @@ class Benchmark:
     def summary(self) -> dict:
         from engine.compose.export import rank_summary
 
-        return {"name": self.spec.name, "world_size": self.world_size,
-                "ranks": {r: rank_summary(self, r) for r in sorted(self.ranks)},
-                "meta": {k: v for k, v in self.meta.items() if k != "time" and not k.startswith("_")}}
+        return {
+            "name": self.spec.name,
+            "world_size": self.world_size,
+            "ranks": {r: rank_summary(self, r) for r in sorted(self.ranks)},
+            "meta": {k: v for k, v in self.meta.items() if k != "time" and not k.startswith("_")},
+        }
 
 
 class _Ids:
@@ -92,16 +101,27 @@ def _chain_pairs(sub, phase: dict, params: set) -> dict[tuple[int, int], tuple[i
     ext, out = sub.external_inputs, sub.outputs
     if len(ext) == 0 or len(out) == 0:
         return {}
-    outs = sorted(((int(r.producer), (int(r.tensor_id), int(r.storage_id)), tuple(r.shape), str(r.dtype))
-                   for r in out.itertuples(index=False) if int(r.storage_id) not in params), reverse=True)
+    outs = sorted(
+        (
+            (int(r.producer), (int(r.tensor_id), int(r.storage_id)), tuple(r.shape), str(r.dtype))
+            for r in out.itertuples(index=False)
+            if int(r.storage_id) not in params
+        ),
+        reverse=True,
+    )
     used: set = set()
     pairs = {}
     for r in ext.sort_values("consumer", kind="stable").itertuples(index=False):
         if getattr(r, "aliases_internal", False) or int(r.storage_id) in params:
             continue
         for prod, okey, shp, dt in outs:
-            if okey not in used and shp == tuple(r.shape) and dt == str(r.dtype) and len(shp) >= 2 \
-                    and phase.get(prod) == phase.get(int(r.consumer)):
+            if (
+                okey not in used
+                and shp == tuple(r.shape)
+                and dt == str(r.dtype)
+                and len(shp) >= 2
+                and phase.get(prod) == phase.get(int(r.consumer))
+            ):
                 pairs[(int(r.tensor_id), int(r.storage_id))] = okey
                 used.add(okey)
                 break
@@ -133,8 +153,19 @@ def _segment_nodes(trace, sub) -> tuple[list[dict], set[int]]:
     return nodes, set(int(i) for i in sub.replay_ids)
 
 
-def _emit_repeat(nodes, replay, ids: _Ids, label_id: int, canon: dict, canon_s: dict, rep: int,
-                 chain_sub: dict, chain_sid: dict, out_watch: set, seen_out: dict) -> list[dict]:
+def _emit_repeat(
+    nodes,
+    replay,
+    ids: _Ids,
+    label_id: int,
+    canon: dict,
+    canon_s: dict,
+    rep: int,
+    chain_sub: dict,
+    chain_sid: dict,
+    out_watch: set,
+    seen_out: dict,
+) -> list[dict]:
     """One repeat of a segment: renumbered nodes with remapped tensor ids (module docstring)."""
     new_id = {}
     out_nodes = []
@@ -219,22 +250,45 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None) -> "Benchmark
         prev_out: dict = {}
         first_rep_node = ids.node + 1
         for rep in range(seg.repeat):
-            label = label_node(ids.next_node(), ROOT_ID,
-                               f"[compose|segment {si}|{seg.label or 'segment'}|repeat {rep + 1}/{seg.repeat}]")
+            label = label_node(
+                ids.next_node(),
+                ROOT_ID,
+                f"[compose|segment {si}|{seg.label or 'segment'}|repeat {rep + 1}/{seg.repeat}]",
+            )
             chain_sub = {e: prev_out[o] for e, o in pairs.items() if o in prev_out} if rep > 0 else {}
             chain_sid = {e[1]: v[0][1] for e, v in chain_sub.items()}
             seen_out: dict = {}
-            out = _emit_repeat(seg_nodes, seg_replay, ids, label["id"], canon, canon_s, rep, chain_sub,
-                               chain_sid, set(pairs.values()), seen_out)
+            out = _emit_repeat(
+                seg_nodes,
+                seg_replay,
+                ids,
+                label["id"],
+                canon,
+                canon_s,
+                rep,
+                chain_sub,
+                chain_sid,
+                set(pairs.values()),
+                seen_out,
+            )
             prev_out = {o: seen_out[o] for o in pairs.values() if o in seen_out}
             nodes.append(label)
             nodes.extend(out)
             replay.extend(n["id"] for n in out if n.get("_replay"))
-        seg_meta.append({"index": si, "label": seg.label, "source": seg.source, "repeat": seg.repeat,
-                         "ops": len(seg_nodes), "replay_ops": len(seg_replay), "chained_inputs": len(pairs),
-                         "external_inputs": int(len(sub.external_inputs)), "node_ids": [first_rep_node, ids.node]})
-    meta: dict[str, Any] = {"segments": seg_meta, "sources": [str(p) for p in paths], "warnings": [],
-                            "transforms": []}
+        seg_meta.append(
+            {
+                "index": si,
+                "label": seg.label,
+                "source": seg.source,
+                "repeat": seg.repeat,
+                "ops": len(seg_nodes),
+                "replay_ops": len(seg_replay),
+                "chained_inputs": len(pairs),
+                "external_inputs": int(len(sub.external_inputs)),
+                "node_ids": [first_rep_node, ids.node],
+            }
+        )
+    meta: dict[str, Any] = {"segments": seg_meta, "sources": [str(p) for p in paths], "warnings": [], "transforms": []}
     from engine.compose.transforms.scale import _param_storages, parameters
 
     meta["_param_storages"] = sorted(_param_storages(traces[0]))
@@ -250,7 +304,9 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None) -> "Benchmark
     if spec.batch_scale != 1.0 or spec.sharding is not None or spec.batch_size is not None:
         from engine.compose.transforms.scale import infer_batch
 
-        meta["batch_size"] = spec.batch_size or infer_batch(traces[spec.segments[0].source], paths[spec.segments[0].source])
+        meta["batch_size"] = spec.batch_size or infer_batch(
+            traces[spec.segments[0].source], paths[spec.segments[0].source]
+        )
     if spec.batch_scale != 1.0:
         report(progress, 0.65, f"scaling batch x{spec.batch_scale:g}")
         scale_batch(bench, 0, spec.batch_scale, meta["batch_size"])

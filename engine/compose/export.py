@@ -5,6 +5,7 @@ Layout: `spec.json` (the spec, sources made absolute), `rank_<r>.et.json` per ra
 `README.md` with the one command to run it, and optionally `run_benchmark.py`
 (`engine.compose.script`, torch-only standalone replay).
 """
+
 from __future__ import annotations
 
 import os
@@ -40,9 +41,15 @@ def rank_summary(bench, rank: int) -> dict:
                 produced.add(key)
             elif key not in produced and key not in ext:
                 ext[key] = nbytes
-    return {"nodes": len(nodes), "replay_ops": len(replay), "communication_ops": comm,
-            "communication_bytes": comm_bytes, "external_inputs": len(ext),
-            "external_input_bytes": int(sum(ext.values())), "estimated_memory_bytes": int(sum(storages.values()))}
+    return {
+        "nodes": len(nodes),
+        "replay_ops": len(replay),
+        "communication_ops": comm,
+        "communication_bytes": comm_bytes,
+        "external_inputs": len(ext),
+        "external_input_bytes": int(sum(ext.values())),
+        "estimated_memory_bytes": int(sum(storages.values())),
+    }
 
 
 _README = """# {name}
@@ -77,8 +84,14 @@ def export(bench, out_dir: str | os.PathLike, progress: Progress | None = None, 
     summary = bench.summary()
     summary["paths"] = {str(r): p for r, p in paths.items()}
     (out / "benchmark.json").write_bytes(jsonio.dumps(summary, option=jsonio.OPT_INDENT_2 | jsonio.OPT_NON_STR_KEYS))
-    (out / "README.md").write_text(_README.format(name=bench.spec.name, out=out, last=bench.world_size - 1,
-                                                  sources=", ".join(f"`{s}`" for s in bench.spec.sources)))
+    (out / "README.md").write_text(
+        _README.format(
+            name=bench.spec.name,
+            out=out,
+            last=bench.world_size - 1,
+            sources=", ".join(f"`{s}`" for s in bench.spec.sources),
+        )
+    )
     res = {"dir": str(out), "spec": str(out / "spec.json"), "ranks": paths, "summary": summary}
     if script:
         from engine.compose.script import write_script

@@ -12,6 +12,7 @@ multiplied by s, and with `mutate` the recorded shapes/numels/strides are rewrit
 Ops without a meta kernel keep recorded shapes scaled by the dims known to carry the batch
 and are counted as `unchecked`.
 """
+
 from __future__ import annotations
 
 import re
@@ -25,8 +26,10 @@ from engine.compose.nodes import get_slot, is_defined, set_slot, slot_type, tens
 from engine.errors import TraceError
 
 _OP_NAME = re.compile(r"^[A-Za-z_]\w*::[A-Za-z_][\w.]*$")
-SIZE_ARG_OPS = frozenset("""view _unsafe_view reshape expand new_empty new_zeros new_ones new_full zeros ones empty
-full rand randn randint empty_strided unflatten _reshape_alias""".split())
+SIZE_ARG_OPS = frozenset(
+    """view _unsafe_view reshape expand new_empty new_zeros new_ones new_full zeros ones empty
+full rand randn randint empty_strided unflatten _reshape_alias""".split()
+)
 
 
 _AUX_OUTPUT_OPS = frozenset(("embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"))
@@ -40,8 +43,12 @@ class MetaReport:
     batch_dims: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"checked": self.checked, "unchecked": len(self.unchecked), "unchecked_ops": self.unchecked[:20],
-                "mismatches": self.mismatches[:20]}
+        return {
+            "checked": self.checked,
+            "unchecked": len(self.unchecked),
+            "unchecked_ops": self.unchecked[:20],
+            "mismatches": self.mismatches[:20],
+        }
 
 
 def _dtype(t: str) -> torch.dtype:
@@ -65,10 +72,10 @@ class _Runner:
     def __init__(self, scale: float, batch: int | None, seeds: dict, mutate: bool, label: str | None = None):
         self.s, self.batch, self.seeds, self.mutate = scale, batch, seeds, mutate
         self.env: dict[tuple, torch.Tensor] = {}
-        self.inner: dict = {}            # key -> first node id producing it (not replayed)
-        self.inner_storages: dict = {}   # storage -> first node id producing it
+        self.inner: dict = {}  # key -> first node id producing it (not replayed)
+        self.inner_storages: dict = {}  # storage -> first node id producing it
         self.params: set = set()
-        self.from_replay: set = set()   # keys whose meta tensor a replayed op made (children never override)
+        self.from_replay: set = set()  # keys whose meta tensor a replayed op made (children never override)
         self.is_replay = True
         self.S: set[int] = {batch} if batch else set()
         self.label = label or f"batch scale {scale:g}"  # names the transform in error messages
@@ -82,8 +89,10 @@ class _Runner:
     def scaled(self, d: int, node) -> int:
         v = d * self.s
         if abs(v - round(v)) > 1e-9:
-            raise TraceError(f"{self.label} breaks shape at node {node['id']} ({node['name']}): "
-                             f"dim {d} x {self.s:g} = {v:g} is not an integer")
+            raise TraceError(
+                f"{self.label} breaks shape at node {node['id']} ({node['name']}): "
+                f"dim {d} x {self.s:g} = {v:g} is not an integer"
+            )
         return int(round(v))
 
     def input_tensor(self, node, io, arg, sub) -> torch.Tensor:
@@ -99,15 +108,19 @@ class _Runner:
         st = get_slot(io, "strides", arg, sub) if io.get("strides") else None
         if key in self.seeds and shp:
             d = self.seeds[key]
-            shp = shp[:d] + [self.scaled(shp[d], node)] + shp[d + 1:]
+            shp = shp[:d] + [self.scaled(shp[d], node)] + shp[d + 1 :]
             st = None
         elif self.s != 1.0 and shp and v[1] in self.by_storage and self.by_storage[v[1]][1] == shp:
             # an alias never made by an op (a tensor autograd saved): same storage and recorded
             # shape as a tensor already made, so it has that tensor's new shape
             shp = list(self.by_storage[v[1]][0].shape)
             st = None
-        elif (self.inner.get(key, 1 << 62) < node["id"] or self.inner_storages.get(v[1], 1 << 62) < node["id"]) \
-                and v[1] not in self.params and shp and self.s != 1.0:
+        elif (
+            (self.inner.get(key, 1 << 62) < node["id"] or self.inner_storages.get(v[1], 1 << 62) < node["id"])
+            and v[1] not in self.params
+            and shp
+            and self.s != 1.0
+        ):
             # made by a child of a replayed op (e.g. log_softmax saved inside cross_entropy):
             # scale the dims known to carry the batch
             shp = self.value_rule(shp, node)
@@ -174,17 +187,27 @@ def _run(res, node, ins, types, tensors, sizes_at=None, sizes=None):
     return res.overload(*pos, **kw)
 
 
-def propagate(nodes: list[dict], replay_ids, *, scale: float = 1.0, batch: int | None = None,
-              seeds: set | dict | None = None, mutate: bool = False, strict: bool = True,
-              params: set | None = None, label: str | None = None) -> MetaReport:
+def propagate(
+    nodes: list[dict],
+    replay_ids,
+    *,
+    scale: float = 1.0,
+    batch: int | None = None,
+    seeds: set | dict | None = None,
+    mutate: bool = False,
+    strict: bool = True,
+    params: set | None = None,
+    label: str | None = None,
+) -> MetaReport:
     """Run the replayed nodes on meta tensors (module docstring); returns a MetaReport.
 
     `seeds`: tensor keys (tensor_id, storage_id) whose dim 0 is scaled, or a dict key -> the dim
     to scale (tensor-parallel splits a weight's output or input dim)."""
     from engine.replay.dispatch import DispatchError, resolve
 
-    run = _Runner(scale, batch, dict(seeds) if isinstance(seeds, dict) else dict.fromkeys(seeds or (), 0), mutate,
-                  label)
+    run = _Runner(
+        scale, batch, dict(seeds) if isinstance(seeds, dict) else dict.fromkeys(seeds or (), 0), mutate, label
+    )
     run.params = set(params or ())
     rep = run.report
     want = set(int(i) for i in replay_ids)
@@ -206,8 +229,11 @@ def propagate(nodes: list[dict], replay_ids, *, scale: float = 1.0, batch: int |
             continue
         is_replay = node["id"] in want
         ins, outs = node.get("inputs") or {}, node.get("outputs") or {}
-        if not is_replay and node["name"] == "aten::as_strided" and all(
-                (v[0], v[1]) in run.env for io, _, _, _, v in _tensors_of(node) if io == "out" and is_defined(v)):
+        if (
+            not is_replay
+            and node["name"] == "aten::as_strided"
+            and all((v[0], v[1]) in run.env for io, _, _, _, v in _tensors_of(node) if io == "out" and is_defined(v))
+        ):
             # the view op above it (t, transpose, expand, ...) already made this tensor with the
             # new shape; its recorded sizes/strides would undo a rewritten weight or batch dim
             continue
@@ -233,9 +259,16 @@ def propagate(nodes: list[dict], replay_ids, *, scale: float = 1.0, batch: int |
         for arg, got in lists.items():  # tensor lists: element by element, None where undefined
             tensors[arg] = [got.get(j) for j in range(len(ins["values"][arg]))]
         if not is_replay:  # a child's in-place op (resize_, as_strided_) must not edit shared tensors
-            tensors = {a: (t.clone() if isinstance(t, torch.Tensor) else
-                           [x.clone() if isinstance(x, torch.Tensor) else x for x in t] if isinstance(t, list) else t)
-                       for a, t in tensors.items()}
+            tensors = {
+                a: (
+                    t.clone()
+                    if isinstance(t, torch.Tensor)
+                    else [x.clone() if isinstance(x, torch.Tensor) else x for x in t]
+                    if isinstance(t, list)
+                    else t
+                )
+                for a, t in tensors.items()
+            }
         try:
             res = resolve(name, schema, types, "cpu")
         except DispatchError as e:
@@ -267,8 +300,10 @@ def propagate(nodes: list[dict], replay_ids, *, scale: float = 1.0, batch: int |
                     _fallback(run, node, outs, f"{name}: {str(err).splitlines()[0][:100]}", count=False)
                     continue
                 if out is None:
-                    raise TraceError(f"{run.label} breaks shape at node {node['id']} ({name}): no batch "
-                                     f"dim in size {ins['values'][size_arg]} fits: {str(err).splitlines()[0][:160]}")
+                    raise TraceError(
+                        f"{run.label} breaks shape at node {node['id']} ({name}): no batch "
+                        f"dim in size {ins['values'][size_arg]} fits: {str(err).splitlines()[0][:160]}"
+                    )
             else:
                 out = _run(res, node, ins, types, tensors)
         except TraceError:
@@ -277,11 +312,19 @@ def propagate(nodes: list[dict], replay_ids, *, scale: float = 1.0, batch: int |
             _fallback(run, node, outs, f"{name}: no meta kernel ({str(e).splitlines()[0][:80]})", count=is_replay)
             continue
         except (RuntimeError, ValueError, TypeError, IndexError, AssertionError) as e:
-            changed = any(isinstance(t, torch.Tensor) and a < len(orig_shapes) and list(t.shape) != orig_shapes[a]
-                          for a, t in tensors.items())
+            changed = any(
+                isinstance(t, torch.Tensor) and a < len(orig_shapes) and list(t.shape) != orig_shapes[a]
+                for a, t in tensors.items()
+            )
             msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-            if scale != 1.0 and changed and strict and is_replay and "meta" not in msg.lower() \
-                    and "data-dependent" not in msg:
+            if (
+                scale != 1.0
+                and changed
+                and strict
+                and is_replay
+                and "meta" not in msg.lower()
+                and "data-dependent" not in msg
+            ):
                 raise TraceError(f"{run.label} breaks shape at node {node['id']} ({name}): {msg}") from None
             _fallback(run, node, outs, f"{name}: {msg[:100]}", count=is_replay)
             continue
@@ -294,8 +337,11 @@ def propagate(nodes: list[dict], replay_ids, *, scale: float = 1.0, batch: int |
                 continue
             for _, io, arg, sub, v in _tensors_of(node):
                 hit = run.env.get((v[0], v[1])) if is_defined(v) else None
-                if hit is not None and hit[1] == list(get_slot(io, "shapes", arg, sub) or []) \
-                        and list(hit[0].shape) != hit[1]:
+                if (
+                    hit is not None
+                    and hit[1] == list(get_slot(io, "shapes", arg, sub) or [])
+                    and list(hit[0].shape) != hit[1]
+                ):
                     run._write(io, arg, sub, hit[0])
     rep.batch_dims = sorted(run.S)
     return rep
@@ -314,7 +360,7 @@ def _rescale_slice(base: str, ins: dict, orig_shapes: list, t: torch.Tensor, mut
     if old == new:
         return
     if base == "slice" and isinstance(b, int) and 0 < b <= old and old - b < old / 2:
-        ins["values"][3] = new - (old - b)   # x[:B] -> x[:sB], x[:B-1] -> x[:sB-1]
+        ins["values"][3] = new - (old - b)  # x[:B] -> x[:sB], x[:B-1] -> x[:sB-1]
     elif base == "narrow" and isinstance(a, int) and isinstance(b, int) and a + b == old:
         ins["values"][3] = new - a
 
@@ -354,10 +400,12 @@ def _bind_outputs(run: _Runner, node, res, outs, out) -> None:
             run.put((v[0], v[1]), t, rec)
             continue
         if got != rec:
-            ok = len(got) == len(rec) and all(g == d or (run.s != 1.0 and abs(g - d * run.s) < 1e-9)
-                                              or (run.s != 1.0 and any(abs((g - d) - b * (run.s - 1)) < 1e-9
-                                                                       for b in run.S))  # B-1 -> sB-1
-                                              for g, d in zip(got, rec))
+            ok = len(got) == len(rec) and all(
+                g == d
+                or (run.s != 1.0 and abs(g - d * run.s) < 1e-9)
+                or (run.s != 1.0 and any(abs((g - d) - b * (run.s - 1)) < 1e-9 for b in run.S))  # B-1 -> sB-1
+                for g, d in zip(got, rec)
+            )
             if not ok:
                 msg = f"node {node['id']} ({node['name']}): output {arg} recorded {rec}, meta {got}"
                 if run.s != 1.0:

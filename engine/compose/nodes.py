@@ -5,6 +5,7 @@ the same loader/replayer as a captured trace, so transforms edit exactly what ge
 A tensor value is `[tensor_id, storage_id, offset, numel, itemsize, device]`; tensor lists are
 `GenericList[...]` values holding such lists.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,16 +15,31 @@ import pandas as pd
 
 ROOT_NAME = "[pytorch|profiler|execution_trace|process]"
 ROOT_ID = 1
-_ATTR_TYPES = (("rf_id", "uint64"), ("fw_parent", "uint64"), ("seq_id", "int64"), ("scope", "uint64"),
-               ("tid", "uint64"), ("fw_tid", "uint64"))
+_ATTR_TYPES = (
+    ("rf_id", "uint64"),
+    ("fw_parent", "uint64"),
+    ("seq_id", "int64"),
+    ("scope", "uint64"),
+    ("tid", "uint64"),
+    ("fw_tid", "uint64"),
+)
 
 
 def empty_io() -> dict:
     return {"values": [], "shapes": [], "types": [], "strides": []}
 
 
-def make_attrs(*, rf_id: int = -1, fw_parent: int = 0, seq_id: int = -1, scope: int = 0, tid: int = 1,
-               fw_tid: int = 0, op_schema: str = "", extra: dict | None = None) -> list[dict]:
+def make_attrs(
+    *,
+    rf_id: int = -1,
+    fw_parent: int = 0,
+    seq_id: int = -1,
+    scope: int = 0,
+    tid: int = 1,
+    fw_tid: int = 0,
+    op_schema: str = "",
+    extra: dict | None = None,
+) -> list[dict]:
     vals = {"rf_id": rf_id, "fw_parent": fw_parent, "seq_id": seq_id, "scope": scope, "tid": tid, "fw_tid": fw_tid}
     out = [{"name": k, "type": t, "value": int(vals[k])} for k, t in _ATTR_TYPES]
     out.append({"name": "op_schema", "type": "string", "value": op_schema or ""})
@@ -49,13 +65,25 @@ def set_attr(node: dict, name: str, value: Any, typ: str = "uint64") -> None:
 
 
 def root_node() -> dict:
-    return {"id": ROOT_ID, "name": ROOT_NAME, "ctrl_deps": ROOT_ID, "inputs": empty_io(), "outputs": empty_io(),
-            "attrs": make_attrs(scope=7)}
+    return {
+        "id": ROOT_ID,
+        "name": ROOT_NAME,
+        "ctrl_deps": ROOT_ID,
+        "inputs": empty_io(),
+        "outputs": empty_io(),
+        "attrs": make_attrs(scope=7),
+    }
 
 
 def label_node(node_id: int, parent: int, name: str) -> dict:
-    return {"id": node_id, "name": name, "ctrl_deps": parent, "inputs": empty_io(), "outputs": empty_io(),
-            "attrs": make_attrs(scope=7)}
+    return {
+        "id": node_id,
+        "name": name,
+        "ctrl_deps": parent,
+        "inputs": empty_io(),
+        "outputs": empty_io(),
+        "attrs": make_attrs(scope=7),
+    }
 
 
 def _int(v, default: int) -> int:
@@ -75,11 +103,24 @@ def node_from_row(row: Any) -> dict:
         for k in ("values", "shapes", "types"):
             io.setdefault(k, [])
     extra = json.loads(row.attrs) if isinstance(getattr(row, "attrs", None), str) and row.attrs else {}
-    attrs = make_attrs(rf_id=_int(row.rf_id, -1), fw_parent=_int(row.fw_parent, 0), seq_id=_int(row.seq_id, -1),
-                       scope=_int(row.scope, 0), tid=_int(row.tid, 1), fw_tid=_int(row.fw_tid, 0),
-                       op_schema=str(row.schema or ""), extra=extra if isinstance(extra, dict) else None)
-    return {"id": int(row.id), "name": str(row.name), "ctrl_deps": int(row.parent), "inputs": ins,
-            "outputs": outs, "attrs": attrs}
+    attrs = make_attrs(
+        rf_id=_int(row.rf_id, -1),
+        fw_parent=_int(row.fw_parent, 0),
+        seq_id=_int(row.seq_id, -1),
+        scope=_int(row.scope, 0),
+        tid=_int(row.tid, 1),
+        fw_tid=_int(row.fw_tid, 0),
+        op_schema=str(row.schema or ""),
+        extra=extra if isinstance(extra, dict) else None,
+    )
+    return {
+        "id": int(row.id),
+        "name": str(row.name),
+        "ctrl_deps": int(row.parent),
+        "inputs": ins,
+        "outputs": outs,
+        "attrs": attrs,
+    }
 
 
 def is_tensor_type(t: Any) -> bool:
@@ -148,6 +189,21 @@ def is_defined(value: list) -> bool:
     return value[1] != 0 or value[3] != 0
 
 
-__all__ = ["ROOT_ID", "ROOT_NAME", "root_node", "label_node", "node_from_row", "make_attrs", "attr", "set_attr",
-           "tensor_slots", "tensors_of", "get_slot", "set_slot", "slot_type", "is_tensor_value", "empty_io",
-           "is_defined"]
+__all__ = [
+    "ROOT_ID",
+    "ROOT_NAME",
+    "root_node",
+    "label_node",
+    "node_from_row",
+    "make_attrs",
+    "attr",
+    "set_attr",
+    "tensor_slots",
+    "tensors_of",
+    "get_slot",
+    "set_slot",
+    "slot_type",
+    "is_tensor_value",
+    "empty_io",
+    "is_defined",
+]

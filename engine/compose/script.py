@@ -8,6 +8,7 @@ random normal; integers/bools: zeros, which are valid indices/offsets/targets), 
 collectives, and prints the median iteration time. It is less complete than `mystique replay`
 (no index-range constraints, no stream/lazy handling): it is a portable approximation.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -160,8 +161,11 @@ def write_script(bench, out_dir) -> Path:
     import json
 
     ids = {str(r): sorted(int(i) for i in v) for r, v in bench.replay_ids.items()}
-    text = (_TEMPLATE.replace("__REPLAY_IDS__", json.dumps(ids))
-            .replace("__ITERS__", str(int(bench.spec.iters))).replace("__WARMUP__", str(int(bench.spec.warmup))))
+    text = (
+        _TEMPLATE.replace("__REPLAY_IDS__", json.dumps(ids))
+        .replace("__ITERS__", str(int(bench.spec.iters)))
+        .replace("__WARMUP__", str(int(bench.spec.warmup)))
+    )
     p = Path(out_dir) / "run_benchmark.py"
     p.write_text(text)
     return p

@@ -16,6 +16,7 @@ JSON layout (version 1)::
      "sharding": null | {"kind": "embedding", "plan": "table"|"row"|"column"|"greedy", "ranks": N}
                       | {"kind": "dp", "degree": N} | {"kind": "tp", "degree": N}}
 """
+
 from __future__ import annotations
 
 import os
@@ -107,7 +108,7 @@ class BenchmarkSpec:
     warmup: int = 1
     iters: int = 5
     sharding: Sharding | None = None
-    base_dir: str | None = None   # where relative sources resolve (the spec file's folder)
+    base_dir: str | None = None  # where relative sources resolve (the spec file's folder)
 
     def __post_init__(self) -> None:
         if self.version != SPEC_VERSION:
@@ -124,8 +125,12 @@ class BenchmarkSpec:
             raise TraceError(f"device must be 'cpu', 'cuda' or 'cuda:N', not {self.device!r}")
         if self.dtype not in DTYPES:
             raise TraceError(f"dtype must be null, 'fp32', 'bf16' or 'fp16', not {self.dtype!r}")
-        if isinstance(self.batch_scale, bool) or not isinstance(self.batch_scale, (int, float)) \
-                or not (self.batch_scale > 0) or self.batch_scale == float("inf"):
+        if (
+            isinstance(self.batch_scale, bool)
+            or not isinstance(self.batch_scale, (int, float))
+            or not (self.batch_scale > 0)
+            or self.batch_scale == float("inf")
+        ):
             raise TraceError(f"batch_scale must be a number > 0, not {self.batch_scale!r}")
         self.batch_scale = float(self.batch_scale)
         if self.batch_size is not None:
@@ -152,10 +157,19 @@ class BenchmarkSpec:
         return out
 
     def to_dict(self) -> dict:
-        return {"version": self.version, "name": self.name, "sources": list(self.sources),
-                "segments": [s.to_dict() for s in self.segments], "device": self.device, "dtype": self.dtype,
-                "batch_scale": self.batch_scale, "batch_size": self.batch_size, "warmup": self.warmup,
-                "iters": self.iters, "sharding": self.sharding.to_dict() if self.sharding else None}
+        return {
+            "version": self.version,
+            "name": self.name,
+            "sources": list(self.sources),
+            "segments": [s.to_dict() for s in self.segments],
+            "device": self.device,
+            "dtype": self.dtype,
+            "batch_scale": self.batch_scale,
+            "batch_size": self.batch_size,
+            "warmup": self.warmup,
+            "iters": self.iters,
+            "sharding": self.sharding.to_dict() if self.sharding else None,
+        }
 
 
 def _segment(d: Any, i: int) -> Segment:

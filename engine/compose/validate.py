@@ -5,6 +5,7 @@ names an existing node (or the root itself); every tensor a replayed node reads 
 by an earlier node or is an external input (listed, so a replay knows what to synthesize);
 and, with `meta=True`, recorded output shapes agree with a meta-tensor run of the ops.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -73,8 +74,13 @@ def validate_et(src: str | os.PathLike | dict, *, meta: bool = True, strict: boo
                 produced.add(key)
             elif key not in produced:
                 external.setdefault(key, n["id"])
-    report = {"path": path, "nodes": len(nodes), "replay_ops": len(replay), "external_inputs": len(external),
-              "problems": problems}
+    report = {
+        "path": path,
+        "nodes": len(nodes),
+        "replay_ops": len(replay),
+        "external_inputs": len(external),
+        "problems": problems,
+    }
     if meta and not problems:
         from engine.compose.meta_check import propagate
 

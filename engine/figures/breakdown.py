@@ -5,6 +5,7 @@ Tables are separate from figures so the UI can show the same numbers in a sortab
 Operator time comes from Kineto `cpu_op` events when the trace has them (the measured truth),
 else from the ET-linked `k_dur_us`; GPU time from kernel/memcpy/memset events.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -65,15 +66,26 @@ def gpu_idle(events: pd.DataFrame) -> pd.DataFrame:
         e = s + part["dur_us"].to_numpy(float)
         span = float(e.max() - s.min())
         busy = _union_busy(s, e)
-        rows.append({"gpu": pid, "stream": tid, "span_us": span, "busy_us": busy, "idle_us": span - busy,
-                     "idle_pct": 100.0 * (span - busy) / span if span > 0 else 0.0, "events": len(part)})
+        rows.append(
+            {
+                "gpu": pid,
+                "stream": tid,
+                "span_us": span,
+                "busy_us": busy,
+                "idle_us": span - busy,
+                "idle_pct": 100.0 * (span - busy) / span if span > 0 else 0.0,
+                "events": len(part),
+            }
+        )
     return pd.DataFrame(rows, columns=["gpu", "stream", "span_us", "busy_us", "idle_us", "idle_pct", "events"])
 
 
 def top_ops(ops: pd.DataFrame, n: int = 25, time_col: str | None = None) -> pd.DataFrame:
     """The `n` ET ops with the most linked time (GPU if known, else CPU): one row per op id."""
     if time_col is None:
-        time_col = "gpu_dur_us" if "gpu_dur_us" in ops.columns and ops["gpu_dur_us"].fillna(0).gt(0).any() else "k_dur_us"
+        time_col = (
+            "gpu_dur_us" if "gpu_dur_us" in ops.columns and ops["gpu_dur_us"].fillna(0).gt(0).any() else "k_dur_us"
+        )
     cols = [c for c in ("id", "name", "category", "phase", "module", "k_dur_us", "gpu_dur_us") if c in ops.columns]
     t = ops[cols].copy()
     t["name"] = t["name"].astype(str)
@@ -82,18 +94,31 @@ def top_ops(ops: pd.DataFrame, n: int = 25, time_col: str | None = None) -> pd.D
     return t[t[time_col].fillna(0) > 0].nlargest(n, time_col).reset_index(drop=True)
 
 
-def bar_figure(table: pd.DataFrame, key: str, value: str = "total_us", *, top: int = 20,
-               title: str = "", ids: str | None = None) -> "go.Figure":
+def bar_figure(
+    table: pd.DataFrame, key: str, value: str = "total_us", *, top: int = 20, title: str = "", ids: str | None = None
+) -> "go.Figure":
     """Horizontal bars of the `top` rows of `table` (largest first); customdata = `ids` column or key."""
     import plotly.graph_objects as go
 
     t = table.head(top).iloc[::-1]
     custom = t[ids].to_numpy() if ids and ids in t.columns else t[key].astype(str).to_numpy()
-    fig = go.Figure(go.Bar(x=t[value].to_numpy(float), y=t[key].astype(str).to_numpy(), orientation="h",
-                           customdata=custom, marker_color="#7c5cff",
-                           hovertemplate="%{y}<br>%{x:,.1f} µs<extra></extra>"))
-    fig.update_layout(height=max(260, 22 * len(t) + 80), margin=dict(l=10, r=10, t=40, b=30),
-                      title=title, xaxis_title=value.replace("_us", " (µs)"), clickmode="event+select")
+    fig = go.Figure(
+        go.Bar(
+            x=t[value].to_numpy(float),
+            y=t[key].astype(str).to_numpy(),
+            orientation="h",
+            customdata=custom,
+            marker_color="#7c5cff",
+            hovertemplate="%{y}<br>%{x:,.1f} µs<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        height=max(260, 22 * len(t) + 80),
+        margin=dict(l=10, r=10, t=40, b=30),
+        title=title,
+        xaxis_title=value.replace("_us", " (µs)"),
+        clickmode="event+select",
+    )
     return fig
 
 
@@ -102,18 +127,34 @@ def idle_figure(idle: pd.DataFrame) -> "go.Figure":
     import plotly.graph_objects as go
 
     label = ("GPU " + idle["gpu"].astype(str) + " / " + idle["stream"].astype(str)).to_numpy()
-    fig = go.Figure([go.Bar(y=label, x=idle["busy_us"], name="busy", orientation="h", marker_color="#f72585"),
-                     go.Bar(y=label, x=idle["idle_us"], name="idle", orientation="h", marker_color="#555")])
-    fig.update_layout(barmode="stack", height=max(200, 30 * len(idle) + 100), title="GPU stream busy vs idle",
-                      margin=dict(l=10, r=10, t=40, b=30), xaxis_title="µs")
+    fig = go.Figure(
+        [
+            go.Bar(y=label, x=idle["busy_us"], name="busy", orientation="h", marker_color="#f72585"),
+            go.Bar(y=label, x=idle["idle_us"], name="idle", orientation="h", marker_color="#555"),
+        ]
+    )
+    fig.update_layout(
+        barmode="stack",
+        height=max(200, 30 * len(idle) + 100),
+        title="GPU stream busy vs idle",
+        margin=dict(l=10, r=10, t=40, b=30),
+        xaxis_title="µs",
+    )
     return fig
 
 
 def top_ops_figure(summary: dict, top: int = 12) -> "go.Figure":
     """Bars of `summarize()`'s top ops by time: the trace at a glance on the Traces page."""
     rows = summary.get("top_ops") or []
-    t = pd.DataFrame(rows, columns=["name", "count", "dur_us"]) if rows else pd.DataFrame(
-        {"name": [], "count": [], "dur_us": []})
-    return bar_figure(t.sort_values("dur_us", ascending=False), "name", "dur_us", top=top,
-                      title=f"Top {min(top, len(t))} operators by time")
-
+    t = (
+        pd.DataFrame(rows, columns=["name", "count", "dur_us"])
+        if rows
+        else pd.DataFrame({"name": [], "count": [], "dur_us": []})
+    )
+    return bar_figure(
+        t.sort_values("dur_us", ascending=False),
+        "name",
+        "dur_us",
+        top=top,
+        title=f"Top {min(top, len(t))} operators by time",
+    )

@@ -4,6 +4,7 @@ Timelines of the two sides are stacked with a shared x axis, each measured from 
 (or its first ProfilerStep), so equal x means "the same time into the step". Bars and curves
 read the tables of `engine.compare` (Comparison / TraceDiff), never the files.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -15,37 +16,67 @@ from engine.figures.timeline import TimelineView, prepare, timeline_traces
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-METRIC_LABELS = {"cpu_util_pct": "process CPU util (%)", "sys_cpu_util_pct": "system CPU util (%)",
-                 "rss_mb": "RSS (MB)", "gpu_sm_util_pct": "GPU SM util (%)", "gpu_mem_mb": "GPU memory (MB)",
-                 "gpu_power_w": "GPU power (W)", "gpu_clock_mhz": "GPU SM clock (MHz)"}
+METRIC_LABELS = {
+    "cpu_util_pct": "process CPU util (%)",
+    "sys_cpu_util_pct": "system CPU util (%)",
+    "rss_mb": "RSS (MB)",
+    "gpu_sm_util_pct": "GPU SM util (%)",
+    "gpu_mem_mb": "GPU memory (MB)",
+    "gpu_power_w": "GPU power (W)",
+    "gpu_clock_mhz": "GPU SM clock (MHz)",
+}
 
 
-def aligned_timelines(events_a: pd.DataFrame, events_b: pd.DataFrame, labels: tuple[str, str] = ("original", "replay"),
-                      *, window_us: float | None = None, min_dur_us: float = 0.0,
-                      origins_us: tuple[float | None, float | None] = (None, None), bar_limit: int = 3000) -> "go.Figure":
+def aligned_timelines(
+    events_a: pd.DataFrame,
+    events_b: pd.DataFrame,
+    labels: tuple[str, str] = ("original", "replay"),
+    *,
+    window_us: float | None = None,
+    min_dur_us: float = 0.0,
+    origins_us: tuple[float | None, float | None] = (None, None),
+    bar_limit: int = 3000,
+) -> "go.Figure":
     """Two timelines stacked on one time axis (µs from each side's origin), first `window_us` µs."""
     from plotly.subplots import make_subplots
 
-    view = TimelineView(start_us=0.0 if window_us else None, end_us=window_us, min_dur_us=min_dur_us,
-                        bar_limit=bar_limit)
+    view = TimelineView(
+        start_us=0.0 if window_us else None, end_us=window_us, min_dur_us=min_dur_us, bar_limit=bar_limit
+    )
     prepared = [prepare(e, view, o) for e, o in zip((events_a, events_b), origins_us)]
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.06,
-                        subplot_titles=[f"{lab}: {len(p):,} events" for lab, p in zip(labels, prepared)])
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.06,
+        subplot_titles=[f"{lab}: {len(p):,} events" for lab, p in zip(labels, prepared)],
+    )
     for row, ev in enumerate(prepared, start=1):
         for tr in timeline_traces(ev, len(ev) <= bar_limit, legend=row == 1):
             fig.add_trace(tr, row=row, col=1)
         lanes = ev.attrs["lanes"]
-        fig.update_yaxes(tickvals=[-v for v in lanes.values()], ticktext=list(lanes.keys()),
-                         row=row, col=1)
+        fig.update_yaxes(tickvals=[-v for v in lanes.values()], ticktext=list(lanes.keys()), row=row, col=1)
     rows = sum(int(p["y"].max()) + 2 if len(p) else 2 for p in prepared)
-    fig.update_layout(barmode="overlay", height=max(420, 16 * rows + 140), margin=dict(l=10, r=10, t=40, b=30),
-                      legend=dict(orientation="h"))
+    fig.update_layout(
+        barmode="overlay",
+        height=max(420, 16 * rows + 140),
+        margin=dict(l=10, r=10, t=40, b=30),
+        legend=dict(orientation="h"),
+    )
     fig.update_xaxes(title_text="µs from start", row=2, col=1)
     return fig
 
 
-def time_by_bars(table: pd.DataFrame, key: str, a_col: str, b_col: str, labels: tuple[str, str] = ("original", "replay"),
-                 *, top: int = 20, title: str = "") -> "go.Figure":
+def time_by_bars(
+    table: pd.DataFrame,
+    key: str,
+    a_col: str,
+    b_col: str,
+    labels: tuple[str, str] = ("original", "replay"),
+    *,
+    top: int = 20,
+    title: str = "",
+) -> "go.Figure":
     """Grouped horizontal bars of `a_col` vs `b_col` per `key` for the `top` rows (by max of both)."""
     import plotly.graph_objects as go
 
@@ -53,10 +84,20 @@ def time_by_bars(table: pd.DataFrame, key: str, a_col: str, b_col: str, labels: 
     t["_m"] = t[[a_col, b_col]].max(axis=1)
     t = t.nlargest(top, "_m").iloc[::-1]
     y = t[key].astype(str).str.slice(0, 60).to_numpy()
-    fig = go.Figure([go.Bar(y=y, x=t[a_col].to_numpy(float), name=labels[0], orientation="h", marker_color="#7c5cff"),
-                     go.Bar(y=y, x=t[b_col].to_numpy(float), name=labels[1], orientation="h", marker_color="#ffd166")])
-    fig.update_layout(barmode="group", height=max(300, 30 * len(t) + 100), title=title, xaxis_title="µs",
-                      margin=dict(l=10, r=10, t=40, b=30), legend=dict(orientation="h"))
+    fig = go.Figure(
+        [
+            go.Bar(y=y, x=t[a_col].to_numpy(float), name=labels[0], orientation="h", marker_color="#7c5cff"),
+            go.Bar(y=y, x=t[b_col].to_numpy(float), name=labels[1], orientation="h", marker_color="#ffd166"),
+        ]
+    )
+    fig.update_layout(
+        barmode="group",
+        height=max(300, 30 * len(t) + 100),
+        title=title,
+        xaxis_title="µs",
+        margin=dict(l=10, r=10, t=40, b=30),
+        legend=dict(orientation="h"),
+    )
     return fig
 
 
@@ -70,23 +111,43 @@ def metric_curves(curves: pd.DataFrame, labels: tuple[str, str] = ("original", "
         fig = go.Figure()
         fig.update_layout(title="no metric shared by both sides", height=200)
         return fig
-    fig = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True,
-                        subplot_titles=[METRIC_LABELS.get(m, m) for m in metrics], vertical_spacing=0.08)
+    fig = make_subplots(
+        rows=len(metrics),
+        cols=1,
+        shared_xaxes=True,
+        subplot_titles=[METRIC_LABELS.get(m, m) for m in metrics],
+        vertical_spacing=0.08,
+    )
     for i, m in enumerate(metrics, start=1):
         for suffix, lab, color in (("original", labels[0], "#7c5cff"), ("replay", labels[1], "#ffd166")):
-            fig.add_trace(go.Scatter(x=curves["u"], y=curves[f"{m}_{suffix}"], name=lab, legendgroup=lab,
-                                     showlegend=i == 1, line=dict(color=color)), row=i, col=1)
+            fig.add_trace(
+                go.Scatter(
+                    x=curves["u"],
+                    y=curves[f"{m}_{suffix}"],
+                    name=lab,
+                    legendgroup=lab,
+                    showlegend=i == 1,
+                    line=dict(color=color),
+                ),
+                row=i,
+                col=1,
+            )
     fig.update_xaxes(title_text="fraction of the step window", row=len(metrics), col=1)
     fig.update_layout(height=220 * len(metrics) + 80, margin=dict(l=10, r=10, t=40, b=30))
     return fig
 
 
-def e2e_figure(iteration_ms_a: list[float], iteration_ms_b: list[float],
-               labels: tuple[str, str] = ("original", "replay")) -> "go.Figure":
+def e2e_figure(
+    iteration_ms_a: list[float], iteration_ms_b: list[float], labels: tuple[str, str] = ("original", "replay")
+) -> "go.Figure":
     """Box plots of per-iteration time of the two sides."""
     import plotly.graph_objects as go
 
-    fig = go.Figure([go.Box(y=list(iteration_ms_a), name=labels[0], marker_color="#7c5cff", boxpoints="all"),
-                     go.Box(y=list(iteration_ms_b), name=labels[1], marker_color="#ffd166", boxpoints="all")])
+    fig = go.Figure(
+        [
+            go.Box(y=list(iteration_ms_a), name=labels[0], marker_color="#7c5cff", boxpoints="all"),
+            go.Box(y=list(iteration_ms_b), name=labels[1], marker_color="#ffd166", boxpoints="all"),
+        ]
+    )
     fig.update_layout(yaxis_title="ms per iteration", height=320, margin=dict(l=10, r=10, t=30, b=30))
     return fig

@@ -12,6 +12,7 @@ the key -> member-ids map (`GraphModel.groups`) and map chart selections back to
 (`engine.figures.selection`). `customdata` of every point is the node key: an ET node id (int)
 for a single op, a string ("module:<label>" or "tree:<id>") for a super-node.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -29,11 +30,22 @@ if TYPE_CHECKING:
 COLLAPSE_MODES = ("auto", "none", "module", "depth", "chunk")
 COLOR_BY = ("category", "phase", "time")
 CATEGORY_COLORS = {
-    "compute": "#7c5cff", "communication": "#ff6b6b", "view": "#8d99ae", "allocation": "#f4a261",
-    "autograd": "#2a9d8f", "annotation": "#bbbbbb", "custom": "#e9c46a", "mixed": "#cccccc",
+    "compute": "#7c5cff",
+    "communication": "#ff6b6b",
+    "view": "#8d99ae",
+    "allocation": "#f4a261",
+    "autograd": "#2a9d8f",
+    "annotation": "#bbbbbb",
+    "custom": "#e9c46a",
+    "mixed": "#cccccc",
 }
-PHASE_COLORS = {"forward": "#4cc9f0", "backward": "#f72585", "optimizer": "#b5e48c",
-                "other": "#adb5bd", "mixed": "#cccccc"}
+PHASE_COLORS = {
+    "forward": "#4cc9f0",
+    "backward": "#f72585",
+    "optimizer": "#b5e48c",
+    "other": "#adb5bd",
+    "mixed": "#cccccc",
+}
 
 
 # Default node budget of a collapsed view. Why 600: in a browser the draw, not the server, is the
@@ -92,8 +104,10 @@ def layered_layout(g: "nx.DiGraph") -> dict[Hashable, tuple[float, float]]:
         gens = list(nx.topological_generations(g))
     else:
         cond = nx.condensation(g)
-        gens = [[m for c in gen for m in sorted(cond.nodes[c]["members"], key=str)]
-                for gen in nx.topological_generations(cond)]
+        gens = [
+            [m for c in gen for m in sorted(cond.nodes[c]["members"], key=str)]
+            for gen in nx.topological_generations(cond)
+        ]
     pos: dict[Hashable, tuple[float, float]] = {}
     for x, gen in enumerate(gens):
         gen = sorted(gen, key=lambda n: (isinstance(n, str), str(n) if isinstance(n, str) else n))
@@ -224,14 +238,28 @@ def build_graph_model(ops: pd.DataFrame, dag: "nx.DiGraph", view: GraphView | No
     kser = pd.Series(keys, dtype=object)
     kstr = kser.map(str)
     t = sub[time_col].fillna(0.0) if time_col in sub.columns else pd.Series(0.0, index=sub.index)
-    frame = pd.DataFrame({"k": kstr, "name": sub["name"].astype(str), "category": sub["category"].astype(str),
-                          "phase": sub["phase"].astype(str), "t": t})
+    frame = pd.DataFrame(
+        {
+            "k": kstr,
+            "name": sub["name"].astype(str),
+            "category": sub["category"].astype(str),
+            "phase": sub["phase"].astype(str),
+            "t": t,
+        }
+    )
     g = frame.groupby("k", sort=False)
     agg = pd.DataFrame({"time_us": g["t"].sum(), "n_ops": g.size()})
     for col in ("category", "phase"):  # the group's value when all members agree, else "mixed"
         agg[col] = g[col].first().where(g[col].nunique() == 1, "mixed")
-    tops = (frame.groupby(["k", "name"], sort=False).size().rename("c").reset_index()
-            .sort_values(["k", "c"], ascending=[True, False]).groupby("k", sort=False).head(3))
+    tops = (
+        frame.groupby(["k", "name"], sort=False)
+        .size()
+        .rename("c")
+        .reset_index()
+        .sort_values(["k", "c"], ascending=[True, False])
+        .groupby("k", sort=False)
+        .head(3)
+    )
     top_txt = (tops["name"] + " ×" + tops["c"].astype(str)).groupby(tops["k"]).agg("<br>".join)
     single = sub.assign(k=kstr)[[not isinstance(k, str) for k in keys]].set_index("k")
 
@@ -243,22 +271,29 @@ def build_graph_model(ops: pd.DataFrame, dag: "nx.DiGraph", view: GraphView | No
         a = arec[ks]
         if isinstance(k, str):
             kind, _, rest = k.partition(":")
-            label = f"{name_of.get(int(rest), rest)} [{rest}]" if kind == "tree" else (
-                f"{a['phase']} ops from {rest}" if kind == "chunk" else rest)
-            hover = (f"<b>{label}</b><br>{int(a['n_ops'])} ops; {time_col} {a['time_us']:,.1f} µs<br>"
-                     + top_txt.get(ks, ""))
+            label = (
+                f"{name_of.get(int(rest), rest)} [{rest}]"
+                if kind == "tree"
+                else (f"{a['phase']} ops from {rest}" if kind == "chunk" else rest)
+            )
+            hover = f"<b>{label}</b><br>{int(a['n_ops'])} ops; {time_col} {a['time_us']:,.1f} µs<br>" + top_txt.get(
+                ks, ""
+            )
         else:
             r = single.loc[ks]
             label = str(r["name"])
-            hover = (f"<b>{label}</b> (id {k})<br>{str(r['schema'])[:160]}<br>{_shapes_dtypes(r['inputs'])}"
-                     f"<br>{time_col} {a['time_us']:,.1f} µs")
+            hover = (
+                f"<b>{label}</b> (id {k})<br>{str(r['schema'])[:160]}<br>{_shapes_dtypes(r['inputs'])}"
+                f"<br>{time_col} {a['time_us']:,.1f} µs"
+            )
         rows.append((k, x, y, label, a["category"], a["phase"], float(a["time_us"]), int(a["n_ops"]), hover))
     nodes = pd.DataFrame(rows, columns=["key", "x", "y", "label", "category", "phase", "time_us", "n_ops", "hover"])
     return GraphModel(nodes=nodes, edges=sorted(edges, key=str), groups=groups, collapse=mode)
 
 
-def graph_figure(model: GraphModel, color_by: str = "category", *, highlight: list | None = None,
-                 height: int = 560) -> "go.Figure":
+def graph_figure(
+    model: GraphModel, color_by: str = "category", *, highlight: list | None = None, height: int = 560
+) -> "go.Figure":
     """Scattergl nodes (one trace per colour class) + one line trace for all edges."""
     import plotly.graph_objects as go
 
@@ -274,33 +309,76 @@ def graph_figure(model: GraphModel, color_by: str = "category", *, highlight: li
     ex[0::3], ex[1::3] = nx_[src], nx_[dst]
     ey[0::3], ey[1::3] = ny_[src], ny_[dst]
     fig = go.Figure()
-    fig.add_trace(go.Scattergl(x=ex, y=ey, mode="lines", hoverinfo="skip", name="data deps",
-                               line=dict(width=0.6, color="rgba(150,150,170,0.45)"), showlegend=False))
+    fig.add_trace(
+        go.Scattergl(
+            x=ex,
+            y=ey,
+            mode="lines",
+            hoverinfo="skip",
+            name="data deps",
+            line=dict(width=0.6, color="rgba(150,150,170,0.45)"),
+            showlegend=False,
+        )
+    )
     size = np.clip(6 + 2 * np.log2(nodes["n_ops"].to_numpy(float)), 6, 22)
     if color_by == "time":
-        fig.add_trace(go.Scattergl(
-            x=nodes["x"], y=nodes["y"], mode="markers", name="ops",
-            customdata=nodes["key"].tolist(), text=nodes["hover"], hovertemplate="%{text}<extra></extra>",
-            marker=dict(size=size, color=np.log10(1 + nodes["time_us"].to_numpy(float)),
-                        colorscale="Viridis", showscale=True, colorbar=dict(title="log10 µs"))))
+        fig.add_trace(
+            go.Scattergl(
+                x=nodes["x"],
+                y=nodes["y"],
+                mode="markers",
+                name="ops",
+                customdata=nodes["key"].tolist(),
+                text=nodes["hover"],
+                hovertemplate="%{text}<extra></extra>",
+                marker=dict(
+                    size=size,
+                    color=np.log10(1 + nodes["time_us"].to_numpy(float)),
+                    colorscale="Viridis",
+                    showscale=True,
+                    colorbar=dict(title="log10 µs"),
+                ),
+            )
+        )
     else:
         palette = CATEGORY_COLORS if color_by == "category" else PHASE_COLORS
         for value, part in nodes.groupby(color_by, sort=True, observed=True):
             idx = part.index.to_numpy()
-            fig.add_trace(go.Scattergl(
-                x=part["x"], y=part["y"], mode="markers", name=str(value),
-                customdata=part["key"].tolist(), text=part["hover"], hovertemplate="%{text}<extra></extra>",
-                marker=dict(size=size[idx], color=palette.get(str(value), "#999999"),
-                            line=dict(width=0.5, color="#222"))))
+            fig.add_trace(
+                go.Scattergl(
+                    x=part["x"],
+                    y=part["y"],
+                    mode="markers",
+                    name=str(value),
+                    customdata=part["key"].tolist(),
+                    text=part["hover"],
+                    hovertemplate="%{text}<extra></extra>",
+                    marker=dict(
+                        size=size[idx], color=palette.get(str(value), "#999999"), line=dict(width=0.5, color="#222")
+                    ),
+                )
+            )
     if highlight:
         hl = nodes[nodes["key"].isin(set(highlight))]
-        fig.add_trace(go.Scattergl(x=hl["x"], y=hl["y"], mode="markers", name="selected",
-                                   customdata=hl["key"].tolist(), hoverinfo="skip",
-                                   marker=dict(size=16, color="rgba(0,0,0,0)",
-                                               line=dict(width=2.5, color="#ffd166"))))
-    fig.update_layout(height=height, margin=dict(l=10, r=10, t=30, b=10),
-                      xaxis=dict(title="topological generation", zeroline=False),
-                      yaxis=dict(visible=False), legend=dict(orientation="h"),
-                      title=f"{len(nodes)} nodes ({model.collapse}), {len(model.edges)} edges",
-                      clickmode="event+select", hovermode="closest")
+        fig.add_trace(
+            go.Scattergl(
+                x=hl["x"],
+                y=hl["y"],
+                mode="markers",
+                name="selected",
+                customdata=hl["key"].tolist(),
+                hoverinfo="skip",
+                marker=dict(size=16, color="rgba(0,0,0,0)", line=dict(width=2.5, color="#ffd166")),
+            )
+        )
+    fig.update_layout(
+        height=height,
+        margin=dict(l=10, r=10, t=30, b=10),
+        xaxis=dict(title="topological generation", zeroline=False),
+        yaxis=dict(visible=False),
+        legend=dict(orientation="h"),
+        title=f"{len(nodes)} nodes ({model.collapse}), {len(model.edges)} edges",
+        clickmode="event+select",
+        hovermode="closest",
+    )
     return fig

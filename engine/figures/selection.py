@@ -7,6 +7,7 @@ Payloads handled (dicts or Streamlit's attribute dicts):
     (graph), an event row id `ev` (timeline), a name or id (breakdown bars).
   * `st.dataframe(on_select=...)`: {"selection": {"rows": [positions], "columns": [...]}}.
 """
+
 from __future__ import annotations
 
 from typing import Any, Hashable, Iterable, Mapping
@@ -84,10 +85,16 @@ def events_to_op_ids(events: pd.DataFrame, ops: pd.DataFrame, ev_ids: Iterable[i
     return sorted(int(i) for i in hit["id"].unique())
 
 
-def selection_to_node_ids(event: Any, figure_kind: str, *, groups: Mapping[Hashable, list[int]] | None = None,
-                          events: pd.DataFrame | None = None, ops: pd.DataFrame | None = None,
-                          table_ids: list[int] | None = None, name_to_ids: Mapping[str, list[int]] | None = None,
-                          ) -> list[int]:
+def selection_to_node_ids(
+    event: Any,
+    figure_kind: str,
+    *,
+    groups: Mapping[Hashable, list[int]] | None = None,
+    events: pd.DataFrame | None = None,
+    ops: pd.DataFrame | None = None,
+    table_ids: list[int] | None = None,
+    name_to_ids: Mapping[str, list[int]] | None = None,
+) -> list[int]:
     """Sorted ET node ids named by a selection `event` on a figure/table of `figure_kind`.
 
     graph: keys through `groups` (int keys are ids themselves); timeline: event ids through

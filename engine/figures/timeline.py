@@ -11,6 +11,7 @@ which WebGL line traces do not draw correctly. Times on the x axis are `ts_us - 
 stored exactly: the figure's bar `base` equals `ts_us - origin_us` and `x` equals `dur_us`.
 `customdata` carries the event row id `ev` (the `events.ev` column).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,8 +24,15 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
 BAR_LIMIT = 4000
-GROUP_COLORS = {"cpu_op": "#7c5cff", "kernel": "#f72585", "runtime": "#ffd166", "memory": "#06d6a0",
-                "annotation": "#8d99ae", "python": "#4cc9f0", "other": "#adb5bd"}
+GROUP_COLORS = {
+    "cpu_op": "#7c5cff",
+    "kernel": "#f72585",
+    "runtime": "#ffd166",
+    "memory": "#06d6a0",
+    "annotation": "#8d99ae",
+    "python": "#4cc9f0",
+    "other": "#adb5bd",
+}
 
 
 def _group(cat: str) -> str:
@@ -154,8 +162,15 @@ def default_window(events: pd.DataFrame, max_events: int = 5000, origin_us: floa
     return lo - origin, max(hi - origin, lo - origin + 1.0)
 
 
-def timeline_figure(events: pd.DataFrame, view: TimelineView | None = None, *, origin_us: float | None = None,
-                    flow_from: int | None = None, height: int | None = None, title: str = "") -> "go.Figure":
+def timeline_figure(
+    events: pd.DataFrame,
+    view: TimelineView | None = None,
+    *,
+    origin_us: float | None = None,
+    flow_from: int | None = None,
+    height: int | None = None,
+    title: str = "",
+) -> "go.Figure":
     """The timeline of `events` (the `Trace.events` table); arrows from `flow_from` to its kernels."""
     import plotly.graph_objects as go
 
@@ -169,16 +184,35 @@ def timeline_figure(events: pd.DataFrame, view: TimelineView | None = None, *, o
         fig.add_trace(tr)
     if flow_from is not None:
         for (x0, y0), (x1, y1) in flow_arrows(events, ev, flow_from):
-            fig.add_annotation(x=x1, y=y1, ax=x0, ay=y0, xref="x", yref="y", axref="x", ayref="y",
-                               showarrow=True, arrowhead=3, arrowwidth=1.6, arrowcolor="#ffd166")
+            fig.add_annotation(
+                x=x1,
+                y=y1,
+                ax=x0,
+                ay=y0,
+                xref="x",
+                yref="y",
+                axref="x",
+                ayref="y",
+                showarrow=True,
+                arrowhead=3,
+                arrowwidth=1.6,
+                arrowcolor="#ffd166",
+            )
     fig.update_layout(
-        barmode="overlay", height=height or max(320, 16 * (max(ev["y"].max(), 0) + 3 if len(ev) else 10)),
-        margin=dict(l=10, r=10, t=30, b=30), title=title or f"{len(ev):,} events", clickmode="event+select",
-        xaxis=dict(title=f"µs since {origin:,.0f}", zeroline=False,
-                   range=[view.start_us, view.end_us] if view.start_us is not None and view.end_us is not None else None),
+        barmode="overlay",
+        height=height or max(320, 16 * (max(ev["y"].max(), 0) + 3 if len(ev) else 10)),
+        margin=dict(l=10, r=10, t=30, b=30),
+        title=title or f"{len(ev):,} events",
+        clickmode="event+select",
+        xaxis=dict(
+            title=f"µs since {origin:,.0f}",
+            zeroline=False,
+            range=[view.start_us, view.end_us] if view.start_us is not None and view.end_us is not None else None,
+        ),
         yaxis=dict(tickvals=[-v for v in lanes.values()], ticktext=list(lanes.keys())),
         legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
-        meta={"origin_us": origin, "bars": use_bars})
+        meta={"origin_us": origin, "bars": use_bars},
+    )
     return fig
 
 
@@ -191,11 +225,23 @@ def timeline_traces(ev: pd.DataFrame, use_bars: bool, *, legend: bool = True) ->
         color = GROUP_COLORS.get(group, "#999")
         names = part["name"].astype(str).to_numpy()
         if use_bars:
-            out.append(go.Bar(
-                base=part["start_us"].to_numpy(), x=part["dur_us"].to_numpy(), y=-part["y"].to_numpy(),
-                orientation="h", name=group, marker=dict(color=color, line=dict(width=0)), showlegend=legend,
-                legendgroup=group, customdata=part["ev"].to_numpy(), width=0.85, text=names, textposition="none",
-                hovertemplate="%{text}<br>start %{base:.3f} µs<br>dur %{x:.3f} µs<br>ev %{customdata}<extra></extra>"))
+            out.append(
+                go.Bar(
+                    base=part["start_us"].to_numpy(),
+                    x=part["dur_us"].to_numpy(),
+                    y=-part["y"].to_numpy(),
+                    orientation="h",
+                    name=group,
+                    marker=dict(color=color, line=dict(width=0)),
+                    showlegend=legend,
+                    legendgroup=group,
+                    customdata=part["ev"].to_numpy(),
+                    width=0.85,
+                    text=names,
+                    textposition="none",
+                    hovertemplate="%{text}<br>start %{base:.3f} µs<br>dur %{x:.3f} µs<br>ev %{customdata}<extra></extra>",
+                )
+            )
         else:
             n = len(part)
             xs = np.empty(3 * n)
@@ -207,14 +253,26 @@ def timeline_traces(ev: pd.DataFrame, use_bars: bool, *, legend: bool = True) ->
             # Hover shows the event id only: repeating 3 names per event would triple the payload
             # (the 75k-event HTA trace: ~20 MB instead of ~6 MB); the selected event's details are
             # shown by the page.
-            out.append(go.Scattergl(
-                x=xs, y=ys, mode="lines", name=group, line=dict(color=color, width=6), showlegend=legend,
-                legendgroup=group, customdata=np.repeat(part["ev"].to_numpy(np.int32), 3), connectgaps=False,
-                hovertemplate=group + "<br>%{x:.3f} µs<br>ev %{customdata}<extra></extra>"))
+            out.append(
+                go.Scattergl(
+                    x=xs,
+                    y=ys,
+                    mode="lines",
+                    name=group,
+                    line=dict(color=color, width=6),
+                    showlegend=legend,
+                    legendgroup=group,
+                    customdata=np.repeat(part["ev"].to_numpy(np.int32), 3),
+                    connectgaps=False,
+                    hovertemplate=group + "<br>%{x:.3f} µs<br>ev %{customdata}<extra></extra>",
+                )
+            )
     return out
 
 
-def flow_arrows(events: pd.DataFrame, laid: pd.DataFrame, ev_id: int) -> list[tuple[tuple[float, float], tuple[float, float]]]:
+def flow_arrows(
+    events: pd.DataFrame, laid: pd.DataFrame, ev_id: int
+) -> list[tuple[tuple[float, float], tuple[float, float]]]:
     """Arrows from CPU launches to the GPU work they launched, for one selected event.
 
     A runtime launch links to its kernels by `correlation`; a cpu_op links through the launches
@@ -229,19 +287,25 @@ def flow_arrows(events: pd.DataFrame, laid: pd.DataFrame, ev_id: int) -> list[tu
     row = sel.iloc[0]
     cat = str(row["cat"])
     if cat == "cpu_op" or "annotation" in cat or cat.startswith("python"):
-        same = events[(events["pid"] == row["pid"]) & (events["tid"] == row["tid"])
-                      & events["cat"].isin(["cuda_runtime", "cuda_driver"])]
+        same = events[
+            (events["pid"] == row["pid"])
+            & (events["tid"] == row["tid"])
+            & events["cat"].isin(["cuda_runtime", "cuda_driver"])
+        ]
         t0, t1 = row["ts_us"], row["ts_us"] + row["dur_us"]
         launches = same[(same["ts_us"] >= t0) & (same["ts_us"] <= t1) & same["correlation"].notna()]
     elif cat in ("kernel", "gpu_memcpy", "gpu_memset"):
-        launches = events[(events["correlation"] == row["correlation"])
-                          & events["cat"].isin(["cuda_runtime", "cuda_driver"])]
+        launches = events[
+            (events["correlation"] == row["correlation"]) & events["cat"].isin(["cuda_runtime", "cuda_driver"])
+        ]
     else:
         launches = sel[sel["correlation"].notna()]
     if launches.empty:
         return []
-    gpu = events[events["cat"].isin(["kernel", "gpu_memcpy", "gpu_memset"])
-                 & events["correlation"].isin(launches["correlation"].dropna().tolist())]
+    gpu = events[
+        events["cat"].isin(["kernel", "gpu_memcpy", "gpu_memset"])
+        & events["correlation"].isin(launches["correlation"].dropna().tolist())
+    ]
     pos = laid.set_index("ev")[["start_us", "y"]]
     out = []
     for _, k in gpu.iterrows():

@@ -8,6 +8,7 @@ Public API:
     Selection, Subgraph, select(trace, selection), selection_from_dict(d)
     descendants(ops, ids), roots(ops), leaves(ops)   # vectorized tree queries on one rank's ops
 """
+
 from engine.graph.calltree import call_tree, descendants, leaves, roots
 from engine.graph.deps import data_deps
 from engine.graph.phases import annotate_phases
@@ -15,6 +16,16 @@ from engine.graph.replayset import replay_ops
 from engine.graph.select import Selection, Subgraph, select, selection_from_dict, selection_to_dict
 
 __all__ = [
-    "annotate_phases", "call_tree", "data_deps", "replay_ops", "Selection", "Subgraph", "select",
-    "selection_from_dict", "selection_to_dict", "descendants", "roots", "leaves",
+    "annotate_phases",
+    "call_tree",
+    "data_deps",
+    "replay_ops",
+    "Selection",
+    "Subgraph",
+    "select",
+    "selection_from_dict",
+    "selection_to_dict",
+    "descendants",
+    "roots",
+    "leaves",
 ]

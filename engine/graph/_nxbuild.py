@@ -7,14 +7,21 @@ keys and unique edges, filling networkx's adjacency dicts directly gives the ide
 networkx 3.x keeps a DiGraph in `_node`, `_succ` (== `_adj`) and `_pred`; if a future version
 changes that layout the public API is used instead.
 """
+
 from __future__ import annotations
 
 import gc
 from typing import Any, Sequence
 
 
-def build_digraph(nodes: Sequence[int], node_attrs: dict[str, Sequence[Any]], src: Sequence[int],
-                  dst: Sequence[int], edge_attrs: dict[str, Sequence[Any]], **graph_attrs):
+def build_digraph(
+    nodes: Sequence[int],
+    node_attrs: dict[str, Sequence[Any]],
+    src: Sequence[int],
+    dst: Sequence[int],
+    edge_attrs: dict[str, Sequence[Any]],
+    **graph_attrs,
+):
     """DiGraph with one node per `nodes` key and one edge per (src[i], dst[i]) (pairs unique).
 
     The cyclic garbage collector is paused while the ~50k small dicts are created: they hold
@@ -63,8 +70,12 @@ def _build(nodes, node_attrs, src, dst, edge_attrs, graph_attrs):
     g = nx.DiGraph(**graph_attrs)
     node_dicts = _dicts(node_attrs, len(nodes))
     edge_dicts = _dicts(edge_attrs, len(src))
-    fast = all(hasattr(g, a) and isinstance(getattr(g, a), dict) and not getattr(g, a)
-               for a in ("_node", "_succ", "_pred")) and g._succ is g._adj
+    fast = (
+        all(
+            hasattr(g, a) and isinstance(getattr(g, a), dict) and not getattr(g, a) for a in ("_node", "_succ", "_pred")
+        )
+        and g._succ is g._adj
+    )
     if not fast:  # unknown networkx layout: the public, slower path
         g.add_nodes_from(zip(nodes, node_dicts))
         g.add_edges_from((s, d, a) for s, d, a in zip(src, dst, edge_dicts))

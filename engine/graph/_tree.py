@@ -7,6 +7,7 @@ ancestor" / "any marked ancestor" questions with pointer doubling: O(n log depth
 
 Node ids are unique per rank only, so rows are keyed by (rank, id).
 """
+
 from __future__ import annotations
 
 import numpy as np

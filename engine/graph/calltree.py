@@ -7,6 +7,7 @@ doubling answers over the whole table at numpy speed without building a graph at
 All functions work on one rank at a time: ET node ids are unique per rank only.
 `rank=None` means the lowest rank present (the only one for single-rank traces).
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable

@@ -29,6 +29,7 @@ edges collapse to one per pair, keeping the strongest kind (raw > war > waw) and
 
 Executable ops: `replay_ops(trace, mode)` (see `engine.graph.replayset`) unless `ops` is given.
 """
+
 from __future__ import annotations
 
 import re
@@ -77,7 +78,7 @@ def mutated_args(name: str, schema: str) -> tuple[int, ...]:
     if schema and "(" in schema:
         head = schema.split(" -> ")[0]
         start = head.find("(")
-        args = [a for a in _split_top(head[start + 1: head.rfind(")")]) if a != "*"]
+        args = [a for a in _split_top(head[start + 1 : head.rfind(")")]) if a != "*"]
         found = [i for i, a in enumerate(args) if _MUTATED.match(a)]
     base = name.split("::")[-1].split(".")[0]
     if base.endswith("_") and not base.endswith("__") and 0 not in found:
@@ -171,8 +172,14 @@ def accesses(trace: "Trace", exec_ids: np.ndarray, ops: pd.DataFrame, rank: int)
     """
     t = _rank_tensors(trace, rank)
     if len(t) == 0 or len(exec_ids) == 0:
-        return pd.DataFrame({"op": np.empty(0, np.int64), "storage": np.empty(0, np.int64),
-                             "tensor": np.empty(0, np.int64), "write": np.empty(0, bool)})
+        return pd.DataFrame(
+            {
+                "op": np.empty(0, np.int64),
+                "storage": np.empty(0, np.int64),
+                "tensor": np.empty(0, np.int64),
+                "write": np.empty(0, bool),
+            }
+        )
     ids = _ids_of(ops)
     owner_of_row = _owner(ops, np.isin(ids, exec_ids))
     op_id = t["op_id"].to_numpy(dtype=np.int64)
@@ -215,8 +222,9 @@ def accesses(trace: "Trace", exec_ids: np.ndarray, ops: pd.DataFrame, rank: int)
     order = np.lexsort((tn, write, op, st))
     op, st, tn, write = op[order], st[order], tn[order], write[order]
     first = np.ones(len(op), dtype=bool)
-    first[1:] = ((op[1:] != op[:-1]) | (st[1:] != st[:-1]) | (write[1:] != write[:-1])
-                 | (~write[1:] & (tn[1:] != tn[:-1])))
+    first[1:] = (
+        (op[1:] != op[:-1]) | (st[1:] != st[:-1]) | (write[1:] != write[:-1]) | (~write[1:] & (tn[1:] != tn[:-1]))
+    )
     return pd.DataFrame({"op": op[first], "storage": st[first], "tensor": tn[first], "write": write[first]})
 
 
@@ -256,17 +264,26 @@ def dep_edges(acc: pd.DataFrame, produced: pd.DataFrame | None = None) -> pd.Dat
     # raw: reader of version v <- the writer that made version v
     wr = lookup(key[ri])
     ok = wr >= 0
-    srcs.append(op[wr[ok]]); dsts.append(op[ri[ok]]); tids.append(tn[ri[ok]]); sids.append(st[ri[ok]])
+    srcs.append(op[wr[ok]])
+    dsts.append(op[ri[ok]])
+    tids.append(tn[ri[ok]])
+    sids.append(st[ri[ok]])
     kinds.append(np.zeros(ok.sum(), np.int8))
     # war: writer of version v+1 <- reader of version v
     nx_w = lookup(key[ri] + 1)
     ok = nx_w >= 0
-    srcs.append(op[ri[ok]]); dsts.append(op[nx_w[ok]]); tids.append(tn[nx_w[ok]]); sids.append(st[ri[ok]])
+    srcs.append(op[ri[ok]])
+    dsts.append(op[nx_w[ok]])
+    tids.append(tn[nx_w[ok]])
+    sids.append(st[ri[ok]])
     kinds.append(np.ones(ok.sum(), np.int8))
     # waw: writer of version k <- writer of version k-1
     pw = lookup(key[wi] - 1)
     ok = pw >= 0
-    srcs.append(op[pw[ok]]); dsts.append(op[wi[ok]]); tids.append(tn[wi[ok]]); sids.append(st[wi[ok]])
+    srcs.append(op[pw[ok]])
+    dsts.append(op[wi[ok]])
+    tids.append(tn[wi[ok]])
+    sids.append(st[wi[ok]])
     kinds.append(np.full(ok.sum(), 2, np.int8))
     if produced is not None and len(produced) and len(ri):
         # raw by tensor: reader <- the latest earlier op that output that exact tensor (tensor ids
@@ -281,7 +298,10 @@ def dep_edges(acc: pd.DataFrame, produced: pd.DataFrame | None = None) -> pd.Dat
         pos = np.searchsorted(pk[porder], rk, side="left") - 1  # strictly earlier producer
         cand = porder[np.maximum(pos, 0)]
         ok = (pos >= 0) & (p_tn[cand] == tn[ri]) & (p_st[cand] == st[ri])
-        srcs.append(p_op[cand[ok]]); dsts.append(op[ri[ok]]); tids.append(tn[ri[ok]]); sids.append(st[ri[ok]])
+        srcs.append(p_op[cand[ok]])
+        dsts.append(op[ri[ok]])
+        tids.append(tn[ri[ok]])
+        sids.append(st[ri[ok]])
         kinds.append(np.zeros(ok.sum(), np.int8))
     src, dst = np.concatenate(srcs), np.concatenate(dsts)
     tid, sid, kind = np.concatenate(tids), np.concatenate(sids), np.concatenate(kinds)
@@ -291,12 +311,20 @@ def dep_edges(acc: pd.DataFrame, produced: pd.DataFrame | None = None) -> pd.Dat
     src, dst, tid, sid, kind = src[o], dst[o], tid[o], sid[o], kind[o]
     first = np.ones(len(src), dtype=bool)
     first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
-    return pd.DataFrame({"src": src[first], "dst": dst[first], "tensor_id": tid[first], "storage_id": sid[first],
-                         "kind": pd.Categorical.from_codes(kind[first], categories=list(_KINDS))})
+    return pd.DataFrame(
+        {
+            "src": src[first],
+            "dst": dst[first],
+            "tensor_id": tid[first],
+            "storage_id": sid[first],
+            "kind": pd.Categorical.from_codes(kind[first], categories=list(_KINDS)),
+        }
+    )
 
 
-def data_deps(trace: "Trace", rank: int | None = None, ops: Iterable[int] | None = None,
-              *, mode: Literal["top", "leaf"] = "top") -> "nx.DiGraph":
+def data_deps(
+    trace: "Trace", rank: int | None = None, ops: Iterable[int] | None = None, *, mode: Literal["top", "leaf"] = "top"
+) -> "nx.DiGraph":
     """Producer -> consumer DAG among one rank's executable ops (rules in module docstring).
 
     ops: the executable op ids (default: `replay_ops(trace, mode, rank=rank)`); ids not in the
@@ -326,14 +354,23 @@ def data_deps(trace: "Trace", rank: int | None = None, ops: Iterable[int] | None
         return build_digraph(node_ids, attrs, [], [], {}, rank=r)
     t = _rank_tensors(trace, r)
     outs = _is_in(t["io"], "out") & np.isin(t["op_id"].to_numpy(dtype=np.int64), exec_ids)
-    produced = pd.DataFrame({"op": t["op_id"].to_numpy(dtype=np.int64)[outs],
-                             "tensor": t["tensor_id"].to_numpy(dtype=np.int64)[outs],
-                             "storage": t["storage_id"].to_numpy(dtype=np.int64)[outs]})
+    produced = pd.DataFrame(
+        {
+            "op": t["op_id"].to_numpy(dtype=np.int64)[outs],
+            "tensor": t["tensor_id"].to_numpy(dtype=np.int64)[outs],
+            "storage": t["storage_id"].to_numpy(dtype=np.int64)[outs],
+        }
+    )
     edges = dep_edges(acc, produced)
     kind = np.asarray(_KINDS, dtype=object)[edges["kind"].cat.codes.to_numpy()].tolist()
-    return build_digraph(node_ids, attrs, edges["src"].tolist(), edges["dst"].tolist(),
-                         {"tensor_id": edges["tensor_id"].tolist(), "storage_id": edges["storage_id"].tolist(),
-                          "kind": kind}, rank=r)
+    return build_digraph(
+        node_ids,
+        attrs,
+        edges["src"].tolist(),
+        edges["dst"].tolist(),
+        {"tensor_id": edges["tensor_id"].tolist(), "storage_id": edges["storage_id"].tolist(), "kind": kind},
+        rank=r,
+    )
 
 
 __all__ = ["data_deps", "replay_ops", "mutated_args", "accesses", "dep_edges"]

@@ -37,6 +37,7 @@ they inherit the module of the forward op that created their autograd node: the 
 ``scope == 1`` ancestor's ``seq_id`` equals the forward op's ``seq_id`` (the
 ``evaluate_function`` wrapper takes its ``scope == 1`` child's). "" when none applies.
 """
+
 from __future__ import annotations
 
 import re
@@ -56,8 +57,18 @@ _WORD = r"(?<![A-Za-z0-9]){}(?![A-Za-z0-9])"
 _RE_BACKWARD = re.compile(_WORD.format("backward"), re.IGNORECASE)
 _RE_OPTIMIZER = re.compile(_WORD.format("(?:optimizer|zero_grad)"), re.IGNORECASE)
 _RE_FORWARD = re.compile(_WORD.format("forward"), re.IGNORECASE)
-_PHASE_WORDS = {"forward", "backward", "optimizer", "zero_grad", "step", "optimizer_step",
-                "optimizer.step", "loss", "train_step", "iteration"}
+_PHASE_WORDS = {
+    "forward",
+    "backward",
+    "optimizer",
+    "zero_grad",
+    "step",
+    "optimizer_step",
+    "optimizer.step",
+    "loss",
+    "train_step",
+    "iteration",
+}
 _RE_LABEL = re.compile(r"^(?:## .* ##|\[.*\]|nn\.Module: |ProfilerStep#|Optimizer\.)")
 
 
@@ -92,7 +103,7 @@ def _is_label(ops: pd.DataFrame, names: "_Names") -> np.ndarray:
             codes = cat.cat.codes.to_numpy()
             label |= (codes == cats.index("annotation")) if "annotation" in cats else False
         else:
-            label |= (cat.to_numpy(dtype=object) == "annotation")
+            label |= cat.to_numpy(dtype=object) == "annotation"
     if "scope" in ops.columns:
         label |= (ops["scope"].to_numpy() == 7) & names.flag(lambda s: ":" not in s)
     return label

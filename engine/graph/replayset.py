@@ -26,6 +26,7 @@ the highest rebuildable op *inside the set* on its path. For a selection closed 
 descendants this equals the global rule restricted to the set, and selecting a child op alone
 (``aten::addmm`` without its ``aten::linear``) replays that child.
 """
+
 from __future__ import annotations
 
 import re
@@ -49,8 +50,7 @@ _NOT_REBUILDABLE_CATEGORIES = ("annotation", "autograd")
 def _flag_by_value(col: pd.Series, fn) -> np.ndarray:
     """Evaluate fn once per distinct value of a (categorical or object) column."""
     if isinstance(col.dtype, pd.CategoricalDtype):
-        table = np.fromiter((bool(fn(str(c))) for c in col.cat.categories), dtype=bool,
-                            count=len(col.cat.categories))
+        table = np.fromiter((bool(fn(str(c))) for c in col.cat.categories), dtype=bool, count=len(col.cat.categories))
         codes = col.cat.codes.to_numpy()
         return np.where(codes >= 0, table[np.maximum(codes, 0)], bool(fn("")))
     codes, uniq = pd.factorize(col.astype(object).fillna(""))
@@ -72,15 +72,18 @@ def rebuildable(ops: pd.DataFrame) -> np.ndarray:
         texts = ops["inputs"].to_numpy(dtype=object)[need]
         recorded = np.fromiter(
             (isinstance(t, str) and t.strip() not in ("", "{}") and _EMPTY_VALUES.search(t) is None for t in texts),
-            dtype=bool, count=len(need))
+            dtype=bool,
+            count=len(need),
+        )
         ok[need[~recorded]] = False
     elif len(need):
         ok[need] = False
     return ok
 
 
-def replay_mask(ops: pd.DataFrame, mode: Literal["top", "leaf"] = "top",
-                within: np.ndarray | None = None) -> np.ndarray:
+def replay_mask(
+    ops: pd.DataFrame, mode: Literal["top", "leaf"] = "top", within: np.ndarray | None = None
+) -> np.ndarray:
     """Boolean per row of one rank's ops: is the row replayed? (see module docstring)."""
     if mode not in ("top", "leaf"):
         raise TraceError(f"replay mode must be 'top' or 'leaf', not {mode!r}")
@@ -93,8 +96,13 @@ def replay_mask(ops: pd.DataFrame, mode: Literal["top", "leaf"] = "top",
     return cand & ~any_marked_descendant(parent, cand)
 
 
-def replay_ops(trace: "Trace", mode: Literal["top", "leaf"] = "top", *, rank: int | None = None,
-               within: Iterable[int] | None = None) -> list[int]:
+def replay_ops(
+    trace: "Trace",
+    mode: Literal["top", "leaf"] = "top",
+    *,
+    rank: int | None = None,
+    within: Iterable[int] | None = None,
+) -> list[int]:
     """Sorted ET node ids the replay runs for one rank (lowest rank when None).
 
     `within`: optional ids to restrict the choice to (e.g. a selection's closed op set).

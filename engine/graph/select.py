@@ -18,6 +18,7 @@ Criteria combine with AND; each criterion left as None does not filter:
   rank            rank to select on (None: the lowest rank present)
   include_descendants  close the matched ops over their call-tree descendants (default True).
 """
+
 from __future__ import annotations
 
 import re
@@ -170,8 +171,11 @@ def _match_module(ops: pd.DataFrame, module: str) -> np.ndarray:
     label_like = np.zeros(len(ops), dtype=bool)
     if "category" in ops.columns:
         label_like = (ops["category"].astype(object) == "annotation").to_numpy()
-    name_hit = np.fromiter((bool(label_like[i]) and rx.search(str(n)) is not None for i, n in enumerate(names)),
-                           dtype=bool, count=len(names))
+    name_hit = np.fromiter(
+        (bool(label_like[i]) and rx.search(str(n)) is not None for i, n in enumerate(names)),
+        dtype=bool,
+        count=len(names),
+    )
     uniq_mods = pd.unique(mods)
     good = {m for m in uniq_mods if m and rx.search(str(m))}
     return name_hit | np.isin(mods, list(good))
@@ -203,8 +207,9 @@ def _match(trace: "Trace", ops: pd.DataFrame, sel: Selection, rank: int) -> np.n
         rx = _compile(sel.name_pattern, "name_pattern")
         name = ops["name"]
         if isinstance(name.dtype, pd.CategoricalDtype):
-            table = np.fromiter((rx.search(str(c)) is not None for c in name.cat.categories), dtype=bool,
-                                count=len(name.cat.categories))
+            table = np.fromiter(
+                (rx.search(str(c)) is not None for c in name.cat.categories), dtype=bool, count=len(name.cat.categories)
+            )
             codes = name.cat.codes.to_numpy()
             hit &= np.where(codes >= 0, table[np.maximum(codes, 0)], False)
         else:
@@ -225,8 +230,10 @@ def _match(trace: "Trace", ops: pd.DataFrame, sel: Selection, rank: int) -> np.n
         in_window = np.isfinite(rel) & (rel >= start) & (rel < end)
         if not (hit & in_window).any():
             lo, hi = np.nanmin(rel), np.nanmax(rel)
-            raise TraceError(f"selection matched no operators (linked ops start between {lo:.0f} and "
-                             f"{hi:.0f} us after the trace start; the window was [{start:g}, {end:g}))")
+            raise TraceError(
+                f"selection matched no operators (linked ops start between {lo:.0f} and "
+                f"{hi:.0f} us after the trace start; the window was [{start:g}, {end:g}))"
+            )
         hit &= in_window
     return hit
 
@@ -243,8 +250,9 @@ def _empty_tensors(role: str) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=object) for c in _TENSOR_COLS + [role, "arg", "sub"] + extra})
 
 
-def _boundary(trace: "Trace", rank: int, op_ids: np.ndarray,
-              replay_ids: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _boundary(
+    trace: "Trace", rank: int, op_ids: np.ndarray, replay_ids: np.ndarray
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     t = _tensor_table(trace, rank)
     if len(t) == 0:
         return _empty_tensors("consumer"), _empty_tensors("producer")
@@ -266,9 +274,12 @@ def _boundary(trace: "Trace", rank: int, op_ids: np.ndarray,
     # outside the selection) of memory the subgraph produces: build it as a view, not new memory
     fresh_storage = pd.Series(op[prod]).groupby(sid[prod]).min()
     sp = fresh_storage.reindex(sid[external]).to_numpy(dtype=float)
-    ext = t.iloc[external][cols].assign(consumer=op[external], arg=t["arg"].to_numpy()[external],
-                                        sub=t["sub"].to_numpy()[external],
-                                        aliases_internal=np.isfinite(sp) & (sp < op[external]))
+    ext = t.iloc[external][cols].assign(
+        consumer=op[external],
+        arg=t["arg"].to_numpy()[external],
+        sub=t["sub"].to_numpy()[external],
+        aliases_internal=np.isfinite(sp) & (sp < op[external]),
+    )
     ext = ext.sort_values(["consumer", "arg", "sub"], kind="stable").drop_duplicates(["tensor_id", "storage_id"])
     # outputs: produced inside, read later by an op outside the selection
     outside_in = (~np.isin(op, op_ids)) & (io == "in")
@@ -276,10 +287,12 @@ def _boundary(trace: "Trace", rank: int, op_ids: np.ndarray,
     prod_rows = np.flatnonzero(prod)
     last_read = last_outside_read.reindex(tid[prod_rows]).to_numpy(dtype=float)
     out_rows = prod_rows[np.isfinite(last_read) & (last_read > op[prod_rows])]
-    out = t.iloc[out_rows][cols].assign(producer=op[out_rows], arg=t["arg"].to_numpy()[out_rows],
-                                        sub=t["sub"].to_numpy()[out_rows])
+    out = t.iloc[out_rows][cols].assign(
+        producer=op[out_rows], arg=t["arg"].to_numpy()[out_rows], sub=t["sub"].to_numpy()[out_rows]
+    )
     out = out.sort_values(["producer", "arg", "sub"], kind="stable").drop_duplicates(
-        ["tensor_id", "storage_id"], keep="last")
+        ["tensor_id", "storage_id"], keep="last"
+    )
     return ext.reset_index(drop=True), out.reset_index(drop=True)
 
 
@@ -305,8 +318,14 @@ def select(trace: "Trace", selection: Selection) -> Subgraph:
     op_ids = np.sort(ids[closed])
     replay_ids = np.sort(ids[replay])
     ext, out = _boundary(trace, rank, op_ids, replay_ids)
-    return Subgraph(op_ids=op_ids.tolist(), replay_ids=replay_ids.tolist(), external_inputs=ext,
-                    outputs=out, rank=rank, selection=selection)
+    return Subgraph(
+        op_ids=op_ids.tolist(),
+        replay_ids=replay_ids.tolist(),
+        external_inputs=ext,
+        outputs=out,
+        rank=rank,
+        selection=selection,
+    )
 
 
 __all__ = ["Selection", "Subgraph", "select", "selection_from_dict", "selection_to_dict"]

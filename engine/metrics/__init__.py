@@ -1,4 +1,5 @@
 """Utilization sampling (CPU via psutil, GPU via NVML when available)."""
+
 from engine.metrics.sampler import CPU_COLUMNS, GPU_COLUMNS, MetricsSampler, background_load_cores, summarize
 
 __all__ = ["MetricsSampler", "summarize", "background_load_cores", "CPU_COLUMNS", "GPU_COLUMNS"]

@@ -21,6 +21,7 @@ Nothing beyond pandas is needed to import this module. CPU figures come from psu
 where the platform has no such file. `pynvml` is imported lazily and its absence or failure
 simply drops the gpu_* columns (recorded in `gpu_error`).
 """
+
 from __future__ import annotations
 
 import math
@@ -57,9 +58,11 @@ class _PsutilCpu:
         self._ps, self._proc = psutil, psutil.Process()
 
     def read(self) -> dict[str, float]:
-        return {"cpu_util_pct": float(self._proc.cpu_percent(interval=None)),
-                "sys_cpu_util_pct": float(self._ps.cpu_percent(interval=None)),
-                "rss_mb": self._proc.memory_info().rss / _MIB}
+        return {
+            "cpu_util_pct": float(self._proc.cpu_percent(interval=None)),
+            "sys_cpu_util_pct": float(self._ps.cpu_percent(interval=None)),
+            "rss_mb": self._proc.memory_info().rss / _MIB,
+        }
 
 
 class _StdlibCpu:
@@ -240,8 +243,7 @@ class MetricsSampler:
             "device": self.device,
             "gpu_name": self.gpu_name,
             "gpu_error": self.gpu_error,
-            "samples": {c: [None if math.isnan(v) else round(float(v), 4) for v in df[c]]
-                        for c in df.columns},
+            "samples": {c: [None if math.isnan(v) else round(float(v), 4) for v in df[c]] for c in df.columns},
             "summary": self.summary(),
             "background_load_cores": round(background_load_cores(self.samples), 4),
         }
@@ -258,8 +260,10 @@ class MetricsSampler:
         m.gpu_error = obj.get("gpu_error")
         cols = list(obj.get("samples", {}))
         n = len(obj["samples"][cols[0]]) if cols else 0
-        m._rows = [{c: (math.nan if obj["samples"][c][i] is None else float(obj["samples"][c][i]))
-                    for c in cols} for i in range(n)]
+        m._rows = [
+            {c: (math.nan if obj["samples"][c][i] is None else float(obj["samples"][c][i])) for c in cols}
+            for i in range(n)
+        ]
         m._frame = pd.DataFrame(m._rows, columns=cols or ["t_s", *CPU_COLUMNS], dtype="float64")
         return m
 
@@ -285,6 +289,5 @@ def summarize(samples: pd.DataFrame) -> dict[str, dict[str, float]]:
         if col == "t_s":
             continue
         s = samples[col].dropna()
-        out[col] = {"mean": float(s.mean()) if len(s) else math.nan,
-                    "max": float(s.max()) if len(s) else math.nan}
+        out[col] = {"mean": float(s.mean()) if len(s) else math.nan, "max": float(s.max()) if len(s) else math.nan}
     return out

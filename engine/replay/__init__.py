@@ -16,6 +16,7 @@ Coverage definitions (ReplayResult.coverage):
     selected_compute / replayed_compute / compute_rate: the same over category "compute"
     by_category  {category: {selected, replayed, substituted, skipped}}
 """
+
 from engine.replay.config import ReplayConfig
 from engine.replay.executor import ReplaySession, replay
 from engine.replay.result import ReplayResult

@@ -5,12 +5,12 @@ are skipped with the reason "collective (single-process replay)" and counted in 
 distributed replay (one process per rank, e.g. under torchrun) will plug in a backend that
 rebuilds each collective on a real process group; the plan asks the backend, never hard-codes.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Protocol
 
-COLLECTIVE_PREFIXES = ("c10d::", "nccl:", "gloo:", "record_param_comms", "c10d_functional::",
-                       "_c10d_functional::")
+COLLECTIVE_PREFIXES = ("c10d::", "nccl:", "gloo:", "record_param_comms", "c10d_functional::", "_c10d_functional::")
 SKIP_REASON = "collective (single-process replay)"
 
 
@@ -24,8 +24,7 @@ class CollectiveBackend(Protocol):
 
     reason: str
 
-    def prepare(self, name: str, inputs: dict, outputs: dict, tensors: list[Any]) -> Callable[[], None] | None:
-        ...
+    def prepare(self, name: str, inputs: dict, outputs: dict, tensors: list[Any]) -> Callable[[], None] | None: ...
 
 
 class SkipCollectives:

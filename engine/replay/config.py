@@ -4,6 +4,7 @@ Why a frozen-ish, validated dataclass: the CLI, the UI, compose and the benchmar
 replays; validating once here turns a typo ("cuda:x", iters=0) into a clear `TraceError`
 before any tensor is allocated.
 """
+
 from __future__ import annotations
 
 import re
@@ -64,8 +65,9 @@ class ReplayConfig:
             raise TraceError(f"replay mode must be 'top' or 'leaf', not {self.mode!r}")
         if self.lazy not in (True, False, "auto"):
             raise TraceError(f"replay lazy must be true, false or 'auto', not {self.lazy!r}")
-        if self.num_threads is not None and (isinstance(self.num_threads, bool)
-                                             or not isinstance(self.num_threads, int) or self.num_threads < 1):
+        if self.num_threads is not None and (
+            isinstance(self.num_threads, bool) or not isinstance(self.num_threads, int) or self.num_threads < 1
+        ):
             raise TraceError(f"replay num_threads must be a positive integer, not {self.num_threads!r}")
         if self.out_dir is not None:
             self.out_dir = Path(self.out_dir)

@@ -12,6 +12,7 @@ Device substitutions: CUDA-library ops (`cudnn_*`, `miopen_*`) have no CPU kerne
 rewritten to their device-agnostic ATen equivalents with the same math and counted as
 "substituted" in the coverage report (the PARAM replayer fails these on CPU).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -22,12 +23,28 @@ import torch
 from engine.replay.collectives import SKIP_REASON, is_collective
 
 # recorded ScalarType / Layout / MemoryFormat enums are written as ints
-SCALAR_TYPES = {0: torch.uint8, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.int64,
-                5: torch.float16, 6: torch.float32, 7: torch.float64, 8: torch.complex32,
-                9: torch.complex64, 10: torch.complex128, 11: torch.bool, 15: torch.bfloat16}
+SCALAR_TYPES = {
+    0: torch.uint8,
+    1: torch.int8,
+    2: torch.int16,
+    3: torch.int32,
+    4: torch.int64,
+    5: torch.float16,
+    6: torch.float32,
+    7: torch.float64,
+    8: torch.complex32,
+    9: torch.complex64,
+    10: torch.complex128,
+    11: torch.bool,
+    15: torch.bfloat16,
+}
 LAYOUTS = {0: torch.strided, 1: torch.sparse_coo}
-MEMORY_FORMATS = {0: torch.contiguous_format, 1: torch.preserve_format, 2: torch.channels_last,
-                  3: torch.channels_last_3d}
+MEMORY_FORMATS = {
+    0: torch.contiguous_format,
+    1: torch.preserve_format,
+    2: torch.channels_last,
+    3: torch.channels_last_3d,
+}
 
 
 class DispatchError(Exception):
@@ -36,19 +53,23 @@ class DispatchError(Exception):
 
 @dataclass(slots=True)
 class Resolved:
-    overload: Any                       # torch._ops.OpOverload
-    positional: list[tuple[str, Any]]   # ("rec", i) | ("const", v)
+    overload: Any  # torch._ops.OpOverload
+    positional: list[tuple[str, Any]]  # ("rec", i) | ("const", v)
     keywords: dict[str, tuple[str, Any]]
-    arg_types: dict[int, str]           # recorded index -> target schema type (for enum conversion)
-    substituted: str = ""               # "" or "aten::cudnn_x -> aten::y"
-    out_map: list[int] | None = None    # result position per recorded output (None: identity)
+    arg_types: dict[int, str]  # recorded index -> target schema type (for enum conversion)
+    substituted: str = ""  # "" or "aten::cudnn_x -> aten::y"
+    out_map: list[int] | None = None  # result position per recorded output (None: identity)
     extra: dict = field(default_factory=dict)
 
 
 # namespaces whose operators are registered by importing a well-known library (a fixed list:
 # never a module named by the trace)
-OP_LIBRARIES = {"fbgemm": "fbgemm_gpu", "torchvision": "torchvision", "torchaudio": "torchaudio",
-                "torchrec": "torchrec"}
+OP_LIBRARIES = {
+    "fbgemm": "fbgemm_gpu",
+    "torchvision": "torchvision",
+    "torchaudio": "torchaudio",
+    "torchrec": "torchrec",
+}
 _tried_libs: set[str] = set()
 
 
@@ -93,11 +114,11 @@ def _kind_ok(rec_type: str, schema_type: str) -> bool:
     if rec_type == "None":
         return optional
     if optional:
-        st = st[len("Optional["):-1]
+        st = st[len("Optional[") : -1]
     if rec_type.startswith("Tensor"):
         return st == "Tensor"
     if rec_type.startswith("GenericList[") or rec_type.startswith("Tuple["):
-        inner = rec_type[rec_type.index("[") + 1:-1]
+        inner = rec_type[rec_type.index("[") + 1 : -1]
         if st.startswith("List["):
             if not inner:
                 return True
@@ -108,8 +129,7 @@ def _kind_ok(rec_type: str, schema_type: str) -> bool:
             return "Tensor" not in el
         return False
     if rec_type == "Int":
-        return st in ("int", "SymInt", "float", "Scalar", "number", "bool", "ScalarType", "Layout",
-                      "MemoryFormat")
+        return st in ("int", "SymInt", "float", "Scalar", "number", "bool", "ScalarType", "Layout", "MemoryFormat")
     if rec_type == "Double":
         return st in ("float", "Scalar", "number")
     if rec_type == "Bool":
@@ -150,7 +170,7 @@ def _layout(target, rec_names: list[str] | None, n_rec: int) -> tuple[list, dict
     index = {n: i for i, n in enumerate(rec_names)} if rec_names else None
     gap = False
     for j, a in enumerate(target._schema.arguments):
-        i = (index.get(a.name) if index is not None else (j if j < n_rec else None))
+        i = index.get(a.name) if index is not None else (j if j < n_rec else None)
         if i is None or i >= n_rec:
             if not a.has_default_value():
                 raise DispatchError(f"recorded call lacks required argument '{a.name}' of {target._schema.name}")
@@ -170,8 +190,15 @@ def _sub_bn(target: str):
         ov = torch.ops.aten.native_batch_norm.default
         # cudnn/miopen_batch_norm(input, weight, bias, running_mean, running_var, training, factor, eps)
         pos = [("rec", 0), ("rec", 1), ("rec", 2), ("rec", 3), ("rec", 4), ("rec", 5), ("rec", 6), ("rec", 7)]
-        return Resolved(overload=ov, positional=pos, keywords={}, arg_types={},
-                        substituted=f"{target} -> aten::native_batch_norm", out_map=[0, 1, 2, -1])
+        return Resolved(
+            overload=ov,
+            positional=pos,
+            keywords={},
+            arg_types={},
+            substituted=f"{target} -> aten::native_batch_norm",
+            out_map=[0, 1, 2, -1],
+        )
+
     return make
 
 
@@ -179,10 +206,26 @@ def _sub_bn_backward(target: str):
     def make(rec_names, n_rec):
         ov = torch.ops.aten.native_batch_norm_backward.default
         # (input, grad_output, weight, running_mean, running_var, save_mean, save_var[invstd], eps, ...)
-        pos = [("rec", 1), ("rec", 0), ("rec", 2), ("rec", 3), ("rec", 4), ("rec", 5), ("rec", 6),
-               ("const", True), ("rec", 7), ("const", [True, True, True])]
-        return Resolved(overload=ov, positional=pos, keywords={}, arg_types={},
-                        substituted=f"{target} -> aten::native_batch_norm_backward")
+        pos = [
+            ("rec", 1),
+            ("rec", 0),
+            ("rec", 2),
+            ("rec", 3),
+            ("rec", 4),
+            ("rec", 5),
+            ("rec", 6),
+            ("const", True),
+            ("rec", 7),
+            ("const", [True, True, True]),
+        ]
+        return Resolved(
+            overload=ov,
+            positional=pos,
+            keywords={},
+            arg_types={},
+            substituted=f"{target} -> aten::native_batch_norm_backward",
+        )
+
     return make
 
 
@@ -196,14 +239,39 @@ def _sub_conv(target: str, transposed: bool, has_bias: bool):
         bias = ("rec", 2) if has_bias else ("const", None)
         if transposed:
             pad, outpad, stride, dil, groups = 2 + b, 3 + b, 4 + b, 5 + b, 6 + b
-            pos = [("rec", 0), ("rec", 1), bias, ("rec", stride), ("rec", pad), ("rec", dil),
-                   ("const", True), ("rec", outpad), ("rec", groups)]
+            pos = [
+                ("rec", 0),
+                ("rec", 1),
+                bias,
+                ("rec", stride),
+                ("rec", pad),
+                ("rec", dil),
+                ("const", True),
+                ("rec", outpad),
+                ("rec", groups),
+            ]
         else:
             pad, stride, dil, groups = 2 + b, 3 + b, 4 + b, 5 + b
-            pos = [("rec", 0), ("rec", 1), bias, ("rec", stride), ("rec", pad), ("rec", dil),
-                   ("const", False), ("const", [0]), ("rec", groups)]
-        return Resolved(overload=ov, positional=pos, keywords={}, arg_types={},
-                        substituted=f"{target} -> aten::convolution", extra={"zero_outpad": not transposed})
+            pos = [
+                ("rec", 0),
+                ("rec", 1),
+                bias,
+                ("rec", stride),
+                ("rec", pad),
+                ("rec", dil),
+                ("const", False),
+                ("const", [0]),
+                ("rec", groups),
+            ]
+        return Resolved(
+            overload=ov,
+            positional=pos,
+            keywords={},
+            arg_types={},
+            substituted=f"{target} -> aten::convolution",
+            extra={"zero_outpad": not transposed},
+        )
+
     return make
 
 
@@ -221,8 +289,14 @@ SUBSTITUTIONS = {
 SUBSTITUTIONS_ON_CUDA = {
     "aten::mkldnn_convolution": _sub_conv("aten::mkldnn_convolution", False, True),
 }
-NO_EQUIVALENT = ("aten::_cudnn_rnn", "aten::_cudnn_rnn_backward", "aten::miopen_rnn",
-                 "aten::_cudnn_ctc_loss", "aten::cudnn_grid_sampler", "aten::cudnn_affine_grid_generator")
+NO_EQUIVALENT = (
+    "aten::_cudnn_rnn",
+    "aten::_cudnn_rnn_backward",
+    "aten::miopen_rnn",
+    "aten::_cudnn_ctc_loss",
+    "aten::cudnn_grid_sampler",
+    "aten::cudnn_affine_grid_generator",
+)
 
 
 def resolve(name: str, schema: str, types: list[str], device: str) -> Resolved:
@@ -278,4 +352,3 @@ def convert_scalar(value: Any, rec_type: str, schema_type: str | None, device: s
     if rec_type == "Double" and isinstance(value, (int, float)):
         return float(value)
     return value
-

@@ -10,6 +10,7 @@ Robustness: a failing op never aborts the replay. Its error is recorded (coverag
 its outputs are synthesized from the recorded shapes/dtypes so dependents still run, and the
 closure is swapped for that synthesis so later iterations stay clean.
 """
+
 from __future__ import annotations
 
 import gc
@@ -67,7 +68,7 @@ def _make_step(st: OpStep, env: list, device: str, failures: dict, steps: list) 
         if t is None:
             t = empty_like_rec(rec, device)
             if rec.numel == 0 or rec.dtype == "uint8":
-                synth_cache[slot] = t   # e.g. cudnn reserve space: keep one
+                synth_cache[slot] = t  # e.g. cudnn reserve space: keep one
         return t
 
     def synthesize_outputs() -> None:
@@ -127,6 +128,7 @@ def _skip_step(st: OpStep, env: list) -> Callable[[], None]:
     def run() -> None:
         for s in rel:
             env[s] = None
+
     return run
 
 
@@ -137,6 +139,7 @@ def _with_lazy(fn, mats, drops, env, store: StorageManager, gen):
         fn()
         for s in drops:
             env[s] = None
+
     return run
 
 
@@ -146,6 +149,7 @@ def _with_stream(fn, stream, waits):
             stream.wait_stream(w)
         with torch.cuda.stream(stream):
             fn()
+
     return run
 
 
@@ -155,6 +159,7 @@ def _with_label(fn, label: str):
     def run() -> None:
         with rf(label):
             fn()
+
     return run
 
 
@@ -164,8 +169,9 @@ def _busy_wait_ns(ns: int) -> None:
         pass
 
 
-def replay(trace, *, config: ReplayConfig, op_ids=None, progress: Progress | None = None,
-           rank: int | None = None) -> ReplayResult:
+def replay(
+    trace, *, config: ReplayConfig, op_ids=None, progress: Progress | None = None, rank: int | None = None
+) -> ReplayResult:
     """Replay `trace` (one rank) per `config`; `op_ids`: exact ET ids to run (e.g. a Subgraph's
     `replay_ids`), default: the operator-selection rule of `config.mode` over the whole rank."""
     with ReplaySession(trace, config=config, op_ids=op_ids, progress=progress, rank=rank) as session:
@@ -188,8 +194,9 @@ class ReplaySession:
     original to cancel machine-load drift). Use as a context manager: it sets the thread count
     and denormal flushing for the replay and restores them on exit."""
 
-    def __init__(self, trace, *, config: ReplayConfig, op_ids=None, progress: Progress | None = None,
-                 rank: int | None = None):
+    def __init__(
+        self, trace, *, config: ReplayConfig, op_ids=None, progress: Progress | None = None, rank: int | None = None
+    ):
         from engine.graph import replay_ops
 
         ops, rank = _rank_ops(trace, rank)
@@ -197,20 +204,29 @@ class ReplaySession:
         device = self.device = _target_device(config)
         ids = list(op_ids) if op_ids is not None else replay_ops(trace, config.mode, rank=rank)
         report(progress, 0.0, f"planning {len(ids)} ops")
-        plan = self.plan = build_plan(ops, ids, device=device, allow_trace_code=config.allow_trace_code,
-                                      progress=(lambda f, m: report(progress, 0.2 * f, m)))
+        plan = self.plan = build_plan(
+            ops,
+            ids,
+            device=device,
+            allow_trace_code=config.allow_trace_code,
+            progress=(lambda f, m: report(progress, 0.2 * f, m)),
+        )
         avail = available_bytes(device)
         est = self.est_initial = estimate(plan, avail)
         lazy = config.lazy is True or (config.lazy == "auto" and est.eager_peak_bytes > avail)
         if est.eager_peak_bytes > avail and config.lazy is False:
-            raise TraceError(f"replay needs about {est.eager_peak_bytes / 2**30:.1f} GiB on {device} but only "
-                             f"{avail / 2**30:.1f} GiB is free; use lazy allocation (--lazy)")
+            raise TraceError(
+                f"replay needs about {est.eager_peak_bytes / 2**30:.1f} GiB on {device} but only "
+                f"{avail / 2**30:.1f} GiB is free; use lazy allocation (--lazy)"
+            )
         if lazy:
             skip_oversized(plan, avail)
             est = estimate(plan, avail)
             if est.lazy_peak_bytes > avail:
-                raise TraceError(f"replay needs about {est.lazy_peak_bytes / 2**30:.1f} GiB on {device} even "
-                                 f"with lazy allocation, only {avail / 2**30:.1f} GiB is free")
+                raise TraceError(
+                    f"replay needs about {est.lazy_peak_bytes / 2**30:.1f} GiB on {device} even "
+                    f"with lazy allocation, only {avail / 2**30:.1f} GiB is free"
+                )
         _skip_orphans(plan)
         self.lazy, self.est, self.progress = lazy, est, progress
         self.n_threads = config.num_threads or _meta_threads(trace)
@@ -272,8 +288,9 @@ class ReplaySession:
             if lazy and (st.index in mats or st.index in drops):
                 fn = _with_lazy(fn, mats.get(st.index, []), drops.get(st.index, []), env, store, gen)
             if st.stream is not None and st.stream in stream_map:
-                fn = _with_stream(fn, stream_map[st.stream],
-                                  [stream_map[w] for w in st.wait_streams if w in stream_map])
+                fn = _with_stream(
+                    fn, stream_map[st.stream], [stream_map[w] for w in st.wait_streams if w in stream_map]
+                )
             steps.append(fn)
         self.steps = steps
         self.gaps = _host_gaps(plan) if config.host_gaps else None
@@ -363,10 +380,21 @@ class ReplaySession:
         op_ns = self.op_ns
         for k, st in enumerate(plan.steps):
             dur = statistics.median(row[k] for row in op_ns) / 1e3 if op_ns else 0.0
-            status = "skipped" if (st.reason or st.index in self.failures) else \
-                ("substituted" if st.resolved is not None and st.resolved.substituted else "replayed")
-            per_op.append({"op_id": st.op_id, "name": st.name, "category": st.category, "phase": st.phase,
-                           "dur_us": round(dur, 3), "status": status})
+            status = (
+                "skipped"
+                if (st.reason or st.index in self.failures)
+                else ("substituted" if st.resolved is not None and st.resolved.substituted else "replayed")
+            )
+            per_op.append(
+                {
+                    "op_id": st.op_id,
+                    "name": st.name,
+                    "category": st.category,
+                    "phase": st.phase,
+                    "dur_us": round(dur, 3),
+                    "status": status,
+                }
+            )
         metrics = {"samples": {}, "summary": {}}
         if self._sampler is not None:
             self.stop_metrics()
@@ -375,18 +403,37 @@ class ReplaySession:
                 metrics = {"samples": {c: df[c].tolist() for c in df.columns}, "summary": self._sampler.summary()}
             except (KeyError, ValueError, AttributeError) as exc:
                 metrics["error"] = f"{type(exc).__name__}: {exc}"
-        notes = ["per_op dur_us is GPU time between CUDA events recorded after each op (on the main "
-                 "stream)"] if self.gpu_iter_ms else []
-        return ReplayResult(iteration_ms=list(self.iter_ms), gpu_iteration_ms=list(self.gpu_iter_ms), per_op=per_op, coverage=coverage, device=self.device,
-                            metrics=metrics, kineto_path=kineto_path, paths=paths, skipped_ops=skipped,
-                            warnings=notes,
-                            memory={**self.est_initial.to_dict(), "lazy": self.lazy,
-                                    "planned_peak_bytes": self.est.lazy_peak_bytes if self.lazy
-                                    else self.est.eager_peak_bytes},
-                            config={"warmup": config.warmup, "iters": config.iters, "mode": config.mode,
-                                    "host_gaps": config.host_gaps, "num_threads": torch.get_num_threads(),
-                                    "rank": self.rank,
-                                    "streams": getattr(self, "n_streams", 0)})
+        notes = (
+            ["per_op dur_us is GPU time between CUDA events recorded after each op (on the main stream)"]
+            if self.gpu_iter_ms
+            else []
+        )
+        return ReplayResult(
+            iteration_ms=list(self.iter_ms),
+            gpu_iteration_ms=list(self.gpu_iter_ms),
+            per_op=per_op,
+            coverage=coverage,
+            device=self.device,
+            metrics=metrics,
+            kineto_path=kineto_path,
+            paths=paths,
+            skipped_ops=skipped,
+            warnings=notes,
+            memory={
+                **self.est_initial.to_dict(),
+                "lazy": self.lazy,
+                "planned_peak_bytes": self.est.lazy_peak_bytes if self.lazy else self.est.eager_peak_bytes,
+            },
+            config={
+                "warmup": config.warmup,
+                "iters": config.iters,
+                "mode": config.mode,
+                "host_gaps": config.host_gaps,
+                "num_threads": torch.get_num_threads(),
+                "rank": self.rank,
+                "streams": getattr(self, "n_streams", 0),
+            },
+        )
 
 
 def _meta_threads(trace) -> int | None:

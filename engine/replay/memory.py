@@ -8,13 +8,14 @@ device has free, and the replay either runs eagerly, switches to lazy allocation
 inputs created per use and dropped after their last use), or skips the ops that alone exceed
 the device (their consumers then skip too) with a clear reason.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from engine.replay.plan import Plan
 
-HEADROOM = 0.8   # use at most this fraction of the free memory
+HEADROOM = 0.8  # use at most this fraction of the free memory
 
 
 @dataclass(kw_only=True, slots=True)
@@ -25,8 +26,12 @@ class MemoryEstimate:
     externals_bytes: int
 
     def to_dict(self) -> dict:
-        return {"eager_peak_bytes": self.eager_peak_bytes, "lazy_peak_bytes": self.lazy_peak_bytes,
-                "available_bytes": self.available_bytes, "externals_bytes": self.externals_bytes}
+        return {
+            "eager_peak_bytes": self.eager_peak_bytes,
+            "lazy_peak_bytes": self.lazy_peak_bytes,
+            "available_bytes": self.available_bytes,
+            "externals_bytes": self.externals_bytes,
+        }
 
 
 def available_bytes(device: str) -> int:
@@ -85,8 +90,12 @@ def estimate(plan: Plan, available: int) -> MemoryEstimate:
         if st.runnable:
             live -= sum(plan.produced_bytes.get(slot, 0) for slot in st.release)
         ext_live -= ends.get(st.index, 0)
-    return MemoryEstimate(eager_peak_bytes=ext_total + peak_prod, lazy_peak_bytes=lazy_peak,
-                          available_bytes=available, externals_bytes=ext_total)
+    return MemoryEstimate(
+        eager_peak_bytes=ext_total + peak_prod,
+        lazy_peak_bytes=lazy_peak,
+        available_bytes=available,
+        externals_bytes=ext_total,
+    )
 
 
 def skip_oversized(plan: Plan, available: int) -> int:
@@ -97,8 +106,9 @@ def skip_oversized(plan: Plan, available: int) -> int:
             need = op_bytes(plan, st.index)
             if need > available:
                 st.reason = "needs more memory than the device has free"
-                st.detail = (f"op {st.op_id} {st.name} needs {need / 2**30:.1f} GiB, "
-                             f"{available / 2**30:.1f} GiB available")
+                st.detail = (
+                    f"op {st.op_id} {st.name} needs {need / 2**30:.1f} GiB, {available / 2**30:.1f} GiB available"
+                )
                 n += 1
     if n:
         # drop externals only the skipped ops used, and recompute lifetimes

@@ -11,6 +11,7 @@ aliasing is the real one); any other input is *external* and synthesized (`tenso
 Ops that cannot run are decided here too (unknown operator, collective, bad tensor record,
 trace code) with a reason; their outputs become external inputs of their consumers.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,14 +38,14 @@ class OpStep:
     phase: str
     k_ts_us: float = float("nan")
     k_dur_us: float = float("nan")
-    reason: str = ""                 # non-empty: skipped (not run)
+    reason: str = ""  # non-empty: skipped (not run)
     detail: str = ""
     resolved: Resolved | None = None
     pos: list = field(default_factory=list)
     kw: dict = field(default_factory=dict)
-    fixups: list = field(default_factory=list)    # (where "p"/"k", key, sub|None, slot)
-    outs: list = field(default_factory=list)      # (result position, sub|None, slot, TensorRec)
-    release: list = field(default_factory=list)   # slots dropped after this op
+    fixups: list = field(default_factory=list)  # (where "p"/"k", key, sub|None, slot)
+    outs: list = field(default_factory=list)  # (result position, sub|None, slot, TensorRec)
+    release: list = field(default_factory=list)  # slots dropped after this op
     in_slots: list = field(default_factory=list)
     stream: int | None = None
     wait_streams: list = field(default_factory=list)
@@ -57,9 +58,9 @@ class OpStep:
 @dataclass(slots=True)
 class Plan:
     steps: list[OpStep]
-    externals: dict[int, External]    # slot -> External
+    externals: dict[int, External]  # slot -> External
     n_slots: int
-    produced_bytes: dict[int, int]    # slot -> bytes newly allocated by producing it
+    produced_bytes: dict[int, int]  # slot -> bytes newly allocated by producing it
     warnings: list[str] = field(default_factory=list)
 
 
@@ -75,10 +76,22 @@ def _tensor_rec(value: Any, shape: Any, type_str: str, strides: Any) -> TensorRe
         return None
     if not all(isinstance(v, int) for v in value[:5]):
         return None
-    st = tuple(int(s) for s in strides) if isinstance(strides, list) and all(isinstance(s, int) for s in strides) else None
+    st = (
+        tuple(int(s) for s in strides)
+        if isinstance(strides, list) and all(isinstance(s, int) for s in strides)
+        else None
+    )
     shp = tuple(shape) if isinstance(shape, list) else ()
-    return TensorRec(tensor_id=value[0], storage_id=value[1], offset=value[2], numel=value[3],
-                     itemsize=value[4], dtype=dtype_of(type_str), shape=shp, strides=st)
+    return TensorRec(
+        tensor_id=value[0],
+        storage_id=value[1],
+        offset=value[2],
+        numel=value[3],
+        itemsize=value[4],
+        dtype=dtype_of(type_str),
+        shape=shp,
+        strides=st,
+    )
 
 
 def _iter_tensors(io: dict):
@@ -115,7 +128,7 @@ def _size_problem(res: Resolved, values: list, outs: dict) -> str | None:
             return None
         v = values[src[1]]
         if not (isinstance(v, list) and all(type(x) is int and x >= 0 for x in v)):
-            return None   # symbolic / -1 (view-style) sizes: nothing to compare
+            return None  # symbolic / -1 (view-style) sizes: nothing to compare
         out = next((rec for arg, sub, rec, _ in _iter_tensors(outs) if arg == 0 and sub is None), None)
         n = math.prod(v)
         if out is not None and out.numel >= 0 and n != out.numel:
@@ -127,8 +140,11 @@ def _size_problem(res: Resolved, values: list, outs: dict) -> str | None:
 def _trace_code_ops(ops: pd.DataFrame, replay_ids: set[int]) -> list[int]:
     """Ops that run code shipped in the trace (PT2 Triton kernels), outside replayed ops."""
     attrs = ops["attrs"].astype(str)
-    mask = attrs.str.contains(r'"kernel_file"\s*:\s*"[^"]+', regex=True) | \
-        attrs.str.contains(r'"kernel_backend"\s*:\s*"triton', regex=True) | ops["name"].astype(str).str.startswith("triton_")
+    mask = (
+        attrs.str.contains(r'"kernel_file"\s*:\s*"[^"]+', regex=True)
+        | attrs.str.contains(r'"kernel_backend"\s*:\s*"triton', regex=True)
+        | ops["name"].astype(str).str.startswith("triton_")
+    )
     cand = ops.loc[mask, "id"].astype(int).tolist()
     if not cand:
         return []
@@ -146,8 +162,9 @@ def _trace_code_ops(ops: pd.DataFrame, replay_ids: set[int]) -> list[int]:
     return out
 
 
-def build_plan(ops: pd.DataFrame, replay_ids: list[int], *, device: str, allow_trace_code: bool,
-               progress=None, collectives=None) -> Plan:
+def build_plan(
+    ops: pd.DataFrame, replay_ids: list[int], *, device: str, allow_trace_code: bool, progress=None, collectives=None
+) -> Plan:
     """The replay plan for `replay_ids` (ET node ids of one rank) on `device`.
 
     `collectives`: a `CollectiveBackend` (default: skip them, single-process replay)."""
@@ -163,7 +180,7 @@ def build_plan(ops: pd.DataFrame, replay_ids: list[int], *, device: str, allow_t
     steps: list[OpStep] = []
     externals: dict[int, External] = {}
     ext_by_tid: dict[tuple, int] = {}
-    produced: dict[tuple, int] = {}   # (tensor_id, storage_id) -> slot (latest producer)
+    produced: dict[tuple, int] = {}  # (tensor_id, storage_id) -> slot (latest producer)
     slot_rec: dict[int, TensorRec] = {}
     produced_bytes: dict[int, int] = {}
     n_slots = 0
@@ -172,14 +189,24 @@ def build_plan(ops: pd.DataFrame, replay_ids: list[int], *, device: str, allow_t
     total = max(len(sel), 1)
     for k, r in enumerate(rows):
         name = str(r.name)
-        st = OpStep(index=k, op_id=int(r.id), name=name, category=str(r.category), phase=str(r.phase),
-                    k_ts_us=float(getattr(r, "k_ts_us", np.nan)), k_dur_us=float(getattr(r, "k_dur_us", np.nan)))
+        st = OpStep(
+            index=k,
+            op_id=int(r.id),
+            name=name,
+            category=str(r.category),
+            phase=str(r.phase),
+            k_ts_us=float(getattr(r, "k_ts_us", np.nan)),
+            k_dur_us=float(getattr(r, "k_dur_us", np.nan)),
+        )
         steps.append(st)
         if progress is not None and k % 500 == 0:
             progress(k / total, f"planning op {k}/{total}")
         if st.op_id in code_set:
-            st.reason = TRACE_CODE_REASON if not allow_trace_code else \
-                "trace code (Triton kernel) execution is not supported by this replayer"
+            st.reason = (
+                TRACE_CODE_REASON
+                if not allow_trace_code
+                else "trace code (Triton kernel) execution is not supported by this replayer"
+            )
             continue
         try:
             ins = json.loads(r.inputs) if isinstance(r.inputs, str) and r.inputs else {}
@@ -219,8 +246,13 @@ def build_plan(ops: pd.DataFrame, replay_ids: list[int], *, device: str, allow_t
                 break
         if bad:
             problem, where = bad
-            st.reason = "bad tensor record: " + ("unknown dtype" if "dtype" in problem else
-                                                 "numel contradicts shape" if "numel" in problem else "invalid")
+            st.reason = "bad tensor record: " + (
+                "unknown dtype"
+                if "dtype" in problem
+                else "numel contradicts shape"
+                if "numel" in problem
+                else "invalid"
+            )
             st.detail = f"op {st.op_id} {name}: {where}: {problem}"
             continue
         problem = _size_problem(res, values, outs)

@@ -4,6 +4,7 @@ The JSON keys are a contract with engine.compare and the UI: `iteration_ms`, `me
 `per_op` [{op_id, name, category, phase, dur_us}], `coverage` {selected, replayed, substituted,
 skipped, by_reason, ...}, `metrics` {samples, summary}, `kineto_path`, `device`, plus `paths`.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -25,7 +26,7 @@ class ReplayResult:
     memory: dict = field(default_factory=dict)
     config: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    gpu_iteration_ms: list[float] = field(default_factory=list)   # CUDA events, start to end
+    gpu_iteration_ms: list[float] = field(default_factory=list)  # CUDA events, start to end
 
     @property
     def median_ms(self) -> float:
@@ -55,8 +56,13 @@ class ReplayResult:
         out.mkdir(parents=True, exist_ok=True)
         path = out / name
         self.paths.setdefault("replay_json", str(path))
-        path.write_bytes(jsonio.dumps(self.to_json(), option=jsonio.OPT_INDENT_2 | jsonio.OPT_SERIALIZE_NUMPY
-                                      | jsonio.OPT_NON_STR_KEYS, default=str))
+        path.write_bytes(
+            jsonio.dumps(
+                self.to_json(),
+                option=jsonio.OPT_INDENT_2 | jsonio.OPT_SERIALIZE_NUMPY | jsonio.OPT_NON_STR_KEYS,
+                default=str,
+            )
+        )
         return path
 
 
@@ -73,8 +79,7 @@ def coverage_report(steps, failures: dict[int, str]) -> tuple[dict, list[dict]]:
         if reason:
             cat["skipped"] += 1
             by_reason[reason] = by_reason.get(reason, 0) + 1
-            skipped_ops.append({"op_id": st.op_id, "name": st.name, "reason": reason,
-                                "detail": st.detail or reason})
+            skipped_ops.append({"op_id": st.op_id, "name": st.name, "reason": reason, "detail": st.detail or reason})
             continue
         replayed += 1
         cat["replayed"] += 1

@@ -11,6 +11,7 @@ Cross-stream ordering: when an op on stream B reads a tensor produced on stream 
 for A (`wait_stream`) before the op, which is what the original's recorded
 cudaEventRecord/cudaStreamWaitEvent pairs enforce for correct programs.
 """
+
 from __future__ import annotations
 
 from collections import Counter

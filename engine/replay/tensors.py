@@ -14,6 +14,7 @@ offsets are sorted, start at 0 and end within the index count. Floats are small 
 uniform values (scaled like a default init) so long op chains neither overflow nor produce NaN
 (NaN inputs take slow paths in sqrt/log and distort timing).
 """
+
 from __future__ import annotations
 
 import math
@@ -83,7 +84,7 @@ class Constraint:
     """Value range for an integer input: [0, high) or offsets into `n` indices."""
 
     high: int | None = None
-    offsets_of: int | None = None     # offsets over this many indices
+    offsets_of: int | None = None  # offsets over this many indices
     include_last: bool = False
 
     def merge(self, other: "Constraint") -> None:
@@ -144,9 +145,22 @@ def index_constraints(name: str, values: list, shapes: list) -> list[tuple[int, 
         nw = val(5) if op == "_embedding_bag_dense_backward" else None
         out.append((1, None, Constraint(high=nw if isinstance(nw, int) else None)))
         out.append((2, None, Constraint(high=_dim(shp(0), 0))))
-    elif op in ("index_select", "gather", "scatter", "scatter_", "scatter_add", "scatter_add_",
-                "scatter_reduce", "scatter_reduce_", "index_add", "index_add_", "index_copy",
-                "index_copy_", "index_fill", "index_fill_"):
+    elif op in (
+        "index_select",
+        "gather",
+        "scatter",
+        "scatter_",
+        "scatter_add",
+        "scatter_add_",
+        "scatter_reduce",
+        "scatter_reduce_",
+        "index_add",
+        "index_add_",
+        "index_copy",
+        "index_copy_",
+        "index_fill",
+        "index_fill_",
+    ):
         d = val(1)
         if isinstance(d, int) and isinstance(shp(0), list) and shp(0):
             out.append((2, None, Constraint(high=_dim(shp(0), d % len(shp(0))))))
@@ -154,8 +168,16 @@ def index_constraints(name: str, values: list, shapes: list) -> list[tuple[int, 
         sizes, d = val(1), val(2)
         if isinstance(sizes, list) and isinstance(d, int) and sizes:
             out.append((3, None, Constraint(high=int(sizes[d % len(sizes)]))))
-    elif op in ("nll_loss", "nll_loss_forward", "nll_loss_nd", "nll_loss2d", "nll_loss2d_forward",
-                "cross_entropy_loss", "multi_margin_loss", "multilabel_margin_loss"):
+    elif op in (
+        "nll_loss",
+        "nll_loss_forward",
+        "nll_loss_nd",
+        "nll_loss2d",
+        "nll_loss2d_forward",
+        "cross_entropy_loss",
+        "multi_margin_loss",
+        "multilabel_margin_loss",
+    ):
         out.append((1, None, Constraint(high=_classes(shp(0)))))
     elif op in ("nll_loss_backward", "nll_loss2d_backward"):
         out.append((2, None, Constraint(high=_classes(shp(1)))))
@@ -235,9 +257,9 @@ def _tile_fill(t: torch.Tensor, pool: torch.Tensor) -> None:
         flat = t.view(-1)
         full, rem = divmod(n, size)
         if full:
-            flat[:full * size].view(full, size).copy_(pool.expand(full, size))
+            flat[: full * size].view(full, size).copy_(pool.expand(full, size))
         if rem:
-            flat[full * size:].copy_(pool[:rem])
+            flat[full * size :].copy_(pool[:rem])
         return
     reps = -(-n // size)
     t.copy_(pool.repeat(reps)[:n].view(t.shape))
@@ -288,8 +310,14 @@ class StorageManager:
                 # fill the whole storage once in the first view's dtype: later views of the same
                 # dtype (weight and its transpose, bucket slices) need no fill of their own
                 whole = buf.view(dt)
-                fill_(whole.view(-1, rec.shape[-1]) if rec.shape and int(rec.shape[-1]) > 0
-                      and whole.numel() % int(rec.shape[-1]) == 0 else whole, rec.dtype, None, gen)
+                fill_(
+                    whole.view(-1, rec.shape[-1])
+                    if rec.shape and int(rec.shape[-1]) > 0 and whole.numel() % int(rec.shape[-1]) == 0
+                    else whole,
+                    rec.dtype,
+                    None,
+                    gen,
+                )
                 self._filled[key] = dt
         else:
             prefilled = self._filled.get(key) == dt and e.constraint is None
@@ -302,8 +330,9 @@ class StorageManager:
     def standalone(self, e: External, gen: torch.Generator) -> torch.Tensor:
         """A fresh tensor for `e` with no shared buffer (lazy mode: freed after last use)."""
         rec = e.rec
-        t = torch.empty_strided(tuple(int(s) for s in rec.shape), rec.stride_tuple(),
-                                dtype=rec.torch_dtype(), device=self.device)
+        t = torch.empty_strided(
+            tuple(int(s) for s in rec.shape), rec.stride_tuple(), dtype=rec.torch_dtype(), device=self.device
+        )
         fill_(t, rec.dtype, e.constraint, gen)
         return t
 
@@ -314,13 +343,22 @@ class StorageManager:
 
 def empty_like_rec(rec: TensorRec, device: str) -> torch.Tensor:
     """An uninitialized tensor with a recorded output's shape/dtype (for failed ops' outputs)."""
-    return torch.empty_strided(tuple(int(s) for s in rec.shape), rec.stride_tuple(),
-                               dtype=rec.torch_dtype(), device=device)
+    return torch.empty_strided(
+        tuple(int(s) for s in rec.shape), rec.stride_tuple(), dtype=rec.torch_dtype(), device=device
+    )
 
 
 def rec_from_value(value: Any, shape: Any, dtype: str) -> TensorRec | None:
     """A TensorRec from a recorded value [tid, sid, offset, numel, itemsize, device] (fallback)."""
     if not (isinstance(value, list) and len(value) >= 5 and all(isinstance(v, int) for v in value[:5])):
         return None
-    return TensorRec(tensor_id=value[0], storage_id=value[1], offset=value[2], numel=value[3],
-                     itemsize=value[4], dtype=dtype, shape=tuple(shape or ()), strides=None)
+    return TensorRec(
+        tensor_id=value[0],
+        storage_id=value[1],
+        offset=value[2],
+        numel=value[3],
+        itemsize=value[4],
+        dtype=dtype,
+        shape=tuple(shape or ()),
+        strides=None,
+    )

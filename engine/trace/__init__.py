@@ -4,6 +4,7 @@ Public API (stable; every other part of the engine builds on it):
     load(*paths, rank=None, progress=None, use_cache=True) -> Trace
     summarize(trace) -> dict            # what `mystique info --json` prints for one trace
 """
+
 from engine.trace.model import CATEGORIES, PHASES, Trace
 
 __all__ = ["Trace", "CATEGORIES", "PHASES", "load", "summarize"]

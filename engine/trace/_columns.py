@@ -4,6 +4,7 @@ Why: `pd.Categorical(list_of_str)` sorts and hashes through Arrow-backed strings
 ~10 ms per 30k values; `pd.factorize` on an object array plus `Categorical.from_codes` is
 3-5x faster, and the loaders build a dozen such columns per file.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -19,8 +20,13 @@ def fast_cat(values, categories=None, transform: Callable[[object], str] | None 
     dtype name); values mapping to the same label share one category.
     """
     n = len(values)
-    if (n and type(values) in (list, tuple) and type(values[0]) is str
-            and values[-1] == values[0] == values[n // 2] and values.count(values[0]) == n):
+    if (
+        n
+        and type(values) in (list, tuple)
+        and type(values[0]) is str
+        and values[-1] == values[0] == values[n // 2]
+        and values.count(values[0]) == n
+    ):
         # One distinct string (a trace's device column): no hashing of n fresh string objects.
         label = values[0] if transform is None else transform(values[0])
         cats = [label] if categories is None else list(categories)
@@ -29,8 +35,9 @@ def fast_cat(values, categories=None, transform: Callable[[object], str] | None 
     arr = np.empty(n, dtype=object)
     arr[:] = values
     codes, uniques = pd.factorize(arr, use_na_sentinel=True)
-    labels = [transform(u) for u in uniques] if transform is not None else [
-        u if type(u) is str else str(u) for u in uniques]
+    labels = (
+        [transform(u) for u in uniques] if transform is not None else [u if type(u) is str else str(u) for u in uniques]
+    )
     if categories is None:
         cats = list(dict.fromkeys(labels))
     else:

@@ -11,6 +11,7 @@ the two name sequences there (longest matching blocks, `difflib`) recovers those
 Anchors are the longest increasing run (by Kineto External-id order) of the existing matches of
 one ET thread, so a match that jumped to another iteration never bounds a gap.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -43,8 +44,15 @@ def _lis(seq: list[int]) -> list[int]:
     return out[::-1]
 
 
-def fill_gaps(rf: np.ndarray, tid: np.ndarray, et_code: np.ndarray, match: np.ndarray,
-              k_ext: np.ndarray, k_tid: np.ndarray, k_code: np.ndarray) -> np.ndarray:
+def fill_gaps(
+    rf: np.ndarray,
+    tid: np.ndarray,
+    et_code: np.ndarray,
+    match: np.ndarray,
+    k_ext: np.ndarray,
+    k_tid: np.ndarray,
+    k_code: np.ndarray,
+) -> np.ndarray:
     """Extend `match` (Kineto row per ET op, -1 = none) by aligning names between anchors.
 
     `rf`, `tid`, `et_code`: per ET op; `k_ext`, `k_tid`, `k_code`: per Kineto host event.
@@ -53,10 +61,10 @@ def fill_gaps(rf: np.ndarray, tid: np.ndarray, et_code: np.ndarray, match: np.nd
     match = match.copy()
     if len(k_ext) == 0:
         return match
-    korder = np.argsort(k_ext, kind="stable")          # Kineto rows in External-id order
+    korder = np.argsort(k_ext, kind="stable")  # Kineto rows in External-id order
     kpos = np.empty(len(korder), dtype=np.int64)
-    kpos[korder] = np.arange(len(korder))                # row -> position in that order
-    used = np.zeros(len(korder), dtype=bool)            # by position
+    kpos[korder] = np.arange(len(korder))  # row -> position in that order
+    used = np.zeros(len(korder), dtype=bool)  # by position
     used[kpos[match[match >= 0]]] = True
     k_code_o = k_code[korder]
     k_tid_o = k_tid[korder]
@@ -96,8 +104,8 @@ def fill_gaps(rf: np.ndarray, tid: np.ndarray, et_code: np.ndarray, match: np.nd
             sm = SequenceMatcher(None, a, b, autojunk=False)
             for i, j, size in sm.get_matching_blocks():
                 if size:
-                    sel_e = gap[i:i + size]
-                    sel_k = cand[j:j + size]
+                    sel_e = gap[i : i + size]
+                    sel_k = cand[j : j + size]
                     match[sel_e] = korder[sel_k]
                     used[sel_k] = True
     return match

@@ -12,6 +12,7 @@ unreadable entry is treated as a miss (and replaced); the cache never makes a lo
 Object columns do not map onto Parquet types directly: shape/strides tuples are stored as
 list<int64> columns and turned back into tuples (strides keep None) on read.
 """
+
 from __future__ import annotations
 
 import json
@@ -64,8 +65,10 @@ def _from_parquet(path: Path, tuple_cols=()) -> pd.DataFrame:
             offsets = flat.offsets.to_numpy()
             values = flat.values.to_numpy(zero_copy_only=False).tolist()
             valid = flat.is_valid().to_numpy(zero_copy_only=False)
-            out = [tuple(values[a:b]) if ok else None
-                   for a, b, ok in zip(offsets[:-1].tolist(), offsets[1:].tolist(), valid.tolist())]
+            out = [
+                tuple(values[a:b]) if ok else None
+                for a, b, ok in zip(offsets[:-1].tolist(), offsets[1:].tolist(), valid.tolist())
+            ]
             df[c] = pd.Series(out, dtype=object, index=df.index)
     return df[table.column_names]
 

@@ -21,6 +21,7 @@ The rules are ordered; the first that matches wins:
    Triton/Inductor kernel names (triton_*).
 7. compute: everything else under aten:: / prims:: (and unknown names as a last resort).
 """
+
 from __future__ import annotations
 
 import re
@@ -29,10 +30,13 @@ import pandas as pd
 
 from engine.trace.model import CATEGORIES
 
-_COMM = re.compile(r"all_?reduce|all_?gather|all_?to_?all|broadcast|reduce_?scatter|"
-                   r"(?<![a-z])(?:send|recv|isend|irecv|barrier)(?![a-z])|record_param_comms",
-                   re.IGNORECASE)
-_VIEW_OPS = frozenset("""
+_COMM = re.compile(
+    r"all_?reduce|all_?gather|all_?to_?all|broadcast|reduce_?scatter|"
+    r"(?<![a-z])(?:send|recv|isend|irecv|barrier)(?![a-z])|record_param_comms",
+    re.IGNORECASE,
+)
+_VIEW_OPS = frozenset(
+    """
 view _unsafe_view view_as reshape reshape_as t transpose transpose_ permute expand expand_as
 as_strided as_strided_ slice select squeeze squeeze_ unsqueeze unsqueeze_ detach detach_ alias
 size stride numel sym_size sym_stride sym_numel dim contiguous flatten unflatten split
@@ -41,26 +45,33 @@ view_as_real view_as_complex _reshape_alias unfold lift lift_fresh_copy _nested_
 is_contiguous is_same_size result_type _has_compatible_shallow_copy_type
 numpy_T mT mH T H matrix_H adjoint indices values crow_indices col_indices
 _values _indices coalesce is_nonzero is_floating_point is_complex stride_ storage_offset
-""".split())
-_ALLOC_OPS = frozenset("""
+""".split()
+)
+_ALLOC_OPS = frozenset(
+    """
 empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like ones ones_like full
 full_like new_zeros new_ones new_full scalar_tensor resize_ resize_as_ set_ lift_fresh
 _empty_affine_quantized _empty_per_channel_affine_quantized empty_permuted
-""".split())
+""".split()
+)
 
 
 def classify(name: str) -> str:
     """The category of one operator/annotation name (rules in the module docstring)."""
     if not name:
         return "annotation"
-    if (name.startswith(("## ", "[", "ProfilerStep#", "nn.Module:", "Optimizer.", "enumerate(DataLoader)"))
-            or (name.startswith("#") and name.endswith("#"))):
+    if name.startswith(("## ", "[", "ProfilerStep#", "nn.Module:", "Optimizer.", "enumerate(DataLoader)")) or (
+        name.startswith("#") and name.endswith("#")
+    ):
         return "annotation"
     lower = name.lower()
     if name.startswith(("c10d::", "nccl:", "gloo:", "mpi:", "ucc:")) or _COMM.search(name):
         return "communication"
-    if (name.startswith(("autograd::", "torch::autograd::")) or name == "AccumulateGrad"
-            or re.fullmatch(r"[A-Za-z0-9_]*Backward\d*", name)):
+    if (
+        name.startswith(("autograd::", "torch::autograd::"))
+        or name == "AccumulateGrad"
+        or re.fullmatch(r"[A-Za-z0-9_]*Backward\d*", name)
+    ):
         return "autograd"
     ns, sep, op = name.partition("::")
     if not sep:

@@ -6,40 +6,94 @@ differently, so the table accepts every spelling we know, plus ScalarType names 
 "BFloat16", ...). Unknown names map to "" rather than failing: a dtype we cannot name must
 not make a trace unreadable.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
 
 _C10 = {
-    "float": "float32", "double": "float64", "long double": "float64",
-    "c10::Half": "float16", "Half": "float16", "at::Half": "float16", "c10::half": "float16",
-    "c10::BFloat16": "bfloat16", "BFloat16": "bfloat16", "at::BFloat16": "bfloat16",
-    "c10::Float8_e5m2": "float8_e5m2", "c10::Float8_e4m3fn": "float8_e4m3fn",
-    "c10::Float8_e5m2fnuz": "float8_e5m2fnuz", "c10::Float8_e4m3fnuz": "float8_e4m3fnuz",
-    "c10::Float8_e8m0fnu": "float8_e8m0fnu", "c10::Float4_e2m1fn_x2": "float4_e2m1fn_x2",
-    "long": "int64", "long int": "int64", "long long": "int64", "long long int": "int64",
-    "int64_t": "int64", "int": "int32", "int32_t": "int32", "short": "int16", "short int": "int16",
-    "int16_t": "int16", "signed char": "int8", "char": "int8", "int8_t": "int8",
-    "unsigned char": "uint8", "uint8_t": "uint8", "unsigned short": "uint16",
-    "unsigned short int": "uint16", "uint16_t": "uint16", "unsigned int": "uint32",
-    "uint32_t": "uint32", "unsigned long": "uint64", "unsigned long int": "uint64",
-    "unsigned long long": "uint64", "uint64_t": "uint64", "bool": "bool",
-    "c10::complex<c10::Half>": "complex32", "c10::complex<float>": "complex64",
+    "float": "float32",
+    "double": "float64",
+    "long double": "float64",
+    "c10::Half": "float16",
+    "Half": "float16",
+    "at::Half": "float16",
+    "c10::half": "float16",
+    "c10::BFloat16": "bfloat16",
+    "BFloat16": "bfloat16",
+    "at::BFloat16": "bfloat16",
+    "c10::Float8_e5m2": "float8_e5m2",
+    "c10::Float8_e4m3fn": "float8_e4m3fn",
+    "c10::Float8_e5m2fnuz": "float8_e5m2fnuz",
+    "c10::Float8_e4m3fnuz": "float8_e4m3fnuz",
+    "c10::Float8_e8m0fnu": "float8_e8m0fnu",
+    "c10::Float4_e2m1fn_x2": "float4_e2m1fn_x2",
+    "long": "int64",
+    "long int": "int64",
+    "long long": "int64",
+    "long long int": "int64",
+    "int64_t": "int64",
+    "int": "int32",
+    "int32_t": "int32",
+    "short": "int16",
+    "short int": "int16",
+    "int16_t": "int16",
+    "signed char": "int8",
+    "char": "int8",
+    "int8_t": "int8",
+    "unsigned char": "uint8",
+    "uint8_t": "uint8",
+    "unsigned short": "uint16",
+    "unsigned short int": "uint16",
+    "uint16_t": "uint16",
+    "unsigned int": "uint32",
+    "uint32_t": "uint32",
+    "unsigned long": "uint64",
+    "unsigned long int": "uint64",
+    "unsigned long long": "uint64",
+    "uint64_t": "uint64",
+    "bool": "bool",
+    "c10::complex<c10::Half>": "complex32",
+    "c10::complex<float>": "complex64",
     "c10::complex<double>": "complex128",
-    "c10::qint8": "qint8", "c10::quint8": "quint8", "c10::qint32": "qint32",
-    "c10::quint4x2": "quint4x2", "c10::quint2x4": "quint2x4",
-    "c10::bits1x8": "bits1x8", "c10::bits2x4": "bits2x4", "c10::bits4x2": "bits4x2",
-    "c10::bits8": "bits8", "c10::bits16": "bits16",
+    "c10::qint8": "qint8",
+    "c10::quint8": "quint8",
+    "c10::qint32": "qint32",
+    "c10::quint4x2": "quint4x2",
+    "c10::quint2x4": "quint2x4",
+    "c10::bits1x8": "bits1x8",
+    "c10::bits2x4": "bits2x4",
+    "c10::bits4x2": "bits4x2",
+    "c10::bits8": "bits8",
+    "c10::bits16": "bits16",
 }
 # ScalarType enum spellings (c10::toString(ScalarType)) and torch names themselves.
 _SCALAR = {
-    "Byte": "uint8", "Char": "int8", "Short": "int16", "Int": "int32", "Long": "int64",
-    "Half": "float16", "Float": "float32", "Double": "float64", "ComplexHalf": "complex32",
-    "ComplexFloat": "complex64", "ComplexDouble": "complex128", "Bool": "bool",
-    "QInt8": "qint8", "QUInt8": "quint8", "QInt32": "qint32", "BFloat16": "bfloat16",
-    "QUInt4x2": "quint4x2", "QUInt2x4": "quint2x4", "Float8_e5m2": "float8_e5m2",
-    "Float8_e4m3fn": "float8_e4m3fn", "Float8_e5m2fnuz": "float8_e5m2fnuz",
-    "Float8_e4m3fnuz": "float8_e4m3fnuz", "UInt16": "uint16", "UInt32": "uint32", "UInt64": "uint64",
+    "Byte": "uint8",
+    "Char": "int8",
+    "Short": "int16",
+    "Int": "int32",
+    "Long": "int64",
+    "Half": "float16",
+    "Float": "float32",
+    "Double": "float64",
+    "ComplexHalf": "complex32",
+    "ComplexFloat": "complex64",
+    "ComplexDouble": "complex128",
+    "Bool": "bool",
+    "QInt8": "qint8",
+    "QUInt8": "quint8",
+    "QInt32": "qint32",
+    "BFloat16": "bfloat16",
+    "QUInt4x2": "quint4x2",
+    "QUInt2x4": "quint2x4",
+    "Float8_e5m2": "float8_e5m2",
+    "Float8_e4m3fn": "float8_e4m3fn",
+    "Float8_e5m2fnuz": "float8_e5m2fnuz",
+    "Float8_e4m3fnuz": "float8_e4m3fnuz",
+    "UInt16": "uint16",
+    "UInt32": "uint32",
+    "UInt64": "uint64",
 }
 _TORCH = {v: v for v in set(_C10.values()) | set(_SCALAR.values())}
 DTYPES = {**_TORCH, **_SCALAR, **_C10}
@@ -63,7 +117,7 @@ def split_list_type(type_str: str) -> tuple[str, ...]:
     start = type_str.find("[")
     if start < 0 or not type_str.endswith("]"):
         return ()
-    body = type_str[start + 1:-1]
+    body = type_str[start + 1 : -1]
     parts, depth, cur = [], 0, []
     for ch in body:
         if ch in "([<":

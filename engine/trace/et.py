@@ -18,6 +18,7 @@ Validation: every parent must exist, except the profiler's implicit roots 0 and 
 may be absent); a dangling parent or a cycle is a `TraceError`. Parents that are roots
 (self-parent, negative, or an absent 0/1) are stored as -1.
 """
+
 from __future__ import annotations
 
 import array
@@ -33,12 +34,33 @@ from engine.errors import TraceError
 from engine.trace._columns import fast_cat, sorted_positions
 from engine.trace.dtypes import dtype_of, split_list_type
 
-KNOWN_SCHEMAS = ("1.0.1", "1.0.2-chakra.0.0.4", "1.0.3", "1.0.3-chakra.0.0.4", "1.0.4",
-                 "1.0.4-chakra.0.0.4", "1.1.0-chakra.0.0.4", "1.1.1-chakra.0.0.4")
+KNOWN_SCHEMAS = (
+    "1.0.1",
+    "1.0.2-chakra.0.0.4",
+    "1.0.3",
+    "1.0.3-chakra.0.0.4",
+    "1.0.4",
+    "1.0.4-chakra.0.0.4",
+    "1.1.0-chakra.0.0.4",
+    "1.1.1-chakra.0.0.4",
+)
 _SCALAR_ATTRS = ("rf_id", "seq_id", "scope", "tid", "fw_parent", "fw_tid", "op_schema")
-_FLAT_KNOWN = frozenset(("id", "name", "parent", "inputs", "input_shapes", "input_types", "outputs",
-                         "output_shapes", "output_types", "input_strides", "output_strides",
-                         *_SCALAR_ATTRS))
+_FLAT_KNOWN = frozenset(
+    (
+        "id",
+        "name",
+        "parent",
+        "inputs",
+        "input_shapes",
+        "input_types",
+        "outputs",
+        "output_shapes",
+        "output_types",
+        "input_strides",
+        "output_strides",
+        *_SCALAR_ATTRS,
+    )
+)
 _STD_ATTRS = frozenset((*_SCALAR_ATTRS, "kernel_backend", "kernel_file"))
 _ROOT_IDS = (0, 1)
 _LIST_TYPE = frozenset((list,))
@@ -133,10 +155,21 @@ def _tensor_frame(rows: list, rank: int) -> pd.DataFrame:
         op_id, io, arg, sub, vals, types, shapes, strides = zip(*rows)
     else:
         op_id = io = arg = sub = vals = types = shapes = strides = ()
-    grid = np.fromiter(chain.from_iterable(map(itemgetter(0, 1, 2, 3, 4), vals)), dtype=np.int64,
-                       count=5 * n).reshape(-1, 5)
-    return _tensor_table(_ints(op_id, "q"), fast_cat(io, _IO_CATS), arg, sub, [grid[:, k] for k in range(5)],
-                         _devices(vals), fast_cat(types, transform=dtype_of), _shapes(shapes), strides, rank)
+    grid = np.fromiter(chain.from_iterable(map(itemgetter(0, 1, 2, 3, 4), vals)), dtype=np.int64, count=5 * n).reshape(
+        -1, 5
+    )
+    return _tensor_table(
+        _ints(op_id, "q"),
+        fast_cat(io, _IO_CATS),
+        arg,
+        sub,
+        [grid[:, k] for k in range(5)],
+        _devices(vals),
+        fast_cat(types, transform=dtype_of),
+        _shapes(shapes),
+        strides,
+        rank,
+    )
 
 
 # The typed path's flat tensor list: per tensor these fields (io 0/1, type as a code), then its
@@ -161,30 +194,44 @@ def tensor_frame_flat(flat: list, op_id: np.ndarray, types: list, rank: int) -> 
     if cats != labels:  # types with one dtype name (e.g. two spellings): merge their codes
         codes = np.asarray([cats.index(lab) for lab in labels], dtype=np.int32)[codes]
     dtype = pd.Categorical.from_codes(codes, categories=cats)
-    return _tensor_table(op_id, io, flat[1::w], flat[2::w], [_ints(flat[6 + k::w], "q") for k in range(5)],
-                         flat[11::w], dtype, flat[4::w], flat[5::w], rank)
+    return _tensor_table(
+        op_id,
+        io,
+        flat[1::w],
+        flat[2::w],
+        [_ints(flat[6 + k :: w], "q") for k in range(5)],
+        flat[11::w],
+        dtype,
+        flat[4::w],
+        flat[5::w],
+        rank,
+    )
 
 
-def _tensor_table(op_id, io: pd.Categorical, arg, sub, v5: list, devices, dtype: pd.Categorical, shapes: list,
-                  strides, rank: int) -> pd.DataFrame:
+def _tensor_table(
+    op_id, io: pd.Categorical, arg, sub, v5: list, devices, dtype: pd.Categorical, shapes: list, strides, rank: int
+) -> pd.DataFrame:
     n = len(op_id)
-    return pd.DataFrame({
-        "op_id": op_id,
-        "rank": np.full(n, rank, dtype=np.int32),
-        "io": io,
-        "arg": _ints(arg, "i"),
-        "sub": _ints(sub, "i"),
-        "tensor_id": v5[0],
-        "storage_id": v5[1],
-        "offset": v5[2],
-        "numel": v5[3],
-        "itemsize": v5[4].astype(np.int32),
-        "dtype": dtype,
-        "shape": pd.Series(shapes, dtype=object),
-        "strides": pd.Series([None] * n if strides.count(None) == n else [_strides(x) for x in strides],
-                             dtype=object),
-        "device": fast_cat(devices),
-    })
+    return pd.DataFrame(
+        {
+            "op_id": op_id,
+            "rank": np.full(n, rank, dtype=np.int32),
+            "io": io,
+            "arg": _ints(arg, "i"),
+            "sub": _ints(sub, "i"),
+            "tensor_id": v5[0],
+            "storage_id": v5[1],
+            "offset": v5[2],
+            "numel": v5[3],
+            "itemsize": v5[4].astype(np.int32),
+            "dtype": dtype,
+            "shape": pd.Series(shapes, dtype=object),
+            "strides": pd.Series(
+                [None] * n if strides.count(None) == n else [_strides(x) for x in strides], dtype=object
+            ),
+            "device": fast_cat(devices),
+        }
+    )
 
 
 _INT_TYPES = {"q": np.int64, "i": np.int32, "b": np.int8}
@@ -223,8 +270,11 @@ def _parse_et(doc: dict, path: str, rank: int, warn: list[str]):
     nodes = doc["nodes"]
     if not isinstance(nodes, list):
         raise TraceError("execution trace 'nodes' is not a list", path)
-    chakra = bool(nodes) and isinstance(nodes[0], dict) and (
-        isinstance(nodes[0].get("inputs"), dict) or "ctrl_deps" in nodes[0] or "attrs" in nodes[0])
+    chakra = (
+        bool(nodes)
+        and isinstance(nodes[0], dict)
+        and (isinstance(nodes[0].get("inputs"), dict) or "ctrl_deps" in nodes[0] or "attrs" in nodes[0])
+    )
     _check_schema(schema, chakra, path, warn)
     trows: list = []
     cols = _fast_columns(nodes, chakra, trows)
@@ -235,18 +285,34 @@ def _parse_et(doc: dict, path: str, rank: int, warn: list[str]):
         for node in nodes:
             ity, oty = node.get("input_types"), node.get("output_types")
             if ity:
-                _walk(trows, int(node["id"]), "in", node.get("inputs") or [], node.get("input_shapes"), ity,
-                      node.get("input_strides"))
+                _walk(
+                    trows,
+                    int(node["id"]),
+                    "in",
+                    node.get("inputs") or [],
+                    node.get("input_shapes"),
+                    ity,
+                    node.get("input_strides"),
+                )
             if oty:
-                _walk(trows, int(node["id"]), "out", node.get("outputs") or [], node.get("output_shapes"), oty,
-                      node.get("output_strides"))
+                _walk(
+                    trows,
+                    int(node["id"]),
+                    "out",
+                    node.get("outputs") or [],
+                    node.get("output_shapes"),
+                    oty,
+                    node.get("output_strides"),
+                )
     return _ops_frame(*cols, rank, path), _tensor_frame(trows, rank)
 
 
 def _check_schema(schema: str, chakra: bool, path: str, warn: list[str]) -> None:
     if schema not in KNOWN_SCHEMAS:
-        msg = (f"{path}: unknown ET schema {schema!r}; loaded through the nearest known layout "
-               f"({'1.1.1-chakra.0.0.4' if chakra else '1.0.1'})")
+        msg = (
+            f"{path}: unknown ET schema {schema!r}; loaded through the nearest known layout "
+            f"({'1.1.1-chakra.0.0.4' if chakra else '1.0.1'})"
+        )
         warn.append(msg)
         warnings.warn(msg, stacklevel=4)
 
@@ -295,8 +361,16 @@ def _chakra_rows(nodes: list, trows: list) -> list | None:
             walk(trows, nid, "in", iv.get("values") or [], iv.get("shapes"), ity, iv.get("strides"))
         if oty:
             walk(trows, nid, "out", ov.get("values") or [], ov.get("shapes"), oty, ov.get("strides"))
-        app((nid, n["name"], n["ctrl_deps"], dumps(iv).decode(), dumps(ov).decode(),
-             {x["name"]: x["value"] for x in n["attrs"]}))
+        app(
+            (
+                nid,
+                n["name"],
+                n["ctrl_deps"],
+                dumps(iv).decode(),
+                dumps(ov).decode(),
+                {x["name"]: x["value"] for x in n["attrs"]},
+            )
+        )
     return rows
 
 
@@ -324,24 +398,49 @@ def _fast_columns_or_none(nodes: list, chakra: bool, trows: list):
         del rows
         ids = np.asarray(ids_l, dtype=np.int64)
         parents = np.asarray(par_l, dtype=np.int64)
-        extra = ["{}" if (a.keys() <= _STD_ATTRS and not a.get("kernel_backend") and not a.get("kernel_file"))
-                 else _extra_json(a) for a in attrs]
+        extra = [
+            "{}"
+            if (a.keys() <= _STD_ATTRS and not a.get("kernel_backend") and not a.get("kernel_file"))
+            else _extra_json(a)
+            for a in attrs
+        ]
     else:
         ids = np.asarray([n["id"] for n in nodes], dtype=np.int64)
         names = [n["name"] for n in nodes]
         attrs = nodes
         parents = np.asarray([n["parent"] for n in nodes], dtype=np.int64)
-        ins = [dumps({"values": n["inputs"], "shapes": n["input_shapes"], "types": n["input_types"],
-                      **({"strides": n["input_strides"]} if "input_strides" in n else {})}).decode()
-               for n in nodes]
-        outs = [dumps({"values": n["outputs"], "shapes": n["output_shapes"], "types": n["output_types"],
-                       **({"strides": n["output_strides"]} if "output_strides" in n else {})}).decode()
-                for n in nodes]
-        extra = [dumps(r).decode() if r else "{}" for r in
-                 ({k: v for k, v in n.items() if k not in _FLAT_KNOWN} for n in nodes)]
+        ins = [
+            dumps(
+                {
+                    "values": n["inputs"],
+                    "shapes": n["input_shapes"],
+                    "types": n["input_types"],
+                    **({"strides": n["input_strides"]} if "input_strides" in n else {}),
+                }
+            ).decode()
+            for n in nodes
+        ]
+        outs = [
+            dumps(
+                {
+                    "values": n["outputs"],
+                    "shapes": n["output_shapes"],
+                    "types": n["output_types"],
+                    **({"strides": n["output_strides"]} if "output_strides" in n else {}),
+                }
+            ).decode()
+            for n in nodes
+        ]
+        extra = [
+            dumps(r).decode() if r else "{}"
+            for r in ({k: v for k, v in n.items() if k not in _FLAT_KNOWN} for n in nodes)
+        ]
     try:  # one C-level pass when every node has every scalar attribute (the usual case)
-        grid = np.fromiter(chain.from_iterable(map(itemgetter(*_SCALAR_COLS), attrs)), dtype=np.int64,
-                           count=len(attrs) * len(_SCALAR_COLS)).reshape(-1, len(_SCALAR_COLS))
+        grid = np.fromiter(
+            chain.from_iterable(map(itemgetter(*_SCALAR_COLS), attrs)),
+            dtype=np.int64,
+            count=len(attrs) * len(_SCALAR_COLS),
+        ).reshape(-1, len(_SCALAR_COLS))
         scal = {k: grid[:, j].copy() for j, k in enumerate(_SCALAR_COLS)}
     except KeyError:
         scal = {k: np.asarray([a.get(k, -1) for a in attrs], dtype=np.int64) for k in _SCALAR_COLS}
@@ -404,10 +503,12 @@ def _generic_columns(nodes: list, chakra: bool, path: str):
             iv, ish, ity = node.get("inputs") or [], node.get("input_shapes"), node.get("input_types")
             ov, osh, oty = node.get("outputs") or [], node.get("output_shapes"), node.get("output_types")
             ist, ost = node.get("input_strides"), node.get("output_strides")
-            ins[i] = dumps({"values": iv, "shapes": ish or [], "types": ity or [],
-                            **({"strides": ist} if ist is not None else {})}).decode()
-            outs[i] = dumps({"values": ov, "shapes": osh or [], "types": oty or [],
-                             **({"strides": ost} if ost is not None else {})}).decode()
+            ins[i] = dumps(
+                {"values": iv, "shapes": ish or [], "types": ity or [], **({"strides": ist} if ist is not None else {})}
+            ).decode()
+            outs[i] = dumps(
+                {"values": ov, "shapes": osh or [], "types": oty or [], **({"strides": ost} if ost is not None else {})}
+            ).decode()
             if ity:
                 _walk(trows, nid, "in", iv, ish, ity, ist)
             if oty:
@@ -421,26 +522,36 @@ def _generic_columns(nodes: list, chakra: bool, path: str):
         extra[i] = dumps(rest).decode() if rest else "{}"
 
     scal = {k: np.asarray(cols[k], dtype=np.int64) for k in scalar}
-    return (np.asarray(ids, dtype=np.int64), names, np.asarray(parents, dtype=np.int64), scal, schemas,
-            ins, outs, extra), trows
+    return (
+        np.asarray(ids, dtype=np.int64),
+        names,
+        np.asarray(parents, dtype=np.int64),
+        scal,
+        schemas,
+        ins,
+        outs,
+        extra,
+    ), trows
 
 
 def _ops_frame(ids, names, parents, scal, schemas, ins, outs, extra, rank, path) -> pd.DataFrame:
     n = len(ids)
     parents, depth, n_children = _tree(ids, parents, path)
-    ops = pd.DataFrame({
-        "id": ids,
-        "rank": np.full(n, rank, dtype=np.int32),
-        "name": fast_cat(names),
-        "parent": parents,
-        "depth": depth,
-        **{k: scal[k] for k in ("tid", "fw_tid", "fw_parent", "rf_id", "seq_id", "scope")},
-        "schema": fast_cat(schemas),
-        "inputs": pd.Series(ins, dtype=object),
-        "outputs": pd.Series(outs, dtype=object),
-        "attrs": pd.Series(extra, dtype=object),
-        "n_children": n_children,
-    })
+    ops = pd.DataFrame(
+        {
+            "id": ids,
+            "rank": np.full(n, rank, dtype=np.int32),
+            "name": fast_cat(names),
+            "parent": parents,
+            "depth": depth,
+            **{k: scal[k] for k in ("tid", "fw_tid", "fw_parent", "rf_id", "seq_id", "scope")},
+            "schema": fast_cat(schemas),
+            "inputs": pd.Series(ins, dtype=object),
+            "outputs": pd.Series(outs, dtype=object),
+            "attrs": pd.Series(extra, dtype=object),
+            "n_children": n_children,
+        }
+    )
     return ops
 
 
@@ -462,8 +573,11 @@ def _tree(ids: np.ndarray, parents: np.ndarray, path: str):
     dangling = (pos < 0) & ~is_root & ~absent_root
     if dangling.any():
         k = int(np.flatnonzero(dangling)[0])
-        raise TraceError(f"dangling parent: node {int(ids[k])} points to missing node {int(parents[k])} "
-                         f"({int(dangling.sum())} such nodes)", path)
+        raise TraceError(
+            f"dangling parent: node {int(ids[k])} points to missing node {int(parents[k])} "
+            f"({int(dangling.sum())} such nodes)",
+            path,
+        )
     root = is_root | absent_root
     parents = np.where(root, -1, parents)
     ppos = np.where(root, -1, pos).astype(np.int64)

@@ -28,6 +28,7 @@ msgspec missing) returns None and the caller uses the general orjson path in `et
 owns every error message. So this module never decides whether a trace is valid, only how fast
 a valid one loads.
 """
+
 from __future__ import annotations
 
 from operator import attrgetter, itemgetter
@@ -46,18 +47,41 @@ _STR_OR_NONE = frozenset((str, type(None)))
 # Attribute names PyTorch's ExecutionTraceObserver writes (chakra 0.0.4 schemas up to 1.1.1).
 # Each gets its own struct class, tagged by "name": msgspec then matches the name in C and
 # allocates no string for it, and a node's layout is the tuple of its attributes' classes.
-KNOWN_ATTRS = ("rf_id", "fw_parent", "seq_id", "scope", "tid", "fw_tid", "op_schema", "kernel_backend",
-               "kernel_file", "tensor_range", "collective_name", "dtype", "in_msg_nelems", "out_msg_nelems",
-               "in_split_size", "out_split_size", "global_rank_start", "global_rank_stride", "pg_name",
-               "pg_desc", "pg_size", "pg_id")
+KNOWN_ATTRS = (
+    "rf_id",
+    "fw_parent",
+    "seq_id",
+    "scope",
+    "tid",
+    "fw_tid",
+    "op_schema",
+    "kernel_backend",
+    "kernel_file",
+    "tensor_range",
+    "collective_name",
+    "dtype",
+    "in_msg_nelems",
+    "out_msg_nelems",
+    "in_split_size",
+    "out_split_size",
+    "global_rank_start",
+    "global_rank_stride",
+    "pg_name",
+    "pg_desc",
+    "pg_size",
+    "pg_id",
+)
 
 if msgspec is not None:
+
     class _Attr(msgspec.Struct, gc=False):
         name: str
         value: Any = None
 
-    _TAGGED = tuple(msgspec.defstruct(f"_Attr_{name}", [("value", Any, None)], tag_field="name", tag=name,
-                                      gc=False) for name in KNOWN_ATTRS)
+    _TAGGED = tuple(
+        msgspec.defstruct(f"_Attr_{name}", [("value", Any, None)], tag_field="name", tag=name, gc=False)
+        for name in KNOWN_ATTRS
+    )
 
     class _IO(msgspec.Struct, forbid_unknown_fields=True, gc=False):
         values: list = []
@@ -66,13 +90,24 @@ if msgspec is not None:
         strides: Any = msgspec.UNSET  # omitted from the re-encoded text when the file has none
 
     def _doc_type(attr_type, label):
-        node = msgspec.defstruct(f"_Node{label}", [("id", int), ("name", str), ("ctrl_deps", int), ("inputs", _IO),
-                                                   ("outputs", _IO), ("attrs", list[attr_type], [])], gc=False)
+        node = msgspec.defstruct(
+            f"_Node{label}",
+            [
+                ("id", int),
+                ("name", str),
+                ("ctrl_deps", int),
+                ("inputs", _IO),
+                ("outputs", _IO),
+                ("attrs", list[attr_type], []),
+            ],
+            gc=False,
+        )
         return msgspec.defstruct(f"ChakraDoc{label}", [("schema", str), ("nodes", list[node])], gc=False)
 
     # Tried in order: known attribute names only (fast), then any attribute name.
-    _DECODERS = tuple(msgspec.json.Decoder(_doc_type(t, label))
-                      for t, label in ((Union[_TAGGED], "Tagged"), (_Attr, "")))
+    _DECODERS = tuple(
+        msgspec.json.Decoder(_doc_type(t, label)) for t, label in ((Union[_TAGGED], "Tagged"), (_Attr, ""))
+    )
     TYPED_DOCS = tuple(d.type for d in _DECODERS)
     _ENCODE = msgspec.json.Encoder().encode
 else:  # pragma: no cover

@@ -11,6 +11,7 @@ as text ("Spans", "PyTorch Profiler"). Every event counts in `meta["events"]`; o
 (complete) events become rows of `events`, "s"/"f"/"t" become `flows`, and "M" metadata
 becomes compact name maps.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -147,33 +148,37 @@ def _parse(doc: dict, path: str, rank: int, rank_fixed: bool):
             elif e.get("name") == "thread_name":
                 tnames[f"{s(e.get('pid', ''))}/{s(e.get('tid', ''))}"] = str(nm)
     n = len(cat_l)
-    events = pd.DataFrame({
-        "ev": np.arange(n, dtype=np.int64),
-        "rank": np.full(n, rank, dtype=np.int32),
-        "cat": fast_cat(cat_l),
-        "name": fast_cat(name_l),
-        "pid": fast_cat(pid_l),
-        "tid": fast_cat(tid_l),
-        "ts_us": np.asarray(ts_l, dtype=np.float64),
-        "dur_us": np.asarray(dur_l, dtype=np.float64),
-        "device": _nullable(dev_l),
-        "stream": _nullable(stream_l),
-        "correlation": _nullable(corr_l),
-        "external_id": _nullable(ext_l),
-        "rf_id": _nullable(rf_l),
-        "seq_num": _nullable(seq_l),
-        "fwd_tid": _nullable(fwd_l),
-    })
+    events = pd.DataFrame(
+        {
+            "ev": np.arange(n, dtype=np.int64),
+            "rank": np.full(n, rank, dtype=np.int32),
+            "cat": fast_cat(cat_l),
+            "name": fast_cat(name_l),
+            "pid": fast_cat(pid_l),
+            "tid": fast_cat(tid_l),
+            "ts_us": np.asarray(ts_l, dtype=np.float64),
+            "dur_us": np.asarray(dur_l, dtype=np.float64),
+            "device": _nullable(dev_l),
+            "stream": _nullable(stream_l),
+            "correlation": _nullable(corr_l),
+            "external_id": _nullable(ext_l),
+            "rf_id": _nullable(rf_l),
+            "seq_num": _nullable(seq_l),
+            "fwd_tid": _nullable(fwd_l),
+        }
+    )
     flow_ids = np.asarray(fl_id, dtype=np.int64)
-    flows = pd.DataFrame({
-        "rank": np.full(len(fl_id), rank, dtype=np.int32),
-        "id": np.where(flow_ids == _NA, -1, flow_ids),
-        "cat": fast_cat(fl_cat),
-        "ph": fast_cat(fl_ph, ["s", "f", "t"]),
-        "ts_us": np.asarray(fl_ts, dtype=np.float64),
-        "pid": fast_cat(fl_pid),
-        "tid": fast_cat(fl_tid),
-    })
+    flows = pd.DataFrame(
+        {
+            "rank": np.full(len(fl_id), rank, dtype=np.int32),
+            "id": np.where(flow_ids == _NA, -1, flow_ids),
+            "cat": fast_cat(fl_cat),
+            "ph": fast_cat(fl_ph, ["s", "f", "t"]),
+            "ts_us": np.asarray(fl_ts, dtype=np.float64),
+            "pid": fast_cat(fl_pid),
+            "tid": fast_cat(fl_tid),
+        }
+    )
     props = doc.get("deviceProperties")
     meta = {
         "events": len(evs),

@@ -28,6 +28,7 @@ time on the same pid/tid (External id when no host op encloses it). `gpu_dur_us`
 is the GPU time launched under it or any descendant; `events.op_id` names the ET node of each
 host op, launch and GPU event (the innermost linked enclosing op).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -75,8 +76,9 @@ def _by_rf(et_rf: np.ndarray, k_rf: np.ndarray) -> np.ndarray:
     return idx.get_indexer(et_rf)
 
 
-def _by_offsets(rf: np.ndarray, tid: np.ndarray, et_name: np.ndarray,
-                k_ext: np.ndarray, k_name: np.ndarray) -> np.ndarray:
+def _by_offsets(
+    rf: np.ndarray, tid: np.ndarray, et_name: np.ndarray, k_ext: np.ndarray, k_name: np.ndarray
+) -> np.ndarray:
     """Block-offset alignment of ET rf_ids to Kineto External ids (see module docstring)."""
     n = len(rf)
     out = np.full(n, -1, dtype=np.int64)
@@ -180,7 +182,7 @@ def _enclosing(host_ts, host_end, host_key, q_ts, q_key) -> np.ndarray:
     hcomb = hki.astype(np.int64) * width + trank[:nh]
     qcomb = qki.astype(np.int64) * width + trank[nh:]
     j = np.searchsorted(hcomb, qcomb, side="right") - 1
-    valid = (j >= 0)
+    valid = j >= 0
     valid[valid] = hki[j[valid]] == qki[valid]
     j = np.where(valid, j, -1)
     for _ in range(256):
@@ -200,8 +202,14 @@ def link(ops: pd.DataFrame, events: pd.DataFrame, warnings_out: list[str]) -> tu
     gpu = np.full(n_ops, np.nan)
     ev_op = np.full(n_ev, -1, dtype=np.int64)
     elig = eligible_mask(ops) if n_ops else np.zeros(0, bool)
-    info = {"link_rate": 0.0, "linked": 0, "et_ops": int(elig.sum()), "method": "none",
-            "gpu_events_linked": 0, "gpu_events": 0}
+    info = {
+        "link_rate": 0.0,
+        "linked": 0,
+        "et_ops": int(elig.sum()),
+        "method": "none",
+        "gpu_events_linked": 0,
+        "gpu_events": 0,
+    }
     if n_ops == 0 or n_ev == 0:
         ops["k_ts_us"], ops["k_dur_us"], ops["gpu_dur_us"] = k_ts, k_dur, gpu
         return info, ev_op
@@ -241,11 +249,14 @@ def link(ops: pd.DataFrame, events: pd.DataFrame, warnings_out: list[str]) -> tu
         linked_ev[o_rows[ok]] = h_rows[pos[ok]]
     if mismatched:
         info["name_mismatch"] = mismatched
-        warnings_out.append(f"{mismatched} ET ops share a record-function id with a Kineto op of another "
-                            "name and were left unlinked")
+        warnings_out.append(
+            f"{mismatched} ET ops share a record-function id with a Kineto op of another name and were left unlinked"
+        )
     if "external_id" in methods:
-        warnings_out.append("Kineto trace has no 'Record function id': ET ops linked by 'External id' "
-                            "with per-thread-block offsets and equal names (approximate)")
+        warnings_out.append(
+            "Kineto trace has no 'Record function id': ET ops linked by 'External id' "
+            "with per-thread-block offsets and equal names (approximate)"
+        )
     linked = linked_ev >= 0
     ts = events["ts_us"].to_numpy()
     dur = events["dur_us"].to_numpy()
@@ -300,7 +311,8 @@ def link(ops: pd.DataFrame, events: pd.DataFrame, warnings_out: list[str]) -> tu
         has[linked] = True
         incl = direct.copy()
         ppos = pd.Index(ops["rank"].to_numpy().astype(np.int64) << 40 | ops["id"].to_numpy()).get_indexer(
-            ops["rank"].to_numpy().astype(np.int64) << 40 | ops["parent"].to_numpy())
+            ops["rank"].to_numpy().astype(np.int64) << 40 | ops["parent"].to_numpy()
+        )
         ppos[ops["parent"].to_numpy() < 0] = -1
         depth = ops["depth"].to_numpy()
         order = np.argsort(-depth, kind="stable")
@@ -315,8 +327,13 @@ def link(ops: pd.DataFrame, events: pd.DataFrame, warnings_out: list[str]) -> tu
     ev_op = np.where(ev_op_row >= 0, ids[np.maximum(ev_op_row, 0)], -1)
     n_linked = int((linked & elig).sum())
     if info["et_ops"] and n_linked < 0.5 * info["et_ops"]:
-        warnings_out.append(f"only {n_linked} of {info['et_ops']} ET ops found their Kineto op: the ET and "
-                            "Kineto files may come from different runs or programs")
-    info.update(linked=n_linked, link_rate=round(n_linked / info["et_ops"], 6) if info["et_ops"] else 0.0,
-                method="+".join(sorted(methods)) or "none")
+        warnings_out.append(
+            f"only {n_linked} of {info['et_ops']} ET ops found their Kineto op: the ET and "
+            "Kineto files may come from different runs or programs"
+        )
+    info.update(
+        linked=n_linked,
+        link_rate=round(n_linked / info["et_ops"], 6) if info["et_ops"] else 0.0,
+        method="+".join(sorted(methods)) or "none",
+    )
     return info, ev_op

@@ -15,6 +15,7 @@ Extra columns beyond model.py: `ops.src`, `events.src`, `flows.src` (int16): ind
 document in `meta["sources"]`, so per-file summaries can select their rows; `events.op_id`
 (Int64): ET node id of the op a host event / launch / GPU event belongs to (<NA> if none).
 """
+
 from __future__ import annotations
 
 import functools
@@ -38,8 +39,10 @@ from engine.trace.kineto import is_kineto, parse_kineto
 from engine.trace.model import PHASES, Trace
 
 LOADER_VERSION = "h1-1"
-_RANK_RE = (re.compile(r"rank[_\-]?(\d{1,5})", re.IGNORECASE),
-            re.compile(r"[_\-](\d{1,5})(?:\.pt)?(?:\.trace)?\.json(?:\.gz)?$", re.IGNORECASE))
+_RANK_RE = (
+    re.compile(r"rank[_\-]?(\d{1,5})", re.IGNORECASE),
+    re.compile(r"[_\-](\d{1,5})(?:\.pt)?(?:\.trace)?\.json(?:\.gz)?$", re.IGNORECASE),
+)
 
 
 def rank_from_name(path: str) -> int | None:
@@ -70,8 +73,7 @@ def _decode(blob: safe_io.Blob, typed: bool = True):
     if isinstance(doc, dict):
         keys = ", ".join(list(map(str, doc))[:8]) or "none"
         raise TraceError(f"not an execution trace or Kineto trace: top-level keys {keys}", blob.path)
-    raise TraceError(f"not an execution trace or Kineto trace: top-level JSON {type(doc).__name__}",
-                     blob.path)
+    raise TraceError(f"not an execution trace or Kineto trace: top-level JSON {type(doc).__name__}", blob.path)
 
 
 def _decode_lenient(data: bytes):
@@ -124,9 +126,31 @@ def _finish_ops(ops: pd.DataFrame) -> pd.DataFrame:
         ops["module"] = module.values if len(ops) else pd.Categorical([])
     for c in ("k_ts_us", "k_dur_us", "gpu_dur_us"):
         ops[c] = np.full(len(ops), np.nan)
-    order = ["id", "rank", "name", "parent", "depth", "tid", "fw_tid", "fw_parent", "rf_id", "seq_id",
-             "scope", "schema", "category", "inputs", "outputs", "attrs", "n_children", "phase", "module",
-             "k_ts_us", "k_dur_us", "gpu_dur_us", "src"]
+    order = [
+        "id",
+        "rank",
+        "name",
+        "parent",
+        "depth",
+        "tid",
+        "fw_tid",
+        "fw_parent",
+        "rf_id",
+        "seq_id",
+        "scope",
+        "schema",
+        "category",
+        "inputs",
+        "outputs",
+        "attrs",
+        "n_children",
+        "phase",
+        "module",
+        "k_ts_us",
+        "k_dur_us",
+        "gpu_dur_us",
+        "src",
+    ]
     return ops[order]
 
 
@@ -229,11 +253,21 @@ def _build(raws, digests, rank_arg, limit, key, progress) -> Trace:
                 ops["src"] = np.full(len(ops), src, dtype=np.int16)
                 ops_l.append(ops)
                 ten_l.append(ten)
-                schema, n_nodes = (doc.schema, len(doc.nodes)) if parsed else (str(doc.get("schema", "")),
-                                                                               len(doc["nodes"]))
-                sources.append({"path": blob.path, "kind": "execution_trace", "schema": schema,
-                                "nodes": n_nodes, "rank": fallback, "rank_in_file": None,
-                                "world_size": None, "sha256": blob.sha256})
+                schema, n_nodes = (
+                    (doc.schema, len(doc.nodes)) if parsed else (str(doc.get("schema", "")), len(doc["nodes"]))
+                )
+                sources.append(
+                    {
+                        "path": blob.path,
+                        "kind": "execution_trace",
+                        "schema": schema,
+                        "nodes": n_nodes,
+                        "rank": fallback,
+                        "rank_in_file": None,
+                        "world_size": None,
+                        "sha256": blob.sha256,
+                    }
+                )
                 undeclared_et.append((len(ops_l) - 1, src) if name_rank is None and rank_arg is None else None)
             else:
                 ev, fl, km = parse_kineto(doc, blob.path, fallback, False)
@@ -247,9 +281,18 @@ def _build(raws, digests, rank_arg, limit, key, progress) -> Trace:
                 meta_k["thread_names"].update(km["thread_names"])
                 if km["device_properties"] and not meta_k["device_properties"]:
                     meta_k["device_properties"] = km["device_properties"]
-                sources.append({"path": blob.path, "kind": "kineto", "schema": "", "events": km["events"],
-                                "rank": km["rank"], "rank_in_file": km["rank_in_file"],
-                                "world_size": km["world_size"], "sha256": blob.sha256})
+                sources.append(
+                    {
+                        "path": blob.path,
+                        "kind": "kineto",
+                        "schema": "",
+                        "events": km["events"],
+                        "rank": km["rank"],
+                        "rank_in_file": km["rank_in_file"],
+                        "world_size": km["world_size"],
+                        "sha256": blob.sha256,
+                    }
+                )
             del doc
     _adopt_kineto_rank(undeclared_et, ops_l, ten_l, sources)
     report(progress, 0.7, "building tables")

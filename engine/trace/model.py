@@ -93,6 +93,7 @@ meta (dict, JSON-serializable)
     device_properties              Kineto "deviceProperties" (list of dicts)
   sources[i] also carries "rank_in_file" (distributedInfo.rank or None) and "world_size".
 """
+
 from __future__ import annotations
 
 import json
@@ -102,13 +103,13 @@ from typing import Any
 import pandas as pd
 
 CATEGORIES = (
-    "compute",        # does arithmetic: aten::addmm, aten::conv2d, aten::add_, ...
+    "compute",  # does arithmetic: aten::addmm, aten::conv2d, aten::add_, ...
     "communication",  # collectives and p2p: c10d::*, nccl:*, record_param_comms, all_to_all
-    "view",           # view/metadata only: aten::view, aten::t, aten::as_strided, aten::size ...
-    "allocation",     # aten::empty*, aten::zeros/ones/full (alloc + fill is still "allocation")
-    "autograd",       # autograd wrappers: "autograd::engine::evaluate_function: ...", "*Backward0"
-    "annotation",     # labels: "## ... ##", "[pytorch|profiler|...]", ProfilerStep#N, nn.Module: ...
-    "custom",         # non-aten operators (fbgemm::, triton kernels, user ops)
+    "view",  # view/metadata only: aten::view, aten::t, aten::as_strided, aten::size ...
+    "allocation",  # aten::empty*, aten::zeros/ones/full (alloc + fill is still "allocation")
+    "autograd",  # autograd wrappers: "autograd::engine::evaluate_function: ...", "*Backward0"
+    "annotation",  # labels: "## ... ##", "[pytorch|profiler|...]", ProfilerStep#N, nn.Module: ...
+    "custom",  # non-aten operators (fbgemm::, triton kernels, user ops)
 )
 PHASES = ("forward", "backward", "optimizer", "other")
 

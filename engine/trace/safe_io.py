@@ -12,6 +12,7 @@ stops as soon as the output would exceed the limit (a gzip bomb). The limit is
 `$MYSTIQUE_MAX_BYTES` when set, else a quarter of the currently available memory (parsed JSON
 takes several times its text size).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -74,8 +75,11 @@ def _read_file(path: Path, limit: int) -> bytes:
     if st.st_size == 0:
         raise TraceError("empty file (0 bytes)", path)
     if st.st_size > limit:
-        raise TraceError(f"file too large: {_human(st.st_size)} exceeds the limit of {_human(limit)} "
-                         "(set MYSTIQUE_MAX_BYTES to raise it)", path)
+        raise TraceError(
+            f"file too large: {_human(st.st_size)} exceeds the limit of {_human(limit)} "
+            "(set MYSTIQUE_MAX_BYTES to raise it)",
+            path,
+        )
     try:
         with open(path, "rb") as fh:
             return fh.read(limit + 1)
@@ -120,7 +124,7 @@ def gunzip(data: bytes, path: str, limit: int) -> bytes:
         d = zlib.decompressobj(wbits=47)  # 32 + 15: gzip or zlib header, auto-detected
         pos = 0
         while pos < len(buf) or d.unconsumed_tail:
-            src = d.unconsumed_tail or buf[pos:pos + _CHUNK]
+            src = d.unconsumed_tail or buf[pos : pos + _CHUNK]
             if not d.unconsumed_tail:
                 pos += len(src)
             try:
@@ -129,8 +133,9 @@ def gunzip(data: bytes, path: str, limit: int) -> bytes:
                 raise TraceError(f"corrupt gzip stream ({exc})", path) from None
             total += len(chunk)
             if total > limit:
-                raise TraceError(f"decompressed size exceeds the limit of {_human(limit)} "
-                                 "(set MYSTIQUE_MAX_BYTES to raise it)", path)
+                raise TraceError(
+                    f"decompressed size exceeds the limit of {_human(limit)} (set MYSTIQUE_MAX_BYTES to raise it)", path
+                )
             out.append(chunk)
             if d.eof:
                 break
@@ -208,9 +213,11 @@ def list_files(path: str | os.PathLike) -> list[Path]:
     """The files behind one user-supplied path: itself, or a directory's trace files (sorted)."""
     p = Path(path)
     if p.is_dir():
-        files = sorted(f for f in p.iterdir()
-                       if f.is_file() and not f.is_symlink()
-                       and f.name.lower().endswith(_TRACE_SUFFIXES + _TAR_SUFFIXES))
+        files = sorted(
+            f
+            for f in p.iterdir()
+            if f.is_file() and not f.is_symlink() and f.name.lower().endswith(_TRACE_SUFFIXES + _TAR_SUFFIXES)
+        )
         if not files:
             raise TraceError("directory holds no .json, .json.gz or .tar.gz trace", p)
         return files

@@ -28,6 +28,7 @@ trace loaded from one file the two are the same object. Keys (all always present
     resources       [str]      files bundled with the trace (e.g. pt2_et_resources/*.py); listed,
                                never imported or executed
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,9 +37,25 @@ import pandas as pd
 from engine.trace.categories import categorize
 from engine.trace.model import CATEGORIES, Trace
 
-KEYS = ("path", "kind", "schema", "nodes", "events", "rank", "ranks", "world_size", "link_rate",
-        "ops_by_category", "time_span_us", "top_ops", "kernels", "cpu_ops", "iterations", "warnings",
-        "resources")
+KEYS = (
+    "path",
+    "kind",
+    "schema",
+    "nodes",
+    "events",
+    "rank",
+    "ranks",
+    "world_size",
+    "link_rate",
+    "ops_by_category",
+    "time_span_us",
+    "top_ops",
+    "kernels",
+    "cpu_ops",
+    "iterations",
+    "warnings",
+    "resources",
+)
 _TOP = 10
 
 
@@ -58,12 +75,13 @@ def _top(names: pd.Series, dur: pd.Series) -> list[dict]:
     g = df.groupby("name", sort=False)["dur"].agg(["size", "sum"])
     g["has"] = df.groupby("name", sort=False)["dur"].count()
     g = g.sort_values(["sum", "size"], ascending=False).head(_TOP)
-    return [{"name": n, "count": int(r["size"]), "dur_us": (round(float(r["sum"]), 3) if r["has"] else None)}
-            for n, r in g.iterrows()]
+    return [
+        {"name": n, "count": int(r["size"]), "dur_us": (round(float(r["sum"]), 3) if r["has"] else None)}
+        for n, r in g.iterrows()
+    ]
 
 
-def _object(trace: Trace, ops: pd.DataFrame, events: pd.DataFrame, src: dict | None,
-            paired: bool) -> dict:
+def _object(trace: Trace, ops: pd.DataFrame, events: pd.DataFrame, src: dict | None, paired: bool) -> dict:
     meta = trace.meta
     kind = src["kind"] if src else meta.get("kind", "")
     if src is None and len(meta.get("sources", [])) == 1:

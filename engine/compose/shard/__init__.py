@@ -1,5 +1,6 @@
 """Sharding a composed benchmark across ranks: embedding tables (`embedding`), data parallel (`dp`),
 tensor-parallel linear layers (`tp`)."""
+
 from __future__ import annotations
 
 from engine.errors import TraceError

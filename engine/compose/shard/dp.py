@@ -6,6 +6,7 @@ pass fills them. The per-rank ET reproduces that: the batch is scaled by 1/N (th
 batch-scaling transform, meta-checked), and one `c10d::allreduce_` node per bucket (with the
 bucket's element count and bytes) is inserted after the last backward op.
 """
+
 from __future__ import annotations
 
 import copy
@@ -15,9 +16,11 @@ from engine.compose.nodes import label_node, make_attrs, set_attr
 from engine.errors import TraceError
 
 BUCKET_CAP_BYTES = 25 * 1024 * 1024
-ALLREDUCE_SCHEMA = ("c10d::allreduce_(Tensor[] tensors, __torch__.torch.classes.c10d.ProcessGroup process_group, "
-                    "__torch__.torch.classes.c10d.ReduceOp reduce_op, Tensor? sparse_indices, int timeout) -> "
-                    "(Tensor[], __torch__.torch.classes.c10d.Work)")
+ALLREDUCE_SCHEMA = (
+    "c10d::allreduce_(Tensor[] tensors, __torch__.torch.classes.c10d.ProcessGroup process_group, "
+    "__torch__.torch.classes.c10d.ReduceOp reduce_op, Tensor? sparse_indices, int timeout) -> "
+    "(Tensor[], __torch__.torch.classes.c10d.Work)"
+)
 
 
 def buckets(param_bytes: list[tuple[int, int, str]], cap: int = BUCKET_CAP_BYTES) -> list[list[tuple[int, int, str]]]:
@@ -37,8 +40,9 @@ def buckets(param_bytes: list[tuple[int, int, str]], cap: int = BUCKET_CAP_BYTES
     return out
 
 
-def allreduce_node(node_id: int, ids: list[int], shape: list[int], itemsize: int, et_dtype: str,
-                   pg_size: int, **extra: int) -> dict:
+def allreduce_node(
+    node_id: int, ids: list[int], shape: list[int], itemsize: int, et_dtype: str, pg_size: int, **extra: int
+) -> dict:
     """A `c10d::allreduce_` ET node over one tensor (`ids` = [tensor_id, storage_id]) of `shape`,
     with comm_type / pg_size / comm_bytes attributes (and `extra` int attributes) for the
     distributed replay and for simulators that read them (chakra)."""
@@ -48,14 +52,24 @@ def allreduce_node(node_id: int, ids: list[int], shape: list[int], itemsize: int
     for k in range(len(shape) - 2, -1, -1):
         strides[k] = strides[k + 1] * int(shape[k + 1])
     t = [ids[0], ids[1], 0, numel, itemsize, "cpu"]
-    node = {"id": node_id, "name": "c10d::allreduce_", "ctrl_deps": -1,
-            "inputs": {"values": [[t], "default_pg", 0, "<None>", 1800000],
-                       "shapes": [[list(shape)], [], [], [], []],
-                       "types": [f"GenericList[{ts}]", "String", "Int", "None", "Int"],
-                       "strides": [[strides], [], [], [], []]},
-            "outputs": {"values": [[t]], "shapes": [[list(shape)]], "types": [f"GenericList[{ts}]"],
-                        "strides": [[strides]]},
-            "attrs": make_attrs(op_schema=ALLREDUCE_SCHEMA)}
+    node = {
+        "id": node_id,
+        "name": "c10d::allreduce_",
+        "ctrl_deps": -1,
+        "inputs": {
+            "values": [[t], "default_pg", 0, "<None>", 1800000],
+            "shapes": [[list(shape)], [], [], [], []],
+            "types": [f"GenericList[{ts}]", "String", "Int", "None", "Int"],
+            "strides": [[strides], [], [], [], []],
+        },
+        "outputs": {
+            "values": [[t]],
+            "shapes": [[list(shape)]],
+            "types": [f"GenericList[{ts}]"],
+            "strides": [[strides]],
+        },
+        "attrs": make_attrs(op_schema=ALLREDUCE_SCHEMA),
+    }
     set_attr(node, "comm_type", "all_reduce", "string")
     set_attr(node, "pg_size", pg_size, "int64")
     set_attr(node, "comm_bytes", numel * itemsize, "int64")
@@ -92,27 +106,42 @@ def shard_dp(bench) -> dict:
     nodes = bench.ranks[0]
     bwd_orig = set(bench.meta.get("_backward_ids", ()))
     replay = set(bench.replay_ids[0])
-    last_bwd = max((k for k, nd in enumerate(nodes) if nd.get("_orig") in bwd_orig and nd["id"] in replay),
-                   default=len(nodes) - 1)
-    tid = max(max(v[0], v[1]) for nd in nodes for io in ("inputs", "outputs")
-              for v in (nd.get(io) or {}).get("values", []) if isinstance(v, list) and len(v) >= 5
-              and all(isinstance(x, int) for x in v[:2])) + 1
+    last_bwd = max(
+        (k for k, nd in enumerate(nodes) if nd.get("_orig") in bwd_orig and nd["id"] in replay), default=len(nodes) - 1
+    )
+    tid = (
+        max(
+            max(v[0], v[1])
+            for nd in nodes
+            for io in ("inputs", "outputs")
+            for v in (nd.get(io) or {}).get("values", [])
+            if isinstance(v, list) and len(v) >= 5 and all(isinstance(x, int) for x in v[:2])
+        )
+        + 1
+    )
     new_nodes, new_ids = [], []
     label = label_node(-1, 1, "## DDP gradient all_reduce ##")
     new_nodes.append(label)
     for i, b in enumerate(bks):
-        node = allreduce_node(-2 - i, [tid + 2 * i, tid + 2 * i + 1], [sum(p[0] for p in b)], b[0][1],
-                              b[0][2], n, bucket=i)
+        node = allreduce_node(
+            -2 - i, [tid + 2 * i, tid + 2 * i + 1], [sum(p[0] for p in b)], b[0][1], b[0][2], n, bucket=i
+        )
         new_nodes.append(node)
         new_ids.append(node["id"])
-    merged = nodes[:last_bwd + 1] + new_nodes + nodes[last_bwd + 1:]
+    merged = nodes[: last_bwd + 1] + new_nodes + nodes[last_bwd + 1 :]
     merged, rids = renumber(merged, list(bench.replay_ids[0]) + new_ids)
     bench.ranks = {r: (merged if r == 0 else copy.deepcopy(merged)) for r in range(n)}
     bench.replay_ids = {r: list(rids) for r in range(n)}
-    info = {"kind": "dp", "degree": n, "global_batch": global_batch, "per_rank_batch": global_batch // n,
-            "params": len(params), "grad_bytes": sum(p[0] * p[1] for p in params),
-            "buckets": [{"params": len(b), "bytes": sum(p[0] * p[1] for p in b)} for b in bks],
-            "bucket_cap_bytes": BUCKET_CAP_BYTES}
+    info = {
+        "kind": "dp",
+        "degree": n,
+        "global_batch": global_batch,
+        "per_rank_batch": global_batch // n,
+        "params": len(params),
+        "grad_bytes": sum(p[0] * p[1] for p in params),
+        "buckets": [{"params": len(b), "bytes": sum(p[0] * p[1] for p in b)} for b in bks],
+        "bucket_cap_bytes": BUCKET_CAP_BYTES,
+    }
     bench.meta["sharding"] = info
     return info
 

@@ -19,22 +19,24 @@ all_to_all of their gradients (`c10d::alltoall_base_` nodes with byte counts and
 single-process replay skips them). The dense part (MLPs, interaction) is left out of the
 per-rank ETs: this benchmarks the sharded embedding stage.
 """
+
 from __future__ import annotations
 
 import copy
 import math
 from dataclasses import dataclass
 
-from engine.compose.nodes import (ROOT_ID, label_node, make_attrs, root_node, set_attr, tensors_of,
-                                  is_defined, set_slot)
+from engine.compose.nodes import ROOT_ID, label_node, make_attrs, root_node, set_attr, tensors_of, is_defined, set_slot
 from engine.errors import TraceError
 
 LOOKUP_ROWS = 2.0
 FWD = ("aten::embedding_bag", "aten::_embedding_bag", "aten::_embedding_bag_forward_only")
 BWD = ("aten::_embedding_bag_backward", "aten::_embedding_bag_dense_backward")
-A2A_SCHEMA = ("c10d::alltoall_base_(Tensor output, Tensor input, __torch__.torch.classes.c10d.ProcessGroup "
-              "process_group, int[] output_split_sizes, int[] input_split_sizes, int timeout) -> "
-              "__torch__.torch.classes.c10d.Work")
+A2A_SCHEMA = (
+    "c10d::alltoall_base_(Tensor output, Tensor input, __torch__.torch.classes.c10d.ProcessGroup "
+    "process_group, int[] output_split_sizes, int[] input_split_sizes, int timeout) -> "
+    "__torch__.torch.classes.c10d.Work"
+)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -65,8 +67,16 @@ class Shard:
     cost: float = 0.0
 
     def to_dict(self) -> dict:
-        return {"table": self.table, "rank": self.rank, "rows": self.rows, "dim": self.dim, "lookups": self.lookups,
-                "row_offset": self.row0, "col_offset": self.col0, "cost": round(self.cost, 1)}
+        return {
+            "table": self.table,
+            "rank": self.rank,
+            "rows": self.rows,
+            "dim": self.dim,
+            "lookups": self.lookups,
+            "row_offset": self.row0,
+            "col_offset": self.col0,
+            "cost": round(self.cost, 1),
+        }
 
 
 def find_tables(nodes: list[dict], replay_ids) -> list[Table]:
@@ -81,8 +91,18 @@ def find_tables(nodes: list[dict], replay_ids) -> list[Table]:
         include_last = len(ins["values"]) > 7 and ins["values"][7] is True
         batch = ins["shapes"][2][0] - (1 if include_last else 0)
         b = next((x for x in bwds if x["inputs"]["values"][1][:2] == idx[:2]), None)
-        tables.append(Table(index=i, fwd=f, bwd=b, rows=int(rows), dim=int(dim), itemsize=int(w[4]),
-                            lookups=int(idx[3]), batch=int(batch)))
+        tables.append(
+            Table(
+                index=i,
+                fwd=f,
+                bwd=b,
+                rows=int(rows),
+                dim=int(dim),
+                itemsize=int(w[4]),
+                lookups=int(idx[3]),
+                batch=int(batch),
+            )
+        )
     return tables
 
 
@@ -104,16 +124,27 @@ def _row_shards(t: Table, k: int) -> list[Shard]:
     rows, lk = _split(t.rows, k), _split(t.lookups, k)
     out, r0 = [], 0
     for j in range(k):
-        out.append(Shard(table=t.index, rank=j, rows=rows[j], dim=t.dim, lookups=lk[j], row0=r0,
-                         cost=t.dim * t.itemsize * (rows[j] + LOOKUP_ROWS * lk[j])))
+        out.append(
+            Shard(
+                table=t.index,
+                rank=j,
+                rows=rows[j],
+                dim=t.dim,
+                lookups=lk[j],
+                row0=r0,
+                cost=t.dim * t.itemsize * (rows[j] + LOOKUP_ROWS * lk[j]),
+            )
+        )
         r0 += rows[j]
     return out
 
 
 def plan_shards(tables: list[Table], plan: str, n_ranks: int) -> list[Shard]:
     if plan == "table":
-        return [Shard(table=t.index, rank=t.index % n_ranks, rows=t.rows, dim=t.dim, lookups=t.lookups, cost=t.cost)
-                for t in tables]
+        return [
+            Shard(table=t.index, rank=t.index % n_ranks, rows=t.rows, dim=t.dim, lookups=t.lookups, cost=t.cost)
+            for t in tables
+        ]
     if plan == "row":
         return [s for t in tables for s in _row_shards(t, n_ranks)]
     if plan == "column":
@@ -122,8 +153,17 @@ def plan_shards(tables: list[Table], plan: str, n_ranks: int) -> list[Shard]:
             c0 = 0
             for j, d in enumerate(_split(t.dim, n_ranks)):
                 if d:
-                    out.append(Shard(table=t.index, rank=j, rows=t.rows, dim=d, lookups=t.lookups, col0=c0,
-                                     cost=d * t.itemsize * (t.rows + LOOKUP_ROWS * t.lookups)))
+                    out.append(
+                        Shard(
+                            table=t.index,
+                            rank=j,
+                            rows=t.rows,
+                            dim=d,
+                            lookups=t.lookups,
+                            col0=c0,
+                            cost=d * t.itemsize * (t.rows + LOOKUP_ROWS * t.lookups),
+                        )
+                    )
                 c0 += d
         return out
     # greedy: start from the splits the per-rank share implies, then refine while it helps
@@ -195,18 +235,41 @@ def _shard_nodes(t: Table, s: Shard, fresh: _Fresh) -> tuple[dict, dict | None]:
     return f, b
 
 
-def _a2a(node_id: int, parent: int, send: list[int], recv: list[int], itemsize: int, fresh: _Fresh,
-         n_ranks: int, what: str, ts: str = "Tensor(float)") -> dict:
+def _a2a(
+    node_id: int,
+    parent: int,
+    send: list[int],
+    recv: list[int],
+    itemsize: int,
+    fresh: _Fresh,
+    n_ranks: int,
+    what: str,
+    ts: str = "Tensor(float)",
+) -> dict:
     out_t = [fresh(), fresh(), 0, int(sum(recv)), itemsize, "cpu"]
     in_t = [fresh(), fresh(), 0, int(sum(send)), itemsize, "cpu"]
-    ins = {"values": [out_t, in_t, "default_pg", list(recv), list(send), 1800000],
-           "shapes": [[sum(recv)], [sum(send)], [], [[] for _ in recv], [[] for _ in send], []],
-           "types": [ts, ts, "String", "GenericList[" + ",".join(["Int"] * len(recv)) + "]",
-                     "GenericList[" + ",".join(["Int"] * len(send)) + "]", "Int"],
-           "strides": [[1], [1], [], [[] for _ in recv], [[] for _ in send], []]}
+    ins = {
+        "values": [out_t, in_t, "default_pg", list(recv), list(send), 1800000],
+        "shapes": [[sum(recv)], [sum(send)], [], [[] for _ in recv], [[] for _ in send], []],
+        "types": [
+            ts,
+            ts,
+            "String",
+            "GenericList[" + ",".join(["Int"] * len(recv)) + "]",
+            "GenericList[" + ",".join(["Int"] * len(send)) + "]",
+            "Int",
+        ],
+        "strides": [[1], [1], [], [[] for _ in recv], [[] for _ in send], []],
+    }
     outs = {"values": [out_t], "shapes": [[sum(recv)]], "types": [ts], "strides": [[1]]}
-    node = {"id": node_id, "name": "c10d::alltoall_base_", "ctrl_deps": parent, "inputs": ins, "outputs": outs,
-            "attrs": make_attrs(op_schema=A2A_SCHEMA)}
+    node = {
+        "id": node_id,
+        "name": "c10d::alltoall_base_",
+        "ctrl_deps": parent,
+        "inputs": ins,
+        "outputs": outs,
+        "attrs": make_attrs(op_schema=A2A_SCHEMA),
+    }
     set_attr(node, "comm_type", "all_to_all", "string")
     set_attr(node, "comm_phase", what, "string")
     set_attr(node, "pg_size", n_ranks, "int64")
@@ -226,8 +289,11 @@ def shard_embeddings(bench, path) -> dict:
     shards = plan_shards(tables, plan, n_ranks)
     batch = tables[0].batch
     bsplit = _split(batch, n_ranks)
-    fresh = _Fresh(max((v[0] for n in nodes for _, _, _, _, v in tensors_of(n)), default=0)
-                   + max((v[1] for n in nodes for _, _, _, _, v in tensors_of(n)), default=0) + 1)
+    fresh = _Fresh(
+        max((v[0] for n in nodes for _, _, _, _, v in tensors_of(n)), default=0)
+        + max((v[1] for n in nodes for _, _, _, _, v in tensors_of(n)), default=0)
+        + 1
+    )
     per_rank_dim = [sum(s.dim for s in shards if s.rank == r) for r in range(n_ranks)]
     ranks, rids, per_rank = {}, {}, {}
     itemsize = tables[0].itemsize
@@ -266,18 +332,30 @@ def shard_embeddings(bench, path) -> dict:
                 out.append(b)
                 ids.append(b["id"])
         ranks[r], rids[r] = out, ids
-        per_rank[r] = {"tables": sorted({s.table for s in mine}), "shards": len(mine),
-                       "lookups": sum(s.lookups for s in mine), "cost": round(sum(s.cost for s in mine), 1),
-                       "weight_bytes": sum(s.rows * s.dim * itemsize for s in mine),
-                       "all_to_all_bytes": int(max(sum(send), sum(recv)) * itemsize)}
+        per_rank[r] = {
+            "tables": sorted({s.table for s in mine}),
+            "shards": len(mine),
+            "lookups": sum(s.lookups for s in mine),
+            "cost": round(sum(s.cost for s in mine), 1),
+            "weight_bytes": sum(s.rows * s.dim * itemsize for s in mine),
+            "all_to_all_bytes": int(max(sum(send), sum(recv)) * itemsize),
+        }
     bench.ranks, bench.replay_ids = ranks, rids
-    info = {"kind": "embedding", "plan": plan, "ranks": n_ranks, "batch": batch,
-            "tables": [{"index": t.index, "rows": t.rows, "dim": t.dim, "lookups": t.lookups,
-                        "cost": round(t.cost, 1)} for t in tables],
-            "original_lookups": sum(t.lookups for t in tables),
-            "shards": [s.to_dict() for s in shards], "per_rank": per_rank,
-            "max_cost": max(p["cost"] for p in per_rank.values()),
-            "note": "per-rank ETs hold the sharded embedding stage; dense layers are not included"}
+    info = {
+        "kind": "embedding",
+        "plan": plan,
+        "ranks": n_ranks,
+        "batch": batch,
+        "tables": [
+            {"index": t.index, "rows": t.rows, "dim": t.dim, "lookups": t.lookups, "cost": round(t.cost, 1)}
+            for t in tables
+        ],
+        "original_lookups": sum(t.lookups for t in tables),
+        "shards": [s.to_dict() for s in shards],
+        "per_rank": per_rank,
+        "max_cost": max(p["cost"] for p in per_rank.values()),
+        "note": "per-rank ETs hold the sharded embedding stage; dense layers are not included",
+    }
     bench.meta["sharding"] = info
     return info
 

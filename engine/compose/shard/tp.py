@@ -13,6 +13,7 @@ meta-tensor propagation that batch scaling uses (`engine.compose.meta_check`), w
 dim per tensor, so every activation, gradient and optimizer op gets its per-rank shape and a
 model that cannot be split this way is refused at compose time, naming the node.
 """
+
 from __future__ import annotations
 
 import copy
@@ -26,17 +27,34 @@ from engine.compose.transforms.scale import prune_to_replay
 from engine.errors import TraceError
 
 _LINEAR_OPS = ("aten::linear",)
-_ELEMENTWISE = frozenset(f"aten::{x}" for x in (
-    "relu", "relu_", "gelu", "silu", "silu_", "tanh", "sigmoid", "dropout", "native_dropout", "clone",
-    "contiguous", "leaky_relu", "elu", "hardswish", "mish"))
+_ELEMENTWISE = frozenset(
+    f"aten::{x}"
+    for x in (
+        "relu",
+        "relu_",
+        "gelu",
+        "silu",
+        "silu_",
+        "tanh",
+        "sigmoid",
+        "dropout",
+        "native_dropout",
+        "clone",
+        "contiguous",
+        "leaky_relu",
+        "elu",
+        "hardswish",
+        "mish",
+    )
+)
 
 
 @dataclass(kw_only=True, slots=True)
 class Linear:
     node_id: int
-    weight: tuple[int, int]            # (tensor_id, storage_id)
+    weight: tuple[int, int]  # (tensor_id, storage_id)
     bias: tuple[int, int] | None
-    shape: tuple[int, int]             # (out_features, in_features)
+    shape: tuple[int, int]  # (out_features, in_features)
     input_shape: list[int]
     input: tuple[int, int]
     output: tuple[int, int] | None
@@ -47,17 +65,27 @@ def _linears(nodes: list[dict], replay: set[int], params: set[int]) -> list[Line
     for n in nodes:
         if n["id"] not in replay or n.get("_phase") != "forward" or n["name"] not in _LINEAR_OPS:
             continue
-        ins = {arg: (v, get_slot(n["inputs"], "shapes", arg, None)) for io, _, arg, sub, v in tensors_of(n)
-               if io == "in" and sub is None and is_defined(v)}
+        ins = {
+            arg: (v, get_slot(n["inputs"], "shapes", arg, None))
+            for io, _, arg, sub, v in tensors_of(n)
+            if io == "in" and sub is None and is_defined(v)
+        }
         w = ins.get(1)
         if not w or w[0][1] not in params or len(w[1]) != 2 or 0 not in ins:
             continue
         b = ins.get(2)
         outs = [v for io, _, _, sub, v in tensors_of(n) if io == "out" and sub is None and is_defined(v)]
-        out.append(Linear(node_id=n["id"], weight=(w[0][0], w[0][1]),
-                          bias=(b[0][0], b[0][1]) if b and b[0][1] in params else None,
-                          shape=(int(w[1][0]), int(w[1][1])), input_shape=list(ins[0][1]),
-                          input=(ins[0][0][0], ins[0][0][1]), output=(outs[0][0], outs[0][1]) if outs else None))
+        out.append(
+            Linear(
+                node_id=n["id"],
+                weight=(w[0][0], w[0][1]),
+                bias=(b[0][0], b[0][1]) if b and b[0][1] in params else None,
+                shape=(int(w[1][0]), int(w[1][1])),
+                input_shape=list(ins[0][1]),
+                input=(ins[0][0][0], ins[0][0][1]),
+                output=(outs[0][0], outs[0][1]) if outs else None,
+            )
+        )
     return out
 
 
@@ -89,8 +117,13 @@ def _pairs(linears: list[Linear], made: dict[tuple, dict]) -> list[tuple[Linear,
                 break
             key, hops = (ins[0][0], ins[0][1]), hops + 1
         col = by_output.get(key)
-        if col is not None and col is not row and col.node_id not in used and row.node_id not in used \
-                and row.shape[1] == col.shape[0]:
+        if (
+            col is not None
+            and col is not row
+            and col.node_id not in used
+            and row.node_id not in used
+            and row.shape[1] == col.shape[0]
+        ):
             pairs.append((col, row))
             used |= {col.node_id, row.node_id}
     return sorted(pairs, key=lambda p: p[0].node_id)
@@ -127,11 +160,19 @@ def _grad_input_mm(nodes: list[dict], replay: set[int], col: Linear) -> dict | N
         if n["id"] not in replay or n.get("_phase") != "backward" or n["name"] not in ("aten::mm", "aten::matmul"):
             continue
         reads_w = any(io == "in" and is_defined(v) and v[1] == col.weight[1] for io, _, _, _, v in tensors_of(n))
-        out_shapes = [get_slot(n["outputs"], "shapes", arg, None) for io, _, arg, sub, v in tensors_of(n)
-                      if io == "out" and sub is None]
+        out_shapes = [
+            get_slot(n["outputs"], "shapes", arg, None)
+            for io, _, arg, sub, v in tensors_of(n)
+            if io == "out" and sub is None
+        ]
         # the matmul may run on the input flattened to 2-D ([B*T, in] for a [B, T, in] input)
-        if reads_w and out_shapes and out_shapes[0] and out_shapes[0][-1] == col.shape[1] \
-                and math.prod(out_shapes[0]) == math.prod(col.input_shape):
+        if (
+            reads_w
+            and out_shapes
+            and out_shapes[0]
+            and out_shapes[0][-1] == col.shape[1]
+            and math.prod(out_shapes[0]) == math.prod(col.input_shape)
+        ):
             return n
     return None
 
@@ -149,15 +190,18 @@ def shard_tp(bench) -> dict:
     for col, row in pairs:
         for lin, dim in ((col, 0), (row, 1)):
             if lin.shape[dim] % n:
-                raise TraceError(f"tp degree {n} does not divide the {'output' if dim == 0 else 'input'} features "
-                                 f"({lin.shape[dim]}) of linear node {lin.node_id}")
+                raise TraceError(
+                    f"tp degree {n} does not divide the {'output' if dim == 0 else 'input'} features "
+                    f"({lin.shape[dim]}) of linear node {lin.node_id}"
+                )
         seeds[col.weight] = 0
         if col.bias is not None:
             seeds[col.bias] = 0
         seeds[row.weight] = 1
     _optimizer_state(nodes, replay, seeds)
-    rep = propagate(nodes, bench.replay_ids[0], scale=1.0 / n, seeds=seeds, mutate=True, params=params,
-                    label=f"tp degree {n}")
+    rep = propagate(
+        nodes, bench.replay_ids[0], scale=1.0 / n, seeds=seeds, mutate=True, params=params, label=f"tp degree {n}"
+    )
     nodes = prune_to_replay(nodes, bench.replay_ids[0])
     by_id = {nd["id"]: nd for nd in nodes}
     tid = max(max(v[0], v[1]) for nd in nodes for _, _, _, _, v in tensors_of(nd) if is_defined(v)) + 1
@@ -167,19 +211,37 @@ def shard_tp(bench) -> dict:
         sites = [("forward", by_id[row.node_id], [*row.input_shape[:-1], row.shape[0]])]
         mm = _grad_input_mm(nodes, replay, col)
         if mm is not None:
-            sites.append(("backward", mm, list(next(get_slot(mm["outputs"], "shapes", arg, None)
-                                                     for io, _, arg, sub, _ in tensors_of(mm)
-                                                     if io == "out" and sub is None))))
+            sites.append(
+                (
+                    "backward",
+                    mm,
+                    list(
+                        next(
+                            get_slot(mm["outputs"], "shapes", arg, None)
+                            for io, _, arg, sub, _ in tensors_of(mm)
+                            if io == "out" and sub is None
+                        )
+                    ),
+                )
+            )
         for phase, after, shape in sites:
             v = next(v for io, _, _, sub, v in tensors_of(after) if io == "out" and sub is None)
-            et_dtype = next((t for t in after["outputs"]["types"] if isinstance(t, str) and t.startswith("Tensor")),
-                            "Tensor(float)")[len("Tensor("):-1]  # already the ET spelling ("float", "c10::Half")
+            et_dtype = next(
+                (t for t in after["outputs"]["types"] if isinstance(t, str) and t.startswith("Tensor")), "Tensor(float)"
+            )[len("Tensor(") : -1]  # already the ET spelling ("float", "c10::Half")
             node = allreduce_node(-2 - len(comms), [tid, tid + 1], shape, int(v[4]), et_dtype, n, pair=k)
             node["ctrl_deps"] = after["ctrl_deps"]  # a sibling of the op whose partial sums it reduces
             tid += 2
             inserts[after["id"]] = node
-            comms.append({"after_node": after["id"], "phase": phase, "pair": k, "shape": shape,
-                          "bytes": attr(node, "comm_bytes")})
+            comms.append(
+                {
+                    "after_node": after["id"],
+                    "phase": phase,
+                    "pair": k,
+                    "shape": shape,
+                    "bytes": attr(node, "comm_bytes"),
+                }
+            )
     merged = []
     for nd in nodes:
         merged.append(nd)
@@ -188,11 +250,19 @@ def shard_tp(bench) -> dict:
     merged, rids = renumber(merged, sorted(replay & {nd["id"] for nd in nodes}) + [c["id"] for c in inserts.values()])
     bench.ranks = {r: (merged if r == 0 else copy.deepcopy(merged)) for r in range(n)}
     bench.replay_ids = {r: list(rids) for r in range(n)}
-    info = {"kind": "tp", "degree": n,
-            "pairs": [{"column": {"node": c.node_id, "weight": list(c.shape), "split": "out_features"},
-                       "row": {"node": r.node_id, "weight": list(r.shape), "split": "in_features"}}
-                      for c, r in pairs],
-            "collectives": comms, "meta_check": rep.to_dict()}
+    info = {
+        "kind": "tp",
+        "degree": n,
+        "pairs": [
+            {
+                "column": {"node": c.node_id, "weight": list(c.shape), "split": "out_features"},
+                "row": {"node": r.node_id, "weight": list(r.shape), "split": "in_features"},
+            }
+            for c, r in pairs
+        ],
+        "collectives": comms,
+        "meta_check": rep.to_dict(),
+    }
     bench.meta["sharding"] = info
     return info
 

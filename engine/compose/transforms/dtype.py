@@ -4,6 +4,7 @@ Why rewrite the type strings and itemsize: the replayer builds tensors from them
 all it takes to run the same graph in another precision (index tensors must stay integral).
 ScalarType arguments (e.g. `aten::to(dtype=float)`) holding a float type are rewritten too.
 """
+
 from __future__ import annotations
 
 from engine.compose.nodes import get_slot, set_slot, tensor_slots
@@ -42,7 +43,9 @@ def change_dtype(bench, rank: int, dtype: str) -> dict:
                     nt = "GenericList[" + ",".join(els) + "]"
                     if nt != t:
                         types[arg] = nt
-                elem = _retype(t if sub is None else (list_elem_types(t)[sub] if sub < len(list_elem_types(t)) else t), name)
+                elem = _retype(
+                    t if sub is None else (list_elem_types(t)[sub] if sub < len(list_elem_types(t)) else t), name
+                )
                 if elem == f"Tensor({name})":
                     v = list(get_slot(io, "values", arg, sub))
                     if v[4] != itemsize:

@@ -6,6 +6,7 @@ and optimizer state are read by optimizer-phase ops); B is dim 0 of the first su
 `spec.batch_size` overrides the guess. Propagation and the shape check are the meta run of
 `engine.compose.meta_check` (size arguments of view/reshape/expand are rewritten there).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -82,8 +83,7 @@ def infer_batch(trace, path=None) -> int:
         fallback = fallback if fallback is not None else int(r.shape[0])
     if fallback is not None:
         return fallback
-    raise TraceError("cannot infer the batch size (no non-parameter input tensor); set 'batch_size' in the spec",
-                     path)
+    raise TraceError("cannot infer the batch size (no non-parameter input tensor); set 'batch_size' in the spec", path)
 
 
 def batch_seeds(nodes: list[dict], replay_ids, batch: int, params: set[int]) -> set[tuple[int, int]]:
@@ -151,15 +151,21 @@ def scale_batch(bench, rank: int, scale: float, batch: int, params: set[int] | N
     seeds = batch_seeds(nodes, bench.replay_ids[rank], batch, params)
     if not seeds:
         raise TraceError(f"batch scale {scale:g}: no input tensor has the batch size {batch} as dim 0")
-    rep = propagate(nodes, bench.replay_ids[rank], scale=scale, batch=batch, seeds=seeds, mutate=True,
-                    params=params)
+    rep = propagate(nodes, bench.replay_ids[rank], scale=scale, batch=batch, seeds=seeds, mutate=True, params=params)
     bench.ranks[rank] = prune_to_replay(nodes, bench.replay_ids[rank])
-    info = {"kind": "batch_scale", "scale": scale, "batch": batch, "new_batch": int(round(new_b)),
-            "seeds": len(seeds), **rep.to_dict()}
+    info = {
+        "kind": "batch_scale",
+        "scale": scale,
+        "batch": batch,
+        "new_batch": int(round(new_b)),
+        "seeds": len(seeds),
+        **rep.to_dict(),
+    }
     bench.meta["transforms"].append(info)
     if rep.unchecked:
-        bench.meta["warnings"].append(f"batch scale: {len(rep.unchecked)} op(s) had no meta check "
-                                      f"(e.g. {rep.unchecked[0]})")
+        bench.meta["warnings"].append(
+            f"batch scale: {len(rep.unchecked)} op(s) had no meta check (e.g. {rep.unchecked[0]})"
+        )
     return info
 
 

@@ -6,7 +6,6 @@ import glob
 import json
 
 import pytest
-
 from conftest import SAMPLES
 
 DIST = ("ddp", "dlrm_a2a", "dlrm_tbe")

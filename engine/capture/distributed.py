@@ -45,9 +45,8 @@ def capture_distributed(
     command: str | None = None,
 ) -> dict[str, Any]:
     """Capture `builder` on `world_size` ranks; returns {ranks: [{rank, median_ms, paths}], job_median_ms}."""
-    from engine.distributed.launch import launch
-
     from engine.capture.dist_models import DIST_SAMPLES
+    from engine.distributed.launch import launch
 
     if builder not in DIST_SAMPLES and ":" not in builder:  # fail before starting any process
         raise TraceError(

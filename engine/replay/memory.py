@@ -11,6 +11,8 @@ the device (their consumers then skip too) with a clear reason.
 
 from __future__ import annotations
 
+from engine.replay.reasons import SkipReason
+
 from dataclasses import dataclass
 
 from engine.replay.plan import Plan
@@ -105,7 +107,7 @@ def skip_oversized(plan: Plan, available: int) -> int:
         if st.runnable:
             need = op_bytes(plan, st.index)
             if need > available:
-                st.reason = "needs more memory than the device has free"
+                st.reason = SkipReason.MEMORY
                 st.detail = (
                     f"op {st.op_id} {st.name} needs {need / 2**30:.1f} GiB, {available / 2**30:.1f} GiB available"
                 )

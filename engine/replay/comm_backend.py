@@ -104,7 +104,7 @@ class TorchDistBackend:
         elif k in (CollKind.BROADCAST, CollKind.REDUCE):
             bufs = [self._alloc(b) for b in ins]
             nbytes = sum(t.nbytes for t in bufs)
-            root = self._peer(call.root) if self.mirror_of is not None else call.root % w
+            root = call.root % w  # a root is the same global rank on every rank, also under SPMD
             fn = dist.broadcast if k == CollKind.BROADCAST else dist.reduce
             key = "src" if k == CollKind.BROADCAST else "dst"
 

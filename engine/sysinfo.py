@@ -12,7 +12,7 @@ def available_memory_bytes() -> int | None:
         import psutil
 
         return int(psutil.virtual_memory().available)
-    except Exception:  # noqa: BLE001 - missing or unsupported: try the kernel directly
+    except Exception:  # noqa: BLE001 -- missing or unsupported: try the kernel directly
         pass
     try:
         with open("/proc/meminfo") as f:

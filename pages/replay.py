@@ -1,7 +1,7 @@
 """Replay page: run a trace, the current selection or a composed benchmark on CPU/GPU."""
 
-import time
 import tempfile
+import time
 from pathlib import Path
 
 import orjson

@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     if "sharding" in summary["meta"]:
         sh = summary["meta"]["sharding"]
         print(f"  sharding: {sh['kind']}" + (f" plan {sh['plan']}" if "plan" in sh else ""))
-    for r, p in res["ranks"].items():
+    for p in res["ranks"].values():
         print(f"  wrote {Path(p)}")
     print(f"run it: {out['command']}")
     if args.script:

@@ -26,7 +26,7 @@ def load_original(*paths: str | os.PathLike, progress: Progress | None = None) -
     for p in ps:
         if not p.exists():
             raise TraceError("no such file or folder", p)
-    if len(ps) == 1 and (ps[0].is_dir() and list(ps[0].glob("*_meta.json")) or ps[0].name.endswith("_meta.json")):
+    if len(ps) == 1 and ((ps[0].is_dir() and list(ps[0].glob("*_meta.json"))) or ps[0].name.endswith("_meta.json")):
         meta = read_meta(ps[0])
         return load(meta["et_path"], meta["kineto_path"], progress=progress), meta
     return load(*ps, progress=progress), None

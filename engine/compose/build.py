@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.compose.nodes import ROOT_ID, label_node, node_from_row, root_node, set_slot, tensors_of, is_defined
+from engine.compose.nodes import ROOT_ID, is_defined, label_node, node_from_row, root_node, set_slot, tensors_of
 from engine.compose.spec import BenchmarkSpec
 from engine.errors import TraceError
 from engine.progress import Progress, report, scaled
@@ -134,7 +134,7 @@ def _segment_nodes(trace, sub) -> tuple[list[dict], set[int]]:
     parent = dict(zip(ops["id"].to_numpy(dtype=np.int64).tolist(), ops["parent"].to_numpy(dtype=np.int64).tolist()))
     cat = dict(zip(ops["id"].astype(int), ops["category"].astype(str)))
     name = dict(zip(ops["id"].astype(int), ops["name"].astype(str)))
-    keep = set(int(i) for i in sub.op_ids)
+    keep = {int(i) for i in sub.op_ids}
     for i in list(keep):
         p = parent.get(i, -1)
         while p >= 0 and p in parent and p not in keep:
@@ -150,7 +150,7 @@ def _segment_nodes(trace, sub) -> tuple[list[dict], set[int]]:
         while p >= 0 and p not in keep and p in parent and parent[p] != p:
             p = parent[p]
         n["ctrl_deps"] = p if p in keep else -1
-    return nodes, set(int(i) for i in sub.replay_ids)
+    return nodes, {int(i) for i in sub.replay_ids}
 
 
 def _emit_repeat(
@@ -210,7 +210,7 @@ def _emit_repeat(
     return out_nodes
 
 
-def compose(spec: BenchmarkSpec, progress: Progress | None = None) -> "Benchmark":
+def compose(spec: BenchmarkSpec, progress: Progress | None = None) -> Benchmark:
     """Build the benchmark a spec describes (see module docstring and engine.compose)."""
     import engine.trace as et_load
     from engine.graph import select, selection_from_dict
@@ -284,7 +284,7 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None) -> "Benchmark
                 "ops": len(seg_nodes),
                 "replay_ops": len(seg_replay),
                 "chained_inputs": len(pairs),
-                "external_inputs": int(len(sub.external_inputs)),
+                "external_inputs": len(sub.external_inputs),
                 "node_ids": [first_rep_node, ids.node],
             }
         )
@@ -333,7 +333,7 @@ class _FreshMap(dict):
         super().__init__()
         self._ids = ids
 
-    def setdefault(self, key, default=None):  # type: ignore[override]
+    def setdefault(self, key, default=None):  # the default is ignored: a fresh id is made
         if key not in self:
             self[key] = self._ids.fresh()
         return self[key]

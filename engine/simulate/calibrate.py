@@ -20,6 +20,7 @@ import json
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,18 @@ def _time(fn: Callable[[], Any], reps: int = 5) -> float:
     return statistics.median(ts) * 1e6
 
 
+def _time_mm(a: Any, b: Any) -> float:
+    import torch
+
+    return _time(lambda: torch.mm(a, b))
+
+
+def _time_add(x: Any, y: Any) -> float:
+    import torch
+
+    return _time(lambda: torch.add(x, y))
+
+
 def _store() -> tuple[Path, dict]:
     p = cache_dir() / "measurements.json"
     try:
@@ -74,18 +87,18 @@ def measure(device: str = "cpu", threads: int = 1, progress=None) -> dict[str, l
     path, cache = _store()
     out: dict[str, list[dict]] = {"gemm": [], "memory": [], "embedding_fwd": [], "embedding_bwd": []}
 
-    def get(key: str, fn: Callable[[], float]) -> float:
+    def get(key: str, fn: Callable[..., float]) -> float:
         if key not in cache:
             cache[key] = fn()
         return cache[key]
 
     for m, k, n in GEMM_SIZES:
         a, b = torch.randn(m, k, device=dev), torch.randn(k, n, device=dev)
-        t = get(f"aten::mm|{m}x{k},{k}x{n}|float32|{device}|{threads}", lambda a=a, b=b: _time(lambda: torch.mm(a, b)))
+        t = get(f"aten::mm|{m}x{k},{k}x{n}|float32|{device}|{threads}", partial(_time_mm, a, b))
         out["gemm"].append({"work": 2.0 * m * k * n, "t_us": t, "shape": [m, k, n]})
     for s in MEM_SIZES:
         x, y = torch.randn(s, device=dev), torch.randn(s, device=dev)
-        t = get(f"aten::add|{s},{s}|float32|{device}|{threads}", lambda x=x, y=y: _time(lambda: torch.add(x, y)))
+        t = get(f"aten::add|{s},{s}|float32|{device}|{threads}", partial(_time_add, x, y))
         out["memory"].append({"work": 12.0 * s, "t_us": t, "shape": [s]})
     g = torch.Generator().manual_seed(0)
     for rows, dim, lk in EMB_SHAPES:
@@ -157,8 +170,8 @@ def calibrate(device: str = "cpu", threads: int = 1, progress=None) -> dict[str,
             "heldout_err_pct": err,
         }
     out = {"curves": curves, "embedding": emb, "device": device, "threads": threads}
-    p = cache_dir() / f"curves_{device.replace(':', '_')}.json"
-    p.write_text(json.dumps(curves, indent=1))
+    cpath = cache_dir() / f"curves_{device.replace(':', '_')}.json"
+    cpath.write_text(json.dumps(curves, indent=1))
     (cache_dir() / f"embedding_{device.replace(':', '_')}.json").write_text(json.dumps(emb, indent=1))
     return out
 

@@ -25,15 +25,7 @@ st.subheader("1 · Pick operators")
 src_graph, src_time, src_table = st.tabs(["Graph", "Timeline", "Table"])
 picked: list[int] = []
 with src_graph:
-    model = state.graph_model(tuple(entry["paths"]), None, "auto", 0, (), 1500)
-    event = st.plotly_chart(
-        state.graph_fig(tuple(entry["paths"]), None, "auto", 0, (), 1500, "category", (), 420),
-        on_select="rerun",
-        selection_mode=("points", "box", "lasso"),
-        key="compose_graph",
-        width="stretch",
-    )
-    picked += selection_to_node_ids(event, "graph", groups=model.groups)
+    picked += state.graph_panel(name, tuple(entry["paths"]), None, "compose_graph", height=460)
 with src_time:
     if trace.has_kineto:
         lo, hi = state.default_window(tuple(entry["paths"]), None)

@@ -175,8 +175,8 @@ def test_explore_renders_graph_timeline_and_breakdowns(app):
         return {c.proto.id.rsplit("-", 1)[-1] for c in at.get("plotly_chart")}
 
     assert charts() == {"explore_graph"}  # one view at a time
-    at.selectbox(key="g_collapse").set_value("module")
-    at.selectbox(key="g_color").set_value("time")
+    at.selectbox(key="explore_graph_color").set_value("phase")
+    at.text_input(key="explore_graph_search").input("addmm")
     at.run()
     _ok(at)
     at.radio(key="explore_view").set_value("Timeline")

@@ -412,8 +412,12 @@ def graph_panel(name: str, paths: tuple[str, ...], rank: int | None, chart_key: 
                 foci[f"{name}|{rank}"] = focus_key_of(f)
                 st.session_state.pop(chart_key, None)
                 st.rerun()
-    search = cols[1].text_input("Search ops", key=f"{chart_key}_search", placeholder="name regex", label_visibility="collapsed")
-    color_by = cols[2].selectbox("Colour", ["category", "phase"], key=f"{chart_key}_color", label_visibility="collapsed")
+    search = cols[1].text_input(
+        "Search ops", key=f"{chart_key}_search", placeholder="name regex", label_visibility="collapsed"
+    )
+    color_by = cols[2].selectbox(
+        "Colour", ["category", "phase"], key=f"{chart_key}_color", label_visibility="collapsed"
+    )
     prev = st.session_state.get(chart_key)
     sel_keys = tuple(k for k in selected_keys(prev) if k in model.groups) if prev else ()
     fig, n_found = hierarchy_fig(paths, rank, focus_key, color_by, sel_keys, search, height)

@@ -79,7 +79,9 @@ elif view == "Timeline":
         window = c[0].slider(
             "Window (µs from trace start)", 0.0, max(span, 1.0), state.default_window(paths, rank), key="t_window"
         )
-        min_dur = c[2].number_input("Min duration (µs)", 0.0, value=0.0, step=1.0, key="t_min_dur") if not search else 0.0
+        min_dur = (
+            c[2].number_input("Min duration (µs)", 0.0, value=0.0, step=1.0, key="t_min_dur") if not search else 0.0
+        )
         # The chart's selection from the last interaction is in session state before the chart is
         # drawn, so the clicked event's flow arrows are drawn in this same run.
         prev = st.session_state.get("explore_timeline")

@@ -259,7 +259,11 @@ def hierarchy_figure(
     fig = go.Figure()
     w = np.array([weight[e] for e in model.edges], dtype=float) if model.edges else np.zeros(0)
     bounds = np.quantile(w, [0.6, 0.9]) if len(w) else [1, 1]
-    for lo, hi, width, alpha in ((0, bounds[0], 0.7, 0.35), (bounds[0], bounds[1], 1.6, 0.5), (bounds[1], np.inf, 3.0, 0.65)):
+    for lo, hi, width, alpha in (
+        (0, bounds[0], 0.7, 0.35),
+        (bounds[0], bounds[1], 1.6, 0.5),
+        (bounds[1], np.inf, 3.0, 0.65),
+    ):
         pick = [e for e, v in zip(model.edges, w) if (v > lo or lo == 0) and v <= hi]
         if not pick:
             continue
@@ -322,7 +326,9 @@ def hierarchy_figure(
                 name=name,
                 customdata=hl["key"].tolist(),
                 hoverinfo="skip",
-                marker=dict(size=size[hl.index.to_numpy()] + 10, color="rgba(0,0,0,0)", line=dict(width=3, color=color)),
+                marker=dict(
+                    size=size[hl.index.to_numpy()] + 10, color="rgba(0,0,0,0)", line=dict(width=3, color=color)
+                ),
             )
         )
     fig.update_layout(

@@ -114,8 +114,29 @@ if spec["segments"]:
         m[1].metric("synthesized inputs", f"{summary['inputs']:,}")
         m[2].metric("estimated memory", f"{summary['memory_mb']:,.1f} MB")
         m[3].metric("ranks", summary["ranks"])
-        with st.expander("Composed op list", expanded=True):
-            st.dataframe(summary["op_table"], hide_index=True, key="compose_ops", height=260)
+        rep = bridge.sharding_report(trace, bench, spec)
+        if rep is not None:
+            if rep["n_dropped"]:
+                listed = ", ".join(f"{k} ×{v}" for k, v in list(rep["dropped"].items())[:8])
+                st.warning(
+                    f"Embedding sharding keeps only the embedding lookups (+ their all_to_all): "
+                    f"{rep['n_dropped']} picked non-embedding ops are not in the per-rank benchmarks "
+                    f"({listed}). Replay the dense part with a separate segment without sharding.",
+                    icon="⚠️",
+                )
+            st.markdown(
+                f"**Embedding plan `{rep['plan']}` over {rep['ranks']} ranks** · load imbalance "
+                f"(max / mean cost) {rep['imbalance']:.3f}"
+            )
+            st.dataframe(rep["per_rank"], hide_index=True, key="compose_shard_ranks")
+            st.bar_chart(rep["per_rank"].set_index("rank")["est. embedding µs"], height=180)
+        ranks_avail = sorted(bench.ranks)
+        show_rank = (
+            st.selectbox("Rank", ranks_avail, key="compose_show_rank") if len(ranks_avail) > 1 else ranks_avail[0]
+        )
+        with st.expander(f"Composed op list (rank {show_rank})", expanded=True):
+            table = summary["op_table"] if show_rank == ranks_avail[0] else bridge.rank_ops_table(bench, show_rank)
+            st.dataframe(table, hide_index=True, key="compose_ops", height=260)
         with st.expander("Closure: inputs synthesized from outside the selection"):
             st.dataframe(summary["inputs_table"], hide_index=True, key="compose_inputs", height=220)
         parent = st.text_input("Export under", str(state.catalog().root / "benchmarks"), key="compose_out_parent")

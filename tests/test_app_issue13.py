@@ -272,3 +272,39 @@ def test_p9_compare_window_self_time_names_legends(ui, shared_traces):
     assert selfs.sum() <= lane_span * cpu["tid"].nunique() + 1e-6 < cpu["dur_us"].sum()
     cat = _chart(at, "tt_cat")
     assert "Self time" in cat["layout"]["title"]["text"]
+
+
+def test_p7_embedding_sharding_says_what_it_drops_and_shows_every_rank(ui):
+    """4eb7f39: picked non-embedding ops vanished silently, only rank 0 was shown, and the
+    export folder kept the first benchmark name typed."""
+    dlrm = ROOT / "sample_traces" / "dlrm"
+    if not (dlrm / "dlrm_et.json.gz").exists():
+        pytest.skip("bundled dlrm sample missing")
+    import engine.trace as et
+    from engine.graph import replay_ops
+
+    at = _load(_new(ui), [dlrm / "dlrm_et.json.gz", dlrm / "dlrm_kineto.json.gz"], "dlrm")
+    ids = [int(i) for i in replay_ops(et.load(dlrm / "dlrm_et.json.gz"))]
+    at.session_state["selection"] = {"trace": "dlrm", "ids": ids, "source": "table"}
+    at = _page(at, "compose")
+    at.checkbox(key="compose_use_explore").check()
+    at.run()
+    at.button(key="compose_add").click()
+    at.run()
+    at.selectbox(key="compose_sharding").set_value("embedding")
+    at.run()
+    at.selectbox(key="compose_plan").set_value("greedy")
+    at.number_input(key="compose_ranks").set_value(4)
+    at.text_input(key="compose_name").input("dlrm emb4")
+    at.run()
+    _ok(at)
+    warn = " ".join(w.value for w in at.warning)
+    assert "not in the per-rank benchmarks" in warn and "aten::linear" in warn
+    ranks = next(d.value for d in at.dataframe if "est. embedding µs" in d.value.columns)
+    assert list(ranks["rank"]) == [0, 1, 2, 3] and ranks["est. embedding µs"].gt(0).all()
+    assert at.selectbox(key="compose_show_rank").options == ["0", "1", "2", "3"]
+    at.selectbox(key="compose_show_rank").set_value(3)
+    at.run()
+    _ok(at)
+    assert "rank 3" in " ".join(e.label for e in at.expander)
+    assert any("dlrm_emb4" in c.value for c in at.caption)  # export folder named after the benchmark

@@ -274,7 +274,9 @@ def link(ops: pd.DataFrame, events: pd.DataFrame, warnings_out: list[str]) -> tu
     end = ts + dur
     enc_h = _enclosing(ts[lh], end[lh], key[lh], ts[h_all], key[h_all])
     # (no linked host event at all: nothing encloses anything; indexing lh would fail)
-    op_of_host = np.where(enc_h >= 0, ev_op_direct[lh[np.maximum(enc_h, 0)]], -1) if len(lh) else np.full(len(h_all), -1)
+    op_of_host = (
+        np.where(enc_h >= 0, ev_op_direct[lh[np.maximum(enc_h, 0)]], -1) if len(lh) else np.full(len(h_all), -1)
+    )
     ev_op_row = np.full(n_ev, -1, dtype=np.int64)
     ev_op_row[h_all] = op_of_host
     ev_op_row[lh] = ev_op_direct[lh]

@@ -112,4 +112,4 @@ def kineto_pids(events: pd.DataFrame) -> list[int]:
     return sorted(out)
 
 
-__all__ = ["check_ranks", "check_link", "et_pid", "kineto_pids", "rf_overlap"]
+__all__ = ["check_link", "check_ranks", "et_pid", "kineto_pids", "rf_overlap"]

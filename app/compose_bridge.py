@@ -89,6 +89,14 @@ def describe(seg: dict) -> str:
     return f"{len(s.get('ids') or [])} picked ops (+ descendants)"
 
 
+def folder_name(name: str) -> str:
+    """A safe folder name for a benchmark name (letters, digits, `-`, `_`, `.`)."""
+    import re
+
+    out = re.sub(r"[^A-Za-z0-9._-]+", "_", name.strip()).strip("._")
+    return out or "benchmark"
+
+
 def spec_json(spec: dict) -> dict:
     return {k: v for k, v in spec.items() if k != "trace"}
 

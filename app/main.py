@@ -19,6 +19,9 @@ st.set_page_config(page_title="mystique-studio", page_icon="🧬", layout="wide"
 state.ensure_started()
 if err := st.session_state.pop("_start_error", None):
     st.warning(err)
+if pending := st.session_state.pop("_pending_current", None):
+    state.make_current(pending)
+state.restore_settings()
 
 PAGES = [
     st.Page(str(ROOT / "pages" / "traces.py"), title="Traces", icon="📂", default=True),
@@ -27,4 +30,7 @@ PAGES = [
     st.Page(str(ROOT / "pages" / "replay.py"), title="Replay", icon="▶️"),
     st.Page(str(ROOT / "pages" / "compare.py"), title="Compare", icon="⚖️"),
 ]
-st.navigation(PAGES).run()
+try:
+    st.navigation(PAGES).run()
+finally:
+    state.save_settings()

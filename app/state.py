@@ -1,4 +1,8 @@
-"""Session state and caches shared by the pages.
+"""Session state and caches shared by the pages, backed by the workspace catalog.
+
+Nothing is lost (issue 13): every loaded trace, spec, replay job and sticky setting is written
+to the workspace's SQLite catalog (`engine.workspace`, default `.mystique/` in the working
+directory, `MYSTIQUE_WORKSPACE`); a new session (browser reload, server restart) restores them.
 
 Why this split: Streamlit reruns a page top to bottom on every interaction, so anything big
 (traces, graph models, figures) lives in `st.cache_resource`/`st.cache_data` keyed on small
@@ -23,6 +27,92 @@ SAMPLES = ROOT / "sample_traces"
 def work_dir() -> Path:
     """Where uploads and replay results go (MYSTIQUE_UI_DIR, default .mystique_cache/ui)."""
     return Path(os.environ.get("MYSTIQUE_UI_DIR", ROOT / ".mystique_cache" / "ui"))
+
+
+def workspace_dir() -> Path:
+    """The session's workspace folder: chosen on the Traces page, else MYSTIQUE_WORKSPACE, else
+    `<MYSTIQUE_UI_DIR>/workspace` when that is set (tests), else `.mystique/` in the cwd."""
+    chosen = st.session_state.get("workspace")
+    if chosen:
+        return Path(chosen)
+    if os.environ.get("MYSTIQUE_WORKSPACE"):
+        return Path(os.environ["MYSTIQUE_WORKSPACE"])
+    if os.environ.get("MYSTIQUE_UI_DIR"):
+        return Path(os.environ["MYSTIQUE_UI_DIR"]) / "workspace"
+    return Path.cwd() / ".mystique"
+
+
+@st.cache_resource(show_spinner=False)
+def _catalog(root: str):
+    from engine.workspace import Catalog
+
+    return Catalog(root)
+
+
+def catalog():
+    return _catalog(str(workspace_dir().resolve()))
+
+
+def runner():
+    from engine.workspace import JobRunner
+
+    return JobRunner(catalog())
+
+
+# Widget values that follow the user across pages, reloads and restarts (plain scalars only;
+# pickers of loaded things are not here: they follow `current`).
+STICKY = (
+    "explore_view",
+    "g_collapse",
+    "g_color",
+    "g_search",
+    "t_min_dur",
+    "t_search",
+    "compose_scope",
+    "replay_device",
+    "replay_warmup",
+    "replay_iters",
+    "replay_mode",
+    "replay_gaps",
+    "cmp_mode",
+    "cmp_window",
+    "tt_window",
+)
+SESSION_KEYS = ("current", "selection", "benchmark")
+
+
+def restore_settings() -> None:
+    """Before a page runs: put back sticky widget values Streamlit dropped when their page was
+    left (widget state lives only while its widget is drawn)."""
+    saved = st.session_state.setdefault("_sticky", {})
+    for k, v in saved.items():
+        if k not in st.session_state:
+            st.session_state[k] = v
+
+
+def save_settings() -> None:
+    """After a page ran: remember sticky values and session handles, in the catalog too."""
+    saved = st.session_state.setdefault("_sticky", {})
+    changed = {}
+    for k in STICKY:
+        if k in st.session_state:
+            v = st.session_state[k]
+            if isinstance(v, (str, int, float, bool)) and saved.get(k) != v:
+                saved[k] = changed[k] = v
+    for k in SESSION_KEYS:
+        if k in st.session_state and st.session_state.get(f"_saved_{k}") != st.session_state[k]:
+            st.session_state[f"_saved_{k}"] = changed[f"session.{k}"] = _plain(st.session_state[k])
+    if changed:
+        try:
+            catalog().put_settings(changed)
+        except Exception:  # noqa: BLE001 - a read-only workspace must not break the page
+            pass
+
+
+def _plain(v):
+    import copy
+
+    return copy.deepcopy(v)
 
 
 DEFAULT_SAMPLE = "mlp"
@@ -62,17 +152,46 @@ def add_trace(name: str, paths: list[str]) -> dict:
     }
     traces()[name] = entry
     st.session_state.setdefault("current", name)
+    try:
+        catalog().put_trace(name, entry)
+    except Exception:  # noqa: BLE001 - the trace stays loaded in the session
+        pass
     return entry
+
+
+def rename_trace(old: str, new: str) -> None:
+    loaded = traces()
+    loaded[new] = loaded.pop(old)
+    specs = st.session_state.get("specs", {})
+    if old in specs:
+        specs[new] = specs.pop(old)
+        specs[new]["trace"] = new
+    catalog().rename_trace(old, new)
+    st.session_state["_pending_current"] = new  # applied by the router before any picker is drawn
+
+
+def remove_trace(name: str) -> None:
+    traces().pop(name, None)
+    catalog().remove_trace(name)
+    st.session_state.pop("current", None)
+    for key in PICKER_KEYS:
+        st.session_state.pop(key, None)
 
 
 PICKER_KEYS = ("summary_pick", "explore_trace", "compose_trace", "replay_trace")
 
 
 def make_current(name: str) -> None:
-    """Make `name` the trace every page shows next (trace pickers forget their old choice)."""
+    """Make `name` the trace every page shows next.
+
+    Pickers are keyed widgets, and a keyed widget's identity is its key: the browser keeps its
+    old value unless the server *sets* it. Popping the key (what 4eb7f39 did) left the browser
+    showing, and sending back, the previous trace (issue 13 problem 8). So the value is set.
+    Called before the pickers are drawn in a run (button handlers sit above them).
+    """
     st.session_state["current"] = name
     for key in PICKER_KEYS:
-        st.session_state.pop(key, None)
+        st.session_state[key] = name
 
 
 def get_trace(name: str):
@@ -87,10 +206,13 @@ def unique_name(base: str) -> str:
 
 
 def ensure_started() -> None:
-    """First run of a session: load the bundled sample so every page has something to show."""
+    """First run of a session: restore the workspace (traces, specs, settings, selection); an
+    empty workspace gets the bundled sample so every page has something to show."""
     if st.session_state.get("_started"):
         return
     st.session_state["_started"] = True
+    if _restore():
+        return
     sets = sample_sets()
     pick = DEFAULT_SAMPLE if DEFAULT_SAMPLE in sets else next(iter(sets), None)
     if pick is None:
@@ -100,6 +222,67 @@ def ensure_started() -> None:
         st.session_state["current"] = f"sample:{pick}"
     except Exception as exc:  # noqa: BLE001 - shown to the user, the app stays usable
         st.session_state["_start_error"] = f"could not load bundled sample {pick}: {exc}"
+
+
+def _restore() -> bool:
+    """Load what the workspace catalog holds into this session; False when it holds no trace."""
+    try:
+        cat = catalog()
+        saved = cat.traces()
+    except Exception as exc:  # noqa: BLE001 - shown; the session starts empty
+        st.session_state["_start_error"] = f"could not open workspace {workspace_dir()}: {exc}"
+        return False
+    if not saved:
+        return False
+    missing = []
+    for name, entry in saved.items():
+        if not all(Path(p).exists() for p in entry["paths"]):
+            missing.append(name)
+            continue
+        traces()[name] = entry  # loaded lazily by the page that needs it (cached on paths)
+    specs = cat.specs()
+    st.session_state["specs"] = {k: v for k, v in specs.items() if k in traces()}
+    settings = cat.settings()
+    st.session_state["_sticky"] = {k: v for k, v in settings.items() if k in STICKY}
+    for k in SESSION_KEYS:
+        if f"session.{k}" in settings and settings[f"session.{k}"] is not None:
+            st.session_state[k] = settings[f"session.{k}"]
+            st.session_state[f"_saved_{k}"] = _plain(settings[f"session.{k}"])
+    if st.session_state.get("current") not in traces():
+        st.session_state["current"] = next(iter(traces()), None)
+    if missing:
+        st.session_state["_start_error"] = "workspace traces whose files are gone: " + ", ".join(missing)
+    return bool(traces())
+
+
+def replay_runs() -> list[dict]:
+    """Finished replay jobs of the workspace, oldest first (what Compare offers)."""
+    out = []
+    for j in catalog().jobs(kind="replay"):
+        if j["status"].value != "done" or not j.get("result_path") or not Path(j["result_path"]).exists():
+            continue
+        s = j["summary"]
+        out.append(
+            {
+                "job": j["id"],
+                "trace": j["trace"],
+                "path": j["result_path"],
+                "kineto_path": s.get("kineto_path"),
+                "device": s.get("device") or j["params"].get("config", {}).get("device", "cpu"),
+                "target": j["target"],
+                "median_ms": s.get("median_ms"),
+                "wall_s": s.get("wall_s"),
+                "worker_peak_rss_mb": s.get("worker_peak_rss_mb"),
+            }
+        )
+    return out
+
+
+def save_spec(trace_name: str, spec: dict) -> None:
+    try:
+        catalog().put_spec(trace_name, spec)
+    except Exception:  # noqa: BLE001 - the spec stays in the session
+        pass
 
 
 def save_upload(name: str, data: bytes) -> Path:
@@ -132,9 +315,9 @@ def trace_picker(label: str = "Trace", key: str = "trace_pick", kinds: tuple[str
         st.info("No trace loaded yet: add one on the Traces page.")
         return None
     cur = st.session_state.get("current")
-    idx = names.index(cur) if cur in names else 0
-    name = st.selectbox(label, names, index=idx, key=key)
-    return name
+    if st.session_state.get(key) not in names:
+        st.session_state[key] = cur if cur in names else names[0]
+    return st.selectbox(label, names, key=key)
 
 
 def selection() -> dict:

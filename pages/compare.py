@@ -20,12 +20,13 @@ def _fmt(v, spec=".3f", suffix=""):
 
 
 if mode == "original vs replay":
-    runs = st.session_state.get("replays", [])
+    runs = state.replay_runs()
     if not runs:
         st.info("No replay yet: run one on the Replay page.")
         st.stop()
     labels = [
-        f"{i}: {r['trace']} · {r['target']} · {r['device']} · {_fmt(r.get('median_ms'))} ms" for i, r in enumerate(runs)
+        f"job {r['job']}: {r['trace']} · {r['target']} · {r['device']} · {_fmt(r.get('median_ms'))} ms"
+        for i, r in enumerate(runs)
     ]
     pick = st.selectbox(
         "Replay run", range(len(runs)), index=len(runs) - 1, format_func=lambda i: labels[i], key="cmp_run"
@@ -57,6 +58,15 @@ if mode == "original vs replay":
         ),
     )
     c[3].metric("ops matched", f"{cmp.matching.get('matched', 0)} / {cmp.matching.get('replay_ops', 0)}")
+    st.caption(
+        f"ops matched by {cmp.matching.get('by', 'node id')}"
+        + (
+            " (the composed ET's provenance: original node id, segment, repeat)"
+            if cmp.matching.get("by") == "provenance"
+            else ""
+        )
+        + "; ops whose names differ are never paired"
+    )
     st.caption(f"original time from {e2e.get('original_source')}; per-op time basis: {cmp.time_basis}")
     if run["target"] != "whole trace":
         m = cmp.matching
@@ -118,7 +128,9 @@ if mode == "original vs replay":
         else:
             st.info("No utilization metrics shared by the original capture and the replay.")
     with tab_o:
-        per = cmp.per_op.sort_values("error", ascending=False, na_position="last")
+        per = cmp.per_op.drop(columns=["op_id", "name"], errors="ignore").sort_values(
+            "error", ascending=False, na_position="last"
+        )
         st.dataframe(
             per,
             hide_index=True,
@@ -159,12 +171,16 @@ else:
         st.warning(w)
     if len(diff.by_category):
         st.plotly_chart(
-            cfig.time_by_bars(diff.by_category, "cat", "dur_us_a", "dur_us_b", (a, b), title="Time by event category"),
+            cfig.time_by_bars(
+                diff.by_category, "cat", "self_us_a", "self_us_b", (a, b), title="Self time by event category"
+            ),
             key="tt_cat",
             width="stretch",
         )
         st.plotly_chart(
-            cfig.time_by_bars(diff.by_name, "name", "dur_us_a", "dur_us_b", (a, b), title="Time by event name"),
+            cfig.time_by_bars(
+                diff.by_name, "name", "self_us_a", "self_us_b", (a, b), title="Self time by event name (exclusive)"
+            ),
             key="tt_name",
             width="stretch",
         )

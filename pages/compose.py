@@ -3,6 +3,8 @@ repeat / batch scale / dtype / sharding, see the composed op list, closure and m
 load and export the benchmark. The spec lives in session state as a plain dict (small,
 JSON-ready: the engine's BenchmarkSpec layout); `app.compose_bridge` talks to engine.compose."""
 
+from pathlib import Path
+
 import orjson
 import streamlit as st
 
@@ -124,9 +126,10 @@ if spec["segments"]:
             st.dataframe(summary["op_table"], hide_index=True, key="compose_ops", height=260)
         with st.expander("Closure: inputs synthesized from outside the selection"):
             st.dataframe(summary["inputs_table"], hide_index=True, key="compose_inputs", height=220)
-        out_dir = st.text_input(
-            "Export folder", str(state.results_dir() / "benchmarks" / spec["name"]), key="compose_out"
-        )
+        parent = st.text_input("Export under", str(state.catalog().root / "benchmarks"), key="compose_out_parent")
+        # the folder is named after the benchmark (a kept text box kept the first name before)
+        out_dir = str(Path(parent) / bridge.folder_name(spec["name"]))
+        st.caption(f"Export folder: `{out_dir}`")
         if st.button("Export benchmark", key="compose_export"):
             try:
                 info = bridge.export_benchmark(bench, out_dir)
@@ -152,3 +155,5 @@ if up is not None and st.session_state.get("_spec_loaded") != up.file_id:
         st.rerun()
     except TraceError as exc:
         st.error(str(exc))
+
+state.save_spec(name, spec)

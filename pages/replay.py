@@ -1,7 +1,10 @@
-"""Replay page: run a trace, the current selection or a composed benchmark on CPU/GPU."""
+"""Replay page: queue replays of a trace, the current selection or a composed benchmark.
 
-import time
-import tempfile
+Replays run in worker processes (`engine.workspace.jobs`): the page never blocks, progress
+streams back through the workspace catalog, Cancel kills the worker, several can be queued,
+leaving the page (or reloading) does not stop them, and the reported RSS is the worker's own.
+"""
+
 from pathlib import Path
 
 import orjson
@@ -16,7 +19,7 @@ if name is None:
     st.stop()
 trace = state.get_trace(name)
 sel = state.selection()
-bench = st.session_state.get("benchmark")  # {"trace", "dir", "et_path", "op_ids"} from Compose
+bench = st.session_state.get("benchmark")  # {"trace", "dir", "et_path", ...} from Compose
 
 targets = ["whole trace"]
 if sel["ids"] and sel["trace"] == name:
@@ -50,88 +53,78 @@ mode = c[3].selectbox(
 )
 host_gaps = c[4].checkbox("Reproduce CPU gaps", value=False, key="replay_gaps")
 
-if st.button("Run replay", type="primary", key="run_replay"):
-    from engine.replay import ReplayConfig, replay
 
-    op_ids = None
-    replay_trace = trace
+def job_params() -> dict:
+    """The worker's params for this form (engine.workspace.worker.run_replay). Options such as a
+    world size or a distributed mode are more keys here and a job kind in the worker registry."""
+    params: dict = {
+        "paths": list(state.traces()[name]["paths"]),
+        "op_ids": None,
+        "rank": None,
+        "config": {"device": device, "warmup": warmup, "iters": iters, "mode": mode, "host_gaps": host_gaps},
+    }
+    params["config"]["profile"] = True
     if target.startswith("selection"):
         from engine.graph import Selection, select
 
         # close the picked ops over their call-tree descendants and apply the replay rule inside
-        try:
-            op_ids = select(trace, Selection(ids=list(sel["ids"]))).replay_ids
-        except TraceError as exc:
-            st.error(str(exc))
-            st.stop()
+        params["op_ids"] = [int(i) for i in select(trace, Selection(ids=list(sel["ids"]))).replay_ids]
     elif target.startswith("composed"):
-        op_ids = bench.get("op_ids")
-        if bench.get("et_path"):
-            replay_trace = state.load_paths((bench["et_path"],))
-            op_ids = None
-    lock = state.device_lock(device)
-    if not lock.acquire(blocking=False):
-        st.warning(f"A replay is already running on {device}; try again when it finishes.")
-    else:
-        try:
-            with st.status(f"Replaying on {device}…", expanded=True) as status:
-                bar = st.progress(0.0, text="starting")
+        params["paths"] = [bench["et_path"]]
+    return params
 
-                def cb(fraction: float, message: str) -> None:
-                    bar.progress(min(1.0, max(0.0, fraction)), text=message[:120])
 
-                t0 = time.perf_counter()
-                # a fresh folder per run: two replays within one second must not share (and
-                # overwrite) one result folder
-                state.results_dir().mkdir(parents=True, exist_ok=True)
-                out = Path(
-                    tempfile.mkdtemp(
-                        dir=state.results_dir(),
-                        prefix=f"{trace.content_hash[:12]}_{time.strftime('%Y%m%d-%H%M%S')}_{device.replace(':', '')}_",
-                    )
-                )
-                config = ReplayConfig(
-                    device=device, warmup=warmup, iters=iters, mode=mode, host_gaps=host_gaps, profile=True, out_dir=out
-                )
-                result = replay(replay_trace, config=config, op_ids=op_ids, progress=cb)
-                report = result.to_json()
-                json_path = out / "replay.json"
-                json_path.write_bytes(orjson.dumps(report, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_INDENT_2))
-                st.session_state.setdefault("replays", []).append(
-                    {
-                        "trace": name,
-                        "path": str(json_path),
-                        "kineto_path": report.get("kineto_path"),
-                        "device": device,
-                        "target": target,
-                        "median_ms": report.get("median_ms"),
-                        "wall_s": round(time.perf_counter() - t0, 2),
-                    }
-                )
-                status.update(
-                    label=f"Replay done: median {report.get('median_ms', float('nan')):.3f} ms/iter", state="complete"
-                )
-        except TraceError as exc:
-            st.error(str(exc))
-        finally:
-            lock.release()
+if st.button("Run replay", type="primary", key="run_replay"):
+    try:
+        job = state.runner().submit("replay", job_params(), trace=name, target=target)
+        st.toast(f"replay job {job} queued")
+    except TraceError as exc:
+        st.error(str(exc))
 
-runs = [r for r in st.session_state.get("replays", []) if r["trace"] == name]
-if runs:
+
+def _jobs_panel() -> None:
+    runner = state.runner()
+    runner.pump()
+    jobs = [j for j in state.catalog().jobs(kind="replay") if j["trace"] == name]
+    active = [j for j in jobs if not j["status"].finished]
+    if active:
+        st.subheader("Running and queued")
+    for j in active:
+        with st.container(border=True):
+            cols = st.columns([5, 1])
+            label = f"job {j['id']} · {j['target']} · {j['status'].value}"
+            cols[0].progress(float(j["fraction"] or 0.0), text=f"{label} · {j['message'] or ''}"[:160])
+            if cols[1].button("Cancel", key=f"cancel_{j['id']}"):
+                runner.cancel(j["id"])
+                st.rerun()
+    failed = [j for j in jobs if j["status"].value in ("failed", "cancelled")]
+    for j in failed[-3:]:
+        st.caption(f"job {j['id']} {j['status'].value}: {j.get('error') or ''}")
+    runs = [r for r in state.replay_runs() if r["trace"] == name]
+    if st.session_state.get("_replay_active") and not active:
+        st.session_state["_replay_active"] = False
+        st.rerun()  # a job finished: redraw the whole page (results below, Compare's picker)
+    st.session_state["_replay_active"] = bool(active)
+    if not runs:
+        return
     st.subheader("Results")
     st.dataframe(
-        [{k: r[k] for k in ("target", "device", "median_ms", "wall_s", "path")} for r in runs],
+        [
+            {k: r.get(k) for k in ("job", "target", "device", "median_ms", "wall_s", "worker_peak_rss_mb", "path")}
+            for r in runs
+        ],
         hide_index=True,
         key="replay_runs",
     )
     last = runs[-1]
     report = orjson.loads(Path(last["path"]).read_bytes())
-    c = st.columns(4)
+    c = st.columns(5)
     c[0].metric("median ms / iteration", f"{report['median_ms']:.3f}")
     cov = report.get("coverage") or {}
     c[1].metric("ops replayed", f"{cov.get('replayed', 0)} / {cov.get('selected', 0)}")
     c[2].metric("substituted", cov.get("substituted", 0))
     c[3].metric("skipped", cov.get("skipped", 0))
+    c[4].metric("worker peak RSS", f"{last.get('worker_peak_rss_mb') or 0:,.0f} MB")
     if cov.get("by_reason"):
         st.caption("skipped/substituted by reason: " + ", ".join(f"{k}: {v}" for k, v in cov["by_reason"].items()))
     d = st.columns(2)
@@ -150,4 +143,8 @@ if runs:
             file_name=Path(kp).name,
             key="dl_kineto",
         )
-    st.caption("Open the Compare page to compare this replay with the original.")
+    st.caption("Open the Compare page to compare a replay with the original.")
+
+
+busy = any(not j["status"].finished for j in state.catalog().jobs(kind="replay"))
+st.fragment(_jobs_panel, run_every=1.0 if busy else None)()

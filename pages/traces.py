@@ -109,10 +109,37 @@ else:
         rename = st.text_input("Rename to", key="rename_to")
         cols = st.columns(2)
         if cols[0].button("Rename", key="rename_btn") and rename.strip() and rename.strip() not in loaded:
-            loaded[rename.strip()] = loaded.pop(cur)
-            st.session_state["current"] = rename.strip()
+            state.rename_trace(cur, rename.strip())
             st.rerun()
         if cols[1].button("Remove", key="remove_btn"):
-            loaded.pop(cur, None)
-            st.session_state.pop("current", None)
+            state.remove_trace(cur)
             st.rerun()
+
+with st.expander(f"Workspace: {state.workspace_dir()}"):
+    st.caption(
+        "Loaded traces, specs, replay runs and settings are kept in this folder's catalog "
+        "(catalog.sqlite) and restored after a reload or a restart."
+    )
+    ws = st.text_input("Workspace folder", str(state.workspace_dir()), key="workspace_input")
+    if st.button("Open workspace", key="workspace_open") and ws.strip() and ws.strip() != str(state.workspace_dir()):
+        st.session_state["workspace"] = ws.strip()
+        for k in ("traces", "specs", "_started", "selection", "benchmark", "current", "_sticky"):
+            st.session_state.pop(k, None)
+        st.rerun()
+    jobs = state.catalog().jobs()
+    if jobs:
+        st.dataframe(
+            [
+                {
+                    "job": j["id"],
+                    "trace": j["trace"],
+                    "target": j["target"],
+                    "status": j["status"].value,
+                    "median_ms": j["summary"].get("median_ms"),
+                    "result": j.get("result_path"),
+                }
+                for j in jobs
+            ],
+            hide_index=True,
+            key="workspace_jobs",
+        )

@@ -8,6 +8,7 @@ tests/test_figures_selection.py and the real-browser test.
 from __future__ import annotations
 
 import gzip
+import os
 from pathlib import Path
 
 import pytest
@@ -239,7 +240,7 @@ def test_compose_replay_compare_flow(app):
     at.run()
     _ok(at)
     assert not at.error, [e.value for e in at.error]
-    runs = at.session_state["replays"]
+    runs = _wait_runs(at, 1)
     assert len(runs) == 1 and Path(runs[0]["path"]).exists() and runs[0]["device"] == "cpu"
     metrics = {m.label: m.value for m in at.metric}
     assert float(metrics["median ms / iteration"]) > 0
@@ -252,7 +253,7 @@ def test_compose_replay_compare_flow(app):
     at.run()
     _ok(at)
     assert not at.error, [e.value for e in at.error]
-    runs = at.session_state["replays"]
+    runs = _wait_runs(at, 2)
     assert len(runs) == 2 and runs[1]["target"] == composed
     assert runs[0]["path"] != runs[1]["path"]  # two runs in one second once shared a folder
     assert {m.label: m.value for m in at.metric}["ops replayed"].endswith(f"/ {3 * n_replay}")
@@ -267,10 +268,33 @@ def test_compose_replay_compare_flow(app):
     # a 6-op selection: the like-with-like figures over the matched ops are shown too
     assert float(metrics["matched ops, replay ms"]) > 0 and float(metrics["matched ops, original ms"]) > 0
     assert metrics["matched-ops error"].endswith("%")
-    per_op = next(d.value for d in at.dataframe if "op_id" in d.value.columns and "error" in d.value.columns)
-    assert sorted(per_op["op_id"]) == sorted(ids)
+    per_op = next(d.value for d in at.dataframe if "replay_id" in d.value.columns and "error" in d.value.columns)
+    assert sorted(per_op["replay_id"]) == sorted(ids)
     err = per_op["error"].dropna()
     assert (err.diff().dropna() <= 0).all()  # sorted by error, worst first
+
+
+def _wait_runs(at, n: int) -> list[dict]:
+    """Replays run in worker processes: wait for the n-th to finish, then redraw the page."""
+    from engine.workspace import Catalog, JobRunner
+
+    cat = Catalog(Path(os.environ["MYSTIQUE_UI_DIR"]) / "workspace")
+    jobs = cat.jobs(kind="replay")
+    assert len(jobs) >= n, jobs
+    done = JobRunner(cat).wait(jobs[n - 1]["id"], timeout_s=300)
+    assert done["status"].value == "done", done.get("error")
+    at.run()
+    _ok(at)
+    return [
+        {
+            "path": j["result_path"],
+            "device": j["summary"]["device"],
+            "target": j["target"],
+            "median_ms": j["summary"]["median_ms"],
+        }
+        for j in cat.jobs(kind="replay")
+        if j["status"].value == "done"
+    ]
 
 
 def test_compare_two_loaded_traces(app, shared_traces):

@@ -40,7 +40,7 @@ def test_bars_are_microsecond_exact(simple):
     seen = 0
     for tr in fig.data:
         assert tr.type == "bar" and tr.orientation == "h"
-        ids = np.asarray(tr.customdata)
+        ids = np.asarray(tr.customdata)[:, 0].astype(np.int64)
         np.testing.assert_array_equal(np.asarray(tr.base), by_ev.loc[ids, "ts_us"].to_numpy() - origin)
         np.testing.assert_array_equal(np.asarray(tr.x), by_ev.loc[ids, "dur_us"].to_numpy())
         seen += len(ids)
@@ -90,33 +90,59 @@ def test_flow_arrow_from_launch_to_its_kernel(simple):
     assert arrow.ax == float(launch["ts_us"]) - origin and arrow.x == float(kernel["ts_us"]) - origin
 
 
-def test_big_trace_uses_webgl_segments(control, manifest):
+def test_hover_shows_the_duration_not_the_end(simple):
+    """Issue 13 problem 2: a horizontal bar's hover `%{x}` is its end (base + x); the tooltip read
+    "dur 5435 µs" for a 1,096 µs op. The duration now comes from customdata (fails on 4eb7f39)."""
+    ev = simple.events
+    fig = timeline_figure(ev)
+    by_ev = ev.set_index("ev")
+    for tr in fig.data:
+        assert "%{x" not in tr.hovertemplate  # never the bar end
+        cd = np.asarray(tr.customdata, dtype=object)
+        assert "dur %{customdata[1]" in tr.hovertemplate and "%{customdata[4]}" in tr.hovertemplate
+        ids = cd[:, 0].astype(np.int64)
+        np.testing.assert_array_equal(cd[:, 1].astype(float), by_ev.loc[ids, "dur_us"].to_numpy())
+        assert list(cd[:, 4]) == by_ev.loc[ids, "name"].astype(str).tolist()
+
+
+def test_big_trace_stays_interactive_bars(control):
+    """Issue 13 problem 3: a 100k-event trace gets the same bar timeline (hover, click, box
+    select, names on bars, x-only zoom), reduced by level of detail; on 4eb7f39 it was WebGL
+    lines without names (fails there: traces were scattergl)."""
     ev = control.events
     assert len(ev) > 50_000
-    fig = timeline_figure(ev)
-    assert fig.layout.meta["bars"] is False
-    assert all(tr.type == "scattergl" for tr in fig.data)
-    n_segments = sum(len(tr.x) for tr in fig.data) // 3
-    assert n_segments == len(ev)
-    kernels = next(e for e in manifest if e["path"] == "hta_trace_diff/control.json.gz")["kernels"]
-    ktrace = next(tr for tr in fig.data if tr.name == "kernel")
-    assert len(ktrace.x) // 3 == kernels
-    # segments start and end exactly at ts and ts + dur
-    xs = np.asarray(ktrace.x, dtype=float)
-    ids = np.asarray(ktrace.customdata)[0::3]
-    by_ev = ev.set_index("ev").loc[ids]
+    fig = timeline_figure(ev, TimelineView(bar_limit=3000))
+    bars = [tr for tr in fig.data if tr.type == "bar"]
+    assert len(bars) == len(fig.data)
+    detail = [tr for tr in bars if tr.name != "grouped short events"]
+    assert sum(len(tr.x) for tr in detail) == 3000 == fig.layout.meta["drawn"]
+    grouped = next(tr for tr in bars if tr.name == "grouped short events")
+    counts = np.asarray(grouped.customdata, dtype=object)[:, 1].astype(int)
+    assert counts.sum() + 3000 == len(ev) == fig.layout.meta["drawn"] + fig.layout.meta["grouped"]
+    assert fig.layout.yaxis.fixedrange is True and fig.layout.dragmode == "zoom"  # x-only zoom
+    assert all(tr.textposition == "inside" and tr.text is not None for tr in detail)  # names when they fit
+    assert fig.layout.uniformtext.mode == "hide"
+    # the longest events are the ones drawn: nothing drawn is shorter than anything grouped
+    shortest_drawn = min(float(np.min(np.asarray(tr.x, float))) for tr in detail)
+    longest_grouped_event = ev["dur_us"].nlargest(3001).iloc[-1]
+    assert shortest_drawn >= longest_grouped_event
+    # a narrow window shows every event in it one bar each
     origin = float(ev["ts_us"].min())
-    np.testing.assert_array_equal(xs[0::3], by_ev["ts_us"].to_numpy() - origin)
-    np.testing.assert_array_equal(xs[1::3], xs[0::3] + by_ev["dur_us"].to_numpy())
-    assert len(fig.to_json()) < 12e6  # payload stays a few MB
-    # rows go downward as negative y: WebGL lines collapse on a reversed y axis (seen in chromium)
-    assert fig.layout.yaxis.autorange != "reversed"
-    ys = np.asarray(ktrace.y, dtype=float)
-    assert np.nanmax(ys) <= 0 and ys[0] in set(fig.layout.yaxis.tickvals)  # kernels of one stream: lane row
+    kernel = ev[ev["cat"].astype(str) == "kernel"].iloc[100]
+    lo = float(kernel["ts_us"]) - origin
+    fig = timeline_figure(ev, TimelineView(start_us=lo, end_us=lo + 200.0, bar_limit=3000))
+    assert fig.layout.meta["grouped"] == 0
+    drawn = {int(r[0]) for tr in fig.data for r in np.asarray(tr.customdata, dtype=object)}
+    assert int(kernel["ev"]) in drawn
 
 
-def test_bad_view_rejected():
-    with pytest.raises(ValueError):
-        TimelineView(min_dur_us=-1)
-    with pytest.raises(ValueError):
-        TimelineView(start_us=10, end_us=5)
+def test_search_highlights_hits(simple):
+    fig = timeline_figure(simple.events, search="cudaLaunch")
+    hits = 0
+    for tr in fig.data:
+        names = np.asarray(tr.customdata, dtype=object)[:, 4]
+        op = np.asarray(tr.marker.opacity, float)
+        match = np.array(["cudalaunch" in n.lower() for n in names])
+        assert (op[match] == 1.0).all() and (op[~match] < 0.5).all()
+        hits += int(match.sum())
+    assert hits == int((simple.events["name"].astype(str) == "cudaLaunchKernel").sum()) > 0

@@ -13,7 +13,7 @@ import sys
 
 from engine.errors import TraceError
 
-COMMANDS = ("info", "capture", "replay", "compare", "compose", "app")
+COMMANDS = ("info", "capture", "replay", "compare", "compose", "simulate", "app")
 
 
 def build_parser() -> argparse.ArgumentParser:

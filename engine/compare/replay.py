@@ -19,8 +19,11 @@ The replay result is a plain JSON-ready dict written by `engine.replay` as `repl
       "device": "cpu" | "cuda:N"
     }
 
-Why per-op matching is by ET node id: the replay executes the original's ops and labels each
-with its node id, so the id names the same operator on both sides. Original per-op times are
+Per-op matching: the replay labels each op with the node id of the ET it ran. For the original's
+own ET that id names the same operator on both sides; a composed benchmark's ET renumbers nodes,
+so its ids are mapped back through the `mystique_origin` provenance each exported node carries
+(engine.compare.provenance). Ops whose names differ are never paired. Each per-op row carries
+both sides: `replay_id`, `replay_name`, `original_id`, `original_name` (+ `segment`, `repeat`). Original per-op times are
 the linked Kineto `k_dur_us` of those ops (host time), or `gpu_dur_us` (kernel time launched
 under the op) when the replay ran on a GPU and the original has GPU kernels.
 Errors are relative: |replay - original| / original.
@@ -103,7 +106,13 @@ def original_step_ms(trace: Any, meta: dict[str, Any] | None) -> tuple[float, st
     return math.nan, "unknown (no capture meta and no ProfilerStep iterations)"
 
 
-def compare_replay(original: Any, replay: dict[str, Any], *, original_meta: dict[str, Any] | None = None) -> Comparison:
+def compare_replay(
+    original: Any,
+    replay: dict[str, Any],
+    *,
+    original_meta: dict[str, Any] | None = None,
+    provenance: dict[int, dict] | None = None,
+) -> Comparison:
     """Compare an original Trace (+ capture meta) with a replay result dict (see module doc)."""
     validate_replay(replay)
     cmp = Comparison(kind="replay")
@@ -136,32 +145,53 @@ def compare_replay(original: Any, replay: dict[str, Any], *, original_meta: dict
     rep = rep.groupby("op_id", as_index=False, sort=False).agg(
         {"name": "first", "category": "first", "phase": "first", "dur_us": "sum"}
     )
+    if provenance is None:
+        from engine.compare.provenance import replay_provenance
+
+        provenance = replay_provenance(replay)
+    rep = rep.rename(columns={"op_id": "replay_id", "name": "replay_name"})
+    if provenance:
+        # a composed ET: its ids are renumbered, the original's id is in the node's provenance
+        origin = [provenance.get(int(i)) for i in rep["replay_id"]]
+        rep["original_id"] = pd.array([o["id"] if o else None for o in origin], dtype="Int64")
+        rep["segment"] = pd.array([o.get("segment") if o else None for o in origin], dtype="Int64")
+        rep["repeat"] = pd.array([o.get("repeat") if o else None for o in origin], dtype="Int64")
+    else:
+        rep["original_id"] = rep["replay_id"].astype("Int64")
     orig = pd.DataFrame(
         {
-            "op_id": ops["id"].astype("int64") if len(ops) else pd.Series(dtype="int64"),
-            "o_name": ops["name"].astype(str) if len(ops) else pd.Series(dtype=str),
+            "original_id": ops["id"].astype("Int64") if len(ops) else pd.Series(dtype="Int64"),
+            "original_name": ops["name"].astype(str) if len(ops) else pd.Series(dtype=str),
             "o_category": ops["category"].astype(str) if len(ops) else pd.Series(dtype=str),
             "o_phase": ops["phase"].astype(str) if len(ops) else pd.Series(dtype=str),
             "original_us": ops[col].astype("float64") if col in ops else math.nan,
         }
     )
-    orig = orig.drop_duplicates("op_id")  # multi-rank traces: the first rank's node
-    per = rep.merge(orig, on="op_id", how="left")
-    per["name"] = per["o_name"].fillna(per["name"])
+    orig = orig.drop_duplicates("original_id")  # multi-rank traces: the first rank's node
+    per = rep.merge(orig, on="original_id", how="left")
+    found = per["original_name"].notna()
+    # never pair ops whose names differ: such a pair is two different operators
+    mismatch = found & (per["original_name"].astype(str) != per["replay_name"].astype(str))
+    per.loc[mismatch, "original_us"] = math.nan
     per["category"] = per["o_category"].fillna(per["category"])
     per["phase"] = per["o_phase"].fillna(per["phase"])
-    per = per.rename(columns={"dur_us": "replay_us"})[
-        ["op_id", "name", "category", "phase", "original_us", "replay_us"]
-    ]
+    per = per.rename(columns={"dur_us": "replay_us"})
+    per["op_id"] = per["replay_id"]  # kept for older readers: the id the replay ran
+    per["name"] = per["replay_name"]
+    cols = ["replay_id", "replay_name", "original_id", "original_name", "op_id", "name", "category", "phase"]
+    cols += [c for c in ("segment", "repeat") if c in per.columns] + ["original_us", "replay_us"]
+    per = per[cols]
     per["error"] = [rel_error(o, r) for o, r in zip(per["original_us"], per["replay_us"])]
     cmp.per_op = per.reset_index(drop=True)
 
     matched = per["original_us"].notna()
-    unknown = int((~per["op_id"].isin(orig["op_id"])).sum())
+    unknown = int((~found).sum())
     cmp.matching = {
+        "by": "provenance" if provenance else "node id",
         "replay_ops": len(per),
         "matched": int(matched.sum()),
         "unknown_ids": unknown,
+        "name_mismatch": int(mismatch.sum()),
         "match_rate": float(matched.mean()) if len(per) else math.nan,
         "original_sum_us": float(per.loc[matched, "original_us"].sum()),
         "replay_sum_us": float(per.loc[matched, "replay_us"].sum()),
@@ -169,6 +199,10 @@ def compare_replay(original: Any, replay: dict[str, Any], *, original_meta: dict
     cmp.matching["sum_error"] = rel_error(cmp.matching["original_sum_us"], cmp.matching["replay_sum_us"])
     if unknown:
         cmp.warnings.append(f"{unknown} replayed op ids are not ET node ids of the original")
+    if int(mismatch.sum()):
+        cmp.warnings.append(
+            f"{int(mismatch.sum())} replayed ops have the id of a differently named original op: left unmatched"
+        )
 
     both = per[matched]
     cmp.by_name = _group(both, "name")

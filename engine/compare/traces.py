@@ -6,7 +6,8 @@ What is compared and why:
     runtime calls and cpu_ops are the units people reason about when two runs differ
     ("which kernels got slower, which ops appeared"), as in HTA's trace diff;
   * ET ops by name (count) when both sides have an ET: structural changes of the program.
-Durations are totals over the whole trace; `*_per_iter_us` divides by the side's iteration
+Durations are totals over the whole trace (`dur_us` inclusive; `self_us` exclusive of nested
+events on the same thread/stream, what the breakdown charts show, so nested ops count once); `*_per_iter_us` divides by the side's iteration
 count when both sides have iterations, so runs of different lengths stay comparable.
 """
 
@@ -61,16 +62,23 @@ def _events_by(trace: Any, keys: list[str]) -> pd.DataFrame:
     ev = trace.events
     if ev is None or ev.empty:
         return pd.DataFrame(columns=[*keys, "count", "dur_us"])
+    from engine.figures.breakdown import self_time
+
     frame = pd.DataFrame({k: ev[k].astype(str) for k in keys})
     frame["dur_us"] = ev["dur_us"].astype("float64").fillna(0.0)
-    return frame.groupby(keys, sort=False).agg(count=("dur_us", "size"), dur_us=("dur_us", "sum")).reset_index()
+    frame["self_us"] = self_time(ev)
+    return (
+        frame.groupby(keys, sort=False)
+        .agg(count=("dur_us", "size"), dur_us=("dur_us", "sum"), self_us=("self_us", "sum"))
+        .reset_index()
+    )
 
 
 def _side_by_side(a: pd.DataFrame, b: pd.DataFrame, keys: list[str], ia: int, ib: int) -> pd.DataFrame:
     m = a.merge(b, on=keys, how="outer", suffixes=("_a", "_b"))
     for c in ("count_a", "count_b"):
         m[c] = m[c].fillna(0).astype("int64")
-    for c in ("dur_us_a", "dur_us_b"):
+    for c in ("dur_us_a", "dur_us_b", "self_us_a", "self_us_b"):
         m[c] = m[c].fillna(0.0).astype("float64")
     m["delta_count"] = m["count_b"] - m["count_a"]
     m["delta_us"] = m["dur_us_b"] - m["dur_us_a"]

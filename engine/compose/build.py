@@ -24,6 +24,13 @@ from engine.progress import Progress, report, scaled
 
 _SKIP_ANCESTORS = ("[pytorch|profiler|execution_trace|",)
 
+# Provenance of every exported node (a documented ET node key; ET readers ignore unknown keys):
+#   "mystique_origin": {"id": <node id in the source ET>, "segment": <segment index>,
+#                       "repeat": <0-based repeat index>, "source": <index into spec.sources>}
+# Composed ETs renumber nodes, so a replay's op ids name the *composed* node; compare maps them
+# back to the original through this field (engine.compare.provenance) instead of trusting ids.
+ORIGIN_KEY = "mystique_origin"
+
 
 @dataclass(kw_only=True, slots=True)
 class Benchmark:
@@ -272,6 +279,8 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None) -> "Benchmark
                 seen_out,
             )
             prev_out = {o: seen_out[o] for o in pairs.values() if o in seen_out}
+            for n in out:
+                n[ORIGIN_KEY] = {"id": int(n["_orig"]), "segment": si, "repeat": rep, "source": seg.source}
             nodes.append(label)
             nodes.extend(out)
             replay.extend(n["id"] for n in out if n.get("_replay"))

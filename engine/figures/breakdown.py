@@ -19,12 +19,59 @@ if TYPE_CHECKING:
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
+def self_time(events: pd.DataFrame) -> np.ndarray:
+    """Exclusive (self) µs of every event, aligned with `events` rows: its duration minus the
+    time of the events directly nested in it on the same thread (GPU: same stream).
+
+    Why: summing inclusive durations counts a nested op once per ancestor (a ProfilerStep,
+    its module annotation, the aten op and the aten op it calls), so category and name totals
+    exceeded the step. Self times of a lane add up to its busy time.
+    """
+    n = len(events)
+    if n == 0:
+        return np.zeros(0)
+    start = events["ts_us"].to_numpy(float)
+    dur = np.nan_to_num(events["dur_us"].to_numpy(float))
+    lane_cols = [c for c in ("rank", "pid", "tid", "stream") if c in events.columns]
+    lane = pd.MultiIndex.from_frame(events[lane_cols].astype(str)).codes if lane_cols else [np.zeros(n, np.int64)]
+    lane_id = np.zeros(n, np.int64)
+    for codes in lane:
+        lane_id = lane_id * (int(np.max(codes)) + 2 if len(codes) else 1) + np.asarray(codes, np.int64)
+    order = np.lexsort((-dur, start, lane_id))
+    child = np.zeros(n)
+    stack: list[tuple[float, int]] = []
+    prev_lane = None
+    for i in order.tolist():
+        ln = lane_id[i]
+        if ln != prev_lane:
+            stack, prev_lane = [], ln
+        s, e = start[i], start[i] + dur[i]
+        while stack and stack[-1][0] <= s:
+            stack.pop()
+        if stack:
+            pe, p = stack[-1]
+            child[p] += min(e, pe) - s
+        stack.append((e, i))
+    return np.maximum(dur - child, 0.0)
+
+
 def time_by(events: pd.DataFrame, cat: str | tuple[str, ...] = "cpu_op", key: str = "name") -> pd.DataFrame:
     """Total/mean duration and count of `events` of category `cat`, grouped by `key`, sorted desc."""
     cats = (cat,) if isinstance(cat, str) else cat
-    ev = events[events["cat"].astype(str).isin(cats)]
-    g = ev.groupby(ev[key].astype(str), observed=True)["dur_us"]
-    out = pd.DataFrame({"total_us": g.sum(), "count": g.size(), "mean_us": g.mean()})
+    mask = events["cat"].astype(str).isin(cats).to_numpy()
+    ev = events[mask]
+    ev = ev.assign(self_us=self_time(events)[mask])
+    g = ev.groupby(ev[key].astype(str), observed=True)
+    out = pd.DataFrame(
+        {
+            "total_us": g["dur_us"].sum(),
+            "self_us": g["self_us"].sum(),
+            "count": g.size(),
+            "mean_us": g["dur_us"].mean(),
+        }
+    )
+    total = float(out["total_us"].sum())
+    out["share_pct"] = 100.0 * out["total_us"] / total if total > 0 else 0.0
     out = out.sort_values("total_us", ascending=False)
     out.index.name = key
     return out.reset_index()

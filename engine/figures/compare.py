@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from engine.figures.timeline import TimelineView, prepare, timeline_traces
+from engine.figures.timeline import TimelineView, aggregate_trace, level_of_detail, prepare, timeline_traces
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -52,8 +52,11 @@ def aligned_timelines(
         subplot_titles=[f"{lab}: {len(p):,} events" for lab, p in zip(labels, prepared)],
     )
     for row, ev in enumerate(prepared, start=1):
-        for tr in timeline_traces(ev, len(ev) <= bar_limit, legend=row == 1):
+        detail, agg = level_of_detail(ev, bar_limit // 2)
+        for tr in timeline_traces(detail, legend=row == 1):
             fig.add_trace(tr, row=row, col=1)
+        if len(agg):
+            fig.add_trace(aggregate_trace(agg, legend=row == 1), row=row, col=1)
         lanes = ev.attrs["lanes"]
         fig.update_yaxes(tickvals=[-v for v in lanes.values()], ticktext=list(lanes.keys()), row=row, col=1)
     rows = sum(int(p["y"].max()) + 2 if len(p) else 2 for p in prepared)
@@ -61,9 +64,15 @@ def aligned_timelines(
         barmode="overlay",
         height=max(420, 16 * rows + 140),
         margin=dict(l=10, r=10, t=40, b=30),
-        legend=dict(orientation="h"),
+        uniformtext=dict(minsize=9, mode="hide"),
+        # below the plot, never under the modebar
+        legend=dict(orientation="h", yanchor="top", y=-0.08, xanchor="left", x=0.0),
     )
+    fig.update_yaxes(fixedrange=True)
     fig.update_xaxes(title_text="µs from start", row=2, col=1)
+    if window_us:
+        # the window limits the axis too, not only which events are drawn (issue 13 problem 9)
+        fig.update_xaxes(range=[0.0, float(window_us)])
     return fig
 
 
@@ -83,22 +92,51 @@ def time_by_bars(
     t = table.copy()
     t["_m"] = t[[a_col, b_col]].max(axis=1)
     t = t.nlargest(top, "_m").iloc[::-1]
-    y = t[key].astype(str).str.slice(0, 60).to_numpy()
+    full = t[key].astype(str).tolist()
+    # never clip a (kernel) name: wrap it over lines, and hover shows it whole
+    y = [wrap_label(n) for n in full]
+    lines = sum(max(1, lab.count("<br>") + 1) for lab in y)
+    hover = "%{customdata}<br>%{x:,.1f} µs<extra>%{fullData.name}</extra>"
     fig = go.Figure(
         [
-            go.Bar(y=y, x=t[a_col].to_numpy(float), name=labels[0], orientation="h", marker_color="#7c5cff"),
-            go.Bar(y=y, x=t[b_col].to_numpy(float), name=labels[1], orientation="h", marker_color="#ffd166"),
+            go.Bar(
+                y=y,
+                x=t[a_col].to_numpy(float),
+                name=labels[0],
+                orientation="h",
+                marker_color="#7c5cff",
+                customdata=full,
+                hovertemplate=hover,
+            ),
+            go.Bar(
+                y=y,
+                x=t[b_col].to_numpy(float),
+                name=labels[1],
+                orientation="h",
+                marker_color="#ffd166",
+                customdata=full,
+                hovertemplate=hover,
+            ),
         ]
     )
     fig.update_layout(
         barmode="group",
-        height=max(300, 30 * len(t) + 100),
+        height=max(300, 22 * lines + 14 * len(t) + 120),
         title=title,
         xaxis_title="µs",
+        yaxis=dict(automargin=True, tickfont=dict(size=10)),
         margin=dict(l=10, r=10, t=40, b=30),
-        legend=dict(orientation="h"),
+        # legend under the title on the left: never under the modebar at the top right
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0.0),
     )
     return fig
+
+
+def wrap_label(name: str, width: int = 56) -> str:
+    """`name` in lines of at most `width` characters (Plotly tick labels break at <br>)."""
+    if len(name) <= width:
+        return name
+    return "<br>".join(name[i : i + width] for i in range(0, len(name), width))
 
 
 def metric_curves(curves: pd.DataFrame, labels: tuple[str, str] = ("original", "replay")) -> "go.Figure":

@@ -3,7 +3,9 @@
 Why not `px.timeline`: it converts to datetimes and rounds to milliseconds, while kernels last a
 few µs. Small views use `go.Bar(base=start_us, x=dur_us, orientation="h")` (exact, with hover
 per bar); big ones (the 105k-event HTA traces) use one Scattergl line trace per colour class,
-each event a segment `[start, end, None]`, which WebGL draws at interactive speed. Nested events
+each event a segment `[start, end, None]`, which WebGL draws at interactive speed. (Until issue
+13: WebGL lines had no names, no click and no box select, so one bar timeline with level of
+detail by window replaced them; see `level_of_detail`.) Nested events
 of one thread stack downward in sub-rows (like Perfetto) so children are not hidden by parents.
 
 Rows are drawn downward as negative y (lane 0 on top) rather than with a reversed y axis,
@@ -162,6 +164,37 @@ def default_window(events: pd.DataFrame, max_events: int = 5000, origin_us: floa
     return lo - origin, max(hi - origin, lo - origin + 1.0)
 
 
+def level_of_detail(ev: pd.DataFrame, budget: int, bins: int = 240) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(events drawn one bar each, aggregate bars) for a prepared window.
+
+    Why: an SVG bar per event stays interactive (hover, click, box select) up to a few thousand
+    bars; a 200k-event window is reduced to the `budget` longest events (what is visible at
+    this zoom) plus, per sub-row, one grey bar per 1/`bins` of the window covering the short
+    events in it ("1,234 events: narrow the window"). Narrowing the window (the page's slider
+    or a search hit) shows every event again: level of detail by window.
+    """
+    if len(ev) <= budget:
+        return ev, ev.iloc[:0]
+    dur = ev["dur_us"].to_numpy(float)
+    order = np.argsort(-dur, kind="stable")
+    keep = np.zeros(len(ev), bool)
+    keep[order[:budget]] = True
+    rest = ev[~keep]
+    s = rest["start_us"].to_numpy(float)
+    e = s + rest["dur_us"].to_numpy(float)
+    lo, hi = float(ev["start_us"].min()), float((ev["start_us"] + ev["dur_us"]).max())
+    width = max((hi - lo) / bins, 1e-9)
+    b = np.floor((s - lo) / width).astype(np.int64)
+    agg = (
+        pd.DataFrame({"y": rest["y"].to_numpy(), "b": b, "s": s, "e": e})
+        .groupby(["y", "b"], sort=False)
+        .agg(start_us=("s", "min"), end_us=("e", "max"), count=("s", "size"))
+        .reset_index()
+    )
+    agg["dur_us"] = agg["end_us"] - agg["start_us"]
+    return ev[keep], agg
+
+
 def timeline_figure(
     events: pd.DataFrame,
     view: TimelineView | None = None,
@@ -170,8 +203,16 @@ def timeline_figure(
     flow_from: int | None = None,
     height: int | None = None,
     title: str = "",
+    search: str = "",
+    shapes: dict[int, str] | None = None,
 ) -> "go.Figure":
-    """The timeline of `events` (the `Trace.events` table); arrows from `flow_from` to its kernels."""
+    """The timeline of `events` (the `Trace.events` table); arrows from `flow_from` to its kernels.
+
+    One kind of timeline at every size (issue 13): SVG bars with names drawn when they fit,
+    hover (name, duration, start, input shapes of the linked ET op via `shapes`), click and box
+    select, x-only zoom (the y axis is fixed so lanes never hide), `search` (a regex on names)
+    highlights its hits and dims the rest, and `level_of_detail` keeps big windows light.
+    """
     import plotly.graph_objects as go
 
     view = view or TimelineView()
@@ -179,9 +220,11 @@ def timeline_figure(
     origin = ev.attrs["origin_us"]
     lanes = ev.attrs["lanes"]
     fig = go.Figure()
-    use_bars = len(ev) <= view.bar_limit
-    for tr in timeline_traces(ev, use_bars):
+    detail, agg = level_of_detail(ev, view.bar_limit)
+    for tr in timeline_traces(detail, True, search=search, shapes=shapes):
         fig.add_trace(tr)
+    if len(agg):
+        fig.add_trace(aggregate_trace(agg))
     if flow_from is not None:
         for (x0, y0), (x1, y1) in flow_arrows(events, ev, flow_from):
             fig.add_annotation(
@@ -198,75 +241,122 @@ def timeline_figure(
                 arrowwidth=1.6,
                 arrowcolor="#ffd166",
             )
+    n_rows = int(ev["y"].max()) + 3 if len(ev) else 10
     fig.update_layout(
         barmode="overlay",
-        height=height or max(320, 16 * (max(ev["y"].max(), 0) + 3 if len(ev) else 10)),
-        margin=dict(l=10, r=10, t=30, b=30),
-        title=title or f"{len(ev):,} events",
+        height=height or max(320, 18 * n_rows + 90),
+        margin=dict(l=10, r=10, t=60, b=40),
+        title=dict(
+            text=title or (f"{len(ev):,} events" + (f" · {len(detail):,} drawn, rest grouped" if len(agg) else "")),
+            y=0.98,
+            yanchor="top",
+        ),
         clickmode="event+select",
+        dragmode="zoom",
+        uniformtext=dict(minsize=9, mode="hide"),
         xaxis=dict(
             title=f"µs since {origin:,.0f}",
             zeroline=False,
             range=[view.start_us, view.end_us] if view.start_us is not None and view.end_us is not None else None,
         ),
-        yaxis=dict(tickvals=[-v for v in lanes.values()], ticktext=list(lanes.keys())),
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
-        meta={"origin_us": origin, "bars": use_bars},
+        yaxis=dict(tickvals=[-v for v in lanes.values()], ticktext=list(lanes.keys()), fixedrange=True),
+        # legend below the plot: never under the modebar (toolbar) at the top right
+        legend=dict(orientation="h", yanchor="top", y=-0.12 if n_rows < 30 else -0.04, xanchor="left", x=0.0),
+        meta={
+            "origin_us": origin,
+            "bars": True,
+            "drawn": len(detail),
+            "grouped": int(agg["count"].sum()) if len(agg) else 0,
+        },
     )
     return fig
 
 
-def timeline_traces(ev: pd.DataFrame, use_bars: bool, *, legend: bool = True) -> list:
-    """Plotly traces for prepared events (`prepare`): bars (exact) or WebGL segments (fast)."""
+def aggregate_trace(agg: pd.DataFrame, *, legend: bool = True):
+    """Grey bars standing for many short events (see `level_of_detail`); not selectable ids."""
     import plotly.graph_objects as go
 
+    counts = agg["count"].to_numpy()
+    return go.Bar(
+        base=agg["start_us"].to_numpy(),
+        x=agg["dur_us"].to_numpy(),
+        y=-agg["y"].to_numpy(),
+        orientation="h",
+        name="grouped short events",
+        marker=dict(color="rgba(140,140,150,0.45)", line=dict(width=0)),
+        showlegend=legend,
+        width=0.85,
+        customdata=np.stack([np.full(len(agg), None), counts], axis=1),
+        hovertemplate="%{customdata[1]:,} short events<br>narrow the window to see them<extra></extra>",
+    )
+
+
+def _hover_data(part: pd.DataFrame, names: np.ndarray, shapes: dict[int, str] | None) -> np.ndarray:
+    """customdata rows [ev, dur_us, start_us, shapes, name]: the event id first (selection reads
+    customdata[0]); the duration is its own field, since a horizontal bar's hover `x` is its end."""
+    n = len(part)
+    shp = np.full(n, "", dtype=object)
+    if shapes and "op_id" in part.columns:
+        oid = part["op_id"].to_numpy()
+        shp = np.array([shapes.get(int(o), "") if o == o and o is not None else "" for o in oid], dtype=object)
+    cd = np.empty((n, 5), dtype=object)
+    cd[:, 0] = part["ev"].to_numpy().astype(np.int64)
+    cd[:, 1] = part["dur_us"].to_numpy(float)
+    cd[:, 2] = part["start_us"].to_numpy(float)
+    cd[:, 3] = shp
+    cd[:, 4] = names
+    return cd
+
+
+HOVER = "<b>%{customdata[4]}</b><br>dur %{customdata[1]:,.3f} µs<br>start %{customdata[2]:,.3f} µs<br>%{customdata[3]}<extra>ev %{customdata[0]}</extra>"
+
+
+def timeline_traces(
+    ev: pd.DataFrame,
+    use_bars: bool = True,
+    *,
+    legend: bool = True,
+    search: str = "",
+    shapes: dict[int, str] | None = None,
+) -> list:
+    """Plotly bar traces (one per colour class) for prepared events (`prepare`). `use_bars` is
+    kept for callers; big windows are reduced by `level_of_detail` before they get here."""
+    import plotly.graph_objects as go
+
+    hits = None
+    if search:
+        try:
+            hits = ev["name"].astype(str).str.contains(search, case=False, regex=True).to_numpy()
+        except Exception:  # noqa: BLE001 - re.error from a user's pattern: treat as a plain substring
+            hits = ev["name"].astype(str).str.contains(search, case=False, regex=False).to_numpy()
     out = []
     for group, part in ev.groupby("group", sort=True, observed=True):
         color = GROUP_COLORS.get(group, "#999")
         names = part["name"].astype(str).to_numpy()
-        if use_bars:
-            out.append(
-                go.Bar(
-                    base=part["start_us"].to_numpy(),
-                    x=part["dur_us"].to_numpy(),
-                    y=-part["y"].to_numpy(),
-                    orientation="h",
-                    name=group,
-                    marker=dict(color=color, line=dict(width=0)),
-                    showlegend=legend,
-                    legendgroup=group,
-                    customdata=part["ev"].to_numpy(),
-                    width=0.85,
-                    text=names,
-                    textposition="none",
-                    hovertemplate="%{text}<br>start %{base:.3f} µs<br>dur %{x:.3f} µs<br>ev %{customdata}<extra></extra>",
-                )
+        marker: dict = dict(color=color, line=dict(width=0))
+        if hits is not None:
+            h = hits[ev.index.get_indexer(part.index)] if len(part) else np.zeros(0, bool)
+            marker["opacity"] = np.where(h, 1.0, 0.18)
+            marker["line"] = dict(width=np.where(h, 1.5, 0.0), color="#111")
+        out.append(
+            go.Bar(
+                base=part["start_us"].to_numpy(),
+                x=part["dur_us"].to_numpy(),
+                y=-part["y"].to_numpy(),
+                orientation="h",
+                name=group,
+                marker=marker,
+                showlegend=legend,
+                legendgroup=group,
+                customdata=_hover_data(part, names, shapes),
+                width=0.85,
+                text=names,
+                textposition="inside",
+                insidetextanchor="start",
+                textfont=dict(size=10),
+                hovertemplate=HOVER,
             )
-        else:
-            n = len(part)
-            xs = np.empty(3 * n)
-            xs[0::3] = part["start_us"].to_numpy()
-            xs[1::3] = xs[0::3] + part["dur_us"].to_numpy()
-            xs[2::3] = np.nan
-            ys = -np.repeat(part["y"].to_numpy(np.float64), 3)
-            ys[2::3] = np.nan
-            # Hover shows the event id only: repeating 3 names per event would triple the payload
-            # (the 75k-event HTA trace: ~20 MB instead of ~6 MB); the selected event's details are
-            # shown by the page.
-            out.append(
-                go.Scattergl(
-                    x=xs,
-                    y=ys,
-                    mode="lines",
-                    name=group,
-                    line=dict(color=color, width=6),
-                    showlegend=legend,
-                    legendgroup=group,
-                    customdata=np.repeat(part["ev"].to_numpy(np.int32), 3),
-                    connectgaps=False,
-                    hovertemplate=group + "<br>%{x:.3f} µs<br>ev %{customdata}<extra></extra>",
-                )
-            )
+        )
     return out
 
 

@@ -378,6 +378,12 @@ class ReplaySession:
         plan, config = self.plan, self.config
         kineto_path = None
         paths: dict[str, str] = {}
+        # The replayed ET file: compare reads its `mystique_origin` provenance (composed ETs).
+        et_src = next(
+            (s for s in (self.trace.meta or {}).get("sources") or [] if s.get("kind") == "execution_trace"), None
+        )
+        if et_src and et_src.get("path"):
+            paths["et"] = str(et_src["path"])
         if config.profile and config.out_dir is not None:
             kineto_path = _profile_iteration(plan, self.steps, config, self.sync)
             paths["kineto"] = kineto_path

@@ -1,0 +1,46 @@
+"""Provenance of a composed benchmark's ops: composed ET node id -> the original's node.
+
+`engine.compose` renumbers nodes and writes, on each exported node, the documented key
+`mystique_origin: {"id", "segment", "repeat", "source"}` (see engine.compose.build). A replay of
+a composed ET reports the *composed* ids, so compare must map them back through this field;
+matching by raw id would pair unrelated ops (an embedding_bag with a linear).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+from engine import jsonio
+
+ORIGIN_KEY = "mystique_origin"
+
+
+def read_provenance(et_path: str | os.PathLike) -> dict[int, dict]:
+    """{composed node id: {"id", "segment", "repeat", "source", "name"}} from an exported ET;
+    {} when the file is not a composed ET (no node carries the key) or cannot be read."""
+    p = Path(str(et_path).split("!", 1)[0])
+    try:
+        raw = p.read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        doc = jsonio.loads(raw)
+    except (OSError, ValueError, EOFError):
+        return {}
+    nodes = doc.get("nodes") if isinstance(doc, dict) else None
+    out: dict[int, dict] = {}
+    for n in nodes or []:
+        o = n.get(ORIGIN_KEY) if isinstance(n, dict) else None
+        if isinstance(o, dict) and "id" in o:
+            out[int(n["id"])] = {**o, "id": int(o["id"]), "name": str(n.get("name", ""))}
+    return out
+
+
+def replay_provenance(replay: dict) -> dict[int, dict]:
+    """Provenance for a replay result dict: from the ET it ran (`paths.et`), when composed."""
+    et = ((replay or {}).get("paths") or {}).get("et")
+    return read_provenance(et) if et else {}
+
+
+__all__ = ["ORIGIN_KEY", "read_provenance", "replay_provenance"]

@@ -1,0 +1,85 @@
+"""`simulate(trace, spec)`: build the task graph, apply what-if edits, schedule, summarise."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from engine.progress import Progress, report
+from engine.simulate.config import SimConfig
+from engine.simulate.graph import build_graph
+from engine.simulate.result import SimResult, breakdown, iteration_ms, predicted_trace, step_spans
+from engine.simulate.schedule import solve
+
+
+def simulate(
+    trace: Any,
+    spec: Any = None,
+    *,
+    config: SimConfig | None = None,
+    progress: Progress | None = None,
+) -> SimResult:
+    """Predict `trace` (an engine `Trace`) under the what-if `spec` (a WhatIfSpec, dict or None).
+
+    Edits of the spec run in order; structural ones (layers) rewrite the events table before the
+    graph is built, cost ones (speed-ups, batch, data-parallel degree) change segment lengths of
+    the built graph. See engine/simulate/whatif/ for each edit's assumptions.
+    """
+    from engine.simulate.whatif import WhatIfSpec, apply_edits
+
+    cfg = config or SimConfig()
+    wspec = spec if isinstance(spec, WhatIfSpec) else WhatIfSpec.parse(spec or {"version": 1, "edits": []})
+    warnings: list[str] = []
+    events = trace.events
+    if events is None or len(events) == 0:
+        from engine.errors import TraceError
+
+        raise TraceError("the trace has no Kineto events to simulate (an ET alone has no timing)")
+    report(progress, 0.05, "building task graph")
+    t0 = time.perf_counter()
+    ctx = apply_edits(wspec, trace, cfg, stage="events")
+    g = build_graph(ctx.events, cfg)
+    ctx.graph = g
+    apply_edits(wspec, trace, cfg, stage="graph", ctx=ctx)
+    build_s = time.perf_counter() - t0
+    report(progress, 0.4, f"scheduling {g.n_tasks} tasks")
+    t1 = time.perf_counter()
+    sched = solve(g, cfg.max_rounds)
+    sim_s = time.perf_counter() - t1
+    report(progress, 0.8, "summarising")
+    warnings.extend(g.warnings)
+    warnings.extend(ctx.warnings)
+    if g.cpu_only:
+        warnings.append("no GPU events in the trace: simulated CPU-only (host threads only)")
+    pred = predicted_trace(trace.meta, g, sched, wspec.to_json()["edits"])
+    measured = iteration_ms(events)
+    predicted = iteration_ms(pred.events)
+    if predicted is None:
+        warnings.append("no ProfilerStep span in the trace: the iteration is the whole simulated span")
+        st, en = sched.task_start(g), sched.task_end(g)
+        predicted = float((np.nanmax(en) - np.nanmin(st)) / 1000.0) if len(st) else 0.0
+        window = None
+    else:
+        sp = step_spans(pred.events)
+        window = (float(sp["ts_us"].min()) - g.t0_us, float((sp["ts_us"] + sp["dur_us"]).max()) - g.t0_us)
+    if measured is not None and wspec.edits:
+        measured = None  # a changed setup has no measured counterpart in this trace
+    bd = breakdown(g, sched, window)
+    n_steps = max(len(step_spans(pred.events)), 1)
+    if window is not None and n_steps > 1:
+        bd = {k: v / n_steps * (len(pred.events["rank"].unique())) for k, v in bd.items()}
+    report(progress, 1.0, "done")
+    return SimResult(
+        graph=g,
+        schedule=sched,
+        predicted=pred,
+        measured_iteration_ms=measured,
+        predicted_iteration_ms=predicted,
+        breakdown=bd,
+        sim_s=sim_s,
+        build_s=build_s,
+        warnings=warnings,
+        extra=ctx.report,
+    )

@@ -1,0 +1,86 @@
+"""Cross-rank collectives: the members of one collective start when all have arrived, end together.
+
+Matching: communication GPU tasks (NCCL/RCCL/gloo kernels, by name) are matched across ranks
+by (rank-independent name, occurrence index on the rank), the order in which every rank must
+issue the same collectives. Each member's start gets edges from every other member's *arrival*
+(its stream predecessor's end plus its gap, and its launch plus its launch latency), so it
+starts at the latest arrival without extra points. Its modelled duration is the shortest
+member duration: the last member to arrive waited least, so its kernel time is the transfer.
+
+With one rank loaded nothing changes here; the data-parallel what-if (whatif/dp.py) instead
+rescales collective durations with a ring model and relies on symmetry (identical ranks arrive
+together), so 1,024 ranks never need 1,024 copies.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from engine.simulate.graph import TaskGraph
+
+COMM_KERNEL = re.compile(
+    r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|sendrecv|gloo", re.IGNORECASE
+)
+
+
+def comm_mask(g: TaskGraph) -> np.ndarray:
+    """GPU tasks that are collectives / p2p transfers."""
+    names = g.tasks["name"].astype(str)
+    uniq = names.unique()
+    hits = {u for u in uniq if COMM_KERNEL.search(u)}
+    return g.tasks["gpu"].to_numpy() & names.isin(hits).to_numpy()
+
+
+def collective_edges(g: TaskGraph) -> None:
+    from engine.simulate.graph import EdgeKind
+
+    t = g.tasks
+    if t.empty or t["rank"].nunique() < 2:
+        return
+    cm = comm_mask(g)
+    if not cm.any():
+        return
+    idx = np.flatnonzero(cm)
+    sub = t.iloc[idx][["rank", "name", "ts_us"]].copy()
+    sub["i"] = idx
+    sub = sub.sort_values(["rank", "ts_us"], kind="stable")
+    sub["nth"] = sub.groupby(["rank", "name"], observed=True).cumcount()
+    nranks = t["rank"].nunique()
+    launcher = t["launcher"].to_numpy() if "launcher" in t else np.full(len(t), -1)
+    sp = t["sp"].to_numpy()
+    ep = t["ep"].to_numpy()
+    lane_first = set(g.lane_ptr[:-1].tolist())
+    # launch edge weights by destination start point
+    from engine.simulate.graph import _KIND_CODE
+
+    lmask = g.e_kind == _KIND_CODE[EdgeKind.LAUNCH]
+    launch_w = dict(zip(g.e_dst[lmask].tolist(), g.e_w[lmask].tolist()))
+    src_l, dst_l, w_l = [], [], []
+    unmatched = 0
+    for _, grp in sub.groupby(["name", "nth"], observed=True):
+        members = grp["i"].to_numpy()
+        if len(members) < nranks:
+            unmatched += len(members)
+            continue
+        pure = g.pt_d[ep[members]].min()
+        g.pt_d[ep[members]] = pure
+        for m in members:
+            for o in members:
+                if o == m:
+                    continue
+                if sp[o] not in lane_first:
+                    src_l.append(sp[o] - 1)
+                    dst_l.append(sp[m])
+                    w_l.append(g.pt_d[sp[o]])
+                if launcher[o] >= 0:
+                    src_l.append(sp[launcher[o]])
+                    dst_l.append(sp[m])
+                    w_l.append(launch_w.get(int(sp[o]), 0.0))
+    if unmatched:
+        g.warnings.append(f"{unmatched} collective task(s) had no counterpart on every rank; they keep their durations")
+    if src_l:
+        g.add_edges(np.array(src_l), np.array(dst_l), np.array(w_l), EdgeKind.COLLECTIVE)

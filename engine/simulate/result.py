@@ -1,0 +1,235 @@
+"""Simulation output: a predicted `Trace`, its breakdown, Kineto JSON export and the JSON summary.
+
+Why a `Trace`: Explore's timeline and breakdowns and Compare read `Trace.events`; a prediction
+in the same shape needs no special casing anywhere downstream.
+"""
+
+from __future__ import annotations
+
+import gzip
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from engine.simulate.collectives import comm_mask
+from engine.simulate.graph import TaskGraph
+from engine.simulate.schedule import Schedule
+
+
+@dataclass(kw_only=True, slots=True)
+class SimResult:
+    graph: TaskGraph
+    schedule: Schedule
+    predicted: Any  # engine.trace.model.Trace
+    measured_iteration_ms: float | None
+    predicted_iteration_ms: float
+    breakdown: dict[str, float]
+    sim_s: float
+    build_s: float
+    warnings: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tasks_per_s(self) -> float:
+        return self.graph.n_tasks / self.sim_s if self.sim_s > 0 else float("inf")
+
+    def to_json(self) -> dict[str, Any]:
+        g = self.graph
+        out = {
+            "predicted_iteration_ms": round(self.predicted_iteration_ms, 6),
+            "measured_iteration_ms": None
+            if self.measured_iteration_ms is None
+            else round(self.measured_iteration_ms, 6),
+            "error_pct": None
+            if not self.measured_iteration_ms
+            else round(100 * (self.predicted_iteration_ms / self.measured_iteration_ms - 1), 4),
+            "ranks": sorted(int(r) for r in g.lanes["rank"].unique()) if len(g.lanes) else [],
+            "breakdown": {k: round(float(v), 6) for k, v in self.breakdown.items()},
+            "tasks": g.n_tasks,
+            "edges": g.edge_counts(),
+            "tasks_per_s": round(self.tasks_per_s, 1),
+            "sim_s": round(self.sim_s, 6),
+            "build_s": round(self.build_s, 6),
+            "rounds": self.schedule.rounds,
+            "cpu_only": g.cpu_only,
+            "warnings": list(self.warnings),
+        }
+        out.update(self.extra)
+        return out
+
+
+def predicted_events(g: TaskGraph, s: Schedule) -> pd.DataFrame:
+    """The task rows with simulated ts/dur (original columns kept, `ev` renumbered if copied)."""
+    ev = g.tasks.drop(columns=["lane", "gpu", "parent", "sp", "ep", "launcher"], errors="ignore").copy()
+    start = s.task_start(g)
+    ev["ts_us"] = g.t0_us + start
+    ev["dur_us"] = s.task_end(g) - start
+    if ev["ev"].duplicated().any():
+        ev["ev"] = np.arange(len(ev), dtype=np.int64)
+    return ev
+
+
+def step_spans(events: pd.DataFrame) -> pd.DataFrame:
+    """ProfilerStep#N host spans (the iteration the trace measured), one row per step and rank."""
+    names = events["name"].astype(str)
+    m = names.str.startswith("ProfilerStep#") & ~events["cat"].astype(str).isin(("kernel", "gpu_user_annotation"))
+    return events.loc[m, ["rank", "name", "ts_us", "dur_us"]]
+
+
+def iteration_ms(events: pd.DataFrame) -> float | None:
+    """Mean ProfilerStep span in ms over all steps and ranks, None when the trace has none."""
+    st = step_spans(events)
+    if st.empty:
+        return None
+    return float(st["dur_us"].mean()) / 1000.0
+
+
+def _union(start: np.ndarray, end: np.ndarray) -> float:
+    if not len(start):
+        return 0.0
+    o = np.argsort(start)
+    s, e = start[o], end[o]
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(len(s), bool)
+    new[1:] = s[1:] > run_end[:-1]
+    gid = np.cumsum(new) - 1
+    seg_s = s[new]
+    seg_e = np.zeros(gid[-1] + 1)
+    np.maximum.at(seg_e, gid, e)
+    return float((seg_e - seg_s).sum())
+
+
+def _intervals_minus(a_s, a_e, b_s, b_e) -> float:
+    """Length of union(a) not covered by union(b)."""
+    return _union(np.concatenate([a_s, b_s]), np.concatenate([a_e, b_e])) - _union(b_s, b_e)
+
+
+def breakdown(g: TaskGraph, s: Schedule, window: tuple[float, float] | None = None) -> dict[str, float]:
+    """compute / communication / exposed_communication / idle in ms, averaged over ranks.
+
+    GPU traces: busy time of GPU tasks (communication = collective kernels; exposed = the part of
+    it no compute kernel overlaps). CPU-only traces: busy time of top-level host tasks
+    (communication = host collective ops). Window: the simulated step span(s) or the whole run.
+    """
+    t = g.tasks
+    start = s.task_start(g)
+    end = s.task_end(g)
+    gpu = t["gpu"].to_numpy()
+    if gpu.any():
+        comm = comm_mask(g)
+        busy = gpu
+    else:
+        names = t["name"].astype(str)
+        comm = (t["parent"].to_numpy() < 0) & names.str.contains(
+            r"c10d::|nccl:|gloo:|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all", regex=True
+        ).to_numpy()
+        busy = _shallow_work(t) | comm
+    ranks = t["rank"].to_numpy()
+    out = {"compute": 0.0, "communication": 0.0, "exposed_communication": 0.0, "idle": 0.0}
+    rank_list = np.unique(ranks) if len(ranks) else np.array([0])
+    for r in rank_list:
+        rm = ranks == r
+        if window is None:
+            lo = start[rm].min() if rm.any() else 0.0
+            hi = end[rm].max() if rm.any() else 0.0
+        else:
+            lo, hi = window
+        cs, ce = np.clip(start, lo, hi), np.clip(end, lo, hi)
+        comp = busy & ~comm & rm
+        cm = comm & rm
+        comp_u = _union(cs[comp], ce[comp])
+        comm_u = _union(cs[cm], ce[cm])
+        exposed = _intervals_minus(cs[cm], ce[cm], cs[comp], ce[comp])
+        all_u = _union(cs[busy & rm], ce[busy & rm])
+        out["compute"] += comp_u
+        out["communication"] += comm_u
+        out["exposed_communication"] += exposed
+        out["idle"] += max(hi - lo - all_u, 0.0)
+    n = len(rank_list)
+    return {k: v / n / 1000.0 for k, v in out.items()}
+
+
+def _shallow_work(t: pd.DataFrame) -> np.ndarray:
+    """Host tasks that are work (not annotations) and whose ancestors are all annotations."""
+    cats = t["cat"].astype(str).to_numpy()
+    names = t["name"].astype(str)
+    annot = np.isin(cats, ("user_annotation", "python_function")) | names.str.startswith("ProfilerStep#").to_numpy()
+    parent = t["parent"].to_numpy()
+    gpu = t["gpu"].to_numpy()
+    # ancestor-all-annotation flag, resolved by iterating parent pointers (depth-bounded)
+    under_work = np.zeros(len(t), bool)
+    p = parent.copy()
+    while (p >= 0).any():
+        ok = p >= 0
+        under_work[ok] |= ~annot[p[ok]]
+        p = np.where(ok, parent[np.maximum(p, 0)], -1)
+    return ~gpu & ~annot & ~under_work
+
+
+def predicted_trace(source_meta: dict, g: TaskGraph, s: Schedule, edits: list[dict] | None = None):
+    """A `Trace` whose events are the prediction (ops/tensors/flows empty: timing only)."""
+    from engine.trace.model import Trace
+
+    ev = predicted_events(g, s)
+    meta = {k: v for k, v in source_meta.items() if k not in ("iterations", "content_hash")}
+    st = step_spans(ev)
+    meta["iterations"] = [
+        {"name": str(n), "ts_us": float(a), "dur_us": float(b), "rank": int(r)}
+        for r, n, a, b in zip(st["rank"], st["name"], st["ts_us"], st["dur_us"])
+    ]
+    meta["simulated"] = {"edits": edits or [], "tasks": g.n_tasks}
+    meta["kind"] = "kineto"
+    empty = pd.DataFrame()
+    return Trace(ops=empty, tensors=empty, events=ev, flows=empty, meta=meta)
+
+
+def export_kineto(events: pd.DataFrame, path: str | Path, meta: dict | None = None) -> Path:
+    """Write a Kineto JSON (gzipped if the name ends in .gz) that Perfetto and our loader open."""
+    from engine import jsonio
+
+    cols = {c: events[c].to_numpy() for c in ("cat", "name", "pid", "tid", "ts_us", "dur_us")}
+    opt = {
+        c: events[c].to_numpy(dtype=np.float64, na_value=np.nan)
+        for c in ("correlation", "external_id", "rf_id", "device", "stream", "seq_num")
+        if c in events
+    }
+    keymap = {
+        "correlation": "correlation",
+        "external_id": "External id",
+        "rf_id": "Record function id",
+        "device": "device",
+        "stream": "stream",
+        "seq_num": "Sequence number",
+    }
+    out: list[dict] = []
+    for i in range(len(events)):
+        args = {keymap[c]: int(v[i]) for c, v in opt.items() if np.isfinite(v[i])}
+        pid, tid = str(cols["pid"][i]), str(cols["tid"][i])
+        out.append(
+            {
+                "ph": "X",
+                "cat": str(cols["cat"][i]),
+                "name": str(cols["name"][i]),
+                "pid": int(pid) if pid.lstrip("-").isdigit() else pid,
+                "tid": int(tid) if tid.lstrip("-").isdigit() else tid,
+                "ts": float(cols["ts_us"][i]),
+                "dur": float(cols["dur_us"][i]),
+                "args": args,
+            }
+        )
+    doc: dict[str, Any] = {"schemaVersion": 1, "traceEvents": out, "displayTimeUnit": "ms"}
+    if meta and meta.get("world_size"):
+        ranks = meta.get("ranks") or [0]
+        doc["distributedInfo"] = {"rank": int(ranks[0]), "world_size": int(meta["world_size"])}
+    data = jsonio.dumps(doc)
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    if p.name.endswith(".gz"):
+        with gzip.open(p, "wb", compresslevel=5) as fh:
+            fh.write(data)
+    else:
+        p.write_bytes(data)
+    return p

@@ -1,0 +1,133 @@
+"""List scheduler over the task graph, vectorised per lane (Lumos-style, numpy).
+
+Lumos' scheduler walks tasks one at a time: a task starts when its lane is free (fixed
+dependency: the previous task on its thread or stream) and when its runtime dependencies
+(launch, sync, event wait, collective peers) are done. A plain-Python loop of that kind runs
+at 0.4-0.75 M tasks/s here. This one processes whole lane *segments* at once: on a lane,
+
+    T[i] = max(T[i-1] + d[i], Z[i])      Z[i] = max over edges into i of T[src] + w
+
+is, with C = cumsum(d), `T = C + maximum.accumulate(max(Z - C, 0))`: one cumsum and one
+cumulative max per segment. A round advances every lane up to its first point whose incoming
+edge comes from a point not yet computed; the next round continues from there. Rounds are as
+many as the chain of cross-lane hand-offs (syncs, waits) is long, each doing O(points) work in
+total, so the whole solve is O(points + edges) numpy work plus O(rounds x lanes) Python.
+
+A round in which no lane advances means the remaining dependencies form a cycle: the lanes'
+blocking edges are followed until one repeats and the tasks on that loop are reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.errors import TraceError
+from engine.simulate.graph import TaskGraph
+
+
+class DependencyCycleError(TraceError):
+    """The task graph has a cycle; `tasks` lists (task index, name, lane) on it."""
+
+    def __init__(self, message: str, tasks: list[tuple[int, str, int]]):
+        super().__init__(message)
+        self.tasks = tasks
+
+
+@dataclass(kw_only=True, slots=True)
+class Schedule:
+    times: np.ndarray  # simulated time of every point (us from t0)
+    rounds: int
+
+    def task_start(self, g: TaskGraph) -> np.ndarray:
+        return self.times[g.tasks["sp"].to_numpy()]
+
+    def task_end(self, g: TaskGraph) -> np.ndarray:
+        return self.times[g.tasks["ep"].to_numpy()]
+
+
+def solve(g: TaskGraph, max_rounds: int = 1_000_000) -> Schedule:
+    """Simulated time of every point of `g` (raises DependencyCycleError on a cycle)."""
+    npts = len(g.pt_d)
+    T = np.full(npts, np.nan)
+    if npts == 0:
+        return Schedule(times=T, rounds=0)
+    nl = len(g.lane_ptr) - 1
+    lane_of_pt = np.repeat(np.arange(nl), np.diff(g.lane_ptr))
+    o = np.argsort(g.e_dst, kind="stable")
+    e_src, e_dst, e_w = g.e_src[o], g.e_dst[o], g.e_w[o]
+    e_src_lane = lane_of_pt[e_src] if len(e_src) else e_src
+    e_ptr = np.searchsorted(e_dst, g.lane_ptr)  # edges into lane l: e_ptr[l]:e_ptr[l+1]
+    front = g.lane_ptr[:-1].copy()  # first uncomputed point per lane
+    end = g.lane_ptr[1:]
+    eptr = e_ptr[:-1].copy()
+    d = g.pt_d
+    active = [lane for lane in range(nl) if front[lane] < end[lane]]
+    rounds = 0
+    while active:
+        rounds += 1
+        if rounds > max_rounds:
+            raise TraceError(f"simulation did not converge in {max_rounds} rounds")
+        progressed = False
+        still = []
+        for lane in active:
+            f = front[lane]
+            e0, e1 = eptr[lane], e_ptr[lane + 1]
+            if e0 < e1:
+                srcs = e_src[e0:e1]
+                ready = srcs < front[e_src_lane[e0:e1]]
+                k = int(np.argmin(ready)) if not ready.all() else e1 - e0
+                stop = int(e_dst[e0 + k]) if k < e1 - e0 else int(end[lane])
+                k = int(np.searchsorted(e_dst[e0 : e0 + k], stop, side="left"))  # edges into [f, stop)
+            else:
+                k, stop = 0, int(end[lane])
+            if stop > f:
+                C = np.cumsum(d[f:stop])
+                if f > g.lane_ptr[lane]:
+                    C += T[f - 1]
+                if k:
+                    Z = np.full(stop - f, -np.inf)
+                    dst = e_dst[e0 : e0 + k] - f
+                    vals = T[e_src[e0 : e0 + k]] + e_w[e0 : e0 + k]
+                    np.maximum.at(Z, dst, vals)
+                    T[f:stop] = C + np.maximum.accumulate(np.maximum(Z - C, 0.0))
+                else:
+                    T[f:stop] = C
+                front[lane] = stop
+                eptr[lane] = e0 + k
+                progressed = True
+            if front[lane] < end[lane]:
+                still.append(lane)
+        active = still
+        if active and not progressed:
+            _raise_cycle(g, active, front, eptr, e_ptr, e_src, e_dst, e_src_lane)
+    return Schedule(times=T, rounds=rounds)
+
+
+def _raise_cycle(g, active, front, eptr, e_ptr, e_src, e_dst, e_src_lane) -> None:
+    """Follow each blocked lane's first unready edge until a lane repeats; report that loop."""
+    waits: dict[int, tuple[int, int]] = {}
+    for lane in active:
+        e0, e1 = eptr[lane], e_ptr[lane + 1]
+        ready = e_src[e0:e1] < front[e_src_lane[e0:e1]]
+        k = e0 + int(np.argmin(ready))
+        waits[lane] = (int(e_src[k]), int(e_dst[k]))
+    lane = active[0]
+    seen: list[int] = []
+    while lane not in seen and lane in waits:
+        seen.append(lane)
+        src, _ = waits[lane]
+        lane = int(np.searchsorted(g.lane_ptr, src, side="right") - 1)
+    loop = seen[seen.index(lane) :] if lane in seen else seen
+    names = g.tasks["name"].astype(str).to_numpy()
+    tasks: list[tuple[int, str, int]] = []
+    for ln in loop:
+        src, dst = waits[ln]
+        for p in (dst, src):
+            ti = int(g.pt_task[p])
+            item = (ti, str(names[ti]), int(np.searchsorted(g.lane_ptr, p, side="right") - 1))
+            if item not in tasks:
+                tasks.append(item)
+    desc = " -> ".join(f"task {i} '{n}' (lane {ln})" for i, n, ln in tasks)
+    raise DependencyCycleError(f"dependency cycle among {len(tasks)} task(s): {desc}", tasks)

@@ -1,0 +1,41 @@
+"""What-if edits (see spec.py for the format). Importing this package registers every edit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from engine.simulate.config import SimConfig
+from engine.simulate.whatif.spec import EDITS, Edit, SpecError, WhatIfSpec, register
+
+__all__ = ["EDITS", "Edit", "EditContext", "SpecError", "WhatIfSpec", "apply_edits", "register"]
+
+
+@dataclass(kw_only=True, slots=True)
+class EditContext:
+    """What edits read and write: the source trace, the (possibly rewritten) events, the graph."""
+
+    trace: Any
+    config: SimConfig
+    events: pd.DataFrame
+    graph: Any = None
+    warnings: list[str] = field(default_factory=list)
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+def apply_edits(spec: WhatIfSpec, trace: Any, config: SimConfig, *, stage: str, ctx: EditContext | None = None):
+    if ctx is None:
+        ctx = EditContext(trace=trace, config=config, events=trace.events)
+    for edit in spec.edits:
+        if type(edit).stage == stage:
+            edit.apply(ctx)
+    if stage == "graph" and spec.edits:
+        ctx.report.setdefault("assumptions", spec.assumptions())
+    return ctx
+
+
+# registration side effects (one module per edit kind)
+from engine.simulate.whatif import dependency as _dependency  # noqa: F401
+from engine.simulate.whatif import speedup as _speedup  # noqa: F401

@@ -1,0 +1,47 @@
+"""Task selectors for edits: named categories through a registry, plus a name regex."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import numpy as np
+
+from engine.simulate.collectives import comm_mask
+from engine.simulate.graph import TaskGraph
+
+GEMM_RX = re.compile(
+    r"gemm|cutlass|xmma|cublas|matmul|aten::(addmm|mm|bmm|baddbmm|linear|matmul|conv|convolution|_convolution|cudnn_conv|mkldnn_conv)",
+    re.IGNORECASE,
+)
+_HOST_COMM = re.compile(r"c10d::|nccl:|gloo:|record_param_comms|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all")
+
+
+def _names_match(g: TaskGraph, rx: re.Pattern) -> np.ndarray:
+    names = g.tasks["name"].astype(str)
+    hits = {u for u in names.unique() if rx.search(u)}
+    return names.isin(hits).to_numpy()
+
+
+def _gpu(g: TaskGraph) -> np.ndarray:
+    return g.tasks["gpu"].to_numpy()
+
+
+SELECTORS: dict[str, Callable[[TaskGraph], np.ndarray]] = {
+    "gpu": _gpu,
+    "kernel": lambda g: (g.tasks["cat"].astype(str) == "kernel").to_numpy(),
+    "memcpy": lambda g: g.tasks["cat"].astype(str).isin(("gpu_memcpy", "gpu_memset")).to_numpy(),
+    "gemm": lambda g: _names_match(g, GEMM_RX) & ~comm_mask(g),
+    "communication": lambda g: comm_mask(g) | (~_gpu(g) & _names_match(g, _HOST_COMM)),
+    "cpu": lambda g: ~_gpu(g),
+    "all": lambda g: np.ones(g.n_tasks, bool),
+}
+
+
+def select(g: TaskGraph, category: str | None, name: str | None) -> np.ndarray:
+    mask = np.ones(g.n_tasks, bool)
+    if category is not None:
+        mask &= SELECTORS[category](g)
+    if name is not None:
+        mask &= _names_match(g, re.compile(name))
+    return mask

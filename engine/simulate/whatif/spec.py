@@ -1,0 +1,181 @@
+"""The what-if spec: versioned JSON, a list of edits applied in order.
+
+    {"version": 1, "edits": [
+        {"kind": "speedup", "factor": 2.0, "category": "gemm"},
+        {"kind": "layers", "module": "blocks\\.1$", "copies": 2},
+        {"kind": "batch", "scale": 2.0, "batch": 3, "per_sample": [128]},
+        {"kind": "data_parallel", "ranks": 1024}
+    ]}
+
+Why a registry of edit dataclasses: each edit is one small module that declares its fields
+(typed, validated in `__post_init__`) and documents its assumptions; the parser looks the kind
+up instead of branching on it, and every error names the offending field (`edits[2].scale`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from engine.errors import TraceError
+
+SPEC_VERSION = 1
+
+
+class SpecError(TraceError):
+    """A what-if spec problem; `field` is the dotted path of the offending field."""
+
+    def __init__(self, field_path: str, problem: str, path: str | None = None):
+        self.field = field_path
+        self.detail = problem
+        super().__init__(f"what-if spec field '{field_path}': {problem}", path)
+
+
+class Edit:
+    """Base of all edits. Subclasses are kw_only slotted dataclasses registered with @register.
+
+    `stage`: "events" edits rewrite the events table before the graph is built (structure);
+    "graph" edits change the built graph's segment lengths or edges (cost).
+    """
+
+    kind: ClassVar[str] = ""
+    stage: ClassVar[str] = "graph"
+    assumptions: ClassVar[str] = ""
+
+    def apply(self, ctx: Any) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+EDITS: dict[str, type[Edit]] = {}
+
+
+def register(cls: type[Edit]) -> type[Edit]:
+    EDITS[cls.kind] = cls
+    return cls
+
+
+def _check_type(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errs = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _check_type(value, a, where)
+            except SpecError as exc:
+                errs.append(exc)
+        raise errs[0] if errs else SpecError(where, f"unexpected value {value!r}")
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise SpecError(where, f"expected a list, got {type(value).__name__}")
+        (inner,) = typing.get_args(tp)[:1] or (Any,)
+        return tuple(_check_type(v, inner, f"{where}[{i}]") for i, v in enumerate(value))
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SpecError(where, f"expected a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpecError(where, f"expected an integer, got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise SpecError(where, f"expected a string, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise SpecError(where, f"expected true/false, got {value!r}")
+        return value
+    return value
+
+
+def parse_edit(data: Any, where: str) -> Edit:
+    if not isinstance(data, dict):
+        raise SpecError(where, f"an edit must be an object, got {type(data).__name__}")
+    kind = data.get("kind")
+    if kind not in EDITS:
+        raise SpecError(f"{where}.kind", f"unknown edit kind {kind!r}; choose one of {sorted(EDITS)}")
+    cls = EDITS[kind]
+    hints = typing.get_type_hints(cls)
+    flds = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - set(flds) - {"kind"})
+    if unknown:
+        raise SpecError(f"{where}.{unknown[0]}", f"unknown field for edit {kind!r}; known: {sorted(flds)}")
+    kwargs = {}
+    for name, f in flds.items():
+        if name in data:
+            kwargs[name] = _check_type(data[name], hints[name], f"{where}.{name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise SpecError(f"{where}.{name}", f"required field missing for edit {kind!r}")
+    try:
+        return cls(**kwargs)
+    except SpecError as exc:
+        raise SpecError(f"{where}.{exc.field}", exc.detail) from None
+    except (ValueError, TypeError) as exc:
+        msg = str(exc)
+        fld = msg.split(":", 1)[0] if ":" in msg and msg.split(":", 1)[0] in flds else "?"
+        raise SpecError(f"{where}.{fld}", msg.split(": ", 1)[-1] if fld != "?" else msg) from None
+
+
+def bad(field_name: str, problem: str) -> ValueError:
+    """Raised inside an edit's __post_init__: `field: problem` (the parser adds the edit path)."""
+    return ValueError(f"{field_name}: {problem}")
+
+
+@dataclass(kw_only=True, slots=True)
+class WhatIfSpec:
+    version: int = SPEC_VERSION
+    edits: list[Edit] = field(default_factory=list)
+    raw: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, data: Any, path: str | None = None) -> WhatIfSpec:
+        """From a dict, a JSON string or a file path; every problem is a SpecError naming the field."""
+        if isinstance(data, (str, Path)) and not (isinstance(data, str) and data.lstrip().startswith("{")):
+            p = Path(data)
+            try:
+                text = p.read_text()
+            except OSError as exc:
+                raise TraceError(f"cannot read what-if spec: {exc.strerror}", p) from None
+            path = str(p)
+            data = text
+        if isinstance(data, str):
+            try:
+                data = json.loads(data)
+            except json.JSONDecodeError as exc:
+                raise SpecError("(document)", f"not valid JSON ({exc.msg} at line {exc.lineno})", path) from None
+        if not isinstance(data, dict):
+            raise SpecError("(document)", "a what-if spec must be a JSON object", path)
+        unknown = sorted(set(data) - {"version", "edits", "description"})
+        if unknown:
+            raise SpecError(unknown[0], "unknown top-level field; known: version, edits, description", path)
+        version = data.get("version")
+        if version != SPEC_VERSION:
+            raise SpecError(
+                "version", f"unsupported version {version!r}; this build reads version {SPEC_VERSION}", path
+            )
+        raw = data.get("edits", [])
+        if not isinstance(raw, list):
+            raise SpecError("edits", "must be a list of edit objects", path)
+        try:
+            edits = [parse_edit(e, f"edits[{i}]") for i, e in enumerate(raw)]
+        except SpecError as exc:
+            raise SpecError(exc.field, exc.detail, path) from None
+        return cls(version=version, edits=edits, raw=list(raw))
+
+    def to_json(self) -> dict:
+        return {"version": self.version, "edits": list(self.raw)}
+
+    def assumptions(self) -> list[str]:
+        return [f"{e.kind}: {type(e).assumptions}" for e in self.edits]

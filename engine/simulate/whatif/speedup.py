@@ -1,0 +1,50 @@
+"""Speed-up factors by category or name regex."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from engine.simulate.whatif.selectors import SELECTORS, select
+from engine.simulate.whatif.spec import Edit, bad, register
+
+
+@register
+@dataclass(kw_only=True, slots=True)
+class Speedup(Edit):
+    kind: ClassVar[str] = "speedup"
+    stage: ClassVar[str] = "graph"
+    assumptions: ClassVar[str] = (
+        "selected tasks' own time is divided by `factor` (host tasks: their self time, children keep "
+        "theirs; GPU tasks: their duration; communication: bandwidth-bound, so the whole duration); "
+        "launch latencies, gaps and dependencies are unchanged"
+    )
+    factor: float
+    category: str | None = None
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.factor > 0:
+            raise bad("factor", f"must be > 0, got {self.factor}")
+        if self.category is not None and self.category not in SELECTORS:
+            raise bad("category", f"unknown category {self.category!r}; choose one of {sorted(SELECTORS)}")
+        if self.name is not None:
+            try:
+                re.compile(self.name)
+            except re.error as exc:
+                raise bad("name", f"not a valid regex ({exc})") from None
+        if self.category is None and self.name is None:
+            raise bad("category", "give a category or a name regex (or both)")
+
+    def apply(self, ctx) -> None:
+        g = ctx.graph
+        mask = select(g, self.category, self.name)
+        if not mask.any():
+            ctx.warnings.append(f"speedup: no task matches category={self.category!r} name={self.name!r}")
+            return
+        f = np.ones(g.n_tasks)
+        f[mask] = 1.0 / self.factor
+        g.scale_tasks(f)

@@ -1,0 +1,102 @@
+"""Worker process of one job: `python -m engine.workspace.worker WORKSPACE JOB_ID`.
+
+Runs the job's kind (registry `JOB_KINDS`), writes progress (throttled) and the outcome into
+the job's catalog row, then starts the next queued job. Errors end as status `failed` with a
+one-line message; nothing is printed to the server.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Callable
+
+from engine.workspace.catalog import Catalog, JobStatus
+
+
+def run_replay(job: dict, out_dir, progress) -> dict:
+    """params: paths (trace files), op_ids (or None), rank, config (ReplayConfig fields)."""
+    import resource
+
+    from engine.replay import ReplayConfig, replay
+    from engine.trace import load
+
+    p = job["params"]
+    trace = load(*p["paths"], progress=lambda f, m: progress(0.05 * f, f"loading: {m}"))
+    config = ReplayConfig(**{**p.get("config", {}), "out_dir": out_dir})
+    result = replay(
+        trace,
+        config=config,
+        op_ids=p.get("op_ids"),
+        rank=p.get("rank"),
+        progress=lambda f, m: progress(0.05 + 0.95 * f, m),
+    )
+    path = result.write(out_dir)
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {
+        "result_path": str(path),
+        "summary": {
+            "median_ms": result.median_ms,
+            "coverage": result.coverage,
+            "kineto_path": result.kineto_path,
+            "device": result.device,
+            "worker_peak_rss_mb": round(peak_kb / 1024, 1),
+        },
+    }
+
+
+JOB_KINDS: dict[str, Callable[[dict, object, Callable[[float, str], None]], dict]] = {"replay": run_replay}
+
+
+def main(root: str, job_id: int) -> int:
+    from engine.errors import TraceError
+    from engine.workspace.jobs import JobRunner
+
+    cat = Catalog(root)
+    job = cat.job(job_id)
+    if job is None:
+        return 2
+    import os
+
+    cat.update_job(job_id, pid=os.getpid(), message="starting")
+    out = cat.runs_dir() / f"job_{job_id}"
+    out.mkdir(parents=True, exist_ok=True)
+    last = [0.0]
+
+    def progress(fraction: float, message: str) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 0.25 or fraction >= 1.0:
+            last[0] = now
+            cat.update_job(job_id, fraction=float(max(0.0, min(1.0, fraction))), message=str(message)[:200])
+
+    t0 = time.perf_counter()
+    try:
+        fn = JOB_KINDS.get(job["kind"])
+        if fn is None:
+            raise TraceError(f"unknown job kind {job['kind']!r}")
+        res = fn(job, out, progress)
+        summary = {**res.get("summary", {}), "wall_s": round(time.perf_counter() - t0, 2)}
+        if cat.job(job_id)["status"] == JobStatus.RUNNING:
+            cat.update_job(
+                job_id,
+                status=JobStatus.DONE,
+                fraction=1.0,
+                message="done",
+                finished=time.time(),
+                out_dir=str(out),
+                result_path=res.get("result_path"),
+                summary=summary,
+            )
+    except TraceError as exc:
+        cat.update_job(job_id, status=JobStatus.FAILED, error=str(exc), finished=time.time(), message="failed")
+    except Exception as exc:  # noqa: BLE001 - recorded as the job's one-line error
+        cat.update_job(
+            job_id, status=JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}"[:500], finished=time.time()
+        )
+    finally:
+        JobRunner(cat).pump()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], int(sys.argv[2])))

@@ -91,6 +91,9 @@ def resolve_inputs(trace: str, kineto: str | None, rank: int | None) -> list[tup
     if p.is_dir():
         rank_files = sorted(p.glob("rank_*.et.json*"))
         if (p / "spec.json").is_file() and rank_files:
+            from engine.compose.marker import check_folder
+
+            check_folder(p)  # an interrupted compose is not replayed as a complete benchmark
             meta = _spec_meta(p / "spec.json")
             out = []
             for f in rank_files:

@@ -517,7 +517,23 @@ def source_of(trace, rank) -> dict:
     """Content hashes of the ET document(s) of `rank` that were replayed (ReplayResult.source)."""
     srcs = [s for s in (trace.meta.get("sources") or []) if s.get("kind") == "execution_trace"]
     mine = [s for s in srcs if rank is None or s.get("rank") == rank] or srcs
-    return {"traces": [{"path": s.get("path"), "sha256": s.get("sha256")} for s in mine if s.get("sha256")]}
+    out: dict = {"traces": [{"path": s.get("path"), "sha256": s.get("sha256")} for s in mine if s.get("sha256")]}
+    derived: list[str] = []
+    for s in mine:  # an exported benchmark: its completion marker lists the traces it came from
+        from pathlib import Path
+
+        from engine import jsonio
+        from engine.compose.marker import MARKER
+
+        mk = Path(str(s.get("path", "")).split("!", 1)[0]).parent / MARKER
+        try:
+            doc = jsonio.loads(mk.read_bytes()) if mk.is_file() else {}
+        except (OSError, jsonio.JSONDecodeError):
+            doc = {}
+        derived += [x["sha256"] for x in doc.get("sources", []) if isinstance(x, dict) and x.get("sha256")]
+    if derived:
+        out["derived_from"] = sorted(set(derived))
+    return out
 
 
 def _profile_iteration(plan: Plan, steps, config: ReplayConfig, sync) -> str:

@@ -6,8 +6,9 @@ whole run, and a failed re-run must never truncate the previous good result. So
     for a probe write (read-only, unwritable, full or file-valued `--out` fail here, in one line);
   * `atomic_write(path, data)` writes a temporary sibling, fsyncs it and renames it over the
     target: readers see the old file or the new one, never half of one;
-  * `OutputLock(out)` takes an exclusive `flock` on `out/.mystique.lock` for the run, so a second
-    writer sharing `--out` is refused with the pid of the first; while held, a `RUNNING` marker
+  * `OutputLock(out)` takes an exclusive `flock` on the folder itself for the run (no lock file
+    is left behind), so a second writer sharing `--out` is refused with the pid of the first;
+    while held, a `RUNNING` marker
     (`.mystique-running.json`) says a run is under way. A run that ends (even with an error)
     removes it; a killed run leaves it behind and `stale_run(out)` reports it, so `compare`
     refuses a folder whose newest run never finished.
@@ -24,7 +25,6 @@ from pathlib import Path
 
 from engine.errors import TraceError
 
-LOCK_NAME = ".mystique.lock"
 RUNNING_NAME = ".mystique-running.json"
 _HELD: dict[str, int] = {}  # folders this process holds the lock of -> lock fd
 
@@ -142,11 +142,11 @@ def _key(out) -> str:
     return os.path.realpath(os.fspath(out))
 
 
-def _lock_owner(path: Path) -> str:
+def _lock_owner(folder: Path) -> str:
     try:
         from engine import jsonio
 
-        info = jsonio.loads((path.parent / RUNNING_NAME).read_bytes())
+        info = jsonio.loads((folder / RUNNING_NAME).read_bytes())
         return f"pid {info.get('pid')}, started {info.get('started')}"
     except Exception:  # noqa: BLE001 - best effort: the message is still clear without it
         return "another process"
@@ -169,17 +169,16 @@ class OutputLock:
         if key in _HELD:
             self._nested = True
             return self
-        lock = self.out / LOCK_NAME
         try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.out, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         except OSError as exc:
-            raise TraceError(f"cannot create the lock file: {_why(exc)}", lock) from None
+            raise TraceError(f"cannot open the output folder: {_why(exc)}", self.out) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
             raise TraceError(
-                f"another mystique run ({_lock_owner(lock)}) is writing this folder; "
+                f"another mystique run ({_lock_owner(self.out)}) is writing this folder; "
                 "wait for it to finish or choose another output folder",
                 self.out,
             ) from None
@@ -213,11 +212,11 @@ def stale_run(out: str | os.PathLike) -> str | None:
     marker = p / RUNNING_NAME
     if not marker.is_file():
         return None
-    info = _lock_owner(p / LOCK_NAME)
+    info = _lock_owner(p)
     if holds_lock(p):
         return None
     try:
-        fd = os.open(p / LOCK_NAME, os.O_RDWR)
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError:
         return f"a run ({info}) did not finish"
     try:

@@ -60,9 +60,11 @@ def _spec_world_size(folder: Path) -> int | None:
         spec = jsonio.loads((folder / "spec.json").read_bytes())
     except (OSError, jsonio.JSONDecodeError):
         return None
-    sh = spec.get("sharding") if isinstance(spec, dict) else None
+    if not isinstance(spec, dict):
+        return None
+    sh = spec.get("sharding")
     if not isinstance(sh, dict):
-        return 1
+        return 1 if "segments" in spec else None  # a spec without sharding has one rank
     n = sh.get("ranks") if sh.get("kind") == "embedding" else sh.get("degree")
     return int(n) if isinstance(n, int) else None
 

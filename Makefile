@@ -22,6 +22,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	       $(BIN)/pip install -q torch --index-url https://download.pytorch.org/whl/cpu; fi; \
 	fi
 	$(BIN)/pip install -q -e ".[ui,test,gpu,cli]"
+	@# the optional `dlrm` extra (FBGEMM) where its wheel fits: CPU torch 2.13 on linux x86_64
+	@if $(BIN)/python -c "import sys, torch; sys.exit(0 if torch.__version__.startswith('2.13') and not torch.cuda.is_available() else 1)" 2>/dev/null; then \
+	  $(BIN)/pip install -q -e ".[dlrm]" || echo "note: the dlrm extra (fbgemm-gpu-cpu) did not install; FBGEMM tests skip"; \
+	fi
 	@touch $(STAMP)
 
 setup: $(STAMP)
@@ -44,6 +48,7 @@ test: setup browser
 
 samples: setup
 	$(BIN)/mystique capture --all-samples --out sample_traces
+	for m in ddp dlrm_a2a dlrm_tbe; do $(BIN)/mystique capture $$m --world-size 2 --out sample_traces || exit 1; done
 
 bench: setup
 	$(BIN)/python benchmarks/load_speed.py

@@ -19,7 +19,12 @@ def register(subparsers) -> None:
         help="capture a sample workload: ET + Kineto + step times + metrics",
         description=__doc__.splitlines()[0],
     )
-    p.add_argument("model", nargs="?", help="sample model: mlp, cnn, transformer or dlrm")
+    p.add_argument(
+        "model", nargs="?", help="sample model: mlp, cnn, transformer, dlrm; multi-rank: ddp, dlrm_a2a, dlrm_tbe"
+    )
+    p.add_argument(
+        "--world-size", type=int, default=2, help="ranks of a multi-rank sample (one process each, gloo; default 2)"
+    )
     p.add_argument("--all-samples", action="store_true", help="capture all four sample models")
     p.add_argument("--out", required=True, help="output folder (one sub-folder per model)")
     p.add_argument("--steps", type=int, default=1, help="recorded (profiled) steps (default 1)")
@@ -44,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
         raise TraceError("give exactly one of MODEL or --all-samples")
     if args.threads < 0:
         raise TraceError(f"--threads must be >= 0, got {args.threads}")
+    from engine.capture.dist_models import DIST_SAMPLES
+
+    if args.model in DIST_SAMPLES:
+        return _run_dist(args)
     names = list(SAMPLE_MODELS) if args.all_samples else [args.model]
     if args.device.startswith("cuda"):
         import torch
@@ -95,4 +104,38 @@ def run(args: argparse.Namespace) -> int:
                 )
     if args.json:
         print_json(results if args.all_samples else results[0])
+    return 0
+
+
+def _run_dist(args: argparse.Namespace) -> int:
+    """A multi-rank sample: one process per rank, files `<model>_rank<r>_*` in OUT/<model>/."""
+    from engine.capture.distributed import capture_distributed
+
+    if args.world_size < 1:
+        raise TraceError(f"--world-size must be >= 1, got {args.world_size}")
+    with progress_bar(f"capture {args.model} x{args.world_size}", enabled=not args.json) as cb:
+        res = capture_distributed(
+            args.model,
+            world_size=args.world_size,
+            out_dir=Path(args.out) / args.model,
+            name=args.model,
+            steps=args.steps,
+            warmup=args.warmup,
+            timing_steps=args.timing_steps,
+            device=args.device,
+            threads=args.threads or None,
+            progress=cb,
+            command=(
+                f"mystique capture {args.model} --world-size {args.world_size} --out {args.out} --steps {args.steps} "
+                f"--warmup {args.warmup} --timing-steps {args.timing_steps} --device {args.device} "
+                f"--threads {args.threads}"
+            ),
+        )
+    if args.json:
+        print_json(res)
+    else:
+        per = ", ".join(f"rank {r['rank']} {r['median_ms']:.2f} ms" for r in res["ranks"])
+        print(
+            f"{args.model}: {args.world_size} ranks, median step {per}; job (slowest rank) {res['job_median_ms']:.2f} ms"
+        )
     return 0

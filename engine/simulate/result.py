@@ -63,7 +63,7 @@ class SimResult:
 
 def predicted_events(g: TaskGraph, s: Schedule) -> pd.DataFrame:
     """The task rows with simulated ts/dur (original columns kept, `ev` renumbered if copied)."""
-    ev = g.tasks.drop(columns=["lane", "gpu", "parent", "sp", "ep", "launcher"], errors="ignore").copy()
+    ev = g.tasks.drop(columns=["lane", "gpu", "parent", "sp", "ep", "launcher", "_scale"], errors="ignore").copy()
     start = s.task_start(g)
     ev["ts_us"] = g.t0_us + start
     ev["dur_us"] = s.task_end(g) - start

@@ -1,0 +1,248 @@
+"""Start one process per rank with torch.distributed's `env://` rendezvous, and watch them.
+
+Why our own launcher rather than only `torchrun`: the CLI and the dashboard must start a run,
+see which rank failed and leave nothing behind. The rendezvous itself is torch's: each child
+gets `MASTER_ADDR=127.0.0.1`, `MASTER_PORT` (a free port: bound to 0, read back, released),
+`RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `LOCAL_WORLD_SIZE` exactly as `torchrun` sets them, so the
+same worker module runs unchanged under `torchrun --nproc-per-node N -m <module> ...`.
+
+Faults: the first rank to exit non-zero (a signal death preferred over the peers that merely
+saw their connection drop) is named in the error, every other rank is terminated, then killed,
+with its whole process tree (psutil), and the launcher waits for all of them. Each rank's
+stderr goes to a file in the run folder so a chatty child never blocks on a full pipe.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.errors import TraceError
+from engine.progress import Progress, report
+
+# lines a rank prints when its peer went away: such a rank is a victim, not the cause
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "ECONNRESET", "peer")
+
+
+class RankFailed(TraceError):
+    """A rank died, timed out or reported an error; the whole run was brought down."""
+
+    def __init__(self, rank: int, problem: str):
+        self.rank = rank
+        super().__init__(f"rank {rank} failed: {problem}")
+
+
+@dataclass(kw_only=True, slots=True)
+class RankExit:
+    rank: int
+    returncode: int | None
+    stderr_tail: str = ""
+
+
+@dataclass(kw_only=True, slots=True)
+class LaunchResult:
+    world_size: int
+    wall_s: float
+    exits: list[RankExit] = field(default_factory=list)
+    run_dir: Path | None = None
+
+
+def free_port() -> int:
+    """A TCP port free right now on localhost (the OS picks it: bind to 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rank_env(rank: int, world_size: int, port: int, base: dict | None = None) -> dict[str, str]:
+    """The environment torchrun would give `rank` (single node)."""
+    env = dict(os.environ if base is None else base)
+    env.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(world_size),
+        GROUP_RANK="0",
+    )
+    # our package importable in the child even when run from a source checkout
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _tail(path: Path, n: int = 4000) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - n))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _last_error_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if ln.startswith(("mystique-rank-error:",)):
+            return ln.split(":", 1)[1].strip()
+    for ln in reversed(lines):
+        if "Error" in ln or "error" in ln or "Exception" in ln:
+            return ln[:300]
+    return lines[-1][:300] if lines else ""
+
+
+def kill_tree(procs: list[subprocess.Popen], grace_s: float = 3.0) -> None:
+    """Terminate each process and its descendants, kill what is left after `grace_s`, reap."""
+    import psutil
+
+    victims: list = []
+    for p in procs:
+        if p.poll() is not None:
+            continue
+        try:
+            parent = psutil.Process(p.pid)
+            victims.extend(parent.children(recursive=True))
+            victims.append(parent)
+        except psutil.NoSuchProcess:
+            continue
+    for v in victims:
+        try:
+            v.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(victims, timeout=grace_s)
+    for v in alive:
+        try:
+            v.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=grace_s)
+    for p in procs:
+        try:
+            p.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def launch(
+    module: str,
+    args: list[str],
+    *,
+    world_size: int,
+    run_dir: str | os.PathLike,
+    timeout_s: float | None = None,
+    progress: Progress | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> LaunchResult:
+    """Run `python -m module *args` as `world_size` ranks; raise `RankFailed` naming the rank
+    that failed first. `timeout_s`: wall-clock bound of the whole run (None: unbounded; the
+    workers bound each collective themselves)."""
+    if world_size < 1:
+        raise TraceError(f"world size must be at least 1, not {world_size}")
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    procs: list[subprocess.Popen] = []
+    errs: list[Path] = []
+    t0 = time.perf_counter()
+    try:
+        for r in range(world_size):
+            env = rank_env(r, world_size, port)
+            env.update(extra_env or {})
+            err = run_dir / f"rank{r}.stderr.txt"
+            errs.append(err)
+            with open(err, "wb") as fh:
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", module, *args],
+                        env=env,
+                        stdout=subprocess.DEVNULL,
+                        stderr=fh,
+                        stdin=subprocess.DEVNULL,
+                    )
+                )
+        report(progress, 0.05, f"started {world_size} ranks (port {port})")
+        failed: RankExit | None = None
+        while True:
+            codes = [p.poll() for p in procs]
+            done = sum(c == 0 for c in codes)
+            bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
+            if bad:
+                time.sleep(0.3)  # let peers that saw the connection drop exit too, then choose
+                failed = _culprit(procs, errs, bad)
+                break
+            if done == world_size:
+                break
+            if timeout_s is not None and time.perf_counter() - t0 > timeout_s:
+                stuck = [r for r, c in enumerate(codes) if c is None]
+                failed = RankExit(rank=stuck[0], returncode=None, stderr_tail=f"no result after {timeout_s:.0f} s")
+                break
+            report(progress, 0.05 + 0.9 * done / world_size, f"{done}/{world_size} ranks finished")
+            time.sleep(0.05)
+    finally:
+        kill_tree(procs)
+    wall = time.perf_counter() - t0
+    exits = [RankExit(rank=r, returncode=p.returncode, stderr_tail=_tail(errs[r], 2000)) for r, p in enumerate(procs)]
+    if failed is not None:
+        rc = failed.returncode
+        why = (
+            f"killed by signal {-rc}"
+            if rc is not None and rc < 0
+            else (f"exit code {rc}" if rc is not None else "timed out")
+        )
+        detail = _last_error_line(failed.stderr_tail)
+        raise RankFailed(failed.rank, f"{why}" + (f": {detail}" if detail else "") + f" (logs in {run_dir})")
+    report(progress, 1.0, f"{world_size} ranks finished")
+    return LaunchResult(world_size=world_size, wall_s=wall, exits=exits, run_dir=run_dir)
+
+
+def _culprit(procs, errs, bad: list[int]) -> RankExit:
+    """Of the ranks that exited non-zero, the one that caused it: a signal death first, then a
+    rank whose error is not a dropped connection, then the first found."""
+    codes = [p.poll() for p in procs]
+    bad = sorted(set(bad) | {r for r, c in enumerate(codes) if c not in (None, 0)})
+    tails = {r: _tail(errs[r]) for r in bad}
+    for r in bad:
+        if codes[r] is not None and codes[r] < 0:
+            return RankExit(rank=r, returncode=codes[r], stderr_tail=tails[r])
+    for r in bad:
+        if not any(s in tails[r] for s in _PEER_GONE):
+            return RankExit(rank=r, returncode=codes[r], stderr_tail=tails[r])
+    return RankExit(rank=bad[0], returncode=codes[bad[0]], stderr_tail=tails[bad[0]])
+
+
+def init_from_env(device: str = "cpu", timeout_s: float = 60.0):
+    """Inside a rank: `init_process_group` via env:// (gloo on CPU, NCCL on CUDA). Returns
+    (rank, world_size). Works under our launcher and under torchrun."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % max(torch.cuda.device_count(), 1))
+    dist.init_process_group(
+        backend=backend,
+        init_method="env://",
+        timeout=datetime.timedelta(seconds=timeout_s),
+        rank=rank,
+        world_size=world,
+    )
+    return rank, world
+
+
+def rank_error(exc: BaseException) -> None:
+    """Print the one line the launcher shows for a failed rank."""
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    print(f"mystique-rank-error: {type(exc).__name__}: {msg}", file=sys.stderr, flush=True)

@@ -279,13 +279,24 @@ class ReplaySession:
                 drops.setdefault(e.last_use, []).append(e.slot)
         else:
             store.plan(externals)
+            # progress inside synthesis (issue 13: a whole-resnet replay showed one static message
+            # for the whole fill): by bytes filled, at most every 0.2 s
+            total_b = max(store.total_bytes(), 1)
+            done_b, last_t = 0, 0.0
             for i, e in enumerate(externals):
                 try:
                     env[e.slot] = store.materialize(e, gen)
                 except (RuntimeError, ValueError) as exc:
                     raise TraceError(f"cannot synthesize input tensor {e.rec.tensor_id}: {exc}") from None
-                if i % 200 == 0:
-                    report(self.progress, 0.2 + 0.1 * i / max(len(externals), 1), "synthesizing inputs")
+                done_b += e.rec.nbytes()
+                now = time.perf_counter()
+                if now - last_t > 0.2 or i == len(externals) - 1:
+                    last_t = now
+                    report(
+                        self.progress,
+                        0.2 + 0.1 * min(done_b / total_b, 1.0),
+                        f"synthesizing inputs {i + 1}/{len(externals)} ({done_b / 2**20:,.0f} MB)",
+                    )
         stream_map = {}
         if device.startswith("cuda") and config.streams:
             from engine.replay.streams import assign_streams

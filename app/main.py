@@ -29,6 +29,7 @@ PAGES = [
     st.Page(str(ROOT / "pages" / "compose.py"), title="Compose", icon="🧩"),
     st.Page(str(ROOT / "pages" / "replay.py"), title="Replay", icon="▶️"),
     st.Page(str(ROOT / "pages" / "compare.py"), title="Compare", icon="⚖️"),
+    st.Page(str(ROOT / "pages" / "whatif.py"), title="What-if", icon="🔮"),
 ]
 try:
     st.navigation(PAGES).run()

@@ -83,6 +83,9 @@ class GraphModel:
     edges: list[tuple[Hashable, Hashable]]
     groups: dict[Hashable, list[int]] = field(default_factory=dict)
     collapse: str = "none"
+    edge_weight: dict = field(default_factory=dict)  # (key, key) -> data edges summed (hierarchy)
+    crumbs: list = field(default_factory=list)  # [(label, Focus)] from the root (hierarchy)
+    focus: object = None
 
     def ids_for(self, keys) -> list[int]:
         out: list[int] = []

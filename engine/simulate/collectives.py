@@ -29,10 +29,9 @@ COMM_KERNEL = re.compile(
 
 def comm_mask(g: TaskGraph) -> np.ndarray:
     """GPU tasks that are collectives / p2p transfers."""
-    names = g.tasks["name"].astype(str)
-    uniq = names.unique()
-    hits = {u for u in uniq if COMM_KERNEL.search(u)}
-    return g.tasks["gpu"].to_numpy() & names.isin(hits).to_numpy()
+    from engine.simulate import _cols
+
+    return g.tasks["gpu"].to_numpy() & _cols.where(g.tasks["name"], lambda s: bool(COMM_KERNEL.search(s)))
 
 
 def collective_edges(g: TaskGraph) -> None:

@@ -37,6 +37,7 @@ from enum import Enum
 import numpy as np
 import pandas as pd
 
+from engine.simulate import _cols
 from engine.simulate.config import SimConfig
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -115,18 +116,18 @@ class TaskGraph:
 
 
 def _lane_ids(tasks: pd.DataFrame, gpu: np.ndarray) -> tuple[np.ndarray, pd.DataFrame]:
-    pid = tasks["pid"].astype(str).to_numpy()
-    tid = tasks["tid"].astype(str).to_numpy()
+    pid_c, pid_u = pd.factorize(tasks["pid"])  # categorical: codes, no per-row strings
+    tid_c, tid_u = pd.factorize(tasks["tid"])
     rank = tasks["rank"].to_numpy(np.int64)
-    key = pd.MultiIndex.from_arrays([rank, gpu, pid, tid])
-    codes, uniq = key.factorize()
+    key = ((rank * 2 + gpu) * (len(pid_u) + 1) + pid_c) * (len(tid_u) + 1) + tid_c
+    uniq_key, first, codes = np.unique(key, return_index=True, return_inverse=True)
     lanes = pd.DataFrame(
         {
-            "lane": np.arange(len(uniq)),
-            "rank": uniq.get_level_values(0).astype(np.int64),
-            "gpu": uniq.get_level_values(1).astype(bool),
-            "pid": uniq.get_level_values(2).astype(str),
-            "tid": uniq.get_level_values(3).astype(str),
+            "lane": np.arange(len(uniq_key)),
+            "rank": rank[first],
+            "gpu": gpu[first].astype(bool),
+            "pid": [str(pid_u[c]) for c in pid_c[first]],
+            "tid": [str(tid_u[c]) for c in tid_c[first]],
         }
     )
     # stable lane order: rank, host before GPU, then pid/tid text (factorize order otherwise)
@@ -140,10 +141,9 @@ def _lane_ids(tasks: pd.DataFrame, gpu: np.ndarray) -> tuple[np.ndarray, pd.Data
 
 def select_tasks(events: pd.DataFrame) -> pd.DataFrame:
     """Rows of an events table that occupy a thread or stream (markers and bad times dropped)."""
-    cat = events["cat"].astype(str)
     ts = events["ts_us"].to_numpy(np.float64)
     dur = events["dur_us"].to_numpy(np.float64)
-    ok = np.isfinite(ts) & np.isfinite(dur) & (dur >= 0) & ~cat.isin(MARKER_CATS).to_numpy()
+    ok = np.isfinite(ts) & np.isfinite(dur) & (dur >= 0) & ~_cols.isin(events["cat"], MARKER_CATS)
     return events[ok].reset_index(drop=True)
 
 
@@ -153,7 +153,7 @@ def build_graph(events: pd.DataFrame, config: SimConfig | None = None) -> TaskGr
     tasks = select_tasks(events)
     warnings: list[str] = []
     n = len(tasks)
-    gpu = tasks["cat"].astype(str).isin(GPU_CATS).to_numpy()
+    gpu = _cols.isin(tasks["cat"], GPU_CATS)
     lane, lanes = _lane_ids(tasks, gpu) if n else (np.zeros(0, np.int64), _empty_lanes())
     ts = tasks["ts_us"].to_numpy(np.float64)
     dur = tasks["dur_us"].to_numpy(np.float64)
@@ -275,8 +275,7 @@ def _launch_edges(g: TaskGraph, cfg: SimConfig) -> None:
     t = g.tasks
     corr = t["correlation"].to_numpy(dtype=np.float64, na_value=np.nan)
     rank = t["rank"].to_numpy(np.int64)
-    cat = t["cat"].astype(str)
-    host_rt = (~t["gpu"].to_numpy()) & cat.isin(RUNTIME_CATS).to_numpy() & np.isfinite(corr)
+    host_rt = (~t["gpu"].to_numpy()) & _cols.isin(t["cat"], RUNTIME_CATS) & np.isfinite(corr)
     gpu_k = t["gpu"].to_numpy() & np.isfinite(corr)
     hk = _key(rank[host_rt], corr[host_rt])
     hidx = np.flatnonzero(host_rt)
@@ -315,11 +314,10 @@ def _launch_edges(g: TaskGraph, cfg: SimConfig) -> None:
 
 def _sync_streams(events: pd.DataFrame) -> dict[tuple[int, int], int]:
     """(rank, correlation) -> stream of Kineto `cuda_sync` "Stream Sync" events (stream-scoped waits)."""
-    cs = events[events["cat"].astype(str) == "cuda_sync"]
+    cs = events[_cols.isin(events["cat"], ("cuda_sync",))]
     if cs.empty:
         return {}
-    name = cs["name"].astype(str)
-    cs = cs[(name == "Stream Sync") & cs["stream"].notna() & cs["correlation"].notna()]
+    cs = cs[_cols.isin(cs["name"], ("Stream Sync",)) & cs["stream"].notna() & cs["correlation"].notna()]
     return {(int(r), int(c)): int(s) for r, c, s in zip(cs["rank"], cs["correlation"], cs["stream"]) if int(s) >= 0}
 
 
@@ -329,12 +327,8 @@ def _sync_edges(g: TaskGraph, cfg: SimConfig, events: pd.DataFrame) -> None:
     segment, so a GPU that finished long before the call does not delay it)."""
     t = g.tasks
     rx = re.compile(cfg.sync_regex)
-    names = t["name"].astype(str)
-    cat = t["cat"].astype(str)
-    is_sync = (~t["gpu"].to_numpy()) & cat.isin(RUNTIME_CATS).to_numpy()
-    uniq = pd.unique(names[is_sync])
-    hits = {u for u in uniq if rx.search(u)}
-    is_sync &= names.isin(hits).to_numpy()
+    is_sync = (~t["gpu"].to_numpy()) & _cols.isin(t["cat"], RUNTIME_CATS)
+    is_sync &= _cols.where(t["name"], lambda s: bool(rx.search(s)))
     sidx = np.flatnonzero(is_sync)
     if not len(sidx):
         return
@@ -372,14 +366,18 @@ def _sync_edges(g: TaskGraph, cfg: SimConfig, events: pd.DataFrame) -> None:
 
 def _event_wait_edges(g: TaskGraph, events: pd.DataFrame) -> None:
     """GPU->GPU across streams: cudaEventRecord -> cudaStreamWaitEvent (see module docstring)."""
-    cs = events[events["cat"].astype(str) == "cuda_sync"]
-    cs = cs[(cs["name"].astype(str) == "Stream Wait Event") & cs["stream"].notna() & cs["correlation"].notna()]
+    cs = events[_cols.isin(events["cat"], ("cuda_sync",))]
+    cs = cs[
+        _cols.isin(cs["name"], ("Stream Wait Event",))
+        & cs["stream"].notna().to_numpy()
+        & cs["correlation"].notna().to_numpy()
+    ]
     if cs.empty:
         return
     t = g.tasks
     if "launcher" not in t:
         return
-    names = t["name"].astype(str).to_numpy()
+    names = _cols.as_str(t["name"])
     rank = t["rank"].to_numpy(np.int64)
     corr = t["correlation"].to_numpy(dtype=np.float64, na_value=np.nan)
     lane = t["lane"].to_numpy()
@@ -387,7 +385,7 @@ def _event_wait_edges(g: TaskGraph, events: pd.DataFrame) -> None:
     ep = t["ep"].to_numpy()
     gpu_idx = np.flatnonzero(t["gpu"].to_numpy() & (t["launcher"].to_numpy() >= 0))
     launch_time = g.pt_time[sp[t["launcher"].to_numpy()[gpu_idx]]]
-    stream = t["tid"].astype(str).to_numpy()
+    stream = _cols.as_str(t["tid"])
     rec_idx = np.flatnonzero(names == "cudaEventRecord")
     src_l, dst_l, w_l = [], [], []
     for r, c, s in zip(cs["rank"], cs["correlation"], cs["stream"]):

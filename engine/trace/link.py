@@ -15,7 +15,9 @@ ET op <-> Kineto host op ("cpu_op" / "user_annotation" events):
   A warning in `meta["warnings"]` says this method was used.
 
 Eligible ops (the denominator of `link_rate`): ET nodes with `rf_id >= 0` other than the
-profiler's own "[pytorch|profiler|execution_*|process/thread]" roots. `link_rate` =
+profiler's own "[pytorch|profiler|execution_*|process/thread]" roots and the observer's
+"## process_group:init ##" node (a metadata record of the process-group config written when the
+observer starts; no profiler ever records a Kineto event for it). `link_rate` =
 linked eligible ops / eligible ops.
 
 `meta["link"]` = {"link_rate", "linked", "et_ops", "method" ("rf_id" | "external_id" | "none"),
@@ -57,13 +59,20 @@ def _name_codes(a: pd.Series, b: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return uni.get_indexer(a.astype(str)), uni.get_indexer(b.astype(str))
 
 
+PG_INIT_NAME = "## process_group:init ##"
+
+
+def _not_an_op(name: str) -> bool:
+    return name.startswith("[pytorch|profiler|") or name == PG_INIT_NAME
+
+
 def eligible_mask(ops: pd.DataFrame) -> np.ndarray:
     names = ops["name"]
     cats = names.cat.categories if isinstance(names.dtype, pd.CategoricalDtype) else None
     if cats is not None:
-        root = np.asarray([str(c).startswith("[pytorch|profiler|") for c in cats] + [False])[names.cat.codes.to_numpy()]
+        root = np.asarray([_not_an_op(str(c)) for c in cats] + [False])[names.cat.codes.to_numpy()]
     else:
-        root = names.astype(str).str.startswith("[pytorch|profiler|").to_numpy()
+        root = np.asarray([_not_an_op(str(n)) for n in names], dtype=bool)
     return (ops["rf_id"].to_numpy() >= 0) & ~root
 
 
@@ -276,14 +285,17 @@ def link(ops: pd.DataFrame, events: pd.DataFrame, warnings_out: list[str]) -> tu
     lh = h_all[ev_op_direct[h_all] >= 0]
     end = ts + dur
     enc_h = _enclosing(ts[lh], end[lh], key[lh], ts[h_all], key[h_all])
-    op_of_host = np.where(enc_h >= 0, ev_op_direct[lh[np.maximum(enc_h, 0)]], -1)
+    # (no linked host event at all: nothing encloses anything; indexing lh would fail)
+    op_of_host = (
+        np.where(enc_h >= 0, ev_op_direct[lh[np.maximum(enc_h, 0)]], -1) if len(lh) else np.full(len(h_all), -1)
+    )
     ev_op_row = np.full(n_ev, -1, dtype=np.int64)
     ev_op_row[h_all] = op_of_host
     ev_op_row[lh] = ev_op_direct[lh]
     # Runtime launches and GPU activity by correlation.
     rt = np.flatnonzero(_cat_mask(events["cat"], _RUNTIME_CATS))
     enc_rt = _enclosing(ts[lh], end[lh], key[lh], ts[rt], key[rt])
-    ev_op_row[rt] = np.where(enc_rt >= 0, ev_op_direct[lh[np.maximum(enc_rt, 0)]], -1)
+    ev_op_row[rt] = np.where(enc_rt >= 0, ev_op_direct[lh[np.maximum(enc_rt, 0)]], -1) if len(lh) else -1
     ext = events["external_id"].to_numpy(dtype=np.int64, na_value=-1)
     loose = rt[(ev_op_row[rt] < 0) & (ext[rt] >= 0)]
     if len(loose) and len(lh):  # launches outside any linked op's time span: same External id

@@ -42,14 +42,22 @@ def _load(*paths):
 def reproduction() -> dict:
     from engine.simulate import simulate
 
-    files = sorted(SAMPLES.glob("*/*_kineto.json.gz"))
+    # one job per sample folder (a multi-rank sample's Kineto files load together as its ranks);
+    # every shared Kineto file on its own (hta_trace_diff's two files are different runs)
+    groups = [sorted(d.glob("*_kineto.json.gz")) for d in sorted(SAMPLES.iterdir()) if d.is_dir()]
+    groups = [g for g in groups if g]
     if (SHARED / "MANIFEST.json").exists():
         man = json.loads((SHARED / "MANIFEST.json").read_text())
-        files += [SHARED / m["path"] for m in man if m["kind"] == "kineto"]
+        groups += [[SHARED / m["path"]] for m in man if m["kind"] == "kineto"]
     rows, excluded = [], []
-    for f in files:
-        r = simulate(_load(f)).to_json()
-        name = str(f.relative_to(ROOT.parent if SHARED in f.parents else ROOT))
+    for files in groups:
+        f = files[0]
+        r = simulate(_load(*files)).to_json()
+        name = (
+            str(f.parent.relative_to(ROOT))
+            if len(files) > 1
+            else str(f.relative_to(ROOT.parent if SHARED in f.parents else ROOT))
+        )
         if r["measured_iteration_ms"] is None:
             excluded.append({"trace": name, "reason": "no ProfilerStep span", "tasks": r["tasks"]})
             continue
@@ -61,6 +69,7 @@ def reproduction() -> dict:
                 "error_pct": r["error_pct"],
                 "tasks": r["tasks"],
                 "cpu_only": r["cpu_only"],
+                "ranks": r["ranks"],
                 "edges": r["edges"],
             }
         )

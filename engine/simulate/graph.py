@@ -25,7 +25,7 @@ Dependency rules (each documented on the function that builds it):
   waiting stream's next task wait for the task launched last before the preceding
   cudaEventRecord on the same thread.
 - INTER_THREAD: gap heuristic (SimConfig.thread_block_us / thread_window_us).
-- COLLECTIVE: see collectives.py.
+- COLLECTIVE: see collectives.py; host collectives on backend threads: `_host_comm_edges`.
 """
 
 from __future__ import annotations
@@ -212,6 +212,7 @@ def build_graph(events: pd.DataFrame, config: SimConfig | None = None) -> TaskGr
         _launch_edges(g, cfg)
         _sync_edges(g, cfg, events)
         _event_wait_edges(g, events)
+    _host_comm_edges(g, cfg)
     _inter_thread_edges(g, cfg)
     from engine.simulate.collectives import collective_edges
 
@@ -287,7 +288,20 @@ def _launch_edges(g: TaskGraph, cfg: SimConfig) -> None:
     pos_c = np.minimum(pos, max(len(hk) - 1, 0))
     hit = (pos < len(hk)) & (hk[pos_c] == gk) if len(hk) else np.zeros(len(gk), bool)
     gidx, lidx = gidx[hit], hidx[pos_c[hit]]
-    t["launcher"] = -1
+    if "launcher" not in t:
+        t["launcher"] = -1
+        t["launch_w"] = 0.0
+    _queue_edges(g, cfg, gidx, lidx, EdgeKind.LAUNCH)
+    unlinked = int(t["gpu"].sum()) - len(gidx)
+    if unlinked:
+        g.warnings.append(
+            f"{unlinked} GPU task(s) have no launching runtime call in the trace; they keep their stream gaps"
+        )
+
+
+def _queue_edges(g: TaskGraph, cfg: SimConfig, gidx: np.ndarray, lidx: np.ndarray, kind: EdgeKind) -> None:
+    """Edges launcher start -> queued task start (GPU kernels, host collectives on comm threads)."""
+    t = g.tasks
     t.loc[gidx, "launcher"] = lidx
     sp_g = t["sp"].to_numpy()[gidx]
     sp_l = t["sp"].to_numpy()[lidx]
@@ -304,12 +318,69 @@ def _launch_edges(g: TaskGraph, cfg: SimConfig) -> None:
     w = np.where(bound, np.minimum(lat, max(typ_lat, 0.0)), lat)
     lb = ~bound & has_prev
     g.pt_d[sp_g[lb]] = np.minimum(gap[lb], typ_gap)
-    g.add_edges(sp_l, sp_g, w, EdgeKind.LAUNCH)
-    unlinked = int(t["gpu"].sum()) - len(gidx)
-    if unlinked:
-        g.warnings.append(
-            f"{unlinked} GPU task(s) have no launching runtime call in the trace; they keep their stream gaps"
-        )
+    t.loc[gidx, "launch_w"] = w
+    g.add_edges(sp_l, sp_g, w, kind)
+
+
+HOST_COMM = ("gloo:", "nccl:", "mpi:", "ucc:")
+
+
+def _host_comm_edges(g: TaskGraph, cfg: SimConfig) -> None:
+    """Host collectives run by a backend thread (gloo:all_reduce, ...), enqueued by c10d:: calls.
+
+    Enqueue: the k-th backend collective of a rank is queued by its k-th c10d:: collective call
+    (the order both threads see; when the counts differ, the latest c10d:: call before it) and
+    is then treated like a kernel and its launch (`_queue_edges`). Completion: no trace records
+    where the caller waited, so the caller's first point at or after the collective's original
+    end depends on that end (heuristic: pessimistic when the caller had slack).
+    """
+    t = g.tasks
+    gpu = t["gpu"].to_numpy()
+    comm = ~gpu & _cols.where(t["name"], lambda s: s.startswith(HOST_COMM))
+    if not comm.any():
+        return
+    c10d = ~gpu & _cols.where(t["name"], lambda s: s.startswith("c10d::") and "wait" not in s)
+    if "launcher" not in t:
+        t["launcher"] = -1
+        t["launch_w"] = 0.0
+    rank = t["rank"].to_numpy()
+    ts = t["ts_us"].to_numpy(np.float64)
+    lane = t["lane"].to_numpy()
+    g_l, l_l = [], []
+    for r in np.unique(rank[comm]):
+        ci = np.flatnonzero(comm & (rank == r))
+        ci = ci[np.argsort(ts[ci], kind="stable")]
+        qi = np.flatnonzero(c10d & (rank == r))
+        qi = qi[np.argsort(ts[qi], kind="stable")]
+        if not len(qi):
+            continue
+        if len(qi) == len(ci):
+            pick = qi
+        else:
+            pos = np.searchsorted(ts[qi], ts[ci], side="right") - 1
+            ok = pos >= 0
+            ci, pick = ci[ok], qi[pos[ok]]
+        diff = lane[pick] != lane[ci]
+        g_l.append(ci[diff])
+        l_l.append(pick[diff])
+    if not g_l:
+        return
+    gidx, lidx = np.concatenate(g_l), np.concatenate(l_l)
+    _queue_edges(g, cfg, gidx, lidx, EdgeKind.INTER_THREAD)
+    # completion: caller lane's first point at/after the collective's end
+    ep = t["ep"].to_numpy()
+    src, dst, w = [], [], []
+    for ci, qi in zip(gidx, lidx):
+        ln = lane[qi]
+        a, b = g.lane_ptr[ln], g.lane_ptr[ln + 1]
+        end_t = g.pt_time[ep[ci]]
+        k = a + int(np.searchsorted(g.pt_time[a:b], end_t, side="left"))
+        if k < b:
+            src.append(ep[ci])
+            dst.append(k)
+            w.append(g.pt_time[k] - end_t)
+    if src:
+        g.add_edges(np.array(src), np.array(dst), np.array(w), EdgeKind.SYNC)
 
 
 def _sync_streams(events: pd.DataFrame) -> dict[tuple[int, int], int]:

@@ -62,7 +62,7 @@ def op_table(trace, pattern: str = "") -> pd.DataFrame:
     if pattern:
         try:
             t = t[t["name"].str.contains(pattern, regex=True)]
-        except Exception as exc:  # noqa: BLE001 - re.error from a user's regex: shown, table unfiltered
+        except Exception as exc:  # noqa: BLE001 -- re.error from a user's regex: shown, table unfiltered
             st.warning(f"bad regex {pattern!r}: {exc}")
     return t.reset_index(drop=True)
 
@@ -171,3 +171,79 @@ def export_benchmark(bench, out_dir: str) -> dict:
     ranks = res["ranks"]
     first = ranks[sorted(ranks)[0]]
     return {"dir": res["dir"], "et_path": str(first), "files": sorted(p.name for p in Path(res["dir"]).iterdir())}
+
+
+EMBEDDING_OPS = (
+    "aten::embedding_bag",
+    "aten::_embedding_bag",
+    "aten::_embedding_bag_forward_only",
+    "aten::_embedding_bag_backward",
+    "aten::_embedding_bag_dense_backward",
+)
+
+
+def sharding_report(trace, bench, spec: dict) -> dict | None:
+    """What embedding sharding did, rank by rank (issue 13 problem 7), or None without it.
+
+    dropped: picked replayable ops that are not embedding lookups, by name (the per-rank ETs
+    hold the sharded embedding stage only, so they are left out: said, not silent);
+    per_rank: tables, shards, lookups, cost, load vs the mean, weight MB, all_to_all MB and an
+    estimated time = the picked ops' original embedding time x the rank's share of the cost.
+    """
+    info = (bench.meta or {}).get("sharding") or {}
+    if info.get("kind") != "embedding":
+        return None
+    from collections import Counter
+
+    from engine.graph import select, selection_from_dict
+
+    picked: list[int] = []
+    for seg in spec["segments"]:
+        picked += [int(i) for i in select(trace, selection_from_dict(seg["selection"])).replay_ids]
+    ops = trace.ops[trace.ops["id"].isin(picked)]
+    names = ops["name"].astype(str)
+    emb = names.isin(EMBEDDING_OPS)
+    dropped = Counter(names[~emb].tolist())
+    t_col = "gpu_dur_us" if "gpu_dur_us" in ops and ops["gpu_dur_us"].fillna(0).gt(0).any() else "k_dur_us"
+    emb_us = float(ops.loc[emb.to_numpy(), t_col].fillna(0).sum()) if t_col in ops else 0.0
+    per = info.get("per_rank") or {}
+    costs = {int(r): float(p["cost"]) for r, p in per.items()}
+    total = sum(costs.values()) or 1.0
+    mean = total / max(len(costs), 1)
+    rows = []
+    for r in sorted(costs):
+        p = per[r] if r in per else per[str(r)]
+        rows.append(
+            {
+                "rank": r,
+                "tables": ", ".join(str(t) for t in p["tables"]),
+                "shards": p["shards"],
+                "lookups": p["lookups"],
+                "cost": p["cost"],
+                "load vs mean": round(costs[r] / mean, 3) if mean else None,
+                "weights MB": round(p["weight_bytes"] / 2**20, 2),
+                "all_to_all MB": round(p["all_to_all_bytes"] / 2**20, 3),
+                "est. embedding µs": round(emb_us * costs[r] / total, 1),
+            }
+        )
+    return {
+        "plan": info.get("plan"),
+        "ranks": info.get("ranks"),
+        "per_rank": pd.DataFrame(rows),
+        "imbalance": max(costs.values()) / mean if costs and mean else None,
+        "dropped": dict(dropped.most_common()),
+        "n_dropped": int((~emb).sum()),
+        "note": info.get("note", ""),
+    }
+
+
+def rank_ops_table(bench, rank: int) -> pd.DataFrame:
+    """The composed op list of one rank (ids, names, input shapes)."""
+    replay = set(bench.replay_ids[rank])
+    return pd.DataFrame(
+        [
+            {"id": n["id"], "name": n["name"], "input shapes": str((n.get("inputs") or {}).get("shapes", ""))[:120]}
+            for n in bench.ranks[rank]
+            if n["id"] in replay
+        ]
+    )

@@ -11,9 +11,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import streamlit as st  # noqa: E402
+import streamlit as st  # noqa: E402 -- after the sys.path fix above
 
-from app import state  # noqa: E402
+from app import state  # noqa: E402 -- after the sys.path fix above
 
 st.set_page_config(page_title="mystique-studio", page_icon="🧬", layout="wide")
 state.ensure_started()
@@ -29,6 +29,7 @@ PAGES = [
     st.Page(str(ROOT / "pages" / "compose.py"), title="Compose", icon="🧩"),
     st.Page(str(ROOT / "pages" / "replay.py"), title="Replay", icon="▶️"),
     st.Page(str(ROOT / "pages" / "compare.py"), title="Compare", icon="⚖️"),
+    st.Page(str(ROOT / "pages" / "whatif.py"), title="What-if", icon="🔮"),
 ]
 try:
     st.navigation(PAGES).run()

@@ -25,8 +25,12 @@ SAMPLES = ROOT / "sample_traces"
 
 
 def work_dir() -> Path:
-    """Where uploads and replay results go (MYSTIQUE_UI_DIR, default .mystique_cache/ui)."""
-    return Path(os.environ.get("MYSTIQUE_UI_DIR", ROOT / ".mystique_cache" / "ui"))
+    """Where uploads and replay results go (MYSTIQUE_UI_DIR; default .mystique_cache/ui in a
+    checkout, the user cache folder when installed, since an install prefix may be read-only)."""
+    from engine import resources
+
+    default = ROOT / ".mystique_cache" / "ui" if resources.is_checkout() else resources.user_cache_dir() / "ui"
+    return Path(os.environ.get("MYSTIQUE_UI_DIR", default))
 
 
 def workspace_dir() -> Path:
@@ -220,7 +224,7 @@ def ensure_started() -> None:
     try:
         add_trace(f"sample:{pick}", sets[pick])
         st.session_state["current"] = f"sample:{pick}"
-    except Exception as exc:  # noqa: BLE001 - shown to the user, the app stays usable
+    except Exception as exc:  # noqa: BLE001 -- shown to the user, the app stays usable
         st.session_state["_start_error"] = f"could not load bundled sample {pick}: {exc}"
 
 
@@ -351,6 +355,92 @@ def graph_model(
     return build_graph_model(rank_ops(trace.ops, rank), dag, view)
 
 
+@st.cache_resource(max_entries=8, show_spinner="Finding data dependencies…")
+def dag_of(paths: tuple[str, ...], rank: int | None):
+    from engine.graph import data_deps
+
+    return data_deps(load_paths(paths), rank=rank)
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def hierarchy_model(paths: tuple[str, ...], rank: int | None, focus_key: str | None):
+    """The operator graph at a drill-down focus (same node budget on every page)."""
+    from engine.figures.hierarchy import NODE_BUDGET, Focus, build_hierarchy_model
+    from engine.graph.calltree import rank_ops
+
+    trace = load_paths(paths)
+    focus = Focus.from_key(focus_key) if focus_key else None
+    return build_hierarchy_model(rank_ops(trace.ops, rank), dag_of(paths, rank), focus, NODE_BUDGET)
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def hierarchy_fig(
+    paths: tuple[str, ...],
+    rank: int | None,
+    focus_key: str | None,
+    color_by: str,
+    selected: tuple,
+    search: str,
+    height: int = 560,
+):
+    from engine.figures.hierarchy import hierarchy_figure, search_keys
+    from engine.graph.calltree import rank_ops
+
+    model = hierarchy_model(paths, rank, focus_key)
+    found = tuple(search_keys(model, rank_ops(load_paths(paths).ops, rank), search)) if search else ()
+    return hierarchy_figure(model, color_by, selected=selected, found=found, height=height), len(found)
+
+
+def focus_key_of(focus) -> str | None:
+    if focus is None or (focus.parent is None and focus.lo is None):
+        return None
+    if focus.lo is None:
+        return f"tree:{focus.parent}"
+    return f"range:{'root' if focus.parent is None else focus.parent}:{focus.lo}:{focus.hi}"
+
+
+def graph_panel(name: str, paths: tuple[str, ...], rank: int | None, chart_key: str, height: int = 560) -> list[int]:
+    """The drill-down operator graph (Explore and Compose share it): breadcrumbs, search, the
+    chart, Open group; returns the ET ids of the chart's selected groups."""
+    from engine.figures.selection import selected_keys, selection_to_node_ids
+
+    foci = st.session_state.setdefault("graph_focus", {})
+    focus_key = foci.get(f"{name}|{rank}")
+    model = hierarchy_model(paths, rank, focus_key)
+    crumbs = model.crumbs
+    cols = st.columns([6, 2, 1])
+    with cols[0]:
+        bc = st.columns(min(len(crumbs), 8))
+        for i, (label, f) in enumerate(crumbs[-8:]):
+            if bc[i].button(("› " if i else "") + label, key=f"{chart_key}_crumb_{i}", width="stretch"):
+                foci[f"{name}|{rank}"] = focus_key_of(f)
+                st.session_state.pop(chart_key, None)
+                st.rerun()
+    search = cols[1].text_input(
+        "Search ops", key=f"{chart_key}_search", placeholder="name regex", label_visibility="collapsed"
+    )
+    color_by = cols[2].selectbox(
+        "Colour", ["category", "phase"], key=f"{chart_key}_color", label_visibility="collapsed"
+    )
+    prev = st.session_state.get(chart_key)
+    sel_keys = tuple(k for k in selected_keys(prev) if k in model.groups) if prev else ()
+    fig, n_found = hierarchy_fig(paths, rank, focus_key, color_by, sel_keys, search, height)
+    if search:
+        st.caption(f"search {search!r}: {n_found} groups hold a matching op (ringed red)")
+    event = st.plotly_chart(
+        fig, on_select="rerun", selection_mode=("points", "box", "lasso"), key=chart_key, width="stretch"
+    )
+    keys = [k for k in selected_keys(event) if k in model.groups]
+    openable = [k for k in keys if isinstance(k, str) and k.startswith(("tree:", "range:"))]
+    if openable:
+        lab = model.nodes.set_index("key").loc[openable[0], "label"]
+        if st.button(f"Open group {lab}", key=f"{chart_key}_open", type="secondary"):
+            foci[f"{name}|{rank}"] = openable[0]
+            st.session_state.pop(chart_key, None)
+            st.rerun()
+    return selection_to_node_ids(event, "graph", groups=model.groups)
+
+
 @st.cache_resource(max_entries=32, show_spinner=False)
 def timeline_fig(
     paths: tuple[str, ...],
@@ -359,12 +449,53 @@ def timeline_fig(
     end_us: float | None,
     min_dur_us: float,
     flow_from: int | None,
+    search: str = "",
 ):
     from engine.figures.timeline import TimelineView, timeline_figure
 
     trace = load_paths(paths)
     view = TimelineView(start_us=start_us, end_us=end_us, min_dur_us=min_dur_us, rank=rank)
-    return timeline_figure(trace.events, view, flow_from=flow_from)
+    return timeline_figure(trace.events, view, flow_from=flow_from, search=search, shapes=op_shapes(paths))
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def op_shapes(paths: tuple[str, ...]) -> dict[int, str]:
+    """ET op id -> "in: 64×3×224×224 float32, ..." for timeline hovers (ops linked to events)."""
+    trace = load_paths(paths)
+    t = getattr(trace, "tensors", None)
+    if t is None or len(t) == 0:
+        return {}
+    t = t[t["io"].astype(str) == "in"]
+    dims = t["shape"].map(lambda s: "×".join(str(int(x)) for x in s) if isinstance(s, tuple) else str(s))
+    label = dims + " " + t["dtype"].astype(str)
+    out: dict[int, str] = {}
+    for op, lab in zip(t["op_id"].to_numpy().tolist(), label.tolist()):
+        cur = out.get(op)
+        if cur is None:
+            out[op] = "in: " + lab
+        elif len(cur) < 160:
+            out[op] = cur + ", " + lab
+    return out
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def search_events(paths: tuple[str, ...], rank: int | None, pattern: str) -> list[tuple[str, float, float]]:
+    """(name, start µs from the rank's origin, dur µs) of events whose name matches `pattern`
+    (a regex, case-insensitive; a bad regex is matched as plain text), longest first."""
+    ev = load_paths(paths).events
+    if rank is not None and "rank" in ev.columns:
+        ev = ev[ev["rank"] == rank]
+    if len(ev) == 0:
+        return []
+    t0 = float(ev["ts_us"].min())
+    names = ev["name"].astype(str)
+    try:
+        hit = names.str.contains(pattern, case=False, regex=True)
+    except Exception:  # noqa: BLE001 - re.error: plain substring
+        hit = names.str.contains(pattern, case=False, regex=False)
+    m = ev[hit.to_numpy()]
+    m = m.sort_values("ts_us")
+    return list(zip(m["name"].astype(str), (m["ts_us"] - t0).astype(float), m["dur_us"].astype(float)))
 
 
 @st.cache_data(max_entries=32, show_spinner=False)

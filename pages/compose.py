@@ -25,15 +25,7 @@ st.subheader("1 · Pick operators")
 src_graph, src_time, src_table = st.tabs(["Graph", "Timeline", "Table"])
 picked: list[int] = []
 with src_graph:
-    model = state.graph_model(tuple(entry["paths"]), None, "auto", 0, (), 1500)
-    event = st.plotly_chart(
-        state.graph_fig(tuple(entry["paths"]), None, "auto", 0, (), 1500, "category", (), 420),
-        on_select="rerun",
-        selection_mode=("points", "box", "lasso"),
-        key="compose_graph",
-        width="stretch",
-    )
-    picked += selection_to_node_ids(event, "graph", groups=model.groups)
+    picked += state.graph_panel(name, tuple(entry["paths"]), None, "compose_graph", height=460)
 with src_time:
     if trace.has_kineto:
         lo, hi = state.default_window(tuple(entry["paths"]), None)
@@ -52,9 +44,13 @@ with src_table:
     )
     picked += selection_to_node_ids(ev, "table", table_ids=table["id"].tolist())
 sel = state.selection()
-if not picked and sel["trace"] == name and sel["ids"]:
-    if st.checkbox(f"Use the Explore selection ({len(sel['ids'])} ops)", key="compose_use_explore"):
-        picked = list(sel["ids"])
+if (
+    not picked
+    and sel["trace"] == name
+    and sel["ids"]
+    and st.checkbox(f"Use the Explore selection ({len(sel['ids'])} ops)", key="compose_use_explore")
+):
+    picked = list(sel["ids"])
 picked = sorted(set(picked))
 st.session_state["compose_picked"] = picked
 
@@ -122,8 +118,29 @@ if spec["segments"]:
         m[1].metric("synthesized inputs", f"{summary['inputs']:,}")
         m[2].metric("estimated memory", f"{summary['memory_mb']:,.1f} MB")
         m[3].metric("ranks", summary["ranks"])
-        with st.expander("Composed op list", expanded=True):
-            st.dataframe(summary["op_table"], hide_index=True, key="compose_ops", height=260)
+        rep = bridge.sharding_report(trace, bench, spec)
+        if rep is not None:
+            if rep["n_dropped"]:
+                listed = ", ".join(f"{k} ×{v}" for k, v in list(rep["dropped"].items())[:8])
+                st.warning(
+                    f"Embedding sharding keeps only the embedding lookups (+ their all_to_all): "
+                    f"{rep['n_dropped']} picked non-embedding ops are not in the per-rank benchmarks "
+                    f"({listed}). Replay the dense part with a separate segment without sharding.",
+                    icon="⚠️",
+                )
+            st.markdown(
+                f"**Embedding plan `{rep['plan']}` over {rep['ranks']} ranks** · load imbalance "
+                f"(max / mean cost) {rep['imbalance']:.3f}"
+            )
+            st.dataframe(rep["per_rank"], hide_index=True, key="compose_shard_ranks")
+            st.bar_chart(rep["per_rank"].set_index("rank")["est. embedding µs"], height=180)
+        ranks_avail = sorted(bench.ranks)
+        show_rank = (
+            st.selectbox("Rank", ranks_avail, key="compose_show_rank") if len(ranks_avail) > 1 else ranks_avail[0]
+        )
+        with st.expander(f"Composed op list (rank {show_rank})", expanded=True):
+            table = summary["op_table"] if show_rank == ranks_avail[0] else bridge.rank_ops_table(bench, show_rank)
+            st.dataframe(table, hide_index=True, key="compose_ops", height=260)
         with st.expander("Closure: inputs synthesized from outside the selection"):
             st.dataframe(summary["inputs_table"], hide_index=True, key="compose_inputs", height=220)
         parent = st.text_input("Export under", str(state.catalog().root / "benchmarks"), key="compose_out_parent")

@@ -5,7 +5,6 @@ import streamlit as st
 from app import state
 from engine.errors import TraceError
 from engine.figures import breakdown
-from engine.figures.graph import COLOR_BY, DEFAULT_MAX_NODES
 from engine.figures.selection import selected_keys, selection_to_node_ids
 
 st.title("Explore")
@@ -33,38 +32,19 @@ if view == "Operator graph":
     if not trace.has_et:
         st.info("This trace has no execution trace (ET): the operator graph needs one.")
     else:
-        c = st.columns([1, 1, 1, 2])
-        collapse = c[0].selectbox("Collapse", ["auto", "module", "depth", "none"], key="g_collapse")
-        depth = int(c[1].number_input("Call-tree depth", 0, 20, 0, key="g_depth"))
-        color_by = c[2].selectbox("Colour by", list(COLOR_BY), key="g_color")
+        st.caption(
+            "Groups (squares) stand for call-tree subtrees, edges for data dependencies summed between "
+            "them. Click a group and *Open group* to drill in; breadcrumbs go back up. The selection is "
+            "ringed gold, its producers blue, its consumers green."
+        )
         try:
-            model = state.graph_model(
-                paths, rank, collapse, depth, tuple(st.session_state.get("g_expand", [])), DEFAULT_MAX_NODES
-            )
+            ids = state.graph_panel(name, paths, rank, "explore_graph")
         except TraceError as exc:
             st.error(str(exc))
             st.stop()
-        groups = sorted(k for k in model.groups if isinstance(k, str))
-        c[3].multiselect("Expand groups", groups, key="g_expand")
-        sel = state.selection()
-        hl = [k for k, m in model.groups.items() if sel["trace"] == name and set(m) & set(sel["ids"])]
-        fig = state.graph_fig(
-            paths,
-            rank,
-            collapse,
-            depth,
-            tuple(st.session_state.get("g_expand", [])),
-            DEFAULT_MAX_NODES,
-            color_by,
-            tuple(sorted(hl[:2000], key=str)),
-        )
-        event = st.plotly_chart(
-            fig, on_select="rerun", selection_mode=("points", "box", "lasso"), key="explore_graph", width="stretch"
-        )
-        ids = selection_to_node_ids(event, "graph", groups=model.groups)
         if ids:
             state.set_selection(name, ids, "graph")
-            st.success(f"selected {len(ids)} ET ops ({len(selected_keys(event))} nodes)")
+            st.success(f"selected {len(ids)} ET ops")
 
 elif view == "Timeline":
     if not trace.has_kineto:
@@ -73,17 +53,45 @@ elif view == "Timeline":
         ev = trace.events[trace.events["rank"] == rank] if "rank" in trace.events.columns else trace.events
         t0 = float(ev["ts_us"].min())
         span = float((ev["ts_us"] + ev["dur_us"]).max() - t0)
-        c = st.columns([3, 1])
+        w = st.session_state.get("t_window")
+        if w is not None and not (0.0 <= float(w[0]) <= float(w[1]) <= max(span, 1.0)):
+            st.session_state.pop("t_window")  # another trace or rank: its window does not apply
+        c = st.columns([2, 1, 1])
+        search = c[1].text_input("Search names (regex)", key="t_search", placeholder="e.g. conv|gemm")
+        matches = state.search_events(paths, rank, search) if search else []
+        if search:
+
+            def _jump() -> None:
+                m = st.session_state.get("t_jump")
+                if m is not None:
+                    s0, d0 = matches[m][1], matches[m][2]
+                    pad = max(d0 * 2.0, 20.0)
+                    st.session_state["t_window"] = (max(0.0, s0 - pad), min(span, s0 + d0 + pad))
+
+            c[2].selectbox(
+                f"{len(matches):,} matches · jump to",
+                range(min(len(matches), 500)),
+                index=None,
+                format_func=lambda i: f"{matches[i][0][:40]} @ {matches[i][1]:,.0f} µs",
+                key="t_jump",
+                on_change=_jump,
+            )
         window = c[0].slider(
             "Window (µs from trace start)", 0.0, max(span, 1.0), state.default_window(paths, rank), key="t_window"
         )
-        min_dur = c[1].number_input("Min duration (µs)", 0.0, value=0.0, step=1.0, key="t_min_dur")
+        min_dur = (
+            c[2].number_input("Min duration (µs)", 0.0, value=0.0, step=1.0, key="t_min_dur") if not search else 0.0
+        )
         # The chart's selection from the last interaction is in session state before the chart is
         # drawn, so the clicked event's flow arrows are drawn in this same run.
         prev = st.session_state.get("explore_timeline")
         keys = [k for k in selected_keys(prev) if isinstance(k, int)] if prev else []
         flow = keys[0] if keys else None
-        fig = state.timeline_fig(paths, rank, float(window[0]), float(window[1]), float(min_dur), flow)
+        fig = state.timeline_fig(paths, rank, float(window[0]), float(window[1]), float(min_dur), flow, search)
+        st.caption(
+            "Drag to zoom in time (lanes stay), double-click to zoom out; click a bar or box-select "
+            "(toolbar) to pick ops; a narrower window draws every event."
+        )
         event = st.plotly_chart(
             fig, on_select="rerun", selection_mode=("points", "box"), key="explore_timeline", width="stretch"
         )

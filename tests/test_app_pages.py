@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN = str(ROOT / "app" / "main.py")
@@ -175,8 +175,8 @@ def test_explore_renders_graph_timeline_and_breakdowns(app):
         return {c.proto.id.rsplit("-", 1)[-1] for c in at.get("plotly_chart")}
 
     assert charts() == {"explore_graph"}  # one view at a time
-    at.selectbox(key="g_collapse").set_value("module")
-    at.selectbox(key="g_color").set_value("time")
+    at.selectbox(key="explore_graph_color").set_value("phase")
+    at.text_input(key="explore_graph_search").input("addmm")
     at.run()
     _ok(at)
     at.radio(key="explore_view").set_value("Timeline")
@@ -272,6 +272,17 @@ def test_compose_replay_compare_flow(app):
     assert sorted(per_op["replay_id"]) == sorted(ids)
     err = per_op["error"].dropna()
     assert (err.diff().dropna() <= 0).all()  # sorted by error, worst first
+
+    # issue 13 problem 1: the composed benchmark (renumbered ids) is matched through provenance,
+    # and every matched row pairs ops of the same name (4eb7f39 matched by raw id: no such columns)
+    at.selectbox(key="cmp_run").set_value(1)
+    at.run()
+    _ok(at)
+    per_op = next(d.value for d in at.dataframe if "replay_id" in d.value.columns and "error" in d.value.columns)
+    matched = per_op[per_op["original_us"].notna()]
+    assert len(matched) > 0 and (matched["original_name"] == matched["replay_name"]).all()
+    assert set(per_op["original_id"].dropna().astype(int)) <= set(ids)
+    assert any("provenance" in c.value for c in at.caption)
 
 
 def _wait_runs(at, n: int) -> list[dict]:

@@ -15,9 +15,10 @@ The plan asks a `CollectiveBackend` for each collective (`prepare` returns a clo
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from engine.replay.reasons import SkipReason
 

@@ -103,7 +103,7 @@ def run_rank(spec: dict) -> int:
     res.world_size = world
     res.write(rank_dir)
     dist.barrier()
-    if rank == 0:
+    if rank == 0 and spec.get("merge_in_rank0", True):  # under torchrun; our launcher's parent merges
         docs = [jsonio.loads((out / f"rank{r}" / "replay.json").read_bytes()) for r in range(world)]
         merged = merge(docs, world_size=world, mirror_rank=mirror, out_dir=out)
         merged.write(out)

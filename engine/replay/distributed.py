@@ -107,6 +107,7 @@ def replay_distributed(
         "groups": process_groups(trace),
         "out_dir": str(out.resolve()),
         "config": config_to_json(config),
+        "merge_in_rank0": False,  # this process merges (it holds the output folder's lock)
     }
     spec_path = out / "run_spec.json"
     spec_path.write_bytes(jsonio.dumps(spec, option=jsonio.OPT_INDENT_2))
@@ -119,7 +120,7 @@ def replay_distributed(
     )
     docs = [jsonio.loads((out / f"rank{r}" / "replay.json").read_bytes()) for r in range(world)]
     res = merge(docs, world_size=world, mirror_rank=dist.mirror_rank, out_dir=out)
-    res.paths["replay_json"] = str(out / "replay.json")
+    res.write(out)
     report(progress, 1.0, "done")
     return res
 

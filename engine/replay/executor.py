@@ -16,7 +16,8 @@ from __future__ import annotations
 import gc
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -51,6 +52,7 @@ def _rank_ops(trace, rank):
 
 def _make_step(st: OpStep, env: list, device: str, failures: dict, steps: list) -> Callable[[], None]:
     """The closure that runs one op (see module docstring)."""
+    assert st.resolved is not None  # only resolved steps get a runnable closure
     ov = st.resolved.overload
     pos_t = st.pos
     kw_t = st.kw
@@ -101,7 +103,7 @@ def _make_step(st: OpStep, env: list, device: str, failures: dict, steps: list) 
             kw = kw_t
         try:
             res = ov(*a, **kw)
-        except Exception as exc:  # noqa: BLE001 - any op failure is recorded, never fatal
+        except Exception as exc:  # noqa: BLE001 -- any op failure is recorded, never fatal
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             failures[st.index] = f"op {st.op_id} {st.name}: {type(exc).__name__}: {msg[:300]}"
             synthesize_outputs()
@@ -219,6 +221,15 @@ def replay(
 ) -> ReplayResult:
     """Replay `trace` (one rank) per `config`; `op_ids`: exact ET ids to run (e.g. a Subgraph's
     `replay_ids`), default: the operator-selection rule of `config.mode` over the whole rank."""
+    if config.out_dir is not None:  # an unusable output folder fails now, not after the run
+        from engine.outdir import OutputLock
+
+        with OutputLock(config.out_dir, "replay"):
+            return _replay(trace, config=config, op_ids=op_ids, progress=progress, rank=rank)
+    return _replay(trace, config=config, op_ids=op_ids, progress=progress, rank=rank)
+
+
+def _replay(trace, *, config: ReplayConfig, op_ids, progress: Progress | None, rank: int | None) -> ReplayResult:
     with ReplaySession(trace, config=config, op_ids=op_ids, progress=progress, rank=rank) as session:
         total = config.warmup + config.iters
         for it in range(config.warmup):
@@ -294,11 +305,11 @@ class ReplaySession:
         self.gpu_iter_ms: list[float] = []
         self.op_ns: list[list[int]] = []
         self.failures: dict[int, str] = {}
-        self._saved = None
+        self._saved: tuple | None = None
         self._sampler = None
         self._built = False
 
-    def __enter__(self) -> "ReplaySession":
+    def __enter__(self) -> ReplaySession:
         self._saved = (torch.get_num_threads(),)
         if self.n_threads:
             torch.set_num_threads(self.n_threads)
@@ -318,7 +329,7 @@ class ReplaySession:
     def _build(self) -> None:
         plan, device, config, lazy = self.plan, self.device, self.config, self.lazy
         self.gen = gen = torch.Generator().manual_seed(config.seed)
-        self.env = env = [None] * plan.n_slots
+        self.env = env = [None] * plan.n_slots  # type: list[Any]
         self.store = store = StorageManager(device=device, seed=config.seed)
         steps: list[Callable[[], None]] = []
         externals = list(plan.externals.values())
@@ -330,13 +341,24 @@ class ReplaySession:
                 drops.setdefault(e.last_use, []).append(e.slot)
         else:
             store.plan(externals)
+            # progress inside synthesis (issue 13: a whole-resnet replay showed one static message
+            # for the whole fill): by bytes filled, at most every 0.2 s
+            total_b = max(store.total_bytes(), 1)
+            done_b, last_t = 0, 0.0
             for i, e in enumerate(externals):
                 try:
                     env[e.slot] = store.materialize(e, gen)
                 except (RuntimeError, ValueError) as exc:
                     raise TraceError(f"cannot synthesize input tensor {e.rec.tensor_id}: {exc}") from None
-                if i % 200 == 0:
-                    report(self.progress, 0.2 + 0.1 * i / max(len(externals), 1), "synthesizing inputs")
+                done_b += e.rec.nbytes()
+                now = time.perf_counter()
+                if now - last_t > 0.2 or i == len(externals) - 1:
+                    last_t = now
+                    report(
+                        self.progress,
+                        0.2 + 0.1 * min(done_b / total_b, 1.0),
+                        f"synthesizing inputs {i + 1}/{len(externals)} ({done_b / 2**20:,.0f} MB)",
+                    )
         stream_map = {}
         if device.startswith("cuda") and config.streams:
             from engine.replay.streams import assign_streams
@@ -482,7 +504,7 @@ class ReplaySession:
                     **({"collective": st.coll.kind.value} if st.coll is not None else {}),
                 }
             )
-        metrics = {"samples": {}, "summary": {}}
+        metrics: dict[str, Any] = {"samples": {}, "summary": {}}
         if self._sampler is not None:
             self.stop_metrics()
             try:
@@ -504,6 +526,7 @@ class ReplaySession:
             metrics=metrics,
             kineto_path=kineto_path,
             paths=paths,
+            source=source_of(self.trace, self.rank),
             skipped_ops=skipped,
             warnings=notes,
             memory={
@@ -546,7 +569,8 @@ def _meta_threads(trace) -> int | None:
         cand = os.path.join(os.path.dirname(path), base.split("_et.json", 1)[0] + "_meta.json")
         if os.path.isfile(cand):
             try:
-                v = jsonio.loads(open(cand, "rb").read()).get("num_threads")
+                with open(cand, "rb") as f:
+                    v = jsonio.loads(f.read()).get("num_threads")
             except (OSError, jsonio.JSONDecodeError, AttributeError):
                 continue
             if isinstance(v, int) and v > 0:
@@ -588,8 +612,32 @@ def _host_gaps(plan: Plan) -> list[int]:
     return out
 
 
+def source_of(trace, rank) -> dict:
+    """Content hashes of the ET document(s) of `rank` that were replayed (ReplayResult.source)."""
+    srcs = [s for s in (trace.meta.get("sources") or []) if s.get("kind") == "execution_trace"]
+    mine = [s for s in srcs if rank is None or s.get("rank") == rank] or srcs
+    out: dict = {"traces": [{"path": s.get("path"), "sha256": s.get("sha256")} for s in mine if s.get("sha256")]}
+    derived: list[str] = []
+    for s in mine:  # an exported benchmark: its completion marker lists the traces it came from
+        from pathlib import Path
+
+        from engine import jsonio
+        from engine.compose.marker import MARKER
+
+        mk = Path(str(s.get("path", "")).split("!", 1)[0]).parent / MARKER
+        try:
+            doc = jsonio.loads(mk.read_bytes()) if mk.is_file() else {}
+        except (OSError, jsonio.JSONDecodeError):
+            doc = {}
+        derived += [x["sha256"] for x in doc.get("sources", []) if isinstance(x, dict) and x.get("sha256")]
+    if derived:
+        out["derived_from"] = sorted(set(derived))
+    return out
+
+
 def _profile_iteration(plan: Plan, steps, config: ReplayConfig, sync) -> str:
     """One extra labelled iteration under torch.profiler; returns the gzipped Chrome trace path."""
+    import contextlib
     import gzip
     import os
     import shutil
@@ -599,19 +647,31 @@ def _profile_iteration(plan: Plan, steps, config: ReplayConfig, sync) -> str:
     labelled = [_with_label(fn, f"et:{st.op_id}:{st.name}") for fn, st in zip(steps, plan.steps)]
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if config.is_cuda else [])
     out_dir = config.out_dir
+    assert out_dir is not None  # the caller profiles only with an output folder
     out_dir.mkdir(parents=True, exist_ok=True)
     raw = out_dir / "replay_kineto.json"
-    with profile(activities=acts) as prof:
-        with torch.profiler.record_function("ReplayIteration#0"):
-            for fn in labelled:
-                fn()
-            sync()
-    prof.export_chrome_trace(str(raw))
+    with profile(activities=acts) as prof, torch.profiler.record_function("ReplayIteration#0"):
+        for fn in labelled:
+            fn()
+        sync()
+    from engine.outdir import atomic_copy
+
     gz = out_dir / "replay_kineto.json.gz"
-    with open(raw, "rb") as src, gzip.open(gz, "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    os.remove(raw)
+    try:
+        try:
+            prof.export_chrome_trace(str(raw))
+        except (OSError, RuntimeError) as exc:
+            raise TraceError(f"cannot write the replay's Kineto trace: {exc}".splitlines()[0], raw) from None
+
+        def _gzip(src, dst):
+            with gzip.GzipFile(fileobj=dst, mode="wb") as z:
+                shutil.copyfileobj(src, z)
+
+        atomic_copy(raw, gz, _gzip)  # a failed write keeps the previous trace
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(raw)
     return str(gz)
 
 
-__all__ = ["replay", "ReplaySession"]
+__all__ = ["ReplaySession", "replay"]

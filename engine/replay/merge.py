@@ -100,4 +100,5 @@ def merge(
         world_size=world_size,
         ranks=ranks,
         spmd=spmd,
+        source=first.get("source") or {},
     )

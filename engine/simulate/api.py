@@ -42,6 +42,8 @@ def simulate(
     ctx = apply_edits(wspec, trace, cfg, stage="events")
     g = build_graph(ctx.events, cfg)
     ctx.graph = g
+    if "_scale" in g.tasks:  # time factors left by structural edits (e.g. optimizer growth)
+        g.scale_tasks(g.tasks["_scale"].fillna(1.0).to_numpy(np.float64))
     apply_edits(wspec, trace, cfg, stage="graph", ctx=ctx)
     build_s = time.perf_counter() - t0
     report(progress, 0.4, f"scheduling {g.n_tasks} tasks")

@@ -1,1 +1,238 @@
-"""placeholder"""
+"""Per-op-family cost model (Lin et al.-style), torch-free: work from shapes, time from a fitted curve.
+
+Families (a registry; the first whose name pattern matches an op wins):
+    gemm       mm/addmm/bmm/baddbmm/conv/SDPA: work = FLOPs from the shapes
+    embedding  embedding(_bag) lookups and their backward: work = lookups x dim, plus the
+               table-sized gradient buffer the dense backward writes (the reuse term: rows that
+               are looked up again cost nothing extra, the full-table write does)
+    memory     everything else that computes (element-wise, norms, reductions, copies, fills):
+               work = bytes read + written (roofline: memory-bound at these sizes)
+
+Time curve per family: t(w) = a + w / r, a = fixed per-call cost (dispatch, launch, tile
+set-up), r = sustained throughput. Why this shape: it is a roofline with latency, so efficiency
+w / (r t) rises with size and saturates (the "efficiency curve"), and two parameters fit from a
+handful of points. Parameters come from (1) the trace itself: its own ops of the family,
+self time against work, when at least 3 distinct sizes exist (the device the trace ran on),
+else (2) microbenchmarks run on this machine by calibrate.py (cached JSON), else (3) a = 0
+(time proportional to work). A what-if changes an op's time by t(w_new) / t(w_old), so a
+curve's absolute error largely cancels.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+Shapes = list[tuple[int, ...]]
+
+
+def _prod(s: tuple[int, ...]) -> int:
+    return int(math.prod(s)) if s else 1
+
+
+def gemm_flops(name: str, ins: Shapes, outs: Shapes) -> float | None:
+    """FLOPs of a matmul-like op from its input/output shapes (None when they don't fit)."""
+    n = name.split("::")[-1]
+    try:
+        if n in ("mm", "matmul") and len(ins) >= 2 and len(ins[0]) == 2 and len(ins[1]) == 2:
+            (m, k), (_, nn) = ins[0], ins[1]
+            return 2.0 * m * k * nn
+        if n == "addmm" and len(ins) >= 3:
+            (m, k), (_, nn) = ins[1], ins[2]
+            return 2.0 * m * k * nn
+        if n in ("bmm", "baddbmm") and len(ins) >= 2:
+            x, y = (ins[0], ins[1]) if n == "bmm" else (ins[1], ins[2])
+            return 2.0 * x[0] * x[1] * x[2] * y[2]
+        if "scaled_dot_product" in n and len(ins) >= 3 and len(ins[0]) == 4:
+            bs, h, lq, e = ins[0]
+            s = ins[1][2]
+            mult = 8.0 if "backward" in n else 4.0
+            return mult * bs * h * lq * s * e
+        if "conv" in n and outs and len(ins) >= 2:
+            w = ins[1] if "backward" not in n else ins[2] if len(ins) > 2 else ins[1]
+            if len(w) >= 3:
+                per_out = _prod(w[1:])
+                out = outs[0] if "backward" not in n else ins[0]
+                mult = 4.0 if "backward" in n else 2.0
+                return mult * _prod(out) * per_out
+    except (IndexError, TypeError, ValueError):
+        return None
+    return None
+
+
+def embedding_work(name: str, ins: Shapes, outs: Shapes) -> float | None:
+    """lookups x dim (+ table-sized gradient written by the dense backward)."""
+    n = name.split("::")[-1]
+    if n in ("embedding_bag", "_embedding_bag", "embedding", "_embedding_bag_forward_only") and len(ins) >= 2:
+        weight, idx = ins[0], ins[1]
+        if len(weight) == 2:
+            return float(_prod(idx) * weight[1])
+    if "backward" in n and ins and outs:
+        grad, idx = ins[0], ins[1] if len(ins) > 1 else ()
+        dim = grad[-1] if grad else 1
+        table = _prod(outs[0]) if outs and outs[0] else 0
+        return float(_prod(idx) * dim + table)
+    return None
+
+
+def memory_bytes(name: str, ins: Shapes, outs: Shapes, itemsize: float = 4.0) -> float | None:
+    total = sum(_prod(s) for s in ins) + sum(_prod(s) for s in outs)
+    return float(total * itemsize) if total else None
+
+
+@dataclass(kw_only=True, frozen=True, slots=True)
+class Family:
+    name: str
+    pattern: re.Pattern
+    work: Callable[[str, Shapes, Shapes], float | None]
+    unit: str
+
+
+FAMILIES: dict[str, Family] = {}
+
+
+def register_family(f: Family) -> Family:
+    FAMILIES[f.name] = f
+    return f
+
+
+register_family(
+    Family(
+        name="gemm",
+        pattern=re.compile(r"::(mm|addmm|bmm|baddbmm|matmul|.*scaled_dot_product.*|.*convolution.*|conv\d?d)$"),
+        work=gemm_flops,
+        unit="flop",
+    )
+)
+register_family(
+    Family(name="embedding", pattern=re.compile(r"::_?embedding(_bag)?(_.*)?$"), work=embedding_work, unit="elem")
+)
+register_family(Family(name="memory", pattern=re.compile(r"^aten::|^prims::"), work=memory_bytes, unit="byte"))
+
+
+def family_of(name: str) -> Family | None:
+    for f in FAMILIES.values():
+        if f.pattern.search(name):
+            return f
+    return None
+
+
+@dataclass(kw_only=True, slots=True)
+class Curve:
+    """t_us(w) = a_us + w / rate; `source` says where the parameters came from."""
+
+    a_us: float
+    rate: float
+    source: str
+    n: int = 0
+    heldout_err_pct: float | None = None
+
+    def __call__(self, w: np.ndarray | float) -> np.ndarray | float:
+        return self.a_us + np.asarray(w, np.float64) / self.rate
+
+    def to_json(self) -> dict:
+        return {
+            "a_us": self.a_us,
+            "rate_per_us": self.rate,
+            "source": self.source,
+            "n": self.n,
+            "heldout_err_pct": self.heldout_err_pct,
+        }
+
+
+def fit_curve(w: np.ndarray, t: np.ndarray) -> tuple[float, float] | None:
+    """Least squares of relative error for t = a + w/r (a >= 0, r > 0); None if degenerate."""
+    w = np.asarray(w, np.float64)
+    t = np.asarray(t, np.float64)
+    ok = (w > 0) & (t > 0) & np.isfinite(w) & np.isfinite(t)
+    w, t = w[ok], t[ok]
+    if len(np.unique(np.round(np.log(w), 3))) < 3:
+        return None
+    A = np.stack([np.ones_like(w), w], 1) / t[:, None]
+    y = np.ones_like(t)
+    coef, *_ = np.linalg.lstsq(A, y, rcond=None)
+    a, b = float(coef[0]), float(coef[1])
+    # non-negative: drop the offending term and refit the other (a 2-variable NNLS)
+    if b <= 0:
+        return None  # time does not grow with work here: no usable curve
+    if a < 0:
+        b = float(np.sum(A[:, 1]) / np.sum(A[:, 1] ** 2))
+        a = 0.0
+    return a, 1.0 / b
+
+
+def heldout_error(w: np.ndarray, t: np.ndarray, folds: int = 5) -> float | None:
+    """Mean |relative error| (%) on held-out *shapes*: sizes split into folds, fit on the rest."""
+    w = np.asarray(w, np.float64)
+    t = np.asarray(t, np.float64)
+    sizes = np.unique(w)
+    if len(sizes) < 4:
+        return None
+    fold = {s: i % folds for i, s in enumerate(sizes)}
+    k = np.array([fold[x] for x in w])
+    errs = []
+    for f in range(folds):
+        tr, te = k != f, k == f
+        if not te.any():
+            continue
+        p = fit_curve(w[tr], t[tr])
+        if p is None:
+            continue
+        pred = p[0] + w[te] / p[1]
+        errs.extend(np.abs(pred / t[te] - 1).tolist())
+    return 100 * float(np.mean(errs)) if errs else None
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("MYSTIQUE_CACHE_DIR", ".mystique_cache")) / "costmodel"
+
+
+def microbench_curves(device: str = "cpu") -> dict[str, Curve]:
+    """Curves fitted by calibrate.py on this machine (empty when it never ran)."""
+    p = cache_dir() / f"curves_{re.sub(r'[^A-Za-z0-9_]', '_', device)}.json"
+    if not p.exists():
+        return {}
+    try:
+        data = json.loads(p.read_text())
+        return {
+            k: Curve(
+                a_us=v["a_us"],
+                rate=v["rate_per_us"],
+                source="microbench",
+                n=v.get("n", 0),
+                heldout_err_pct=v.get("heldout_err_pct"),
+            )
+            for k, v in data.items()
+        }
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def curves_from_samples(samples: pd.DataFrame, device: str = "cpu") -> dict[str, Curve]:
+    """Per family: in-trace fit (columns family, work, t_us), else microbenchmark, else proportional."""
+    micro = microbench_curves(device)
+    out: dict[str, Curve] = {}
+    for fam in FAMILIES:
+        s = samples[samples["family"] == fam] if len(samples) else samples
+        p = fit_curve(s["work"].to_numpy(), s["t_us"].to_numpy()) if len(s) else None
+        if p is not None:
+            out[fam] = Curve(
+                a_us=p[0],
+                rate=p[1],
+                source="trace",
+                n=len(s),
+                heldout_err_pct=heldout_error(s["work"].to_numpy(), s["t_us"].to_numpy()),
+            )
+        elif fam in micro:
+            out[fam] = micro[fam]
+        else:
+            out[fam] = Curve(a_us=0.0, rate=1.0, source="proportional", n=len(s))
+    return out

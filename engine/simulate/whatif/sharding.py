@@ -1,0 +1,240 @@
+"""Embedding sharding plans over N ranks: predict each rank's embedding time, rank the plans.
+
+Tables come from the ET (`embedding_bag` forward: weight rows x dim, lookups = index count;
+its backward is matched through the index tensor) with their measured forward and backward
+times. A shard (rows', dim', lookups') costs
+
+    t = s * (a + b * lookups' * dim' + c * rows' * dim' + e * lookups')   per direction (fwd, bwd)
+
+(lookup traffic, the table-sized dense gradient, per-lookup index work such as the backward's
+sort of the indices; the reuse term: repeated rows are absorbed in b). (a, b, c, e) come from
+embedding microbenchmarks on this machine (calibrate.py) when they exist, else b = 1, c = 0
+forward and c = 1 backward, e = 0; s is fitted so the model matches the trace's own tables
+(the device the trace ran on).
+
+Plans (a registry, same meaning as engine/compose/shard): table (whole tables round-robin),
+row (every table split row-wise in N, lookups ~1/N each), column (dim/N per rank, all lookups),
+greedy (longest-first onto the least-loaded rank by *predicted time*, splitting tables
+row-wise while that lowers the slowest rank). A plan's embedding time is its slowest rank's;
+the predicted step replaces the original embedding time with it.
+
+Assumptions: indices uniform over rows (row shards get lookups/N); all_to_all exchange of
+pooled embeddings not modelled (equal bytes for every plan at a given N); dense part unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from engine.simulate.costmodel import cache_dir
+from engine.simulate.whatif.spec import Edit, SpecError, bad, register
+
+FWD = ("aten::embedding_bag",)
+BWD = ("aten::_embedding_bag_backward",)
+
+
+@dataclass(kw_only=True, slots=True)
+class Table:
+    index: int
+    rows: int
+    dim: int
+    lookups: int
+    fwd_us: float
+    bwd_us: float
+
+
+@dataclass(kw_only=True, slots=True)
+class Shard:
+    table: int
+    rank: int
+    rows: int
+    dim: int
+    lookups: int
+
+
+def tables_from_trace(trace: Any) -> list[Table]:
+    ops, ten = trace.ops, trace.tensors
+    if ops is None or len(ops) == 0:
+        return []
+    names = ops["name"].astype(str)
+    fwd = ops[names.isin(FWD)]
+    bwd = ops[names.isin(BWD)]
+    tin = ten[ten["io"].astype(str) == "in"]
+    out = []
+    for i, (oid, kdur) in enumerate(zip(fwd["id"], fwd["k_dur_us"])):
+        t = tin[tin["op_id"] == oid].sort_values("arg")
+        if len(t) < 2 or len(t["shape"].iloc[0]) != 2:
+            continue
+        rows, dim = (int(x) for x in t["shape"].iloc[0])
+        idx_tid = int(t["tensor_id"].iloc[1])
+        lookups = int(t["numel"].iloc[1])
+        bt = tin[(tin["op_id"].isin(bwd["id"])) & (tin["arg"] == 1) & (tin["tensor_id"] == idx_tid)]
+        b_us = float(bwd.loc[bwd["id"].isin(bt["op_id"]), "k_dur_us"].sum()) if len(bt) else float("nan")
+        out.append(Table(index=i, rows=rows, dim=dim, lookups=lookups, fwd_us=float(kdur), bwd_us=b_us))
+    return out
+
+
+@dataclass(kw_only=True, slots=True)
+class EmbeddingModel:
+    coef: dict[str, np.ndarray]  # fwd/bwd -> (a, b, c, e)
+    scale: dict[str, float]
+    source: str
+
+    def shard_us(self, rows: int, dim: int, lookups: int) -> float:
+        x = np.array([1.0, lookups * dim, rows * dim, lookups])
+        return sum(self.scale[k] * float(self.coef[k] @ x) for k in ("fwd", "bwd"))
+
+    @classmethod
+    def fit(cls, tables: list[Table], device: str = "cpu") -> EmbeddingModel:
+        coef = {"fwd": np.array([0.0, 1.0, 0.0, 0.0]), "bwd": np.array([0.0, 1.0, 1.0, 0.0])}
+        source = "default"
+        p = cache_dir() / f"embedding_{device}.json"
+        if p.exists():
+            try:
+                d = json.loads(p.read_text())
+                coef = {
+                    k: np.array(
+                        [
+                            d[f"embedding_{k}"][c]
+                            for c in ("a_us", "b_us_per_elem", "c_us_per_row_elem", "e_us_per_lookup")
+                        ]
+                    )
+                    for k in ("fwd", "bwd")
+                }
+                source = "microbench"
+            except (OSError, ValueError, KeyError):
+                pass
+        scale = {}
+        for k in ("fwd", "bwd"):
+            m = np.array([coef[k] @ np.array([1.0, t.lookups * t.dim, t.rows * t.dim, t.lookups]) for t in tables])
+            y = np.array([t.fwd_us if k == "fwd" else t.bwd_us for t in tables])
+            ok = np.isfinite(y) & (m > 0) & (y > 0)
+            scale[k] = float(np.sum(m[ok] / y[ok]) / np.sum((m[ok] / y[ok]) ** 2)) if ok.any() else 0.0
+        return cls(coef=coef, scale=scale, source=source)
+
+
+def _split(n: int, k: int) -> list[int]:
+    return [n // k + (1 if r < n % k else 0) for r in range(k)]
+
+
+def _row(t: Table, k: int) -> list[Shard]:
+    return [
+        Shard(table=t.index, rank=j, rows=r, dim=t.dim, lookups=lk)
+        for j, (r, lk) in enumerate(zip(_split(t.rows, k), _split(t.lookups, k)))
+    ]
+
+
+def plan_table(tables, n, model) -> list[Shard]:
+    return [Shard(table=t.index, rank=t.index % n, rows=t.rows, dim=t.dim, lookups=t.lookups) for t in tables]
+
+
+def plan_row(tables, n, model) -> list[Shard]:
+    return [s for t in tables for s in _row(t, n)]
+
+
+def plan_column(tables, n, model) -> list[Shard]:
+    return [
+        Shard(table=t.index, rank=j, rows=t.rows, dim=d, lookups=t.lookups)
+        for t in tables
+        for j, d in enumerate(_split(t.dim, n))
+        if d
+    ]
+
+
+def _lpt(shards: list[Shard], n: int, model: EmbeddingModel) -> float:
+    load = [0.0] * n
+    for s in sorted(shards, key=lambda s: -model.shard_us(s.rows, s.dim, s.lookups)):
+        r = min(range(n), key=lambda j: (load[j], j))
+        s.rank = r
+        load[r] += model.shard_us(s.rows, s.dim, s.lookups)
+    return max(load)
+
+
+def plan_greedy(tables, n, model) -> list[Shard]:
+    cost = {t.index: model.shard_us(t.rows, t.dim, t.lookups) for t in tables}
+    target = sum(cost.values()) / n
+    k = {t.index: max(1, min(n, math.ceil(cost[t.index] / target - 1e-9))) for t in tables}
+    best = [s for t in tables for s in _row(t, k[t.index])]
+    best_load = _lpt(best, n, model)
+    for _ in range(len(tables) * n):
+        cand = [t for t in tables if k[t.index] < n]
+        if not cand:
+            break
+        big = max(cand, key=lambda t: cost[t.index] / k[t.index])
+        k[big.index] += 1
+        sh = [s for t in tables for s in _row(t, k[t.index])]
+        load = _lpt(sh, n, model)
+        if load < best_load - 1e-9:
+            best, best_load = sh, load
+    return best
+
+
+PLANNERS: dict[str, Callable[[list[Table], int, EmbeddingModel], list[Shard]]] = {
+    "table": plan_table,
+    "row": plan_row,
+    "column": plan_column,
+    "greedy": plan_greedy,
+}
+
+
+def rank_us(shards: list[Shard], n: int, model: EmbeddingModel) -> list[float]:
+    per = [0.0] * n
+    for s in shards:
+        per[s.rank] += model.shard_us(s.rows, s.dim, s.lookups)
+    return per
+
+
+@register
+@dataclass(kw_only=True, slots=True)
+class Sharding(Edit):
+    kind: ClassVar[str] = "sharding"
+    stage: ClassVar[str] = "graph"
+    assumptions: ClassVar[str] = __doc__.split("Assumptions: ", 1)[1].strip().replace("\n", " ")
+    ranks: tuple[int, ...] = (2, 4)
+    plans: tuple[str, ...] = ("table", "row", "column", "greedy")
+
+    def __post_init__(self) -> None:
+        if not self.ranks or any(r < 1 or r > 4096 for r in self.ranks):
+            raise bad("ranks", "must be a non-empty list of ints between 1 and 4096")
+        unknown = [p for p in self.plans if p not in PLANNERS]
+        if unknown or not self.plans:
+            raise bad("plans", f"unknown plan(s) {unknown}; choose from {sorted(PLANNERS)}")
+
+    def apply(self, ctx) -> None:
+        tables = tables_from_trace(ctx.trace)
+        if not tables:
+            raise SpecError("kind", "sharding needs an ET with embedding_bag ops (none found)")
+        model = EmbeddingModel.fit(tables)
+        emb_total = sum(t.fwd_us + (t.bwd_us if np.isfinite(t.bwd_us) else 0.0) for t in tables)
+        from engine.simulate.result import iteration_ms
+
+        step = iteration_ms(ctx.trace.events) or 0.0
+        ranking = {}
+        for n in self.ranks:
+            rows = []
+            for plan in self.plans:
+                per = rank_us(PLANNERS[plan](tables, n, model), n, model)
+                rows.append(
+                    {
+                        "plan": plan,
+                        "slowest_rank_ms": max(per) / 1000,
+                        "per_rank_ms": [round(x / 1000, 4) for x in per],
+                        "predicted_step_ms": step - emb_total / 1000 + max(per) / 1000,
+                    }
+                )
+            rows.sort(key=lambda r: float(r["slowest_rank_ms"]))  # type: ignore[arg-type]
+            ranking[str(n)] = rows
+        ctx.report["sharding"] = {
+            "tables": [
+                {"rows": t.rows, "dim": t.dim, "lookups": t.lookups, "fwd_us": t.fwd_us, "bwd_us": t.bwd_us}
+                for t in tables
+            ],
+            "model": {"source": model.source, "scale": model.scale},
+            "ranking": ranking,
+        }

@@ -1,0 +1,127 @@
+"""What-if page: pick edits, simulate, see the predicted timeline and breakdown next to the original."""
+
+import json
+
+import streamlit as st
+
+from app import state
+from engine.errors import TraceError
+from engine.figures import whatif as wfig
+from engine.simulate.config import SimConfig
+from engine.simulate.whatif.selectors import SELECTORS
+
+st.title("What-if")
+st.caption(
+    "Predict a step from its trace (task graph + list scheduler, engine/simulate), then change the setup. "
+    "Shapes for batch/hidden/layers/sharding come from the ET; load it together with the Kineto trace."
+)
+name = state.trace_picker("Trace", key="wi_trace", kinds=("kineto",))
+if name is None:
+    st.stop()
+
+edits: list[dict] = []
+with st.expander("Edits", expanded=True):
+    c = st.columns(3)
+    if c[0].checkbox("Speed-up", key="wi_sp"):
+        cat = c[0].selectbox("category", sorted(SELECTORS), index=sorted(SELECTORS).index("gemm"), key="wi_sp_cat")
+        fac = c[0].number_input("factor", 0.01, 1000.0, 2.0, key="wi_sp_f")
+        edits.append({"kind": "speedup", "category": cat, "factor": fac})
+    if c[1].checkbox("Layers", key="wi_ly"):
+        mod = c[1].text_input("module regex", r"blocks\.\d+", key="wi_ly_m")
+        cp = c[1].number_input("extra copies", 1, 64, 1, key="wi_ly_c")
+        edits.append({"kind": "layers", "module": mod, "copies": int(cp)})
+    if c[2].checkbox("Batch size", key="wi_bs"):
+        size = c[2].number_input("current batch", 1, 1 << 20, 256, key="wi_bs_n")
+        sc = c[2].number_input("scale", 0.05, 64.0, 2.0, key="wi_bs_s")
+        mult = c[2].text_input("per-sample multiples (e.g. seq len)", "", key="wi_bs_m")
+        edits.append(
+            {
+                "kind": "batch",
+                "size": int(size),
+                "scale": sc,
+                "multiples": [int(x) for x in mult.replace(",", " ").split()],
+            }
+        )
+    c = st.columns(3)
+    if c[0].checkbox("Data-parallel ranks", key="wi_dp"):
+        edits.append(
+            {"kind": "data_parallel", "ranks": int(c[0].number_input("ranks", 1, 1_000_000, 64, key="wi_dp_n"))}
+        )
+    if c[1].checkbox("Embedding sharding plans", key="wi_sh"):
+        rk = c[1].text_input("ranks", "2 4", key="wi_sh_r")
+        edits.append({"kind": "sharding", "ranks": [int(x) for x in rk.replace(",", " ").split()]})
+    spec_text = c[2].text_area(
+        "Spec (JSON, editable)",
+        json.dumps({"version": 1, "edits": edits}, indent=1),
+        height=180,
+        key=f"wi_json_{hash(json.dumps(edits))}",
+    )
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _run(content_hash: str, paths: tuple[str, ...], spec_json: str, cfg_json: str):
+    """Simulate (cached on the trace's content hash + spec); returns plain data for the page."""
+    from engine.simulate import simulate
+
+    trace = state.load_paths(paths)
+    base = simulate(trace, config=SimConfig.from_json(cfg_json))
+    res = simulate(trace, json.loads(spec_json), config=SimConfig.from_json(cfg_json))
+    return base.to_json(), res.to_json(), res.predicted.events, trace.events
+
+
+entry = state.traces()[name]
+try:
+    with st.status("Simulating…", expanded=False) as status:
+        base, res, pred_events, orig_events = _run(
+            entry["hash"], tuple(entry["paths"]), spec_text, SimConfig().to_json()
+        )
+        status.update(
+            label=f"Simulated {res['tasks']:,} tasks at {res['tasks_per_s'] / 1e6:.2f} M tasks/s", state="complete"
+        )
+except (TraceError, ValueError) as exc:
+    st.error(str(exc))
+    st.stop()
+
+c = st.columns(4)
+c[0].metric(
+    "measured iteration ms", "—" if base["measured_iteration_ms"] is None else f"{base['measured_iteration_ms']:.3f}"
+)
+c[1].metric(
+    "simulated, unchanged",
+    f"{base['predicted_iteration_ms']:.3f}",
+    None if base["error_pct"] is None else f"{base['error_pct']:+.2f} % vs measured",
+    delta_color="off",
+)
+c[2].metric(
+    "predicted with edits",
+    f"{res['predicted_iteration_ms']:.3f}",
+    f"{100 * (res['predicted_iteration_ms'] / base['predicted_iteration_ms'] - 1):+.1f} %",
+    delta_color="inverse",
+)
+c[3].metric("tasks / edges", f"{res['tasks']:,} / {sum(res['edges'].values()):,}")
+for w in res["warnings"]:
+    st.warning(w)
+tab_b, tab_t, tab_s, tab_a = st.tabs(["Breakdown", "Timelines", "Sharding", "Assumptions"])
+with tab_b:
+    st.plotly_chart(wfig.breakdown_bars(base["breakdown"], res["breakdown"]), key="wi_bd", width="stretch")
+with tab_t:
+    from engine.figures import compare as cfig
+
+    win = st.number_input(
+        "Window (µs from each start)",
+        100.0,
+        value=float(max(1000.0, base["predicted_iteration_ms"] * 1200)),
+        key="wi_win",
+    )
+    st.plotly_chart(
+        cfig.aligned_timelines(orig_events, pred_events, ("original", "predicted"), window_us=float(win)),
+        key="wi_tl",
+        width="stretch",
+    )
+with tab_s:
+    if "sharding" in res:
+        st.dataframe(wfig.sharding_table(res["sharding"]), hide_index=True, width="stretch")
+    else:
+        st.info("Add the 'Embedding sharding plans' edit to rank plans.")
+with tab_a:
+    st.json({k: v for k, v in res.items() if k in ("assumptions", "dp", "layers", "batch", "cost_model", "edges")})

@@ -1,0 +1,32 @@
+"""What-if page through Streamlit's AppTest on the bundled MLP sample (issue 12)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[1]
+MLP = ROOT / "sample_traces" / "mlp"
+
+
+def test_whatif_page_speedup_and_batch(tmp_path, monkeypatch, cache_dir):
+    if not (MLP / "mlp_et.json.gz").exists():
+        pytest.skip("bundled mlp sample missing (make samples)")
+    monkeypatch.setenv("MYSTIQUE_UI_DIR", str(tmp_path / "ui"))
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=180)
+    at.run()
+    at.switch_page("../pages/whatif.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    metrics = {m.label: m.value for m in at.metric}
+    measured = float(metrics["measured iteration ms"])
+    assert abs(float(metrics["simulated, unchanged"]) / measured - 1) <= 0.03
+    at.checkbox(key="wi_sp").check().run()
+    assert not at.exception, [e.value for e in at.exception]
+    fast = float({m.label: m.value for m in at.metric}["predicted with edits"])
+    assert fast < 0.9 * measured  # GEMMs are most of the MLP step
+    assert any("CPU-only" in w.value for w in at.warning)

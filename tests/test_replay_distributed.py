@@ -16,7 +16,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import ROOT, SAMPLES
 
 FAST = ["--iters", "1", "--warmup", "0"]

@@ -215,9 +215,11 @@ def run_distributed(args: argparse.Namespace, files: list[Path]) -> int:
     from engine.outdir import OutputLock
 
     try:
-        with OutputLock(out, f"mystique replay {' '.join(map(str, files))}"):
-            with progress_bar(f"replay {name} (distributed)", enabled=not args.json) as cb:
-                res = replay_distributed(files, config=cfg, dist=dcfg, out_dir=out, progress=cb)
+        with (
+            OutputLock(out, f"mystique replay {' '.join(map(str, files))}"),
+            progress_bar(f"replay {name} (distributed)", enabled=not args.json) as cb,
+        ):
+            res = replay_distributed(files, config=cfg, dist=dcfg, out_dir=out, progress=cb)
     except RankFailed as exc:
         print(f"mystique replay: error: {exc}", file=sys.stderr)
         return 1

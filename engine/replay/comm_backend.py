@@ -19,7 +19,8 @@ assign to r).
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
 from engine.replay.collectives import Buf, CollectiveCall, CollKind
 from engine.replay.reasons import SkipReason
@@ -49,7 +50,7 @@ class TorchDistBackend:
         self.rank, self.world, self.device = rank, world_size, device
         self.groups = groups or {}
         self.mirror_of = mirror_of
-        self.pending: dict[int, tuple[object, int]] = {}
+        self.pending: dict[int, tuple[Any, int]] = {}
         self.seq_index: dict[int, int] = {}
         self._cur = {"wait": 0, "step_wait": 0, "async": 0}
         self._counts: dict[str, dict[str, int]] = {}

@@ -48,7 +48,7 @@ def breakdown(plan, op_ns: list[list[int]], iter_ms: list[float], backend) -> di
     waits = waits[-n:] if len(waits) >= n else [0] * n
     step_waits = step_waits[-n:] if len(step_waits) >= n else [0] * n
     asyncs = asyncs[-n:] if len(asyncs) >= n else [0] * n
-    rows = {"compute_ms": [], "comm_ms": [], "exposed_comm_ms": [], "idle_ms": []}
+    rows: dict[str, list[float]] = {"compute_ms": [], "comm_ms": [], "exposed_comm_ms": [], "idle_ms": []}
     for row, it, w, sw, a in zip(op_ns, iter_ms, waits, step_waits, asyncs):
         blocking = sum(row[k] for k in comm_idx)
         compute = sum(t for k, t in enumerate(row) if k not in is_comm) - sw

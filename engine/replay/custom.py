@@ -23,7 +23,8 @@ without touching the plan.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from engine.replay.reasons import SkipReason
 
@@ -52,7 +53,9 @@ def _args(schema: str, ins: dict) -> dict[str, tuple[Any, Any, str]]:
         names = [a.name for a in torch._C.parse_schema(schema).arguments] if schema else []
     except RuntimeError:
         names = []
-    return {n: (values[i], shapes[i] if i < len(shapes) else None, types[i]) for i, n in enumerate(names) if i < len(values)}
+    return {
+        n: (values[i], shapes[i] if i < len(shapes) else None, types[i]) for i, n in enumerate(names) if i < len(values)
+    }
 
 
 def _numel(v: Any) -> int | None:
@@ -85,7 +88,9 @@ class _TBE:
         )
 
         cuda = device.startswith("cuda")
-        loc, comp = (EmbeddingLocation.DEVICE, ComputeDevice.CUDA) if cuda else (EmbeddingLocation.HOST, ComputeDevice.CPU)
+        loc, comp = (
+            (EmbeddingLocation.DEVICE, ComputeDevice.CUDA) if cuda else (EmbeddingLocation.HOST, ComputeDevice.CPU)
+        )
         self.module = SplitTableBatchedEmbeddingBagsCodegen(
             embedding_specs=[(self.rows, d, loc, comp) for d in self.dims],
             optimizer=getattr(EmbOptimType, _OPTIMIZERS.get(self.opt, "EXACT_SGD")),
@@ -181,7 +186,11 @@ class FbgemmTBE:
             raise DispatchError(
                 f"op {op_id} {name}: tables/dims/weights/indices not recorded", SkipReason.NO_MATCHING_OVERLOAD
             )
-        dims = [int(max_d)] * tables if max_d and int(max_d) * tables == int(total_d) else [int(total_d) // tables] * tables
+        dims = (
+            [int(max_d)] * tables
+            if max_d and int(max_d) * tables == int(total_d)
+            else [int(total_d) // tables] * tables
+        )
         rows = max(1, w_numel // sum(dims))
         batch = max(1, (n_off - 1) // tables)
         return _TBE(
@@ -189,7 +198,7 @@ class FbgemmTBE:
         )
 
 
-REBUILDERS: list[type] = [FbgemmTBE]
+REBUILDERS: list[type[FbgemmTBE]] = [FbgemmTBE]
 
 
 class CustomOps:

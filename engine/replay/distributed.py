@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,7 +65,7 @@ def plan_ranks(trace, dist: DistConfig) -> tuple[int, dict[int, int]]:
         if dist.mirror_rank not in ranks:
             raise TraceError(f"--mirror-rank {dist.mirror_rank}: the trace holds ranks {ranks}")
         world = dist.world_size or 2
-        return world, {r: dist.mirror_rank for r in range(world)}
+        return world, dict.fromkeys(range(world), dist.mirror_rank)
     world = dist.world_size or len(ranks)
     if world != len(ranks):
         hint = " (one rank's trace: run it as N symmetric ranks with --mirror-rank R)" if len(ranks) == 1 else ""
@@ -73,7 +74,7 @@ def plan_ranks(trace, dist: DistConfig) -> tuple[int, dict[int, int]]:
 
 
 def replay_distributed(
-    paths: list[str | os.PathLike],
+    paths: Sequence[str | os.PathLike],
     *,
     config: ReplayConfig,
     dist: DistConfig,
@@ -85,21 +86,21 @@ def replay_distributed(
     from engine.replay.merge import merge
     from engine.replay.seqcheck import check_sequences, process_groups, sequences
 
-    paths = [str(p) for p in paths]
+    names = [str(p) for p in paths]
     report(progress, 0.0, "loading trace")
-    trace = T.load(*paths)
+    trace = T.load(*names)
     world, rank_map = plan_ranks(trace, dist)
     if dist.check and dist.mirror_rank is None and world > 1:
         report(progress, 0.05, "checking collective sequences")
         check_sequences(
-            sequences(trace, sorted(set(rank_map.values())), config.mode), paths[0] if len(paths) == 1 else None
+            sequences(trace, sorted(set(rank_map.values())), config.mode), names[0] if len(names) == 1 else None
         )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for stale in [out / "replay.json", *out.glob("rank*/replay.json")]:
         stale.unlink(missing_ok=True)
     spec = {
-        "paths": [os.path.abspath(p) for p in paths],
+        "paths": [os.path.abspath(p) for p in names],
         "rank_map": {str(k): v for k, v in rank_map.items()},
         "world_size": world,
         "mirror_rank": dist.mirror_rank,

@@ -23,11 +23,11 @@ import torch
 
 from engine.errors import TraceError
 from engine.progress import Progress, report
+from engine.replay.commstats import breakdown, executed_collectives
 from engine.replay.config import ReplayConfig
 from engine.replay.memory import available_bytes, estimate, skip_oversized
 from engine.replay.plan import OpStep, Plan, build_plan
 from engine.replay.reasons import SkipReason
-from engine.replay.commstats import breakdown, executed_collectives
 from engine.replay.result import ReplayResult, coverage_report
 from engine.replay.tensors import StorageManager, empty_like_rec
 

@@ -11,11 +11,10 @@ the device (their consumers then skip too) with a clear reason.
 
 from __future__ import annotations
 
-from engine.replay.reasons import SkipReason
-
 from dataclasses import dataclass
 
 from engine.replay.plan import Plan
+from engine.replay.reasons import SkipReason
 
 HEADROOM = 0.8  # use at most this fraction of the free memory
 

@@ -55,7 +55,7 @@ def merge(
     """`rank_docs`: each rank's `ReplayResult.to_json()` (with config.rank = recorded rank), in rank order."""
     n = min(len(d.get("iteration_ms") or []) for d in rank_docs) if rank_docs else 0
     iters = [max(d["iteration_ms"][i] for d in rank_docs) for i in range(n)]
-    ranks = []
+    ranks: list[dict] = []
     for r, d in enumerate(rank_docs):
         it = d.get("iteration_ms") or []
         ranks.append(
@@ -72,9 +72,10 @@ def merge(
                 "skipped_ops": (d.get("skipped_ops") or [])[:50],
             }
         )
-    slowest = max(range(len(rank_docs)), key=lambda r: ranks[r]["median_ms"] or 0.0) if rank_docs else 0
+    medians = [float(r["median_ms"] or 0.0) for r in ranks]
+    slowest = max(range(len(medians)), key=medians.__getitem__) if medians else 0
     first = rank_docs[0] if rank_docs else {}
-    paths = {f"kineto_rank{r['rank']}": r["kineto_path"] for r in ranks if r["kineto_path"]}
+    paths: dict[str, str] = {f"kineto_rank{r['rank']}": str(r["kineto_path"]) for r in ranks if r["kineto_path"]}
     if out_dir is not None:
         paths["out_dir"] = str(out_dir)
     spmd = (

@@ -250,7 +250,7 @@ def build_plan(
             except DispatchError as e:
                 st.reason, st.detail = e.reason, str(e)
                 continue
-            for arg, sub, rec, t in _iter_tensors(outs):
+            for arg, sub, rec, _t in _iter_tensors(outs):
                 if rec is None or rec.check():
                     continue
                 st.outs.append((arg, sub, n_slots, rec))

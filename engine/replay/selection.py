@@ -22,7 +22,7 @@ def with_comm_records(ops: pd.DataFrame, ids: list[int]) -> list[int]:
     cand = np.flatnonzero(names == "record_param_comms")
     if len(cand) == 0:
         return list(ids)
-    chosen = set(int(i) for i in ids)
+    chosen = {int(i) for i in ids}
     parent = dict(zip(ops["id"].astype(int), ops["parent"].astype(int)))
     op_ids = ops["id"].astype(int).to_numpy()
     extra = []

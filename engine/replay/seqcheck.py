@@ -9,14 +9,13 @@ once (exit 2), with nothing started.
 from __future__ import annotations
 
 import json
-
-import pandas as pd
+from typing import Literal
 
 from engine.errors import TraceError
 from engine.replay.collectives import CollectiveCall, CollKind, collective_call, is_collective
 
 
-def rank_collectives(trace, rank: int, mode: str = "top") -> list[CollectiveCall]:
+def rank_collectives(trace, rank: int, mode: Literal["top", "leaf"] = "top") -> list[CollectiveCall]:
     """The collectives a distributed replay of `rank` issues, in op order."""
     from engine.graph import replay_ops
     from engine.replay.plan import _param_comms_by_parent
@@ -65,7 +64,7 @@ def process_groups(trace) -> list[dict]:
         if not name or name == "0" or name in groups:
             continue
         start, stride, size = a.get("global_rank_start"), a.get("global_rank_stride"), a.get("pg_size")
-        if all(isinstance(x, int) for x in (start, stride, size)) and stride > 0:
+        if isinstance(start, int) and isinstance(stride, int) and isinstance(size, int) and stride > 0:
             groups[name] = [start + i * stride for i in range(size)]
         else:
             groups[name] = []
@@ -120,8 +119,8 @@ def _splits_agree(a: CollectiveCall, b: CollectiveCall, ra: int, rb: int) -> boo
     return a.in_splits[rb] == b.out_splits[ra]
 
 
-def sequences(trace, ranks: list[int], mode: str = "top") -> dict[int, list[CollectiveCall]]:
+def sequences(trace, ranks: list[int], mode: Literal["top", "leaf"] = "top") -> dict[int, list[CollectiveCall]]:
     return {r: rank_collectives(trace, r, mode) for r in ranks}
 
 
-__all__ = ["rank_collectives", "process_groups", "check_sequences", "sequences", "pd"]
+__all__ = ["check_sequences", "process_groups", "rank_collectives", "sequences"]

@@ -76,7 +76,9 @@ def test_data_parallel_1024_ranks_by_symmetry(shared_traces, cache_dir):
 
     tr = load(str(shared_traces / "hta_trace_diff" / "control.json.gz"))
     same = simulate(tr, _spec({"kind": "data_parallel", "ranks": 8}))
-    assert same.predicted_iteration_ms == pytest.approx(same.measured_iteration_ms or simulate(tr).predicted_iteration_ms, rel=1e-6)
+    assert same.predicted_iteration_ms == pytest.approx(
+        same.measured_iteration_ms or simulate(tr).predicted_iteration_ms, rel=1e-6
+    )
     t0 = time.perf_counter()
     big = simulate(tr, _spec({"kind": "data_parallel", "ranks": 1024}))
     assert time.perf_counter() - t0 < 60
@@ -122,3 +124,18 @@ def test_spec_errors_name_the_field(spec, field):
         WhatIfSpec.parse(spec)
     assert ei.value.field == field
     assert f"'{field}'" in str(ei.value)
+
+
+def test_hidden_size_grows_gemms_and_optimizer(cache_dir):
+    from engine.simulate import simulate
+
+    tr = _sample("mlp")
+    base = simulate(tr)
+    r = simulate(tr, _spec({"kind": "hidden", "size": 1024, "scale": 2.0}))
+    assert r.extra["hidden"][0]["tasks_rescaled"] > 20
+    n0 = base.predicted.events["name"].astype(str)
+    n1 = r.predicted.events["name"].astype(str)
+    opt0 = base.predicted.events.loc[n0 == "## optimizer ##", "dur_us"].sum()
+    opt1 = r.predicted.events.loc[n1 == "## optimizer ##", "dur_us"].sum()
+    assert opt1 > 1.3 * opt0  # parameters with a hidden dimension grow
+    assert r.predicted_iteration_ms > 1.5 * base.predicted_iteration_ms

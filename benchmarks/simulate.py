@@ -409,7 +409,7 @@ def costmodel() -> dict:
 
     micro = calibrate("cpu", 1)
     in_trace = {}
-    for name, (model, _, edits) in WHATIFS.items():
+    for model, _, edits in WHATIFS.values():
         if edits[0]["kind"] != "batch":
             continue
         r = simulate(_pair(SAMPLES / model, model), {"version": 1, "edits": edits})

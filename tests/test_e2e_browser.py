@@ -34,7 +34,7 @@ FLAGS = (
 
 def _need_browser():
     try:
-        import selenium  # noqa: F401
+        import selenium  # noqa: F401 -- availability probe
     except ImportError:
         pytest.skip("selenium is not installed (pip install selenium; it is in the test extra)")
     for exe in (CHROMIUM, CHROMEDRIVER):

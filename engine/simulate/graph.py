@@ -391,11 +391,7 @@ def _sync_streams(events: pd.DataFrame) -> dict[tuple[int, int], int]:
     if cs.empty:
         return {}
     cs = cs[_cols.isin(cs["name"], ("Stream Sync",)) & cs["stream"].notna() & cs["correlation"].notna()]
-    return {
-        (int(r), int(c)): int(s)
-        for r, c, s in zip(cs["rank"], cs["correlation"], cs["stream"])
-        if int(s) >= 0  # type: ignore[arg-type]
-    }
+    return {(int(r), int(c)): int(s) for r, c, s in zip(cs["rank"], cs["correlation"], cs["stream"]) if int(s) >= 0}
 
 
 def _sync_edges(g: TaskGraph, cfg: SimConfig, events: pd.DataFrame) -> None:

@@ -41,7 +41,7 @@ def op_shapes(trace: Any, op_ids: np.ndarray) -> dict[int, tuple[list, list, flo
         ins = [s for s, k in zip(shapes, io) if k == "in"]
         outs = [s for s, k in zip(shapes, io) if k == "out"]
         item = float(grp["itemsize"].mean()) if len(grp) else 4.0
-        out[int(op)] = (ins, outs, item)  # type: ignore[call-overload]
+        out[int(op)] = (ins, outs, item)
     return out
 
 

@@ -124,3 +124,30 @@ def test_spec_errors_name_the_field(spec, field):
         WhatIfSpec.parse(spec)
     assert ei.value.field == field
     assert f"'{field}'" in str(ei.value)
+
+
+def test_hidden_size_grows_gemms_and_optimizer(cache_dir):
+    from engine.simulate import simulate
+
+    tr = _sample("mlp")
+    base = simulate(tr)
+    r = simulate(tr, _spec({"kind": "hidden", "size": 1024, "scale": 2.0}))
+    assert r.extra["hidden"][0]["tasks_rescaled"] > 20
+    n0 = base.predicted.events["name"].astype(str)
+    n1 = r.predicted.events["name"].astype(str)
+    opt0 = base.predicted.events.loc[n0 == "## optimizer ##", "dur_us"].sum()
+    opt1 = r.predicted.events.loc[n1 == "## optimizer ##", "dur_us"].sum()
+    assert opt1 > 1.3 * opt0  # parameters with a hidden dimension grow
+    assert r.predicted_iteration_ms > 1.5 * base.predicted_iteration_ms
+
+
+def test_pipeline_1f1b(cache_dir):
+    from engine.simulate import simulate
+
+    tr = _sample("transformer")
+    one = simulate(tr, _spec({"kind": "pipeline", "stages": 1, "microbatches": 1})).extra["pipeline"]
+    assert one["predicted_step_ms"] == pytest.approx(one["unpipelined_step_ms"], rel=1e-9)  # identity
+    p = simulate(tr, _spec({"kind": "pipeline", "stages": 4, "microbatches": 8})).extra["pipeline"]
+    assert p["bubble_fraction"] == pytest.approx(3 / 11)
+    more = simulate(tr, _spec({"kind": "pipeline", "stages": 4, "microbatches": 32})).extra["pipeline"]
+    assert more["predicted_step_ms"] < p["predicted_step_ms"] < one["predicted_step_ms"]

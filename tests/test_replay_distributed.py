@@ -73,6 +73,17 @@ def test_two_rank_sample_replays_with_collectives_and_merged_result(tmp_path, ca
     assert doc["median_ms"] == pytest.approx(
         max(r["iteration_ms"][0] for r in doc["ranks"]), rel=1e-6
     )  # iteration = slowest rank
+    # the dashboard's per-rank views read exactly these keys
+    from engine.figures import ranks as rfig
+    from engine.replay.distributed import capture_rank_medians
+
+    table = rfig.rank_table(doc)
+    assert list(table["rank"]) == [0, 1] and (table["compute"] > 0).all() and (table["coverage"] >= 0.99).all()
+    assert [t.name for t in rfig.rank_bars(doc).data] == ["compute", "communication", "exposed communication", "idle"]
+    medians = capture_rank_medians(sorted((SAMPLES / name).glob("*_et.json.gz")))
+    assert set(medians) == {0, 1}
+    side = rfig.ranks_side_by_side(rfig.original_rank_ms(trace, medians), doc)
+    assert list(side.data[0].y) == [medians[0], medians[1]]
     kin = [r["kineto_path"] for r in doc["ranks"]]
     replayed = T.load(*kin)
     assert replayed.meta["ranks"] == [0, 1]

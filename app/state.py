@@ -536,3 +536,31 @@ def default_window(paths: tuple[str, ...], rank: int | None) -> tuple[float, flo
     if rank is not None and "rank" in ev.columns:
         ev = ev[ev["rank"] == rank]
     return tuple(float(x) for x in _dw(ev))
+
+
+@st.cache_data(max_entries=16, show_spinner="Analysing…")
+def analysis_tables(paths: tuple[str, ...]) -> dict:
+    """Temporal breakdown, kernel table, steps and straggler table of a trace (cached on paths)."""
+    from engine.figures import analysis
+
+    ev = load_paths(paths).events
+    return {
+        "breakdown": analysis.temporal_breakdown(ev),
+        "kernels": analysis.kernel_table(ev),
+        "steps": analysis.steps(ev),
+        "stragglers": analysis.straggler_table(ev),
+    }
+
+
+@st.cache_data(max_entries=16, show_spinner="Finding the critical path…")
+def critical_path(paths: tuple[str, ...], start_us: float, end_us: float, rank: int | None):
+    from engine.figures.analysis import critical_path as cp
+
+    return cp(load_paths(paths).events, start_us, end_us, rank)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def rank_timelines_fig(paths: tuple[str, ...], window_us: float | None):
+    from engine.figures.analysis import rank_timelines
+
+    return rank_timelines(load_paths(paths).events, window_us)

@@ -352,6 +352,10 @@ def test_cli_exported_benchmark_folder_replays_each_rank(tmp_path, capsys, cache
         )
         (bench / f"rank_{r}.et.json").write_bytes(gzip.decompress(gz.read_bytes()))
     (bench / "spec.json").write_text(json.dumps({"name": "bench", "ranks": [0, 1]}))
+    from engine.compose.marker import MARKER, marker_doc
+
+    # an exported folder is replayed only with its completion marker (written last by export)
+    (bench / MARKER).write_text(json.dumps(marker_doc(2, {r: bench / f"rank_{r}.et.json" for r in (0, 1)}, [])))
     out = tmp_path / "out"
     assert (
         main(["replay", str(bench), "--iters", "1", "--warmup", "0", "--out", str(out), "--json", "--no-profile"]) == 0

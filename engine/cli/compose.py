@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 
 from engine.cli.common import print_json, progress_bar
+from engine.errors import TraceError
 
 
 def register(subparsers) -> None:
@@ -23,15 +24,36 @@ def register(subparsers) -> None:
         "--script", action="store_true", help="also write run_benchmark.py: a standalone replay needing only torch"
     )
     p.add_argument("--no-validate", action="store_true", help="skip the structural/meta validation of the ETs")
+    p.add_argument(
+        "--limits",
+        default=None,
+        help="JSON file of compose size limits overriding the defaults "
+        "(max_nodes, max_tensors, max_bytes, max_ranks, max_sources, max_segments)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from engine.compose import compose, export, load_spec, validate_et
 
+    from engine.compose.limits import ComposeLimits
+    from engine.outdir import OutputLock
+
     spec = load_spec(args.spec)
-    with progress_bar("compose", enabled=not args.json) as cb:
-        bench = compose(spec, progress=cb)
+    limits = ComposeLimits()
+    if args.limits:
+        from engine.compose.spec import read_json_file
+
+        try:
+            limits = ComposeLimits.from_json(read_json_file(args.limits, "compose limits"))
+        except TraceError as exc:
+            raise TraceError(exc.problem, exc.path or args.limits) from None
+    # the output folder is checked and locked before the composition, not after it
+    with OutputLock(args.out, f"mystique compose {args.spec}"), progress_bar("compose", enabled=not args.json) as cb:
+        try:
+            bench = compose(spec, progress=cb, limits=limits)
+        except TraceError as exc:
+            raise TraceError(exc.problem, exc.path or args.spec) from None
         res = export(bench, args.out)
     checks = {}
     if not args.no_validate:

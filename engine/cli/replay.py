@@ -91,6 +91,9 @@ def resolve_inputs(trace: str, kineto: str | None, rank: int | None) -> list[tup
     if p.is_dir():
         rank_files = sorted(p.glob("rank_*.et.json*"))
         if (p / "spec.json").is_file() and rank_files:
+            from engine.compose.marker import check_folder
+
+            check_folder(p)  # an interrupted compose is not replayed as a complete benchmark
             meta = _spec_meta(p / "spec.json")
             out = []
             for f in rank_files:
@@ -121,6 +124,7 @@ def resolve_inputs(trace: str, kineto: str | None, rank: int | None) -> list[tup
 
 def run(args: argparse.Namespace) -> int:
     import engine.trace as T
+    from engine.outdir import OutputLock
     from engine.replay import ReplayConfig, replay
 
     jobs = resolve_inputs(args.trace, args.kineto, args.rank)
@@ -129,76 +133,83 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.out) if args.out else Path("replay_out") / name
         if len(jobs) > 1:
             out = out / f"rank_{rank}"
-        threads = args.threads or (meta.get("num_threads") if isinstance(meta.get("num_threads"), int) else None)
-        cfg = ReplayConfig(
-            device=args.device,
-            warmup=args.warmup,
-            iters=args.iters,
-            mode=args.mode,
-            streams=not args.no_streams,
-            host_gaps=args.host_gaps,
-            lazy=True if args.lazy else "auto",
-            profile=not args.no_profile,
-            out_dir=out,
-            allow_trace_code=args.allow_trace_code,
-            num_threads=threads,
-        )
-        with progress_bar(f"replay {name}", enabled=not args.json) as cb:
-            trace = T.load(*paths, progress=None)
-            ranks_present = set(trace.ops["rank"].astype(int).tolist()) if trace.has_et else set()
-            # an exported rank file may carry rank 0 inside: replay what the file holds
-            try:
-                res = replay(
-                    trace,
-                    config=cfg,
-                    progress=cb,
-                    rank=rank if rank in ranks_present or len(ranks_present) != 1 else None,
-                )
-            except TraceError as exc:
-                if exc.path is None:  # name the file in the one-line message
-                    raise TraceError(exc.problem, paths[0]) from None
-                raise
-        res.paths["trace"] = str(paths[0])
-        path = res.write(out)
-        cov = res.coverage
-        summary = {
-            "name": name,
-            "rank": rank,
-            "iteration_ms": [round(x, 4) for x in res.iteration_ms],
-            "median_ms": round(res.median_ms, 4),
-            "coverage": {
-                k: cov[k]
-                for k in (
-                    "selected",
-                    "replayed",
-                    "substituted",
-                    "skipped",
-                    "by_reason",
-                    "selected_compute",
-                    "replayed_compute",
-                    "compute_rate",
-                )
-            },
-            "metrics": res.metrics.get("summary", {}),
-            "paths": {**res.paths, "replay_json": str(path)},
-            "device": res.device,
-        }
-        if meta.get("median_ms"):
-            summary["original_median_ms"] = meta["median_ms"]
-        results[rank if rank is not None else 0] = summary
-        if not args.json:
-            orig = f" (original {meta['median_ms']:.2f} ms)" if meta.get("median_ms") else ""
-            print(
-                f"{name}: median {res.median_ms:.2f} ms over {len(res.iteration_ms)} iterations on {res.device}{orig}"
+        # checked (and locked against a second writer) before the run, not after it
+        with OutputLock(out, f"mystique replay {args.trace}"):
+            results[rank if rank is not None else 0] = _run_one(
+                args, T, ReplayConfig, replay, rank, paths, meta, name, out
             )
-            print(
-                f"  ops: {cov['selected']} selected, {cov['replayed']} replayed "
-                f"({cov['substituted']} substituted), {cov['skipped']} skipped; compute "
-                f"{cov['replayed_compute']}/{cov['selected_compute']} ({cov['compute_rate']:.1%})"
-            )
-            for reason, n in cov["by_reason"].items():
-                print(f"    {n:>5} x {reason}")
-            print(f"  wrote {path}" + (f" and {res.kineto_path}" if res.kineto_path else ""))
     if args.json:
         print_json(next(iter(results.values())) if len(results) == 1 else {"ranks": results})
     return 0
+
+
+def _run_one(args, T, ReplayConfig, replay, rank, paths, meta, name, out) -> dict:
+    """Replay one rank into `out` (locked by the caller); prints the text report; returns the summary."""
+    threads = args.threads or (meta.get("num_threads") if isinstance(meta.get("num_threads"), int) else None)
+    cfg = ReplayConfig(
+        device=args.device,
+        warmup=args.warmup,
+        iters=args.iters,
+        mode=args.mode,
+        streams=not args.no_streams,
+        host_gaps=args.host_gaps,
+        lazy=True if args.lazy else "auto",
+        profile=not args.no_profile,
+        out_dir=out,
+        allow_trace_code=args.allow_trace_code,
+        num_threads=threads,
+    )
+    with progress_bar(f"replay {name}", enabled=not args.json) as cb:
+        trace = T.load(*paths, progress=None)
+        ranks_present = set(trace.ops["rank"].astype(int).tolist()) if trace.has_et else set()
+        # an exported rank file may carry rank 0 inside: replay what the file holds
+        try:
+            res = replay(
+                trace,
+                config=cfg,
+                progress=cb,
+                rank=rank if rank in ranks_present or len(ranks_present) != 1 else None,
+            )
+        except TraceError as exc:
+            if exc.path is None:  # name the file in the one-line message
+                raise TraceError(exc.problem, paths[0]) from None
+            raise
+    res.paths["trace"] = str(paths[0])
+    path = res.write(out)
+    cov = res.coverage
+    summary = {
+        "name": name,
+        "rank": rank,
+        "iteration_ms": [round(x, 4) for x in res.iteration_ms],
+        "median_ms": round(res.median_ms, 4),
+        "coverage": {
+            k: cov[k]
+            for k in (
+                "selected",
+                "replayed",
+                "substituted",
+                "skipped",
+                "by_reason",
+                "selected_compute",
+                "replayed_compute",
+                "compute_rate",
+            )
+        },
+        "metrics": res.metrics.get("summary", {}),
+        "paths": {**res.paths, "replay_json": str(path)},
+        "device": res.device,
+    }
+    if meta.get("median_ms"):
+        summary["original_median_ms"] = meta["median_ms"]
+    if not args.json:
+        orig = f" (original {meta['median_ms']:.2f} ms)" if meta.get("median_ms") else ""
+        print(f"{name}: median {res.median_ms:.2f} ms over {len(res.iteration_ms)} iterations on {res.device}{orig}")
+        print(
+            f"  ops: {cov['selected']} selected, {cov['replayed']} replayed "
+            f"({cov['substituted']} substituted), {cov['skipped']} skipped; compute "
+            f"{cov['replayed_compute']}/{cov['selected_compute']} ({cov['compute_rate']:.1%})"
+        )
+        for reason, n in cov["by_reason"].items():
+            print(f"    {n:>5} x {reason}")
+        print(f"  wrote {path}" + (f" and {res.kineto_path}" if res.kineto_path else ""))
+    return summary

@@ -37,8 +37,12 @@ def load_replay_json(path: str | os.PathLike) -> dict[str, Any] | None:
     file; None otherwise (then the caller treats `path` as a trace)."""
     from engine.compare.replay import validate_replay
 
+    from engine.compare.checks import check_replay_folder
+
     p = Path(path)
     f = p / "replay.json" if p.is_dir() else p
+    if p.is_dir() or f.name.endswith("replay.json"):
+        check_replay_folder(p)  # a killed run's folder or a Kineto-only leftover
     if not (f.is_file() and f.name.endswith("replay.json")):
         return None
     try:
@@ -46,4 +50,7 @@ def load_replay_json(path: str | os.PathLike) -> dict[str, Any] | None:
     except (OSError, jsonio.JSONDecodeError) as exc:
         raise TraceError(f"cannot read replay result: {exc}", f) from None
     validate_replay(data, str(f))
+    data.setdefault("paths", {})
+    if isinstance(data["paths"], dict):
+        data["paths"]["replay_json"] = str(f)  # errors found later name this file
     return data

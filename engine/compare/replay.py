@@ -60,6 +60,9 @@ def validate_replay(replay: dict[str, Any], path: str | None = None) -> None:
         raise TraceError(f"replay result lacks {', '.join(missing)}", path)
     if not isinstance(replay["per_op"], list) or not isinstance(replay["iteration_ms"], list):
         raise TraceError("replay result per_op and iteration_ms must be lists", path)
+    from engine.compare.checks import check_per_op
+
+    check_per_op(replay, path)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -114,8 +117,13 @@ def compare_replay(
     provenance: dict[int, dict] | None = None,
 ) -> Comparison:
     """Compare an original Trace (+ capture meta) with a replay result dict (see module doc)."""
-    validate_replay(replay)
+    from engine.compare.checks import check_device, check_source
+
+    path = ((replay.get("paths") or {}).get("replay_json")) if isinstance(replay, dict) else None
+    validate_replay(replay, path)
     cmp = Comparison(kind="replay")
+    check_source(original, replay, path, cmp.warnings)  # a replay of another trace is refused
+    check_device(original, original_meta, replay, cmp.warnings)
     o_ms, source = original_step_ms(original, original_meta)
     r_ms = float(replay["median_ms"]) if replay.get("median_ms") is not None else math.nan
     cmp.e2e = {

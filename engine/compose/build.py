@@ -12,12 +12,13 @@ repeat by repeat). Tensor identity (Lumos-style layer duplication):
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from engine.compose.nodes import ROOT_ID, label_node, node_from_row, root_node, set_slot, tensors_of, is_defined
+from engine.compose.nodes import ROOT_ID, is_defined, label_node, node_from_row, root_node, set_slot, tensors_of
 from engine.compose.spec import BenchmarkSpec
 from engine.errors import TraceError
 from engine.progress import Progress, report, scaled
@@ -217,35 +218,63 @@ def _emit_repeat(
     return out_nodes
 
 
-def compose(spec: BenchmarkSpec, progress: Progress | None = None) -> "Benchmark":
-    """Build the benchmark a spec describes (see module docstring and engine.compose)."""
+def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) -> Benchmark:
+    """Build the benchmark a spec describes (see module docstring and engine.compose).
+    `limits` (engine.compose.limits.ComposeLimits, default its defaults) bounds the size,
+    checked on an estimate before any node is built."""
     import engine.trace as et_load
+    from engine.compose.limits import ComposeLimits, estimate
     from engine.graph import select, selection_from_dict
 
     if not isinstance(spec, BenchmarkSpec):
         raise TraceError(f"compose() needs a BenchmarkSpec, not {type(spec).__name__}")
+    limits = limits if limits is not None else ComposeLimits()
+    limits.check_spec(spec)
     paths = spec.source_paths()
     traces = []
+    loaded: dict = {}  # a source listed many times is loaded once
     for k, p in enumerate(paths):
         report(progress, 0.3 * k / len(paths), f"loading {p.name}")
         if not p.exists():
             raise TraceError(f"sources[{k}]: trace not found", p)
-        traces.append(et_load.load(p))
+        key = str(p.resolve())
+        if key not in loaded:
+            loaded[key] = et_load.load(p)
+        traces.append(loaded[key])
+    prepared = []
+    memo: dict = {}  # the same selection on the same trace is computed once
+    for si, seg in enumerate(spec.segments):
+        report(progress, 0.3 + 0.1 * si / len(spec.segments), f"selecting segment {si}")
+        trace = traces[seg.source]
+        key = (id(trace), json.dumps(seg.selection, sort_keys=True, default=str))
+        if key not in memo:
+            try:
+                sub = select(trace, selection_from_dict(seg.selection))
+            except TraceError as e:
+                raise TraceError(f"segments[{si}]: {e.problem}", paths[seg.source]) from None
+            if not sub.replay_ids:
+                raise TraceError(f"segments[{si}]: selection has no replayable operators", paths[seg.source])
+            memo[key] = (sub, *_segment_nodes(trace, sub))
+        prepared.append(memo[key])
+    world = spec.sharding.world_size if spec.sharding is not None else 1
+    limits.check(
+        estimate(
+            [
+                (len(sn), sum(1 for n in sn for _ in tensors_of(n)), seg.repeat)
+                for seg, (_, sn, _r) in zip(spec.segments, prepared)
+            ],
+            world,
+        )
+    )
     ids = _Ids(max(_max_tensor_id(t) for t in traces) + 1)
     nodes: list[dict] = [root_node()]
     replay: list[int] = []
     seg_meta = []
     canon_maps: dict = {}
     for si, seg in enumerate(spec.segments):
-        report(progress, 0.3 + 0.3 * si / len(spec.segments), f"segment {si}")
+        report(progress, 0.4 + 0.2 * si / len(spec.segments), f"segment {si}")
         trace = traces[seg.source]
-        try:
-            sub = select(trace, selection_from_dict(seg.selection))
-        except TraceError as e:
-            raise TraceError(f"segments[{si}]: {e.problem}", paths[seg.source]) from None
-        if not sub.replay_ids:
-            raise TraceError(f"segments[{si}]: selection has no replayable operators", paths[seg.source])
-        seg_nodes, seg_replay = _segment_nodes(trace, sub)
+        sub, seg_nodes, seg_replay = prepared[si]
         pairs = {}
         if seg.repeat > 1:
             from engine.compose.transforms.scale import _param_storages
@@ -293,7 +322,7 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None) -> "Benchmark
                 "ops": len(seg_nodes),
                 "replay_ops": len(seg_replay),
                 "chained_inputs": len(pairs),
-                "external_inputs": int(len(sub.external_inputs)),
+                "external_inputs": len(sub.external_inputs),
                 "node_ids": [first_rep_node, ids.node],
             }
         )

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from engine import jsonio
 from engine.compose.nodes import is_defined, tensors_of
+from engine.errors import TraceError
 from engine.progress import Progress, report
 
 
@@ -69,34 +70,54 @@ and, with `mystique compose --script`, `run_benchmark.py` (standalone, needs onl
 
 
 def export(bench, out_dir: str | os.PathLike, progress: Progress | None = None, script: bool = False) -> dict:
-    """Write the benchmark folder; returns {"dir", "spec", "ranks": {r: path}, "summary"[, "script"]}."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    spec = bench.spec.to_dict()
-    spec["sources"] = [str(p) for p in bench.spec.source_paths()]
-    (out / "spec.json").write_bytes(jsonio.dumps(spec, option=jsonio.OPT_INDENT_2))
-    paths = {}
-    for k, r in enumerate(sorted(bench.ranks)):
-        report(progress, k / max(bench.world_size, 1), f"writing rank {r}")
-        p = out / f"rank_{r}.et.json"
-        p.write_bytes(jsonio.dumps(bench.et_doc(r)))
-        paths[r] = str(p)
-    summary = bench.summary()
-    summary["paths"] = {str(r): p for r, p in paths.items()}
-    (out / "benchmark.json").write_bytes(jsonio.dumps(summary, option=jsonio.OPT_INDENT_2 | jsonio.OPT_NON_STR_KEYS))
-    (out / "README.md").write_text(
-        _README.format(
-            name=bench.spec.name,
-            out=out,
-            last=bench.world_size - 1,
-            sources=", ".join(f"`{s}`" for s in bench.spec.sources),
-        )
-    )
-    res = {"dir": str(out), "spec": str(out / "spec.json"), "ranks": paths, "summary": summary}
-    if script:
-        from engine.compose.script import write_script
+    """Write the benchmark folder; returns {"dir", "spec", "ranks": {r: path}, "summary"[, "script"]}.
 
-        res["script"] = str(write_script(bench, out))
+    Under the folder's writer lock (engine.outdir): the old completion marker goes first, every
+    file is written atomically, rank files of an earlier, larger composition are removed, and
+    `COMPLETE.json` (engine.compose.marker) is written last."""
+    from engine.compose.marker import MARKER, marker_doc, rank_files
+    from engine.outdir import OutputLock, atomic_write
+
+    out = Path(out_dir)
+    with OutputLock(out, f"compose {bench.spec.name}"):
+        try:
+            (out / MARKER).unlink(missing_ok=True)
+        except OSError as exc:
+            raise TraceError(f"cannot remove the old completion marker: {exc.strerror}", out / MARKER) from None
+        spec = bench.spec.to_dict()
+        spec["sources"] = [str(p) for p in bench.spec.source_paths()]
+        atomic_write(out / "spec.json", jsonio.dumps(spec, option=jsonio.OPT_INDENT_2))
+        paths = {}
+        for k, r in enumerate(sorted(bench.ranks)):
+            report(progress, k / max(bench.world_size, 1), f"writing rank {r}")
+            p = out / f"rank_{r}.et.json"
+            atomic_write(p, jsonio.dumps(bench.et_doc(r)))
+            paths[r] = str(p)
+        for r, f in rank_files(out).items():
+            if r not in paths:
+                f.unlink(missing_ok=True)
+        summary = bench.summary()
+        summary["paths"] = {str(r): p for r, p in paths.items()}
+        atomic_write(
+            out / "benchmark.json", jsonio.dumps(summary, option=jsonio.OPT_INDENT_2 | jsonio.OPT_NON_STR_KEYS)
+        )
+        atomic_write(
+            out / "README.md",
+            _README.format(
+                name=bench.spec.name,
+                out=out,
+                last=bench.world_size - 1,
+                sources=", ".join(f"`{s}`" for s in bench.spec.sources),
+            ),
+        )
+        res = {"dir": str(out), "spec": str(out / "spec.json"), "ranks": paths, "summary": summary}
+        if script:
+            from engine.compose.script import write_script
+
+            res["script"] = str(write_script(bench, out))
+        atomic_write(
+            out / MARKER, jsonio.dumps(marker_doc(bench.world_size, paths, spec["sources"]), option=jsonio.OPT_INDENT_2)
+        )
     report(progress, 1.0, "exported")
     return res
 

@@ -199,15 +199,49 @@ def spec_from_dict(d: Any, base_dir: str | os.PathLike | None = None) -> Benchma
     return BenchmarkSpec(**d, base_dir=None if base_dir is None else os.fspath(base_dir))
 
 
+_MAX_SPEC_BYTES = 64 << 20
+
+
+def read_json_file(path: str | os.PathLike, what: str = "spec") -> Any:
+    """A small JSON file read defensively: a FIFO or device would block `read()` forever and a
+    folder or unreadable file raised a traceback, so the path must be a regular file (checked
+    with stat before opening), opened non-blocking, of bounded size; errors name the file."""
+    import stat
+
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise TraceError(f"{what} file not found", p) from None
+    except OSError as e:
+        raise TraceError(f"cannot read the {what} file: {e.strerror or e}", p) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise TraceError(f"{what} path is a folder, not a JSON file", p)
+    if not stat.S_ISREG(st.st_mode):
+        raise TraceError(f"{what} path is not a regular file (a FIFO, socket or device)", p)
+    if st.st_size > _MAX_SPEC_BYTES:
+        raise TraceError(f"{what} file is {st.st_size:,} bytes, over the {_MAX_SPEC_BYTES:,}-byte limit", p)
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO after the stat
+                raise TraceError(f"{what} path is not a regular file", p)
+            with os.fdopen(fd, "rb", closefd=False) as fh:
+                data = fh.read(_MAX_SPEC_BYTES + 1)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise TraceError(f"cannot read the {what} file: {e.strerror or e}", p) from None
+    try:
+        return jsonio.loads(data)
+    except jsonio.JSONDecodeError as e:
+        raise TraceError(f"{what} is not valid JSON: {str(e).splitlines()[0]}", p) from None
+
+
 def load_spec(path: str | os.PathLike) -> BenchmarkSpec:
     """Read and validate a spec file; errors name the file."""
     p = Path(path)
-    try:
-        data = jsonio.loads(p.read_bytes())
-    except FileNotFoundError:
-        raise TraceError("spec file not found", p) from None
-    except jsonio.JSONDecodeError as e:
-        raise TraceError(f"spec is not valid JSON: {e}", p) from None
+    data = read_json_file(p, "spec")
     try:
         return spec_from_dict(data, base_dir=p.resolve().parent)
     except TraceError as e:

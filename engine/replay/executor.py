@@ -174,6 +174,15 @@ def replay(
 ) -> ReplayResult:
     """Replay `trace` (one rank) per `config`; `op_ids`: exact ET ids to run (e.g. a Subgraph's
     `replay_ids`), default: the operator-selection rule of `config.mode` over the whole rank."""
+    if config.out_dir is not None:  # an unusable output folder fails now, not after the run
+        from engine.outdir import OutputLock
+
+        with OutputLock(config.out_dir, "replay"):
+            return _replay(trace, config=config, op_ids=op_ids, progress=progress, rank=rank)
+    return _replay(trace, config=config, op_ids=op_ids, progress=progress, rank=rank)
+
+
+def _replay(trace, *, config: ReplayConfig, op_ids, progress: Progress | None, rank: int | None) -> ReplayResult:
     with ReplaySession(trace, config=config, op_ids=op_ids, progress=progress, rank=rank) as session:
         total = config.warmup + config.iters
         for it in range(config.warmup):
@@ -434,6 +443,7 @@ class ReplaySession:
             metrics=metrics,
             kineto_path=kineto_path,
             paths=paths,
+            source=source_of(self.trace, self.rank),
             skipped_ops=skipped,
             warnings=notes,
             memory={
@@ -514,8 +524,32 @@ def _host_gaps(plan: Plan) -> list[int]:
     return out
 
 
+def source_of(trace, rank) -> dict:
+    """Content hashes of the ET document(s) of `rank` that were replayed (ReplayResult.source)."""
+    srcs = [s for s in (trace.meta.get("sources") or []) if s.get("kind") == "execution_trace"]
+    mine = [s for s in srcs if rank is None or s.get("rank") == rank] or srcs
+    out: dict = {"traces": [{"path": s.get("path"), "sha256": s.get("sha256")} for s in mine if s.get("sha256")]}
+    derived: list[str] = []
+    for s in mine:  # an exported benchmark: its completion marker lists the traces it came from
+        from pathlib import Path
+
+        from engine import jsonio
+        from engine.compose.marker import MARKER
+
+        mk = Path(str(s.get("path", "")).split("!", 1)[0]).parent / MARKER
+        try:
+            doc = jsonio.loads(mk.read_bytes()) if mk.is_file() else {}
+        except (OSError, jsonio.JSONDecodeError):
+            doc = {}
+        derived += [x["sha256"] for x in doc.get("sources", []) if isinstance(x, dict) and x.get("sha256")]
+    if derived:
+        out["derived_from"] = sorted(set(derived))
+    return out
+
+
 def _profile_iteration(plan: Plan, steps, config: ReplayConfig, sync) -> str:
     """One extra labelled iteration under torch.profiler; returns the gzipped Chrome trace path."""
+    import contextlib
     import gzip
     import os
     import shutil
@@ -532,11 +566,23 @@ def _profile_iteration(plan: Plan, steps, config: ReplayConfig, sync) -> str:
             for fn in labelled:
                 fn()
             sync()
-    prof.export_chrome_trace(str(raw))
+    from engine.outdir import atomic_copy
+
     gz = out_dir / "replay_kineto.json.gz"
-    with open(raw, "rb") as src, gzip.open(gz, "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    os.remove(raw)
+    try:
+        try:
+            prof.export_chrome_trace(str(raw))
+        except (OSError, RuntimeError) as exc:
+            raise TraceError(f"cannot write the replay's Kineto trace: {exc}".splitlines()[0], raw) from None
+
+        def _gzip(src, dst):
+            with gzip.GzipFile(fileobj=dst, mode="wb") as z:
+                shutil.copyfileobj(src, z)
+
+        atomic_copy(raw, gz, _gzip)  # a failed write keeps the previous trace
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(raw)
     return str(gz)
 
 

@@ -2,7 +2,10 @@
 
 The JSON keys are a contract with engine.compare and the UI: `iteration_ms`, `median_ms`,
 `per_op` [{op_id, name, category, phase, dur_us}], `coverage` {selected, replayed, substituted,
-skipped, by_reason, ...}, `metrics` {samples, summary}, `kineto_path`, `device`, plus `paths`.
+skipped, by_reason, ...}, `metrics` {samples, summary}, `kineto_path`, `device`, plus `paths`
+and `source` {"traces": [{path, sha256}], "derived_from": [sha256, ...]}: the content hashes of
+the ET(s) replayed (and, for a composed benchmark, of the traces it was composed from), which
+`compare` checks against the original so a replay of another trace is refused.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ class ReplayResult:
     config: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     gpu_iteration_ms: list[float] = field(default_factory=list)  # CUDA events, start to end
+    source: dict = field(default_factory=dict)  # content hashes of the replayed trace (module doc)
 
     @property
     def median_ms(self) -> float:
@@ -47,22 +51,27 @@ class ReplayResult:
             "config": self.config,
             "warnings": self.warnings,
             "gpu_iteration_ms": [round(x, 4) for x in self.gpu_iteration_ms],
+            "source": self.source,
         }
 
     def write(self, out_dir: str | Path, name: str = "replay.json") -> Path:
+        """Write atomically (temp file + rename: a failed write keeps the previous result) under
+        the folder's writer lock (engine.outdir); errors are one-line TraceErrors."""
         from engine import jsonio
+        from engine.outdir import OutputLock, atomic_write
 
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
         path = out / name
-        self.paths.setdefault("replay_json", str(path))
-        path.write_bytes(
-            jsonio.dumps(
-                self.to_json(),
-                option=jsonio.OPT_INDENT_2 | jsonio.OPT_SERIALIZE_NUMPY | jsonio.OPT_NON_STR_KEYS,
-                default=str,
+        with OutputLock(out, "replay result"):
+            self.paths.setdefault("replay_json", str(path))
+            atomic_write(
+                path,
+                jsonio.dumps(
+                    self.to_json(),
+                    option=jsonio.OPT_INDENT_2 | jsonio.OPT_SERIALIZE_NUMPY | jsonio.OPT_NON_STR_KEYS,
+                    default=str,
+                ),
             )
-        )
         return path
 
 

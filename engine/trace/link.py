@@ -273,14 +273,17 @@ def link(ops: pd.DataFrame, events: pd.DataFrame, warnings_out: list[str]) -> tu
     lh = h_all[ev_op_direct[h_all] >= 0]
     end = ts + dur
     enc_h = _enclosing(ts[lh], end[lh], key[lh], ts[h_all], key[h_all])
-    op_of_host = np.where(enc_h >= 0, ev_op_direct[lh[np.maximum(enc_h, 0)]], -1)
+    # (no linked host event at all: nothing encloses anything; indexing lh would fail)
+    op_of_host = (
+        np.where(enc_h >= 0, ev_op_direct[lh[np.maximum(enc_h, 0)]], -1) if len(lh) else np.full(len(h_all), -1)
+    )
     ev_op_row = np.full(n_ev, -1, dtype=np.int64)
     ev_op_row[h_all] = op_of_host
     ev_op_row[lh] = ev_op_direct[lh]
     # Runtime launches and GPU activity by correlation.
     rt = np.flatnonzero(_cat_mask(events["cat"], _RUNTIME_CATS))
     enc_rt = _enclosing(ts[lh], end[lh], key[lh], ts[rt], key[rt])
-    ev_op_row[rt] = np.where(enc_rt >= 0, ev_op_direct[lh[np.maximum(enc_rt, 0)]], -1)
+    ev_op_row[rt] = np.where(enc_rt >= 0, ev_op_direct[lh[np.maximum(enc_rt, 0)]], -1) if len(lh) else -1
     ext = events["external_id"].to_numpy(dtype=np.int64, na_value=-1)
     loose = rt[(ev_op_row[rt] < 0) & (ext[rt] >= 0)]
     if len(loose) and len(lh):  # launches outside any linked op's time span: same External id

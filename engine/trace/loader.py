@@ -37,8 +37,9 @@ from engine.trace.et import is_et, parse_et, parse_et_typed
 from engine.trace.et_typed import TYPED_DOCS, decode_chakra
 from engine.trace.kineto import is_kineto, parse_kineto
 from engine.trace.model import PHASES, Trace
+from engine.trace.pairing import check_link, check_ranks, et_pid, kineto_pids
 
-LOADER_VERSION = "h1-1"
+LOADER_VERSION = "h1-2"  # h1-2: sources carry pid / rank_declared (pairing checks)
 _RANK_RE = (
     re.compile(r"rank[_\-]?(\d{1,5})", re.IGNORECASE),
     re.compile(r"[_\-](\d{1,5})(?:\.pt)?(?:\.trace)?\.json(?:\.gz)?$", re.IGNORECASE),
@@ -266,6 +267,8 @@ def _build(raws, digests, rank_arg, limit, key, progress) -> Trace:
                         "rank_in_file": None,
                         "world_size": None,
                         "sha256": blob.sha256,
+                        "pid": et_pid(blob.data),
+                        "rank_declared": name_rank if name_rank is not None else rank_arg,
                     }
                 )
                 undeclared_et.append((len(ops_l) - 1, src) if name_rank is None and rank_arg is None else None)
@@ -291,6 +294,7 @@ def _build(raws, digests, rank_arg, limit, key, progress) -> Trace:
                         "rank_in_file": km["rank_in_file"],
                         "world_size": km["world_size"],
                         "sha256": blob.sha256,
+                        "pids": kineto_pids(ev),
                     }
                 )
             del doc
@@ -317,7 +321,9 @@ def _build(raws, digests, rank_arg, limit, key, progress) -> Trace:
     if len(ops) and len(events):
         from engine.trace.link import link
 
+        check_ranks(sources, ops, events)  # an ET paired with another rank's Kineto trace
         link_info, op_id = link(ops, events, warn)
+        check_link(sources, link_info)
     events["op_id"] = pd.arrays.IntegerArray(np.where(op_id >= 0, op_id, 0), op_id < 0)
     kinds = sorted({s["kind"] for s in sources})
     ranks = sorted({int(r) for r in ops["rank"].unique()} | {int(r) for r in events["rank"].unique()})

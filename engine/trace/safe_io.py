@@ -8,9 +8,15 @@ as are links and devices). Resource folders inside tarballs (e.g. `pt2_et_resour
 generated Triton source) are recorded by name only and never imported or executed.
 
 Size limits: a file larger than the limit is refused *before* it is read, and decompression
-stops as soon as the output would exceed the limit (a gzip bomb). The limit is
-`$MYSTIQUE_MAX_BYTES` when set, else a quarter of the currently available memory (parsed JSON
-takes several times its text size).
+stops as soon as the output would exceed the limit. The limit is `$MYSTIQUE_MAX_BYTES` when
+set, else a quarter of the memory available to this process (host, cgroup and rlimit, see
+engine.sysinfo; parsed JSON takes several times its text size). Reads allocate what the file
+holds, never the limit (a limit-sized buffer per read killed runs under `ulimit -v`).
+
+Gzip bombs: real traces compress 8-35:1 (measured over every shared and sample trace), while
+a bomb compresses ~1000:1. Decompression streams in 1 MiB steps and stops as soon as the output
+is past `_RATIO_FLOOR` bytes and more than `max_gzip_ratio()` times the input consumed so far,
+so a 2 GiB bomb is refused after inflating a few tens of MiB, whatever the size limit.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from engine.errors import TraceError
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 1 << 20
+_RATIO_FLOOR = 32 << 20  # below this much output the ratio is not checked (tiny repetitive files)
+_DEFAULT_MAX_RATIO = 256
 _TRACE_SUFFIXES = (".json", ".json.gz")
 _TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 
@@ -57,6 +65,17 @@ def max_bytes() -> int:
     return 4 << 30 if avail is None else max(64 << 20, avail // 4)  # unknown platform: a fixed 4 GiB cap
 
 
+def max_gzip_ratio() -> int:
+    """Largest decompressed:compressed ratio accepted (`$MYSTIQUE_MAX_GZIP_RATIO`, default 256)."""
+    env = os.environ.get("MYSTIQUE_MAX_GZIP_RATIO", "").strip()
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise TraceError(f"MYSTIQUE_MAX_GZIP_RATIO must be an integer, got {env!r}") from None
+    return _DEFAULT_MAX_RATIO
+
+
 def _human(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
@@ -82,9 +101,15 @@ def _read_file(path: Path, limit: int) -> bytes:
         )
     try:
         with open(path, "rb") as fh:
-            return fh.read(limit + 1)
+            # read(n) allocates n bytes up front: ask for what the file holds (+1 to notice growth)
+            data = fh.read(min(limit, st.st_size) + 1)
+    except MemoryError:
+        raise TraceError(f"not enough memory to read {_human(st.st_size)}", path) from None
     except OSError as exc:
         raise TraceError(f"cannot read: {exc.strerror or exc}", path) from None
+    if len(data) > limit:
+        raise TraceError(f"file too large: it grew past the limit of {_human(limit)} while being read", path)
+    return data
 
 
 _DEFLATE_MAX_RATIO = 1100  # deflate cannot expand more than 1032:1
@@ -102,12 +127,18 @@ def _gunzip_whole(data: bytes, limit: int) -> bytes | None:
     the member's CRC and refuses a truncated stream."""
     if len(data) < 18 or data[:3] != b"\x1f\x8b\x08" or _DEFLATE_MAX_RATIO * len(data) > limit:
         return None
+    ratio_cap = max(_RATIO_FLOOR, max_gzip_ratio() * len(data))
     if data.find(b"\x1f\x8b\x08", 10) >= 0:  # maybe several members (or a chance match): stream
         return None
     isize = int.from_bytes(data[-4:], "little")
-    try:  # the trailer is untrusted: the first buffer is never larger than deflate could fill
-        out = zlib.decompress(data, 47, max(1, min(isize, _DEFLATE_MAX_RATIO * len(data))))
+    if isize > ratio_cap:  # a bomb, or a lying trailer: the streaming loop decides and explains
+        return None
+    try:  # the trailer is untrusted: the output can never grow past the ratio cap here
+        d = zlib.decompressobj(47)
+        out = d.decompress(data, max(1, min(limit, ratio_cap) + 1))
     except (zlib.error, MemoryError):
+        return None
+    if not d.eof or d.unused_data or d.unconsumed_tail:
         return None
     return out if (len(out) & 0xFFFFFFFF) == isize and len(out) <= limit else None
 
@@ -119,6 +150,8 @@ def gunzip(data: bytes, path: str, limit: int) -> bytes:
         return whole
     out = []
     total = 0
+    consumed_before = 0  # input bytes of earlier members
+    max_ratio = max_gzip_ratio()
     buf = data
     while True:
         d = zlib.decompressobj(wbits=47)  # 32 + 15: gzip or zlib header, auto-detected
@@ -136,6 +169,14 @@ def gunzip(data: bytes, path: str, limit: int) -> bytes:
                 raise TraceError(
                     f"decompressed size exceeds the limit of {_human(limit)} (set MYSTIQUE_MAX_BYTES to raise it)", path
                 )
+            consumed = consumed_before + pos - len(d.unconsumed_tail)
+            if total > _RATIO_FLOOR and total > max_ratio * max(consumed, 1):
+                raise TraceError(
+                    f"refused a gzip bomb: {_human(consumed)} inflated to over {_human(total)} "
+                    f"(ratio above {max_ratio}:1; traces compress under 40:1; "
+                    "set MYSTIQUE_MAX_GZIP_RATIO to raise it)",
+                    path,
+                )
             out.append(chunk)
             if d.eof:
                 break
@@ -146,6 +187,7 @@ def gunzip(data: bytes, path: str, limit: int) -> bytes:
             break
         if rest[:2] != _GZIP_MAGIC:  # trailing garbage after a complete stream
             raise TraceError("unexpected bytes after the gzip stream", path)
+        consumed_before += len(buf) - len(rest)
         buf = rest
     return b"".join(out)
 

@@ -38,12 +38,14 @@ if view == "Operator graph":
             "ringed gold, its producers blue, its consumers green."
         )
         try:
-            ids = state.graph_panel(name, paths, rank, "explore_graph")
+            ids, changed = state.graph_panel(name, paths, rank, "explore_graph")
         except TraceError as exc:
             st.error(str(exc))
             st.stop()
-        if ids:
+        if ids and changed:
             state.set_selection(name, ids, "graph")
+        sel = state.selection()
+        if ids and sel["source"] == "graph" and sel["trace"] == name:
             st.success(f"selected {len(ids)} ET ops")
 
 elif view == "Timeline":
@@ -115,7 +117,9 @@ elif view == "Timeline":
                     f"dur {float(r['dur_us']):,.3f} µs · flow arrows to the GPU work it launched"
                 )
         if keys and trace.has_et:
-            ids = selection_to_node_ids(event, "timeline", events=trace.events, ops=trace.ops)
+            # from the selection this run started with: the chart's returned state resets when its
+            # figure changes (the flow arrows just drawn change it)
+            ids = selection_to_node_ids(prev, "timeline", events=trace.events, ops=trace.ops)
             if ids:
                 state.set_selection(name, ids, "timeline")
                 st.success(f"selected {len(ids)} ET ops from {len(keys)} events")

@@ -50,10 +50,13 @@ class Focus:
         return None
 
 
-def _clean(name: str) -> str:
+def _clean(name: str, tid: object = None) -> str:
     n = name.strip()
     if n.startswith("## ") and n.endswith(" ##"):
         n = n[3:-3]
+    if n.startswith("[pytorch|profiler|execution_trace|"):
+        kind = n.rsplit("|", 1)[-1].rstrip("]")
+        n = f"{kind} {tid}" if kind == "thread" and tid is not None else kind
     return n
 
 
@@ -101,6 +104,7 @@ def build_hierarchy_model(
     parent = ops["parent"].to_numpy(np.int64)
     depth = _tree_depth(ids, parent)
     names = ops["name"].astype(str).to_numpy()
+    tids = ops["tid"].to_numpy() if "tid" in ops.columns else np.full(len(ops), None)
     pos_of = pd.Index(ids)
     crumbs: list[tuple[str, Focus]] = [("all", Focus())]
     while True:
@@ -137,7 +141,7 @@ def build_hierarchy_model(
             nxt = int(ppos[row])
             row = -1 if nxt == row else nxt
         for a in reversed(chain):
-            crumbs.append((_clean(str(names[pos_of.get_loc(a)]))[:40], Focus(parent=a)))
+            crumbs.append((_clean(str(names[pos_of.get_loc(a)]), tids[pos_of.get_loc(a)])[:40], Focus(parent=a)))
     if focus.lo is not None:
         crumbs.append((f"ids {focus.lo}…{focus.hi}", focus))
 
@@ -188,7 +192,8 @@ def build_hierarchy_model(
             _, _, lo, hi = k.split(":")
             label, kind = f"{_clean(str(top.index[0]))[:22]}… ({len(members)})", "range"
         elif isinstance(k, str):
-            label, kind = f"{_clean(str(names[pos_of.get_loc(int(k[5:]))]))[:28]} ({len(members)})", "tree"
+            row = pos_of.get_loc(int(k[5:]))
+            label, kind = f"{_clean(str(names[row]), tids[row])[:28]} ({len(members)})", "tree"
         else:
             label, kind = _clean(str(names[pos_of.get_loc(int(k))]))[:28], "op"
         hover = f"<b>{label}</b><br>{len(members)} ops · {time_col} {t_us:,.1f} µs<br>{top_txt}"

@@ -25,8 +25,12 @@ SAMPLES = ROOT / "sample_traces"
 
 
 def work_dir() -> Path:
-    """Where uploads and replay results go (MYSTIQUE_UI_DIR, default .mystique_cache/ui)."""
-    return Path(os.environ.get("MYSTIQUE_UI_DIR", ROOT / ".mystique_cache" / "ui"))
+    """Where uploads and replay results go (MYSTIQUE_UI_DIR; default .mystique_cache/ui in a
+    checkout, the user cache folder when installed, since an install prefix may be read-only)."""
+    from engine import resources
+
+    default = ROOT / ".mystique_cache" / "ui" if resources.is_checkout() else resources.user_cache_dir() / "ui"
+    return Path(os.environ.get("MYSTIQUE_UI_DIR", default))
 
 
 def workspace_dir() -> Path:
@@ -220,7 +224,7 @@ def ensure_started() -> None:
     try:
         add_trace(f"sample:{pick}", sets[pick])
         st.session_state["current"] = f"sample:{pick}"
-    except Exception as exc:  # noqa: BLE001 - shown to the user, the app stays usable
+    except Exception as exc:  # noqa: BLE001 -- shown to the user, the app stays usable
         st.session_state["_start_error"] = f"could not load bundled sample {pick}: {exc}"
 
 

@@ -44,9 +44,13 @@ with src_table:
     )
     picked += selection_to_node_ids(ev, "table", table_ids=table["id"].tolist())
 sel = state.selection()
-if not picked and sel["trace"] == name and sel["ids"]:
-    if st.checkbox(f"Use the Explore selection ({len(sel['ids'])} ops)", key="compose_use_explore"):
-        picked = list(sel["ids"])
+if (
+    not picked
+    and sel["trace"] == name
+    and sel["ids"]
+    and st.checkbox(f"Use the Explore selection ({len(sel['ids'])} ops)", key="compose_use_explore")
+):
+    picked = list(sel["ids"])
 picked = sorted(set(picked))
 st.session_state["compose_picked"] = picked
 

@@ -9,11 +9,10 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN = str(ROOT / "app" / "main.py")
@@ -94,7 +93,7 @@ def test_p3_big_trace_timeline_is_one_interactive_bar_timeline(ui, shared_traces
     at.radio(key="explore_view").set_value("Timeline")
     at.run()
     _ok(at)
-    lo, hi = at.slider(key="t_window").value
+    _lo, _hi = at.slider(key="t_window").value
     at.slider(key="t_window").set_value((0.0, at.slider(key="t_window").max))  # the whole trace
     at.run()
     _ok(at)

@@ -37,7 +37,7 @@ FLAGS = (
 
 def _need_browser():
     try:
-        import selenium  # noqa: F401
+        import selenium  # noqa: F401 -- availability probe
     except ImportError:
         pytest.skip("selenium is not installed (pip install selenium; it is in the test extra)")
     for exe in (CHROMIUM, CHROMEDRIVER):
@@ -315,7 +315,7 @@ def _flow(server, driver, files):
 
     # Explore: the timeline of the first step; click an operator bar (SVG path)
     next(
-        l for l in d.find_elements(By.CSS_SELECTOR, ".st-key-explore_view label") if l.text.strip() == "Timeline"
+        lab for lab in d.find_elements(By.CSS_SELECTOR, ".st-key-explore_view label") if lab.text.strip() == "Timeline"
     ).click()
     _idle(d, 240)
     chart = _wait_css(d, ".st-key-explore_timeline .js-plotly-plot", timeout=240)
@@ -349,7 +349,7 @@ def _flow(server, driver, files):
     _shot(d, "4_explore_timeline_pick")
 
     next(
-        l for l in d.find_elements(By.CSS_SELECTOR, ".st-key-explore_view label") if l.text.strip() == "Analysis"
+        lab for lab in d.find_elements(By.CSS_SELECTOR, ".st-key-explore_view label") if lab.text.strip() == "Analysis"
     ).click()
     _idle(d, 240)
     _wait_text(d, "Temporal breakdown per rank", timeout=240)

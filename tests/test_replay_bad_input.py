@@ -12,6 +12,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -150,7 +151,7 @@ class _CodeSpy:
 
     active = False
     needles: tuple[str, ...] = ()
-    hits: list = []
+    hits: ClassVar[list] = []
 
     @classmethod
     def hook(cls, event, args):

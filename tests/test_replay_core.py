@@ -232,7 +232,7 @@ def test_embedding_bag_inputs_get_valid_indices_and_offsets(cache_dir):
         by_arg = {(w, p): slot for w, p, sub, slot in st.fixups}
         idx = store.materialize(plan.externals[by_arg[("p", 1)]], gen)
         off = store.materialize(plan.externals[by_arg[("p", 2)]], gen)
-        assert 0 <= int(idx.min()) and int(idx.max()) < rows
+        assert int(idx.min()) >= 0 and int(idx.max()) < rows
         assert int(off[0]) == 0 and bool((off[1:] >= off[:-1]).all()) and int(off[-1]) <= n_idx
         assert len(set(idx.tolist())) > 1  # not a constant fill
         checked += 1

@@ -152,7 +152,7 @@ def temporal_breakdown(events: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def breakdown_figure(tb: pd.DataFrame) -> "go.Figure":
+def breakdown_figure(tb: pd.DataFrame) -> go.Figure:
     import plotly.graph_objects as go
 
     y = [f"rank {r}" for r in tb["rank"]]
@@ -243,8 +243,8 @@ def critical_path(events: pd.DataFrame, start_us: float, end_us: float, rank: in
         corr = ev["correlation"]
         host = ev[~ev["_gpu"] & corr.notna()]
         by_corr = dict(zip(host["correlation"].astype("int64"), host.index))
-        for i in np.flatnonzero(ev["_gpu"].to_numpy() & corr.notna().to_numpy()):
-            launch[i] = by_corr.get(int(corr.iat[i]), -1)
+        for g in np.flatnonzero(ev["_gpu"].to_numpy() & corr.notna().to_numpy()).tolist():
+            launch[g] = by_corr.get(int(corr.iat[g]), -1)
     ends = ev["_end"].to_numpy()
     i = int(np.argmax(ends))
     path = []
@@ -285,7 +285,7 @@ def straggler_table(events: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def rank_timelines(events: pd.DataFrame, window_us: float | None = None, bar_limit: int = 1500) -> "go.Figure":
+def rank_timelines(events: pd.DataFrame, window_us: float | None = None, bar_limit: int = 1500) -> go.Figure:
     """One timeline row per rank, each from its own start, sharing the µs axis."""
     from plotly.subplots import make_subplots
 
@@ -329,7 +329,7 @@ METRIC_NAMES = {
 }
 
 
-def timeline_with_metrics(timeline: "go.Figure", samples: dict, *, span_us: float) -> "go.Figure":
+def timeline_with_metrics(timeline: go.Figure, samples: dict, *, span_us: float) -> go.Figure:
     """`timeline` with one metric panel per sampled metric under it, on the same µs axis.
 
     `samples` is a MetricsSampler dict ({"t_s": [...], metric: [...]}); sample times are

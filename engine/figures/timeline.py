@@ -16,6 +16,7 @@ stored exactly: the figure's bar `base` equals `ts_us - origin_us` and `x` equal
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -124,12 +125,12 @@ def prepare(events: pd.DataFrame, view: TimelineView | None = None, origin_us: f
     lanes = ev["lane"].to_numpy()
     s, d = ev["start_us"].to_numpy(), ev["dur_us"].to_numpy()
     bounds = np.flatnonzero(np.r_[True, lanes[1:] != lanes[:-1], True])
-    for a, b in zip(bounds[:-1], bounds[1:]):
+    for a, b in itertools.pairwise(bounds):
         depth[a:b] = _stack_depth(s[a:b], s[a:b] + d[a:b])
     ev = ev.assign(sub=np.minimum(depth, view.max_depth))
     if view.min_dur_us > 0:
         ev = ev[ev["dur_us"].to_numpy() >= view.min_dur_us]
-    order = sorted(ev["lane"].unique(), key=lambda l: (l.startswith("GPU"), l))
+    order = sorted(ev["lane"].unique(), key=lambda lane: (lane.startswith("GPU"), lane))
     rows = ev.groupby("lane", observed=True)["sub"].max().to_dict()
     base, y0 = {}, 0
     for lane in order:
@@ -205,7 +206,7 @@ def timeline_figure(
     title: str = "",
     search: str = "",
     shapes: dict[int, str] | None = None,
-) -> "go.Figure":
+) -> go.Figure:
     """The timeline of `events` (the `Trace.events` table); arrows from `flow_from` to its kernels.
 
     One kind of timeline at every size (issue 13): SVG bars with names drawn when they fit,

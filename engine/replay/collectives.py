@@ -8,7 +8,8 @@ rebuilds each collective on a real process group; the plan asks the backend, nev
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 COLLECTIVE_PREFIXES = ("c10d::", "nccl:", "gloo:", "record_param_comms", "c10d_functional::", "_c10d_functional::")
 SKIP_REASON = "collective (single-process replay)"

@@ -15,6 +15,7 @@ rewritten to their device-agnostic ATen equivalents with the same math and count
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,10 +80,8 @@ def _load_library(ns: str) -> None:
         _tried_libs.add(lib)
         import importlib
 
-        try:
+        with contextlib.suppress(ImportError):  # stays unresolved; the op is reported with its namespace
             importlib.import_module(lib)
-        except ImportError:
-            pass  # stays unresolved; the op is reported with its namespace
 
 
 def _packet(name: str):
@@ -117,7 +116,7 @@ def _kind_ok(rec_type: str, schema_type: str) -> bool:
         st = st[len("Optional[") : -1]
     if rec_type.startswith("Tensor"):
         return st == "Tensor"
-    if rec_type.startswith("GenericList[") or rec_type.startswith("Tuple["):
+    if rec_type.startswith(("GenericList[", "Tuple[")):
         inner = rec_type[rec_type.index("[") + 1 : -1]
         if st.startswith("List["):
             if not inner:

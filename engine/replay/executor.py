@@ -16,7 +16,8 @@ from __future__ import annotations
 import gc
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -49,6 +50,7 @@ def _rank_ops(trace, rank):
 
 def _make_step(st: OpStep, env: list, device: str, failures: dict, steps: list) -> Callable[[], None]:
     """The closure that runs one op (see module docstring)."""
+    assert st.resolved is not None  # only resolved steps get a runnable closure
     ov = st.resolved.overload
     pos_t = st.pos
     kw_t = st.kw
@@ -99,7 +101,7 @@ def _make_step(st: OpStep, env: list, device: str, failures: dict, steps: list) 
             kw = kw_t
         try:
             res = ov(*a, **kw)
-        except Exception as exc:  # noqa: BLE001 - any op failure is recorded, never fatal
+        except Exception as exc:  # noqa: BLE001 -- any op failure is recorded, never fatal
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             failures[st.index] = f"failed: {type(exc).__name__}: {msg[:80]}"
             st.detail = f"op {st.op_id} {st.name}: {type(exc).__name__}: {msg[:300]}"
@@ -243,11 +245,11 @@ class ReplaySession:
         self.gpu_iter_ms: list[float] = []
         self.op_ns: list[list[int]] = []
         self.failures: dict[int, str] = {}
-        self._saved = None
+        self._saved: tuple | None = None
         self._sampler = None
         self._built = False
 
-    def __enter__(self) -> "ReplaySession":
+    def __enter__(self) -> ReplaySession:
         self._saved = (torch.get_num_threads(),)
         if self.n_threads:
             torch.set_num_threads(self.n_threads)
@@ -267,7 +269,7 @@ class ReplaySession:
     def _build(self) -> None:
         plan, device, config, lazy = self.plan, self.device, self.config, self.lazy
         self.gen = gen = torch.Generator().manual_seed(config.seed)
-        self.env = env = [None] * plan.n_slots
+        self.env = env = [None] * plan.n_slots  # type: list[Any]
         self.store = store = StorageManager(device=device, seed=config.seed)
         steps: list[Callable[[], None]] = []
         externals = list(plan.externals.values())
@@ -421,7 +423,7 @@ class ReplaySession:
                     "status": status,
                 }
             )
-        metrics = {"samples": {}, "summary": {}}
+        metrics: dict[str, Any] = {"samples": {}, "summary": {}}
         if self._sampler is not None:
             self.stop_metrics()
             try:
@@ -483,7 +485,8 @@ def _meta_threads(trace) -> int | None:
         cand = os.path.join(os.path.dirname(path), base.split("_et.json", 1)[0] + "_meta.json")
         if os.path.isfile(cand):
             try:
-                v = jsonio.loads(open(cand, "rb").read()).get("num_threads")
+                with open(cand, "rb") as f:
+                    v = jsonio.loads(f.read()).get("num_threads")
             except (OSError, jsonio.JSONDecodeError, AttributeError):
                 continue
             if isinstance(v, int) and v > 0:
@@ -559,13 +562,13 @@ def _profile_iteration(plan: Plan, steps, config: ReplayConfig, sync) -> str:
     labelled = [_with_label(fn, f"et:{st.op_id}:{st.name}") for fn, st in zip(steps, plan.steps)]
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if config.is_cuda else [])
     out_dir = config.out_dir
+    assert out_dir is not None  # the caller profiles only with an output folder
     out_dir.mkdir(parents=True, exist_ok=True)
     raw = out_dir / "replay_kineto.json"
-    with profile(activities=acts) as prof:
-        with torch.profiler.record_function("ReplayIteration#0"):
-            for fn in labelled:
-                fn()
-            sync()
+    with profile(activities=acts) as prof, torch.profiler.record_function("ReplayIteration#0"):
+        for fn in labelled:
+            fn()
+        sync()
     from engine.outdir import atomic_copy
 
     gz = out_dir / "replay_kineto.json.gz"
@@ -586,4 +589,4 @@ def _profile_iteration(plan: Plan, steps, config: ReplayConfig, sync) -> str:
     return str(gz)
 
 
-__all__ = ["replay", "ReplaySession"]
+__all__ = ["ReplaySession", "replay"]

@@ -172,7 +172,7 @@ def build_plan(
         from engine.replay.collectives import SkipCollectives
 
         collectives = SkipCollectives()
-    ids = set(int(i) for i in replay_ids)
+    ids = {int(i) for i in replay_ids}
     code_ids = _trace_code_ops(ops, ids)
     ids.update(code_ids)
     code_set = set(code_ids)
@@ -255,16 +255,16 @@ def build_plan(
             )
             st.detail = f"op {st.op_id} {name}: {where}: {problem}"
             continue
-        problem = _size_problem(res, values, outs)
-        if problem:
+        size_problem = _size_problem(res, values, outs)
+        if size_problem:
             st.reason = "bad tensor record: numel contradicts shape"
-            st.detail = f"op {st.op_id} {name}: {problem}"
+            st.detail = f"op {st.op_id} {name}: {size_problem}"
             continue
         st.resolved = res
         # templates: recorded values converted, tensors as fix-ups
         rec_val: dict[int, Any] = {}
         fix_rec: dict[int, list] = {}
-        for arg, sub, rec, t in _iter_tensors(ins):
+        for arg, sub, rec, _t in _iter_tensors(ins):
             if rec is None:
                 continue
             # tensor ids (and storage ids) are recycled once a tensor dies: match on the full
@@ -277,8 +277,7 @@ def build_plan(
             if prev is not None:
                 slot = prev
             elif tid_e in ext_by_tid:
-                tid = tid_e
-                slot = ext_by_tid[tid]
+                slot = ext_by_tid[tid_e]
                 externals[slot].last_use = k
             else:
                 slot = n_slots
@@ -290,10 +289,10 @@ def build_plan(
         for arg, sub, cons in index_constraints(name, values, list(ins.get("shapes", []))):
             for s2, slot in fix_rec.get(arg, []):
                 if s2 == sub and slot in externals and cons is not None:
-                    e = externals[slot]
-                    if e.constraint is None:
-                        e.constraint = Constraint()
-                    e.constraint.merge(cons)
+                    ext = externals[slot]
+                    if ext.constraint is None:
+                        ext.constraint = Constraint()
+                    ext.constraint.merge(cons)
         for i, t in enumerate(types):
             v = values[i] if i < len(values) else None
             if _is_tensor_type(t):
@@ -319,7 +318,7 @@ def build_plan(
         in_storages = {slot_rec[s].storage_id for s in st.in_slots if s in slot_rec}
         in_storages |= {externals[s].rec.storage_id for s in st.in_slots if s in externals}
         out_map = res.out_map
-        for arg, sub, rec, t in _iter_tensors(outs):
+        for arg, sub, rec, _t in _iter_tensors(outs):
             if rec is None:
                 continue
             pos = out_map[arg] if out_map is not None and arg < len(out_map) else arg

@@ -179,6 +179,12 @@ def launch(
             if bad:
                 time.sleep(0.3)  # let peers that saw the connection drop exit too, then choose
                 failed = _culprit(procs, errs, bad)
+                # a rank that only saw its peer vanish is a victim: give the cause (a rank still
+                # tearing down after a timeout, or one killed) a few seconds to show itself
+                end = time.perf_counter() + 5.0
+                while _is_victim(failed) and time.perf_counter() < end:
+                    time.sleep(0.2)
+                    failed = _culprit(procs, errs, bad, include_running=True)
                 break
             if done == world_size:
                 break
@@ -205,11 +211,22 @@ def launch(
     return LaunchResult(world_size=world_size, wall_s=wall, exits=exits, run_dir=run_dir)
 
 
-def _culprit(procs, errs, bad: list[int]) -> RankExit:
-    """Of the ranks that exited non-zero, the one that caused it: a signal death first, then a
-    rank whose error is not a dropped connection, then the first found."""
+def _is_victim(e: RankExit) -> bool:
+    if e.returncode is not None and e.returncode < 0:
+        return False
+    return any(s in _last_error_line(e.stderr_tail) for s in _PEER_GONE)
+
+
+def _culprit(procs, errs, bad: list[int], include_running: bool = False) -> RankExit:
+    """Of the ranks that exited non-zero (and, with `include_running`, ranks still running that
+    already reported an error), the one that caused it: a signal death first, then a rank that
+    timed out, then a rank whose error is not a dropped connection, then the first found."""
     codes = [p.poll() for p in procs]
     bad = sorted(set(bad) | {r for r, c in enumerate(codes) if c not in (None, 0)})
+    if include_running:
+        bad = sorted(
+            set(bad) | {r for r, c in enumerate(codes) if c is None and "mystique-rank-error:" in _tail(errs[r])}
+        )
     tails = {r: _tail(errs[r]) for r in bad}
     last = {r: _last_error_line(tails[r]) for r in bad}
     for r in bad:

@@ -104,6 +104,7 @@ def test_fuzz_mutated_real_traces(tmp_path, cache_dir, small_docs, which, paths,
         assert again is not None and len(again.ops) == len(first.ops) and len(again.events) == len(first.events)
 
 
+@pytest.mark.perf
 def test_cache_reload_equal_and_faster(shared_traces, cache_dir):
     paths = [shared_traces / "param_resnet/resnet_et.json.gz", shared_traces / "param_resnet/resnet_kineto.json.gz"]
     t0 = time.perf_counter()

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from engine import jsonio
 from engine.errors import TraceError
 from engine.progress import Progress
+
+if TYPE_CHECKING:
+    from engine.replay.result import ReplayResult
 
 
 def load_original(*paths: str | os.PathLike, progress: Progress | None = None) -> tuple[Any, dict | None]:
@@ -32,18 +34,13 @@ def load_original(*paths: str | os.PathLike, progress: Progress | None = None) -
     return load(*ps, progress=progress), None
 
 
-def load_replay_json(path: str | os.PathLike) -> dict[str, Any] | None:
-    """The replay result dict when `path` is a folder holding replay.json or a `*replay.json`
-    file; None otherwise (then the caller treats `path` as a trace)."""
-    from engine.compare.replay import validate_replay
+def load_replay_json(path: str | os.PathLike) -> ReplayResult | None:
+    """The replay result when `path` is a folder holding replay.json or a `*replay.json` file;
+    None otherwise (then the caller treats `path` as a trace). Malformed: TraceError."""
+    from engine.replay.result import ReplayResult
 
     p = Path(path)
     f = p / "replay.json" if p.is_dir() else p
     if not (f.is_file() and f.name.endswith("replay.json")):
         return None
-    try:
-        data = jsonio.loads(f.read_bytes())
-    except (OSError, jsonio.JSONDecodeError) as exc:
-        raise TraceError(f"cannot read replay result: {exc}", f) from None
-    validate_replay(data, str(f))
-    return data
+    return ReplayResult.read(f)

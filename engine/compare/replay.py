@@ -1,23 +1,7 @@
-"""Original (a loaded Trace + its capture meta) versus a replay result.
+"""Original (a loaded Trace + its capture meta) versus a replay result (`ReplayResult`).
 
-The replay result is a plain JSON-ready dict written by `engine.replay` as `replay.json`
-(the contract between replay and compare):
-
-    {
-      "iteration_ms": [float, ...],      # wall time of each timed replay iteration
-      "median_ms": float,                # median of iteration_ms
-      "per_op": [                        # one row per replayed op (median over iterations)
-        {"op_id": int,                   #   ET node id of the ORIGINAL trace
-         "name": str, "category": str, "phase": str,
-         "dur_us": float}, ...           #   host time of the op (device time on cuda)
-      ],
-      "coverage": {"selected": int, "replayed": int, "substituted": int, "skipped": int,
-                   "by_reason": {reason: int}},
-      "metrics": {"samples": {column: [float, ...]}, "summary": {...},
-                  "window_s": [t0, t1]?},    # MetricsSampler.to_dict() layout
-      "kineto_path": str | null,         # the replay's own Kineto trace, if recorded
-      "device": "cpu" | "cuda:N"
-    }
+The replay side is an `engine.replay.ReplayResult` (read from replay.json with
+`ReplayResult.read`); its file contract is described once, in engine/replay/result.py.
 
 Per-op matching: the replay labels each op with the node id of the ET it ran. For the original's
 own ET that id names the same operator on both sides; a composed benchmark's ET renumbers nodes,
@@ -38,9 +22,7 @@ from typing import Any
 import pandas as pd
 
 from engine.compare.curves import align
-from engine.errors import TraceError
-
-REPLAY_KEYS = ("iteration_ms", "median_ms", "per_op", "coverage")
+from engine.replay.result import ReplayResult
 
 
 def rel_error(original: float, replay: float) -> float:
@@ -50,16 +32,6 @@ def rel_error(original: float, replay: float) -> float:
     if not (math.isfinite(o) and math.isfinite(r)) or o == 0:
         return math.nan
     return abs(r - o) / abs(o)
-
-
-def validate_replay(replay: dict[str, Any], path: str | None = None) -> None:
-    if not isinstance(replay, dict):
-        raise TraceError("replay result must be a JSON object", path)
-    missing = [k for k in REPLAY_KEYS if k not in replay]
-    if missing:
-        raise TraceError(f"replay result lacks {', '.join(missing)}", path)
-    if not isinstance(replay["per_op"], list) or not isinstance(replay["iteration_ms"], list):
-        raise TraceError("replay result per_op and iteration_ms must be lists", path)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -108,29 +80,28 @@ def original_step_ms(trace: Any, meta: dict[str, Any] | None) -> tuple[float, st
 
 def compare_replay(
     original: Any,
-    replay: dict[str, Any],
+    replay: ReplayResult,
     *,
     original_meta: dict[str, Any] | None = None,
     provenance: dict[int, dict] | None = None,
 ) -> Comparison:
-    """Compare an original Trace (+ capture meta) with a replay result dict (see module doc)."""
-    validate_replay(replay)
+    """Compare an original Trace (+ capture meta) with a replay result (see module doc)."""
     cmp = Comparison(kind="replay")
     o_ms, source = original_step_ms(original, original_meta)
-    r_ms = float(replay["median_ms"]) if replay.get("median_ms") is not None else math.nan
+    r_ms = replay.median_ms
     cmp.e2e = {
         "original_ms": o_ms,
         "replay_ms": r_ms,
         "error": rel_error(o_ms, r_ms),
         "original_source": source,
         "original_device": (original_meta or {}).get("device"),
-        "replay_device": replay.get("device"),
-        "replay_iterations": len(replay["iteration_ms"]),
+        "replay_device": replay.device,
+        "replay_iterations": len(replay.iteration_ms),
     }
-    cmp.coverage = dict(replay.get("coverage") or {})
+    cmp.coverage = dict(replay.coverage)
 
     ops = original.ops
-    gpu = str(replay.get("device") or "").startswith("cuda") and "gpu_dur_us" in ops and ops["gpu_dur_us"].notna().any()
+    gpu = replay.device.startswith("cuda") and "gpu_dur_us" in ops and ops["gpu_dur_us"].notna().any()
     cmp.time_basis = "gpu" if gpu else "cpu"
     col = "gpu_dur_us" if gpu else "k_dur_us"
     if not original.has_et:
@@ -140,7 +111,7 @@ def compare_replay(
             "original ops carry no linked Kineto durations (k_dur_us): per-op original times are unknown"
         )
 
-    rep = pd.DataFrame(replay["per_op"], columns=["op_id", "name", "category", "phase", "dur_us"])
+    rep = pd.DataFrame(replay.per_op, columns=["op_id", "name", "category", "phase", "dur_us"])
     rep = rep.astype({"op_id": "int64", "dur_us": "float64"})
     rep = rep.groupby("op_id", as_index=False, sort=False).agg(
         {"name": "first", "category": "first", "phase": "first", "dur_us": "sum"}
@@ -209,11 +180,11 @@ def compare_replay(
     cmp.by_phase = _group(both, "phase")
     cmp.by_category = _group(both, "category")
 
-    cmp.curves, summary = align((original_meta or {}).get("metrics"), replay.get("metrics"))
+    cmp.curves, summary = align((original_meta or {}).get("metrics"), replay.metrics)
     cmp.metrics = {
         "shared": summary,
         "original_summary": ((original_meta or {}).get("metrics") or {}).get("summary", {}),
-        "replay_summary": (replay.get("metrics") or {}).get("summary", {}),
+        "replay_summary": (replay.metrics or {}).get("summary", {}),
     }
     cmp.metrics["starved"] = starved = cpu_starvation(summary)
     for side, flag in starved.items():

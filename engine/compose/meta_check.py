@@ -15,7 +15,6 @@ and are counted as `unchecked`.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,8 +23,8 @@ import torch
 from engine.compose.nodes import get_slot, is_defined, set_slot, slot_type, tensor_slots
 from engine.compose.nodes import tensors_of as _tensors_of
 from engine.errors import TraceError
+from engine.trace.categories import OP_NAME
 
-_OP_NAME = re.compile(r"^[A-Za-z_]\w*::[A-Za-z_][\w.]*$")
 SIZE_ARG_OPS = frozenset(
     """view _unsafe_view reshape expand new_empty new_zeros new_ones new_full zeros ones empty
 full rand randn randint empty_strided unflatten _reshape_alias""".split()
@@ -213,7 +212,7 @@ def propagate(
     want = {int(i) for i in replay_ids}
     run_ids = set(want)
     if scale != 1.0:  # children too: tensors they make (saved for backward) get real meta shapes
-        run_ids |= {n["id"] for n in nodes if _OP_NAME.match(n["name"]) and not n["name"].startswith("c10d::")}
+        run_ids |= {n["id"] for n in nodes if OP_NAME.match(n["name"]) and not n["name"].startswith("c10d::")}
     for node in nodes:
         if node["id"] not in run_ids:
             for io, _, _, _, v in _tensors_of(node):

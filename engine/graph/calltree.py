@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from engine.errors import TraceError
-from engine.graph._tree import any_marked_ancestor, parent_positions
+from engine.trace.tree import any_marked_ancestor, parent_positions
 
 if TYPE_CHECKING:
     import networkx as nx

@@ -34,23 +34,36 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from enum import Enum
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from engine.errors import TraceError
-from engine.graph._tree import nearest_marked, parent_positions
 from engine.graph.calltree import _str_list, rank_ops, resolve_rank
-from engine.graph.replayset import replay_mask, replay_ops
+from engine.graph.replayset import SelectionMode, replay_mask, replay_ops
+from engine.trace.tree import nearest_marked, parent_positions
 
 if TYPE_CHECKING:
     import networkx as nx
 
     from engine.trace.model import Trace
 
-_KINDS = ("raw", "war", "waw")
+
+class DepKind(str, Enum):
+    """Why one op must follow another (module docstring); a `str` so edge data reads "raw"."""
+
+    RAW = "raw"  # read after write
+    WAR = "war"  # write after read
+    WAW = "waw"  # write after write
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_KINDS = tuple(DepKind)  # strongest first: the int8 codes of dep_edges index this
 _MUTATED = re.compile(r"^Tensor\([a-z]+!\)")
 
 
@@ -320,19 +333,23 @@ def dep_edges(acc: pd.DataFrame, produced: pd.DataFrame | None = None) -> pd.Dat
             "dst": dst[first],
             "tensor_id": tid[first],
             "storage_id": sid[first],
-            "kind": pd.Categorical.from_codes(kind[first], categories=list(_KINDS)),
+            "kind": pd.Categorical.from_codes(kind[first], categories=[k.value for k in _KINDS]),
         }
     )
 
 
 def data_deps(
-    trace: Trace, rank: int | None = None, ops: Iterable[int] | None = None, *, mode: Literal["top", "leaf"] = "top"
+    trace: Trace,
+    rank: int | None = None,
+    ops: Iterable[int] | None = None,
+    *,
+    mode: SelectionMode | str = SelectionMode.TOP,
 ) -> nx.DiGraph:
     """Producer -> consumer DAG among one rank's executable ops (rules in module docstring).
 
     ops: the executable op ids (default: `replay_ops(trace, mode, rank=rank)`); ids not in the
     trace raise TraceError. Node attrs: name, category, phase. Edge attrs: tensor_id,
-    storage_id, kind ("raw" | "war" | "waw"). Graph attr `rank`.
+    storage_id, kind (a `DepKind`). Graph attr `rank`.
     """
     from engine.graph._nxbuild import build_digraph
 

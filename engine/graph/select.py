@@ -29,10 +29,10 @@ import numpy as np
 import pandas as pd
 
 from engine.errors import TraceError
-from engine.graph._tree import any_marked_ancestor, parent_positions
 from engine.graph.calltree import rank_ops, resolve_rank
 from engine.graph.replayset import replay_mask
 from engine.trace.model import PHASES
+from engine.trace.tree import any_marked_ancestor, parent_positions
 
 if TYPE_CHECKING:
     from engine.trace.model import Trace

@@ -26,7 +26,7 @@ from engine.progress import Progress, report
 from engine.replay.config import ReplayConfig
 from engine.replay.memory import available_bytes, estimate, skip_oversized
 from engine.replay.plan import OpStep, Plan, build_plan
-from engine.replay.result import ReplayResult, coverage_report
+from engine.replay.result import OpStatus, PerOpRow, ReplayResult, coverage_report
 from engine.replay.tensors import StorageManager, empty_like_rec
 
 
@@ -384,24 +384,26 @@ class ReplaySession:
             self.env[i] = None
         self.store.release()
         coverage, skipped = coverage_report(plan.steps, self.failures)
-        per_op = []
+        per_op: list[PerOpRow] = []
         op_ns = self.op_ns
         for k, st in enumerate(plan.steps):
             dur = statistics.median(row[k] for row in op_ns) / 1e3 if op_ns else 0.0
             status = (
-                "skipped"
+                OpStatus.SKIPPED
                 if (st.reason or st.index in self.failures)
-                else ("substituted" if st.resolved is not None and st.resolved.substituted else "replayed")
+                else (
+                    OpStatus.SUBSTITUTED if st.resolved is not None and st.resolved.substituted else OpStatus.REPLAYED
+                )
             )
             per_op.append(
-                {
-                    "op_id": st.op_id,
-                    "name": st.name,
-                    "category": st.category,
-                    "phase": st.phase,
-                    "dur_us": round(dur, 3),
-                    "status": status,
-                }
+                PerOpRow(
+                    op_id=st.op_id,
+                    name=st.name,
+                    category=st.category,
+                    phase=st.phase,
+                    dur_us=round(dur, 3),
+                    status=status,
+                )
             )
         metrics: dict[str, Any] = {"samples": {}, "summary": {}}
         if self._sampler is not None:

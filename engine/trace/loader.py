@@ -3,7 +3,7 @@
 Steps: list the input files and read their raw bytes (size-checked, see safe_io) -> content
 hash -> Parquet cache hit? -> otherwise decompress/unpack, parse each document by *content*
 (ET: top-level `schema` + `nodes`; Kineto: `traceEvents`), assign ranks, concatenate per table,
-classify categories, annotate phases/modules (engine.graph.phases), link ET <-> Kineto per rank,
+classify categories, annotate phases/modules (engine.trace.phases), link ET <-> Kineto per rank,
 and store in the cache.
 
 Rank of a document: Kineto `distributedInfo.rank`, else a rank in the file name ("rank3",
@@ -116,7 +116,7 @@ def _empty_template():
 def _finish_ops(ops: pd.DataFrame) -> pd.DataFrame:
     ops["category"] = categorize(ops["name"])
     try:
-        from engine.graph.phases import annotate_phases
+        from engine.trace.phases import annotate_phases
     except ImportError:
         ops["phase"] = pd.Categorical(["other"] * len(ops), categories=list(PHASES))
         ops["module"] = pd.Categorical([""] * len(ops))
@@ -157,7 +157,7 @@ def _finish_ops(ops: pd.DataFrame) -> pd.DataFrame:
 def _phase_rules_version() -> str:
     """Cached tables carry phase/module columns, so a change of those rules must miss the cache."""
     try:
-        from engine.graph.phases import RULES_VERSION
+        from engine.trace.phases import RULES_VERSION
     except ImportError:
         return "none"
     return str(RULES_VERSION)

@@ -45,8 +45,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from engine.graph._tree import nearest_marked, parent_positions
 from engine.trace.model import PHASES
+from engine.trace.tree import nearest_marked, parent_positions
 
 # Bump when the rules below change: parse caches that store phase/module must include it in
 # their key (or recompute: annotate_phases takes ~5 ms on 14k nodes).

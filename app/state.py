@@ -20,6 +20,8 @@ from pathlib import Path
 
 import streamlit as st
 
+from engine.trace.ranks import of_rank
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_traces"
 
@@ -482,9 +484,7 @@ def op_shapes(paths: tuple[str, ...]) -> dict[int, str]:
 def search_events(paths: tuple[str, ...], rank: int | None, pattern: str) -> list[tuple[str, float, float]]:
     """(name, start µs from the rank's origin, dur µs) of events whose name matches `pattern`
     (a regex, case-insensitive; a bad regex is matched as plain text), longest first."""
-    ev = load_paths(paths).events
-    if rank is not None and "rank" in ev.columns:
-        ev = ev[ev["rank"] == rank]
+    ev = of_rank(load_paths(paths).events, rank)
     if len(ev) == 0:
         return []
     t0 = float(ev["ts_us"].min())
@@ -500,16 +500,13 @@ def search_events(paths: tuple[str, ...], rank: int | None, pattern: str) -> lis
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def capture_meta(paths: tuple[str, ...]) -> dict | None:
-    """The capture meta (`<name>_meta.json` next to the trace files), when there is exactly one."""
-    import orjson
+    """The capture meta of the trace files (engine.capture.meta rules), None when there is none."""
+    from engine.capture.meta import meta_for
+    from engine.errors import TraceError
 
-    folders = {Path(p).parent for p in paths}
-    metas = [m for f in folders for m in f.glob("*_meta.json")]
-    if len(metas) != 1:
-        return None
     try:
-        return orjson.loads(metas[0].read_bytes())
-    except (OSError, orjson.JSONDecodeError):
+        return meta_for(*paths)
+    except TraceError:
         return None
 
 
@@ -534,9 +531,7 @@ def graph_fig(
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def default_window(paths: tuple[str, ...], rank: int | None) -> tuple[float, float]:
-    from engine.figures.timeline import default_window as _dw
+    from engine.figures.timeline import default_window
 
-    ev = load_paths(paths).events
-    if rank is not None and "rank" in ev.columns:
-        ev = ev[ev["rank"] == rank]
-    return tuple(float(x) for x in _dw(ev))
+    ev = of_rank(load_paths(paths).events, rank)
+    return tuple(float(x) for x in default_window(ev))

@@ -1,5 +1,6 @@
 """Capture a workload as the "original": step times, metrics, ET and Kineto (see api.py)."""
 
-from engine.capture.api import CaptureResult, CaptureSession, capture, read_meta
+from engine.capture.api import CaptureResult, CaptureSession, capture
+from engine.capture.meta import read_meta
 
 __all__ = ["CaptureResult", "CaptureSession", "capture", "read_meta"]

@@ -432,23 +432,3 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def read_meta(path: str | os.PathLike) -> dict[str, Any]:
-    """Load a `{name}_meta.json` (or the single one in a capture folder), with file paths resolved."""
-    p = Path(path)
-    if p.is_dir():
-        metas = sorted(p.glob("*_meta.json"))
-        if len(metas) != 1:
-            raise TraceError(f"expected exactly one *_meta.json in the folder, found {len(metas)}", p)
-        p = metas[0]
-    try:
-        meta = jsonio.loads(p.read_bytes())
-    except (OSError, jsonio.JSONDecodeError) as exc:
-        raise TraceError(f"cannot read capture metadata: {exc}", p) from None
-    if not isinstance(meta, dict) or "step_ms" not in meta or "files" not in meta:
-        raise TraceError("not a mystique capture meta file (no step_ms/files)", p)
-    meta["et_path"] = str(p.parent / meta["files"]["et"])
-    meta["kineto_path"] = str(p.parent / meta["files"]["kineto"])
-    meta["meta_path"] = str(p)
-    return meta

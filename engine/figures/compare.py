@@ -173,19 +173,3 @@ def metric_curves(curves: pd.DataFrame, labels: tuple[str, str] = ("original", "
     fig.update_xaxes(title_text="fraction of the step window", row=len(metrics), col=1)
     fig.update_layout(height=220 * len(metrics) + 80, margin=dict(l=10, r=10, t=40, b=30))
     return fig
-
-
-def e2e_figure(
-    iteration_ms_a: list[float], iteration_ms_b: list[float], labels: tuple[str, str] = ("original", "replay")
-) -> go.Figure:
-    """Box plots of per-iteration time of the two sides."""
-    import plotly.graph_objects as go
-
-    fig = go.Figure(
-        [
-            go.Box(y=list(iteration_ms_a), name=labels[0], marker_color="#7c5cff", boxpoints="all"),
-            go.Box(y=list(iteration_ms_b), name=labels[1], marker_color="#ffd166", boxpoints="all"),
-        ]
-    )
-    fig.update_layout(yaxis_title="ms per iteration", height=320, margin=dict(l=10, r=10, t=30, b=30))
-    return fig

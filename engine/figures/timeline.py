@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from engine.trace.ranks import of_rank
+
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
@@ -109,8 +111,7 @@ def prepare(events: pd.DataFrame, view: TimelineView | None = None, origin_us: f
     """
     view = view or TimelineView()
     ev = events
-    if view.rank is not None and "rank" in ev.columns:
-        ev = ev[ev["rank"] == view.rank]
+    ev = of_rank(ev, view.rank)
     if origin_us is None:
         origin_us = float(ev["ts_us"].min()) if len(ev) else 0.0
     ev = lane_table(ev)

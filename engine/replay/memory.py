@@ -112,7 +112,7 @@ def skip_oversized(plan: Plan, available: int) -> int:
                 n += 1
     if n:
         # drop externals only the skipped ops used, and recompute lifetimes
-        from engine.replay.plan import _lifetimes
+        from engine.replay.plan import lifetimes
 
         used = {s for st in plan.steps if st.runnable for s in st.in_slots}
         for slot in [s for s in plan.externals if s not in used]:
@@ -122,5 +122,5 @@ def skip_oversized(plan: Plan, available: int) -> int:
                 continue
             for _, _, slot, _ in st.outs:
                 plan.produced_bytes[slot] = 0
-        _lifetimes(plan.steps, plan.externals)
+        lifetimes(plan.steps, plan.externals)
     return n

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from engine.errors import TraceError
-from engine.trace._columns import fast_cat
+from engine.trace.columns import fast_cat
 
 _NA = -(1 << 63)
 _GPU_CATS = frozenset(("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "gpu_instr"))

@@ -283,12 +283,3 @@ def expand(path: Path, raw: bytes, limit: int | None = None, sha256: str | None 
     if _is_tar(data):
         return _read_tar(data, disp, limit)
     return [Blob(disp, data, sha)]
-
-
-def read_path(path: str | os.PathLike, limit: int | None = None) -> list[Blob]:
-    """All trace documents behind one user-supplied path (file, gzip, tarball or directory)."""
-    limit = max_bytes() if limit is None else limit
-    out: list[Blob] = []
-    for f in list_files(path):
-        out.extend(expand(f, read_raw(f, limit), limit))
-    return out

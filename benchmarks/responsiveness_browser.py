@@ -21,9 +21,7 @@ import argparse
 import importlib.util
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,15 +30,11 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from engine.testing.browser import CHROMEDRIVER, CHROMIUM, FLAGS, free_port  # noqa: E402 -- after sys.path
+
 OUT = ROOT / "benchmarks" / "results" / "responsiveness_browser.json"
 ART = ROOT / "artifacts" / "bench"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-FLAGS = (
-    "--headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking "
-    "--disable-component-update --disable-sync --disable-dev-shm-usage --enable-unsafe-swiftshader "
-    "--window-size=1600,1300"
-).split()
 RESNET = ("param_resnet/resnet_et.json.gz", "param_resnet/resnet_kineto.json.gz")
 CONTROL = "hta_trace_diff/control.json.gz"
 TARGETS = {"cold": 3.0, "warm": 1.0}
@@ -97,9 +91,7 @@ function gaps(t1) {
 
 
 def start_server(cache: Path, ui: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     env = dict(os.environ, MYSTIQUE_CACHE_DIR=str(cache), MYSTIQUE_UI_DIR=str(ui))
     cmd = [
         str(ROOT / ".venv" / "bin" / "streamlit"),

@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -27,6 +26,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+from engine.testing.browser import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ("app", "pages", "examples", "sample_traces")
@@ -47,12 +48,6 @@ def _shipped_files() -> list[str]:
             if p.is_file() and "__pycache__" not in rel.parts and not p.name.startswith(".") and p.suffix != ".pyc":
                 out.append(rel.as_posix())
     return out
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +188,7 @@ def test_installed_cli_info_compose_replay(installed):
 
 
 def test_installed_app_serves_health(installed):
-    port = _free_port()
+    port = free_port()
     work = installed["tmp"] / "work"
     work.mkdir(exist_ok=True)
     proc = subprocess.Popen(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,11 @@ def compose_export(spec: dict, out_dir: Path):
     return bench, {int(r): Path(p) for r, p in res["ranks"].items()}
 
 
-def alternate(traces: dict, rounds: int = 7, warmup: int = 1) -> dict:
-    """Median iteration ms per named trace, running them alternately (module docstring)."""
+def alternate(traces: dict, rounds: int = 7, warmup: int = 1, clock: Callable[[], float] | None = None) -> dict:
+    """Median iteration ms per named trace, running them alternately (module docstring).
+
+    `clock` (seconds, e.g. `time.thread_time` for CPU time) times each iteration instead of
+    the replay's own wall-clock measurement."""
     from engine.replay import ReplayConfig
     from engine.replay.executor import ReplaySession
 
@@ -48,7 +52,12 @@ def alternate(traces: dict, rounds: int = 7, warmup: int = 1) -> dict:
             # ABBA: the variant that runs first in a round alternates, so an order effect (the
             # first run after a switch finding caches cold) cancels instead of biasing a ratio
             for k, s in order if i % 2 == 0 else order[::-1]:
-                times[k].append(s.run_iteration(measured=True))
+                if clock is None:
+                    times[k].append(s.run_iteration(measured=True))
+                else:
+                    t0 = clock()
+                    s.run_iteration(measured=True)
+                    times[k].append((clock() - t0) * 1000)
         coverage = {k: s.finish().coverage for k, s in sessions.items()}
     finally:
         for s in reversed(list(sessions.values())):

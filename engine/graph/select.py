@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from engine.errors import TraceError
+from engine.errors import TraceError, reject_unknown_fields
 from engine.graph.replayset import replay_mask
 from engine.trace.columns import where
 from engine.trace.model import PHASES
@@ -119,10 +119,7 @@ def selection_from_dict(d: dict[str, Any]) -> Selection:
     """Build a Selection from a JSON object; unknown keys and bad values raise TraceError."""
     if not isinstance(d, dict):
         raise TraceError(f"a selection must be a JSON object, not {type(d).__name__}")
-    known = {f.name for f in fields(Selection)}
-    unknown = sorted(set(d) - known)
-    if unknown:
-        raise TraceError(f"unknown selection field(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    reject_unknown_fields(d, {f.name for f in fields(Selection)}, "selection")
     kw = dict(d)
     if kw.get("time_window_us") is not None and isinstance(kw["time_window_us"], list):
         if len(kw["time_window_us"]) != 2:

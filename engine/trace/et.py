@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from engine import jsonio
-from engine.errors import TraceError
+from engine.errors import TraceError, malformed_as_trace_error
 from engine.trace.columns import fast_cat, sorted_positions
 from engine.trace.dtypes import dtype_of, split_list_type
 
@@ -258,12 +258,8 @@ def _devices(vals) -> list:
 
 def parse_et(doc: dict, path: str, rank: int, warn: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(ops without phase/module/link columns, tensors) of one ET document."""
-    try:
+    with malformed_as_trace_error("execution trace", path):
         return _parse_et(doc, path, rank, warn)
-    except TraceError:
-        raise
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
-        raise TraceError(f"malformed execution trace ({type(exc).__name__}: {exc})", path) from None
 
 
 def _parse_et(doc: dict, path: str, rank: int, warn: list[str]):

@@ -1,6 +1,6 @@
 """Simulator figures (issue 12): reproduction, what-if vs fresh captures, sharding ranking, speed.
 
-    .venv/bin/python benchmarks/simulate.py [--only reproduction whatif sharding speed dp] [--rounds 3]
+    .venv/bin/python benchmarks/simulate.py [--only reproduction whatif sharding speed dp costmodel] [--rounds 3]
 
   reproduction  every sample trace and every Kineto trace in ../shared/traces simulated unchanged:
                 predicted vs measured iteration (mean ProfilerStep span); traces without a step
@@ -13,6 +13,7 @@
                 slowest-rank embedding time (simulator) vs replay of each composed plan
   speed         scheduler throughput (tasks/s) on the largest shared traces, median of 7 runs
   dp            1,024-rank data-parallel what-if from the one-rank trace hta_trace_diff/control
+  costmodel     held-out error per cost family (microbenchmarks here; in-trace fits)
 Writes benchmarks/results/simulate.json.
 """
 
@@ -382,6 +383,22 @@ def dp(ranks=(8, 64, 256, 1024)) -> dict:
     return out
 
 
+def costmodel() -> dict:
+    """Held-out error of each cost family: microbenchmarks on this machine (every third size held
+    out; thread CPU time, 1 thread; measurements cached) and the in-trace fits of the samples."""
+    from engine.simulate import simulate
+    from engine.simulate.calibrate import calibrate
+
+    micro = calibrate("cpu", 1)
+    in_trace = {}
+    for model, _, edits in WHATIFS.values():
+        if edits[0]["kind"] != "batch":
+            continue
+        r = simulate(_pair(SAMPLES / model, model), {"version": 1, "edits": edits})
+        in_trace[model] = r.extra["cost_model"]
+    return {"microbench": micro, "in_trace": in_trace}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", default=None)
@@ -394,6 +411,7 @@ def main(argv=None) -> int:
         "speed": speed,
         "sharding": sharding,
         "dp": dp,
+        "costmodel": costmodel,
     }
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     for name, fn in sections.items():

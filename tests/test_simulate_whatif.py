@@ -124,3 +124,18 @@ def test_spec_errors_name_the_field(spec, field):
         WhatIfSpec.parse(spec)
     assert ei.value.field == field
     assert f"'{field}'" in str(ei.value)
+
+
+def test_hidden_size_grows_gemms_and_optimizer(cache_dir):
+    from engine.simulate import simulate
+
+    tr = _sample("mlp")
+    base = simulate(tr)
+    r = simulate(tr, _spec({"kind": "hidden", "size": 1024, "scale": 2.0}))
+    assert r.extra["hidden"][0]["tasks_rescaled"] > 20
+    n0 = base.predicted.events["name"].astype(str)
+    n1 = r.predicted.events["name"].astype(str)
+    opt0 = base.predicted.events.loc[n0 == "## optimizer ##", "dur_us"].sum()
+    opt1 = r.predicted.events.loc[n1 == "## optimizer ##", "dur_us"].sum()
+    assert opt1 > 1.3 * opt0  # parameters with a hidden dimension grow
+    assert r.predicted_iteration_ms > 1.5 * base.predicted_iteration_ms

@@ -35,8 +35,12 @@ def comm_mask(g: TaskGraph) -> np.ndarray:
     from engine.trace import columns as _cols
 
     gpu = g.tasks["gpu"].to_numpy()
+    rank = g.tasks["rank"].to_numpy()
+    # host backend ops are the transfer only on ranks without GPU work (gloo on CPU); with a GPU
+    # the host "nccl:*" op is just the enqueue and the kernel is the collective
+    cpu_ranks = ~np.isin(rank, np.unique(rank[gpu]))
     return (gpu & _cols.where(g.tasks["name"], lambda s: bool(COMM_KERNEL.search(s)))) | (
-        ~gpu & _cols.where(g.tasks["name"], lambda s: s.startswith(HOST_COMM))
+        ~gpu & cpu_ranks & _cols.where(g.tasks["name"], lambda s: s.startswith(HOST_COMM))
     )
 
 

@@ -336,7 +336,9 @@ def _host_comm_edges(g: TaskGraph, cfg: SimConfig) -> None:
     """
     t = g.tasks
     gpu = t["gpu"].to_numpy()
-    comm = ~gpu & _cols.where(t["name"], lambda s: s.startswith(HOST_COMM))
+    rank_all = t["rank"].to_numpy()
+    cpu_ranks = ~np.isin(rank_all, np.unique(rank_all[gpu]))  # with a GPU, kernels are the collectives
+    comm = ~gpu & cpu_ranks & _cols.where(t["name"], lambda s: s.startswith(HOST_COMM))
     if not comm.any():
         return
     c10d = ~gpu & _cols.where(t["name"], lambda s: s.startswith("c10d::") and "wait" not in s)

@@ -349,7 +349,7 @@ def graph_model(
     """Laid-out graph model (data-dependency DAG, collapsed per the view) for one rank."""
     from engine.figures.graph import GraphView, build_graph_model
     from engine.graph import data_deps
-    from engine.graph.calltree import rank_ops
+    from engine.trace.ranks import rank_ops
 
     trace = load_paths(paths)
     dag = data_deps(trace, rank=rank)
@@ -368,7 +368,7 @@ def dag_of(paths: tuple[str, ...], rank: int | None):
 def hierarchy_model(paths: tuple[str, ...], rank: int | None, focus_key: str | None):
     """The operator graph at a drill-down focus (same node budget on every page)."""
     from engine.figures.hierarchy import NODE_BUDGET, Focus, build_hierarchy_model
-    from engine.graph.calltree import rank_ops
+    from engine.trace.ranks import rank_ops
 
     trace = load_paths(paths)
     focus = Focus.from_key(focus_key) if focus_key else None
@@ -386,7 +386,7 @@ def hierarchy_fig(
     height: int = 560,
 ):
     from engine.figures.hierarchy import hierarchy_figure, search_keys
-    from engine.graph.calltree import rank_ops
+    from engine.trace.ranks import rank_ops
 
     model = hierarchy_model(paths, rank, focus_key)
     found = tuple(search_keys(model, rank_ops(load_paths(paths).ops, rank), search)) if search else ()

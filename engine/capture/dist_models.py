@@ -25,21 +25,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.capture.models import SEED, SampleStep, mlp_stack
+from engine.capture.models import SEED, MLPConfig, SampleStep, mlp_stack
 
 DIST_SAMPLES = ("ddp", "dlrm_a2a", "dlrm_tbe")
 FBGEMM_PACKAGE = "fbgemm-gpu-cpu==1.8.0"
 
 
 @dataclass(kw_only=True, slots=True)
-class DDPConfig:
-    batch: int = 256
+class DDPConfig(MLPConfig):
+    """The MLP sample's model, smaller, wrapped in DistributedDataParallel."""
+
     in_features: int = 256
     hidden: int = 512
-    layers: int = 3
     classes: int = 256
     bucket_cap_mb: float = 1.0
-    lr: float = 0.01
 
 
 @dataclass(kw_only=True, slots=True)

@@ -11,7 +11,7 @@ the device (their consumers then skip too) with a clear reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from engine.replay.plan import Plan
 
@@ -26,12 +26,7 @@ class MemoryEstimate:
     externals_bytes: int
 
     def to_dict(self) -> dict:
-        return {
-            "eager_peak_bytes": self.eager_peak_bytes,
-            "lazy_peak_bytes": self.lazy_peak_bytes,
-            "available_bytes": self.available_bytes,
-            "externals_bytes": self.externals_bytes,
-        }
+        return asdict(self)
 
 
 def available_bytes(device: str) -> int:

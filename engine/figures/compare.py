@@ -97,28 +97,14 @@ def time_by_bars(
     y = [wrap_label(n) for n in full]
     lines = sum(max(1, lab.count("<br>") + 1) for lab in y)
     hover = "%{customdata}<br>%{x:,.1f} µs<extra>%{fullData.name}</extra>"
+    sides = ((a_col, labels[0], "#7c5cff"), (b_col, labels[1], "#ffd166"))
     fig = go.Figure(
         [
-            go.Bar(
-                y=y,
-                x=t[a_col].to_numpy(float),
-                name=labels[0],
-                orientation="h",
-                marker_color="#7c5cff",
-                customdata=full,
-                hovertemplate=hover,
-            ),
-            go.Bar(
-                y=y,
-                x=t[b_col].to_numpy(float),
-                name=labels[1],
-                orientation="h",
-                marker_color="#ffd166",
-                customdata=full,
-                hovertemplate=hover,
-            ),
+            go.Bar(y=y, x=t[col].to_numpy(float), name=name, orientation="h", marker_color=color, customdata=full)
+            for col, name, color in sides
         ]
     )
+    fig.update_traces(hovertemplate=hover)
     fig.update_layout(
         barmode="group",
         height=max(300, 22 * lines + 14 * len(t) + 120),

@@ -256,6 +256,13 @@ def _devices(vals) -> list:
         return [v[5] if len(v) > 5 else "" for v in vals]
 
 
+# (io, types, values, shapes, strides) keys of a flat-layout node's inputs and outputs
+_FLAT_IO_KEYS = (
+    ("in", "input_types", "inputs", "input_shapes", "input_strides"),
+    ("out", "output_types", "outputs", "output_shapes", "output_strides"),
+)
+
+
 def parse_et(doc: dict, path: str, rank: int, warn: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(ops without phase/module/link columns, tensors) of one ET document."""
     with malformed_as_trace_error("execution trace", path):
@@ -280,27 +287,11 @@ def _parse_et(doc: dict, path: str, rank: int, warn: list[str]):
         return _ops_frame(cols, rank, path), _tensor_frame(trows, rank)
     if not chakra:  # the chakra fast path walks tensors in its own loop
         for node in nodes:
-            ity, oty = node.get("input_types"), node.get("output_types")
-            if ity:
-                walk_tensors(
-                    trows,
-                    int(node["id"]),
-                    "in",
-                    node.get("inputs") or [],
-                    node.get("input_shapes"),
-                    ity,
-                    node.get("input_strides"),
-                )
-            if oty:
-                walk_tensors(
-                    trows,
-                    int(node["id"]),
-                    "out",
-                    node.get("outputs") or [],
-                    node.get("output_shapes"),
-                    oty,
-                    node.get("output_strides"),
-                )
+            for io, t_key, v_key, sh_key, st_key in _FLAT_IO_KEYS:
+                types = node.get(t_key)
+                if types:
+                    values = node.get(v_key) or []
+                    walk_tensors(trows, int(node["id"]), io, values, node.get(sh_key), types, node.get(st_key))
     return _ops_frame(cols, rank, path), _tensor_frame(trows, rank)
 
 

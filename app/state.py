@@ -130,6 +130,8 @@ def sample_sets() -> dict[str, list[str]]:
     if SAMPLES.is_dir():
         for d in sorted(p for p in SAMPLES.iterdir() if p.is_dir()):
             files = [str(p) for p in (d / f"{d.name}_et.json.gz", d / f"{d.name}_kineto.json.gz") if p.exists()]
+            # multi-rank samples: every rank's ET + Kineto (one multi-rank trace)
+            files = files or [str(p) for p in sorted(d.glob(f"{d.name}_rank*_*.json.gz"))]
             if files:
                 out[d.name] = files
     return out
@@ -401,10 +403,12 @@ def focus_key_of(focus) -> str | None:
     return f"range:{'root' if focus.parent is None else focus.parent}:{focus.lo}:{focus.hi}"
 
 
-def graph_panel(name: str, paths: tuple[str, ...], rank: int | None, chart_key: str, height: int = 560) -> list[int]:
+def graph_panel(
+    name: str, paths: tuple[str, ...], rank: int | None, chart_key: str, height: int = 560
+) -> tuple[list[int], bool]:
     """The drill-down operator graph (Explore and Compose share it): breadcrumbs, search, the
-    chart, Open group; returns the ET ids of the chart's selected groups."""
-    from engine.figures.selection import selected_keys, selection_to_node_ids
+    chart, Open group; returns (ET ids of the picked groups, whether the pick changed now)."""
+    from engine.figures.selection import selected_keys
 
     foci = st.session_state.setdefault("graph_focus", {})
     focus_key = foci.get(f"{name}|{rank}")
@@ -424,23 +428,33 @@ def graph_panel(name: str, paths: tuple[str, ...], rank: int | None, chart_key: 
     color_by = cols[2].selectbox(
         "Colour", ["category", "phase"], key=f"{chart_key}_color", label_visibility="collapsed"
     )
-    prev = st.session_state.get(chart_key)
-    sel_keys = tuple(k for k in selected_keys(prev) if k in model.groups) if prev else ()
+    # The pick is kept per view: the chart's own selection is reset whenever its figure changes
+    # (the highlight rings change it), so it cannot be the memory of what was clicked.
+    picks = st.session_state.setdefault("graph_pick", {})
+    pk = f"{chart_key}|{name}|{rank}|{focus_key}"
+    seen = st.session_state.setdefault("graph_seen", {})
+    now = [k for k in selected_keys(st.session_state.get(chart_key)) if k in model.groups]
+    changed = bool(now) and seen.get(pk) != tuple(now)
+    seen[pk] = tuple(now)  # a chart selection counts once: "Clear pick" is not undone by it
+    if changed:
+        picks[pk] = now
+    sel_keys = tuple(k for k in picks.get(pk, []) if k in model.groups)
     fig, n_found = hierarchy_fig(paths, rank, focus_key, color_by, sel_keys, search, height)
     if search:
         st.caption(f"search {search!r}: {n_found} groups hold a matching op (ringed red)")
-    event = st.plotly_chart(
-        fig, on_select="rerun", selection_mode=("points", "box", "lasso"), key=chart_key, width="stretch"
-    )
-    keys = [k for k in selected_keys(event) if k in model.groups]
-    openable = [k for k in keys if isinstance(k, str) and k.startswith(("tree:", "range:"))]
-    if openable:
-        lab = model.nodes.set_index("key").loc[openable[0], "label"]
-        if st.button(f"Open group {lab}", key=f"{chart_key}_open", type="secondary"):
-            foci[f"{name}|{rank}"] = openable[0]
-            st.session_state.pop(chart_key, None)
+    st.plotly_chart(fig, on_select="rerun", selection_mode=("points", "box", "lasso"), key=chart_key, width="stretch")
+    if sel_keys:
+        b = st.columns([3, 1])
+        openable = [k for k in sel_keys if isinstance(k, str) and k.startswith(("tree:", "range:"))]
+        if openable:
+            lab = model.nodes.set_index("key").loc[openable[0], "label"]
+            if b[0].button(f"Open group {lab}", key=f"{chart_key}_open"):
+                foci[f"{name}|{rank}"] = openable[0]
+                st.rerun()
+        if b[1].button("Clear pick", key=f"{chart_key}_clear"):
+            picks.pop(pk, None)
             st.rerun()
-    return selection_to_node_ids(event, "graph", groups=model.groups)
+    return sorted({int(i) for k in sel_keys for i in model.groups[k]}), changed
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
@@ -499,6 +513,22 @@ def search_events(paths: tuple[str, ...], rank: int | None, pattern: str) -> lis
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
+def rank_inputs(name: str, bench: dict | None) -> dict:
+    """Files and recorded ranks a distributed replay of trace `name` (or the composed
+    benchmark) takes (engine.replay.distributed.rank_inputs)."""
+    from engine.replay.distributed import rank_inputs as _ri
+
+    t = get_trace(name)
+    return _ri(traces()[name]["paths"], (t.meta or {}).get("ranks") or [0], bench.get("dir") if bench else None)
+
+
+def rank_medians(name: str) -> dict[int, float]:
+    """Unprofiled per-rank step medians of a multi-rank capture ({} for others)."""
+    from engine.replay.distributed import capture_rank_medians
+
+    return capture_rank_medians(traces()[name]["paths"]) if name in traces() else {}
+
+
 def capture_meta(paths: tuple[str, ...]) -> dict | None:
     """The capture meta of the trace files (engine.capture.meta rules), None when there is none."""
     from engine.capture.meta import meta_for
@@ -531,7 +561,35 @@ def graph_fig(
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def default_window(paths: tuple[str, ...], rank: int | None) -> tuple[float, float]:
-    from engine.figures.timeline import default_window
+    from engine.figures import timeline
 
     ev = of_rank(load_paths(paths).events, rank)
-    return tuple(float(x) for x in default_window(ev))
+    return tuple(float(x) for x in timeline.default_window(ev))
+
+
+@st.cache_data(max_entries=16, show_spinner="Analysing…")
+def analysis_tables(paths: tuple[str, ...]) -> dict:
+    """Temporal breakdown, kernel table, steps and straggler table of a trace (cached on paths)."""
+    from engine.figures import analysis
+
+    ev = load_paths(paths).events
+    return {
+        "breakdown": analysis.temporal_breakdown(ev),
+        "kernels": analysis.kernel_table(ev),
+        "steps": analysis.steps(ev),
+        "stragglers": analysis.straggler_table(ev),
+    }
+
+
+@st.cache_data(max_entries=16, show_spinner="Finding the critical path…")
+def critical_path(paths: tuple[str, ...], start_us: float, end_us: float, rank: int | None):
+    from engine.figures.analysis import critical_path as cp
+
+    return cp(load_paths(paths).events, start_us, end_us, rank)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def rank_timelines_fig(paths: tuple[str, ...], window_us: float | None):
+    from engine.figures.analysis import rank_timelines
+
+    return rank_timelines(load_paths(paths).events, window_us)

@@ -25,7 +25,7 @@ st.subheader("1 · Pick operators")
 src_graph, src_time, src_table = st.tabs(["Graph", "Timeline", "Table"])
 picked: list[int] = []
 with src_graph:
-    picked += state.graph_panel(name, tuple(entry["paths"]), None, "compose_graph", height=460)
+    picked += state.graph_panel(name, tuple(entry["paths"]), None, "compose_graph", height=460)[0]
 with src_time:
     if trace.has_kineto:
         lo, hi = state.default_window(tuple(entry["paths"]), None)

@@ -139,3 +139,15 @@ def test_hidden_size_grows_gemms_and_optimizer(cache_dir):
     opt1 = r.predicted.events.loc[n1 == "## optimizer ##", "dur_us"].sum()
     assert opt1 > 1.3 * opt0  # parameters with a hidden dimension grow
     assert r.predicted_iteration_ms > 1.5 * base.predicted_iteration_ms
+
+
+def test_pipeline_1f1b(cache_dir):
+    from engine.simulate import simulate
+
+    tr = _sample("transformer")
+    one = simulate(tr, _spec({"kind": "pipeline", "stages": 1, "microbatches": 1})).extra["pipeline"]
+    assert one["predicted_step_ms"] == pytest.approx(one["unpipelined_step_ms"], rel=1e-9)  # identity
+    p = simulate(tr, _spec({"kind": "pipeline", "stages": 4, "microbatches": 8})).extra["pipeline"]
+    assert p["bubble_fraction"] == pytest.approx(3 / 11)
+    more = simulate(tr, _spec({"kind": "pipeline", "stages": 4, "microbatches": 32})).extra["pipeline"]
+    assert more["predicted_step_ms"] < p["predicted_step_ms"] < one["predicted_step_ms"]

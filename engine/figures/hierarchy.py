@@ -51,10 +51,13 @@ class Focus:
         return None
 
 
-def _clean(name: str) -> str:
+def _clean(name: str, tid: object = None) -> str:
     n = name.strip()
     if n.startswith("## ") and n.endswith(" ##"):
         n = n[3:-3]
+    if n.startswith("[pytorch|profiler|execution_trace|"):
+        kind = n.rsplit("|", 1)[-1].rstrip("]")
+        n = f"{kind} {tid}" if kind == "thread" and tid is not None else kind
     return n
 
 
@@ -102,6 +105,7 @@ def build_hierarchy_model(
     parent = ops["parent"].to_numpy(np.int64)
     depth = _tree_depth(ids, parent)
     names = ops["name"].astype(str).to_numpy()
+    tids = ops["tid"].to_numpy() if "tid" in ops.columns else np.full(len(ops), None)
     pos_of = pd.Index(ids)
     crumbs: list[tuple[str, Focus]] = [("all", Focus())]
     while True:
@@ -139,7 +143,7 @@ def build_hierarchy_model(
             nxt = int(ppos[row])
             row = -1 if nxt == row else nxt
         for a in reversed(chain):
-            crumbs.append((_clean(str(names[pos_of.get_loc(a)]))[:40], Focus(parent=a)))
+            crumbs.append((_clean(str(names[pos_of.get_loc(a)]), tids[pos_of.get_loc(a)])[:40], Focus(parent=a)))
     if focus.lo is not None:
         crumbs.append((f"ids {focus.lo}…{focus.hi}", focus))
 
@@ -190,7 +194,8 @@ def build_hierarchy_model(
             _, _, _lo, _hi = gk.split(":")
             label, kind = f"{_clean(str(top.index[0]))[:22]}… ({len(members)})", "range"
         elif isinstance(gk, str):
-            label, kind = f"{_clean(str(names[pos_of.get_loc(int(gk[5:]))]))[:28]} ({len(members)})", "tree"
+            row = pos_of.get_loc(int(gk[5:]))
+            label, kind = f"{_clean(str(names[row]), tids[row])[:28]} ({len(members)})", "tree"
         else:
             op_id = int(gk)  # type: ignore[call-overload]  # the remaining keys are op ids (ints)
             label, kind = _clean(str(names[pos_of.get_loc(op_id)]))[:28], "op"

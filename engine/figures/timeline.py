@@ -246,7 +246,7 @@ def timeline_figure(
     n_rows = int(ev["y"].max()) + 3 if len(ev) else 10
     fig.update_layout(
         barmode="overlay",
-        height=height or max(320, 18 * n_rows + 90),
+        height=height or max(320, 22 * n_rows + 110),
         margin=dict(l=10, r=10, t=60, b=40),
         title=dict(
             text=title or (f"{len(ev):,} events" + (f" · {len(detail):,} drawn, rest grouped" if len(agg) else "")),
@@ -255,7 +255,7 @@ def timeline_figure(
         ),
         clickmode="event+select",
         dragmode="zoom",
-        uniformtext=dict(minsize=9, mode="hide"),
+        uniformtext=dict(minsize=8, mode="hide"),
         xaxis=dict(
             title=f"µs since {origin:,.0f}",
             zeroline=False,
@@ -294,23 +294,29 @@ def aggregate_trace(agg: pd.DataFrame, *, legend: bool = True):
 
 
 def _hover_data(part: pd.DataFrame, names: np.ndarray, shapes: dict[int, str] | None) -> np.ndarray:
-    """customdata rows [ev, dur_us, start_us, shapes, name]: the event id first (selection reads
+    """customdata rows [ev, dur_us, start_us, shapes, name, ET op id or -1]: the event id first (selection reads
     customdata[0]); the duration is its own field, since a horizontal bar's hover `x` is its end."""
     n = len(part)
     shp = np.full(n, "", dtype=object)
     if shapes and "op_id" in part.columns:
         oid = part["op_id"].to_numpy()
         shp = np.array([shapes.get(int(o), "") if o == o and o is not None else "" for o in oid], dtype=object)
-    cd = np.empty((n, 5), dtype=object)
+    cd = np.empty((n, 6), dtype=object)
     cd[:, 0] = part["ev"].to_numpy().astype(np.int64)
     cd[:, 1] = part["dur_us"].to_numpy(float)
     cd[:, 2] = part["start_us"].to_numpy(float)
     cd[:, 3] = shp
     cd[:, 4] = names
+    cd[:, 5] = (
+        part["op_id"].fillna(-1).to_numpy().astype(np.int64) if "op_id" in part.columns else np.full(n, -1, np.int64)
+    )
     return cd
 
 
-HOVER = "<b>%{customdata[4]}</b><br>dur %{customdata[1]:,.3f} µs<br>start %{customdata[2]:,.3f} µs<br>%{customdata[3]}<extra>ev %{customdata[0]}</extra>"
+HOVER = (
+    "<b>%{customdata[4]}</b><br>dur %{customdata[1]:,.3f} µs<br>start %{customdata[2]:,.3f} µs"
+    "<br>%{customdata[3]}<extra>ev %{customdata[0]} · ET op %{customdata[5]}</extra>"
+)
 
 
 def timeline_traces(
@@ -355,7 +361,7 @@ def timeline_traces(
                 text=names,
                 textposition="inside",
                 insidetextanchor="start",
-                textfont=dict(size=10),
+                textfont=dict(size=9),
                 hovertemplate=HOVER,
             )
         )

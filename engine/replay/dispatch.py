@@ -21,7 +21,10 @@ from typing import Any
 
 import torch
 
-from engine.replay.collectives import SKIP_REASON, is_collective
+from engine.replay.accel import ACCELERATOR_OPS
+from engine.replay.accel import remap as accel_remap
+from engine.replay.collectives import is_collective
+from engine.replay.reasons import SkipReason
 
 # recorded ScalarType / Layout / MemoryFormat enums are written as ints
 SCALAR_TYPES = {
@@ -49,7 +52,11 @@ MEMORY_FORMATS = {
 
 
 class DispatchError(Exception):
-    """The op cannot be rebuilt; the message is the coverage reason."""
+    """The op cannot be rebuilt: `reason` (a SkipReason) goes into coverage, the message is the detail."""
+
+    def __init__(self, message: str, reason: SkipReason = SkipReason.NO_MATCHING_OVERLOAD):
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(slots=True)
@@ -71,6 +78,13 @@ OP_LIBRARIES = {
     "torchaudio": "torchaudio",
     "torchrec": "torchrec",
 }
+# what to install for each library's namespace (named in the skip detail)
+OP_PACKAGES = {
+    "fbgemm": "fbgemm-gpu-cpu==1.8.0 on CPU / fbgemm-gpu on CUDA (pip install -e '.[dlrm]')",
+    "torchvision": "torchvision",
+    "torchaudio": "torchaudio",
+    "torchrec": "torchrec",
+}
 _tried_libs: set[str] = set()
 
 
@@ -86,7 +100,7 @@ def _load_library(ns: str) -> None:
 
 def _packet(name: str):
     if "::" not in name:
-        raise DispatchError(f"not a registered operator name: {name}")
+        raise DispatchError(f"not a registered operator name: {name}", SkipReason.UNKNOWN_OPERATOR)
     ns, op = name.split("::", 1)
     _load_library(ns)
     try:
@@ -94,8 +108,16 @@ def _packet(name: str):
         return getattr(namespace, op)
     except (AttributeError, RuntimeError):
         if ns == "aten":
-            raise DispatchError(f"operator {name} not found in torch {torch.__version__}") from None
-        raise DispatchError(f"operator namespace '{ns}' not loaded (op {name})") from None
+            raise DispatchError(
+                f"operator {name} not found in torch {torch.__version__}", SkipReason.UNKNOWN_OPERATOR
+            ) from None
+        if ns in OP_PACKAGES:
+            raise DispatchError(
+                f"operator {name} needs {OP_PACKAGES[ns]} (not installed)", SkipReason.LIBRARY_NOT_LOADED
+            ) from None
+        raise DispatchError(
+            f"operator namespace '{ns}' not loaded (op {name})", SkipReason.LIBRARY_NOT_LOADED
+        ) from None
 
 
 def _overload(name: str, overload_name: str):
@@ -283,14 +305,18 @@ NO_EQUIVALENT = (
 def resolve(name: str, schema: str, types: list[str], device: str) -> Resolved:
     """Resolve one recorded op for `device` ("cpu" / "cuda:N"); DispatchError says why not."""
     if is_collective(name):
-        raise DispatchError(SKIP_REASON)
+        raise DispatchError(f"collective {name}", SkipReason.COLLECTIVE_SINGLE_PROCESS)
     on_gpu = device.startswith("cuda")
+    if name in ACCELERATOR_OPS:
+        remapped = accel_remap(name, on_gpu)
+        if remapped is not None:
+            return remapped
     if not on_gpu and name in SUBSTITUTIONS:
         return SUBSTITUTIONS[name](None, len(types))
     if on_gpu and name in SUBSTITUTIONS_ON_CUDA:
         return SUBSTITUTIONS_ON_CUDA[name](None, len(types))
     if not on_gpu and name in NO_EQUIVALENT:
-        raise DispatchError(f"{name} is CUDA-library only and has no CPU equivalent")
+        raise DispatchError(f"{name} is CUDA-library only and has no CPU equivalent", SkipReason.NO_CPU_EQUIVALENT)
     rec_names = None
     target = None
     if schema:
@@ -311,6 +337,13 @@ def resolve(name: str, schema: str, types: list[str], device: str) -> Resolved:
         st = arg_types.get(i)
         if st is not None and t != "None" and not _kind_ok(t, st):
             raise DispatchError(f"recorded argument {i} of type {t} does not fit '{st}' of {target._schema.name}")
+    if not on_gpu:  # pinned host memory needs an accelerator: a CPU replay allocates plain memory
+        args = target._schema.arguments
+        for j, a in enumerate(args[: len(positional)]):
+            if a.name == "pin_memory":
+                positional[j] = ("const", False if not str(a.type).startswith("Optional") else None)
+        if "pin_memory" in keywords:
+            keywords["pin_memory"] = ("const", None)
     return Resolved(overload=target, positional=positional, keywords=keywords, arg_types=arg_types)
 
 

@@ -17,12 +17,15 @@ replay.json (one JSON object; * = required when read):
         dur_us        float    median time of the op over the timed iterations (µs; host time,
                                or GPU time between CUDA events when replayed on CUDA)
         status        OpStatus "replayed" | "substituted" | "skipped"
+        collective    str      collective ops only: its kind ("all_reduce", ...)
     coverage*         Coverage
         selected, replayed, substituted, skipped          int
-        by_reason     {reason: int}   why ops were skipped (most frequent first)
+        by_reason     {reason: int}   why ops were skipped, keyed by `SkipReason` values
+                                      (engine.replay.reasons), most frequent first
         by_category   {category: {selected, replayed, substituted, skipped}}
         selected_compute, replayed_compute               int (category "compute" only)
         compute_rate, rate                               float in [0, 1]
+        comm_selected, comm_replayed                     int (collectives)
     device            str      "cpu" | "cuda" | "cuda:N"
     metrics           {samples: {column: [float]}, summary: {...}}  (MetricsSampler.to_dict)
     kineto_path       str | null   the replay's own Kineto trace, when profiled
@@ -34,6 +37,12 @@ replay.json (one JSON object; * = required when read):
     config            {...}        the ReplayConfig values that shape the numbers
     warnings          [str]
     gpu_iteration_ms  [float]      CUDA-event iteration times (empty on CPU)
+    breakdown         {...}        per-iteration medians (ms): compute, communication, exposed
+                                   communication, idle (distributed replays)
+    collectives       {kind: {count, bytes}}  collectives executed per iteration
+    world_size        int          ranks that ran (1 for a single-process replay)
+    ranks             [{...}]      distributed runs: one entry per rank
+    spmd              {...} | null --mirror-rank: which recorded rank every rank replays
     source            {"traces": [{path, sha256}], "derived_from": [sha256, ...]}: content
                                    hashes of the ET(s) replayed (and, for a composed benchmark,
                                    of the traces it was composed from); compare refuses a
@@ -68,13 +77,17 @@ class OpStatus(str, Enum):
         return self.value
 
 
-class PerOpRow(TypedDict):
+class _PerOpFields(TypedDict):
     op_id: int
     name: str
     category: str
     phase: str
     dur_us: float
     status: OpStatus
+
+
+class PerOpRow(_PerOpFields, total=False):
+    collective: str  # the collective's kind, on collective ops only
 
 
 class SkippedOp(TypedDict):
@@ -91,7 +104,7 @@ class CategoryCoverage(TypedDict):
     skipped: int
 
 
-class Coverage(TypedDict):
+class Coverage(TypedDict, total=False):
     selected: int
     replayed: int
     substituted: int
@@ -102,6 +115,8 @@ class Coverage(TypedDict):
     replayed_compute: int
     compute_rate: float
     rate: float
+    comm_selected: int
+    comm_replayed: int
 
 
 @dataclass(kw_only=True, slots=True)
@@ -118,6 +133,12 @@ class ReplayResult:
     config: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     gpu_iteration_ms: list[float] = field(default_factory=list)  # CUDA events, start to end
+    # per-iteration medians (ms): compute, communication, exposed communication, idle
+    breakdown: dict = field(default_factory=dict)
+    collectives: dict = field(default_factory=dict)  # {kind: {count, bytes}} executed per iteration
+    world_size: int = 1
+    ranks: list[dict] = field(default_factory=list)  # distributed runs: one entry per rank
+    spmd: dict | None = None  # --mirror-rank: which recorded rank every rank replays
     source: dict = field(default_factory=dict)  # content hashes of the replayed trace (module doc)
 
     @property
@@ -139,6 +160,11 @@ class ReplayResult:
             "config": self.config,
             "warnings": self.warnings,
             "gpu_iteration_ms": list(self.gpu_iteration_ms),
+            "breakdown": self.breakdown,
+            "collectives": self.collectives,
+            "world_size": self.world_size,
+            "ranks": self.ranks,
+            "spmd": self.spmd,
             "source": self.source,
         }
 
@@ -174,6 +200,11 @@ class ReplayResult:
             config=dict(data.get("config") or {}),
             warnings=[str(w) for w in data.get("warnings") or []],
             gpu_iteration_ms=gpu_ms,
+            breakdown=dict(data.get("breakdown") or {}),
+            collectives=dict(data.get("collectives") or {}),
+            world_size=int(data.get("world_size") or 1),
+            ranks=list(data.get("ranks") or []),
+            spmd=data.get("spmd"),
             source=dict(data.get("source") or {}),
         )
 
@@ -239,7 +270,7 @@ def _per_op_row(r: dict) -> PerOpRow:
     """One per_op row with its status as an OpStatus (older files without status: replayed)."""
     if not isinstance(r, dict):
         raise TypeError(f"per_op row {r!r} is not an object")
-    return PerOpRow(
+    row = PerOpRow(
         op_id=int(r["op_id"]),
         name=str(r["name"]),
         category=str(r.get("category", "")),
@@ -247,24 +278,37 @@ def _per_op_row(r: dict) -> PerOpRow:
         dur_us=float("nan") if r["dur_us"] is None else float(r["dur_us"]),
         status=OpStatus(r.get("status", OpStatus.REPLAYED)),
     )
+    if "collective" in r:
+        row["collective"] = str(r["collective"])
+    return row
 
 
 def coverage_report(steps, failures: dict[int, str]) -> tuple[Coverage, list[SkippedOp]]:
-    """Coverage counts over the plan's steps (see engine.replay docstring for definitions)."""
+    """Coverage counts over the plan's steps (see engine.replay docstring for definitions).
+
+    `by_reason` keys are `SkipReason` values (stable); `failures` maps a step index to the
+    exception text of an op that failed at run time (reason FAILED, text in `detail`)."""
+    from engine.replay.reasons import SkipReason
+
     by_reason: dict[str, int] = {}
     by_category: dict[str, CategoryCoverage] = {}
     skipped_ops: list[SkippedOp] = []
-    replayed = substituted = 0
+    replayed = substituted = comm_sel = comm_rep = 0
     for st in steps:
+        is_comm = getattr(st, "coll", None) is not None or str(st.name).startswith(("c10d::", "record_param_comms"))
+        comm_sel += is_comm
         cat = by_category.setdefault(st.category, CategoryCoverage(selected=0, replayed=0, substituted=0, skipped=0))
         cat["selected"] += 1
-        reason = st.reason or failures.get(st.index, "")
+        reason = st.reason or (SkipReason.FAILED if st.index in failures else "")
         if reason:
+            key = reason.value if isinstance(reason, SkipReason) else str(reason)
             cat["skipped"] += 1
-            by_reason[reason] = by_reason.get(reason, 0) + 1
-            skipped_ops.append(SkippedOp(op_id=st.op_id, name=st.name, reason=reason, detail=st.detail or reason))
+            by_reason[key] = by_reason.get(key, 0) + 1
+            detail = st.detail or failures.get(st.index, "") or key
+            skipped_ops.append(SkippedOp(op_id=st.op_id, name=st.name, reason=key, detail=detail))
             continue
         replayed += 1
+        comm_rep += is_comm
         cat["replayed"] += 1
         if st.resolved is not None and st.resolved.substituted:
             substituted += 1
@@ -282,4 +326,6 @@ def coverage_report(steps, failures: dict[int, str]) -> tuple[Coverage, list[Ski
         replayed_compute=comp["replayed"],
         compute_rate=(comp["replayed"] / comp["selected"]) if comp["selected"] else 1.0,
         rate=(replayed / selected) if selected else 1.0,
+        comm_selected=comm_sel,
+        comm_replayed=comm_rep,
     ), skipped_ops

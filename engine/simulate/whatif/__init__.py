@@ -21,6 +21,7 @@ class EditContext:
     config: SimConfig
     events: pd.DataFrame
     graph: Any = None
+    predicted_events: Any = None  # set before "result"-stage edits run
     warnings: list[str] = field(default_factory=list)
     report: dict[str, Any] = field(default_factory=dict)
 
@@ -41,5 +42,6 @@ from engine.simulate.whatif import dependency as _dependency  # noqa: E402,F401 
 from engine.simulate.whatif import dims as _dims  # noqa: E402,F401 -- registers into the registry above
 from engine.simulate.whatif import dp as _dp  # noqa: E402,F401 -- registers into the registry above
 from engine.simulate.whatif import layers as _layers  # noqa: E402,F401 -- registers into the registry above
+from engine.simulate.whatif import pipeline as _pipeline  # noqa: E402,F401 -- registers into the registry above
 from engine.simulate.whatif import sharding as _sharding  # noqa: E402,F401 -- registers into the registry above
 from engine.simulate.whatif import speedup as _speedup  # noqa: E402,F401 -- registers into the registry above

@@ -419,16 +419,15 @@ def sharding(ranks=(2, 3, 4, 8), plans=("table", "row", "column", "greedy"), rou
         p_rank = [pick] + sorted((p for p in pred if p != pick), key=lambda p: pred[p])
         m_rank = sorted(pred, key=lambda p: meas[p])
 
-        verdict, vs = "hit", None
+        # the pick against its measured rival: the measured fastest, or the runner-up when the pick won
+        rival = m_rank[0] if m_rank[0] != pick else m_rank[1]
+        vs = _paired(per_round[pick], per_round[rival])
+        verdict = "hit"
         if pick != m_rank[0]:
-            vs = _paired(per_round[pick], per_round[m_rank[0]])
-            if m_rank[0] in tied and vs["within_noise"]:
+            if rival in tied and vs["within_noise"]:
                 verdict = "tie (within noise)"
             else:  # outside a predicted tie a loss counts even within noise (shown for information)
                 verdict = "miss (gap within noise)" if vs["within_noise"] else "miss (significant)"
-        if vs is None and len(tied) > 1:  # show the tie's measured gap even when the pick won
-            other = min((p for p in tied if p != pick), key=lambda p: meas[p])
-            vs = _paired(per_round[pick], per_round[other])
         hit = not verdict.startswith("miss")
         hits += hit
         keys = list(pred)
@@ -451,7 +450,7 @@ def sharding(ranks=(2, 3, 4, 8), plans=("table", "row", "column", "greedy"), rou
             "round_mad_ms": {names[p]: noise[p] for p in pred},
             "predicted_ranking": [names[p] for p in p_rank],
             "measured_ranking": [names[p] for p in m_rank],
-            "pick_vs_measured_fastest": vs,
+            "pick_vs_rival": {"rival": names[rival], **vs},
             "verdict": verdict,
             "fastest_picked": hit,
             "own_planner_ranking": [r["plan"] for r in own.extra["sharding"]["ranking"][str(n)]],
@@ -461,10 +460,8 @@ def sharding(ranks=(2, 3, 4, 8), plans=("table", "row", "column", "greedy"), rou
             line += f"; merged {merged}"
         if len(tied) > 1:
             line += f"; predicted tie {[names[p] for p in tied]} (picked {names[pick]})"
-        if vs:
-            lo, hi = vs["ci95_ms"]
-            other = m_rank[0] if m_rank[0] != pick else min((p for p in tied if p != pick), key=lambda p: meas[p])
-            line += f"; {names[pick]}-{names[other]} {vs['median_ms']:+.3f} ms, 95 % CI [{lo:+.3f}, {hi:+.3f}]"
+        lo, hi = vs["ci95_ms"]
+        line += f"; {names[pick]}-{names[rival]} {vs['median_ms']:+.3f} ms, 95 % CI [{lo:+.3f}, {hi:+.3f}]"
         print(line, flush=True)
         print(
             "    " + ", ".join(f"{names[p]} {meas[p]:.2f} ms (pred {pred[p]:.3f}, MAD {noise[p]:.2f})" for p in m_rank)

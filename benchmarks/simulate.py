@@ -420,8 +420,8 @@ def sharding(ranks=(2, 3, 4, 8), plans=("table", "row", "column", "greedy"), rou
         m_rank = sorted(pred, key=lambda p: meas[p])
 
         # the pick against its measured rival: the measured fastest, or the runner-up when the pick won
-        rival = m_rank[0] if m_rank[0] != pick else m_rank[1]
-        vs = _paired(per_round[pick], per_round[rival])
+        rival = m_rank[0] if m_rank[0] != pick else m_rank[-1] if len(m_rank) == 1 else m_rank[1]
+        vs = _paired(per_round[pick], per_round[rival])  # all plans merged: the pick against itself
         verdict = "hit"
         if pick != m_rank[0]:
             if rival in tied and vs["within_noise"]:

@@ -128,6 +128,8 @@ def sample_sets() -> dict[str, list[str]]:
     if SAMPLES.is_dir():
         for d in sorted(p for p in SAMPLES.iterdir() if p.is_dir()):
             files = [str(p) for p in (d / f"{d.name}_et.json.gz", d / f"{d.name}_kineto.json.gz") if p.exists()]
+            # multi-rank samples: every rank's ET + Kineto (one multi-rank trace)
+            files = files or [str(p) for p in sorted(d.glob(f"{d.name}_rank*_*.json.gz"))]
             if files:
                 out[d.name] = files
     return out
@@ -511,6 +513,22 @@ def search_events(paths: tuple[str, ...], rank: int | None, pattern: str) -> lis
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
+def rank_inputs(name: str, bench: dict | None) -> dict:
+    """Files and recorded ranks a distributed replay of trace `name` (or the composed
+    benchmark) takes (engine.replay.distributed.rank_inputs)."""
+    from engine.replay.distributed import rank_inputs as _ri
+
+    t = get_trace(name)
+    return _ri(traces()[name]["paths"], (t.meta or {}).get("ranks") or [0], bench.get("dir") if bench else None)
+
+
+def rank_medians(name: str) -> dict[int, float]:
+    """Unprofiled per-rank step medians of a multi-rank capture ({} for others)."""
+    from engine.replay.distributed import capture_rank_medians
+
+    return capture_rank_medians(traces()[name]["paths"]) if name in traces() else {}
+
+
 def capture_meta(paths: tuple[str, ...]) -> dict | None:
     """The capture meta (`<name>_meta.json` next to the trace files), when there is exactly one."""
     import orjson

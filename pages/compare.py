@@ -87,6 +87,14 @@ if mode == "original vs replay":
         f"substituted {cov.get('substituted', 0)}, skipped {cov.get('skipped', 0)}"
         + (f" ({', '.join(f'{k}: {v}' for k, v in cov.get('by_reason', {}).items())})" if cov.get("by_reason") else "")
     )
+    if report.get("ranks"):
+        from engine.figures import ranks as rfig
+
+        st.plotly_chart(
+            rfig.ranks_side_by_side(rfig.original_rank_ms(original, state.rank_medians(run["trace"])), report),
+            key="cmp_ranks",
+            width="stretch",
+        )
     tab_t, tab_b, tab_m, tab_o = st.tabs(["Timelines", "Time by op type", "Metrics", "Per-op table"])
     with tab_t:
         kp = report.get("kineto_path")

@@ -52,6 +52,28 @@ mode = c[3].selectbox(
     help="top: highest rebuildable op per call path; leaf: lowest (closer to kernels)",
 )
 host_gaps = c[4].checkbox("Reproduce CPU gaps", value=False, key="replay_gaps")
+rank_files = state.rank_inputs(name, bench if target.startswith("composed") else None)
+dist_opts = None
+if len(rank_files["ranks"]) > 1 or not target.startswith("selection"):
+    d = st.columns(3)
+    n_rec = len(rank_files["ranks"])
+    world = int(
+        d[0].number_input(
+            "World size (processes)",
+            1,
+            64,
+            n_rec if n_rec > 1 else 1,
+            key="replay_world",
+            help="one process per rank with real collectives (gloo on CPU, NCCL on CUDA); "
+            "a one-rank trace runs as N symmetric ranks (SPMD)",
+        )
+    )
+    rmode = d[1].selectbox("Mode", ["full", "compute-only", "comm-only"], key="replay_rmode")
+    if world > 1 or n_rec > 1:
+        dist_opts = {"world_size": world, "mirror_rank": None if world == n_rec else rank_files["ranks"][0]}
+    mode_kw = {"replay_mode": rmode}
+else:
+    mode_kw = {}
 
 
 def job_params() -> dict:
@@ -64,6 +86,12 @@ def job_params() -> dict:
         "config": {"device": device, "warmup": warmup, "iters": iters, "mode": mode, "host_gaps": host_gaps},
     }
     params["config"]["profile"] = True
+    params["config"].update(mode_kw)
+    if dist_opts is not None:
+        params["paths"] = rank_files["paths"]
+        params["distributed"] = dist_opts
+        params["config"]["metrics"] = False
+        return params
     if target.startswith("selection"):
         from engine.graph import Selection, select
 
@@ -127,6 +155,13 @@ def _jobs_panel() -> None:
     c[4].metric("worker peak RSS", f"{last.get('worker_peak_rss_mb') or 0:,.0f} MB")
     if cov.get("by_reason"):
         st.caption("skipped/substituted by reason: " + ", ".join(f"{k}: {v}" for k, v in cov["by_reason"].items()))
+    if report.get("ranks"):
+        from engine.figures import ranks as rfig
+
+        if report.get("spmd"):
+            st.caption(report["spmd"]["assumption"])
+        st.plotly_chart(rfig.rank_bars(report), key="replay_rank_bars", width="stretch")
+        st.dataframe(rfig.rank_table(report), hide_index=True, key="replay_rank_table")
     d = st.columns(2)
     d[0].download_button(
         "Download replay report (JSON)",

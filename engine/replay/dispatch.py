@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from engine.replay.accel import ACCELERATOR_OPS
+from engine.replay.accel import remap as accel_remap
 from engine.replay.collectives import is_collective
 from engine.replay.reasons import SkipReason
 
@@ -323,6 +325,10 @@ def resolve(name: str, schema: str, types: list[str], device: str) -> Resolved:
     if is_collective(name):
         raise DispatchError(f"collective {name}", SkipReason.COLLECTIVE_SINGLE_PROCESS)
     on_gpu = device.startswith("cuda")
+    if name in ACCELERATOR_OPS:
+        remapped = accel_remap(name, on_gpu)
+        if remapped is not None:
+            return remapped
     if not on_gpu and name in SUBSTITUTIONS:
         return SUBSTITUTIONS[name](None, len(types))
     if on_gpu and name in SUBSTITUTIONS_ON_CUDA:
@@ -349,6 +355,13 @@ def resolve(name: str, schema: str, types: list[str], device: str) -> Resolved:
         st = arg_types.get(i)
         if st is not None and t != "None" and not _kind_ok(t, st):
             raise DispatchError(f"recorded argument {i} of type {t} does not fit '{st}' of {target._schema.name}")
+    if not on_gpu:  # pinned host memory needs an accelerator: a CPU replay allocates plain memory
+        args = target._schema.arguments
+        for j, a in enumerate(args[: len(positional)]):
+            if a.name == "pin_memory":
+                positional[j] = ("const", False if not str(a.type).startswith("Optional") else None)
+        if "pin_memory" in keywords:
+            keywords["pin_memory"] = ("const", None)
     return Resolved(overload=target, positional=positional, keywords=keywords, arg_types=arg_types)
 
 

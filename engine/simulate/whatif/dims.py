@@ -99,18 +99,12 @@ class DimScale(Edit):
             if fam is None or int(oid) not in shapes:
                 continue
             ins, outs, _item = shapes[int(oid)]
-            if fam.name == "memory":
-                w0 = fam.work(name, ins, outs)
-                new_ins = [scale_shape(s, targets, self.scale, self.once) for s in ins]
-                new_outs = [scale_shape(s, targets, self.scale, self.once) for s in outs]
-                w1 = fam.work(name, new_ins, new_outs)
-            else:
-                w0 = fam.work(name, ins, outs)
-                w1 = fam.work(
-                    name,
-                    [scale_shape(s, targets, self.scale, self.once) for s in ins],
-                    [scale_shape(s, targets, self.scale, self.once) for s in outs],
-                )
+            w0 = fam.work(name, ins, outs)
+            w1 = fam.work(
+                name,
+                [scale_shape(x, targets, self.scale, self.once) for x in ins],
+                [scale_shape(x, targets, self.scale, self.once) for x in outs],
+            )
             if w0 and w1:
                 rows.append((int(oid), fam.name, float(w0), float(w1)))
         if not rows:

@@ -380,3 +380,7 @@ def _flow(server, driver, files):
     assert "resnet" in _text(d, ".st-key-summary_pick") + _text(d, ".st-key-loaded_table")
     _nav(d, "compose")
     _wait_text(d, "segment 1:", timeout=240)
+    _nav(d, "what-if")  # the last page, for the screenshots of every page
+    _wait_css(d, "h1")
+    _idle(d, 240)
+    _shot(d, "9_whatif")

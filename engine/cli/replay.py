@@ -170,6 +170,12 @@ def run(args: argparse.Namespace) -> int:
     )
     if distributed and not args.sequential:
         return run_distributed(args, multi if multi else [Path(t) for t in traces])
+    if multi and args.rank is not None and not (Path(traces[0]) / "spec.json").is_file():
+        # one rank of a multi-rank capture folder, in this process
+        pick = [f for f in multi if "_et.json" in f.name and re.search(rf"rank[_\-]?{args.rank}(?!\d)", f.name)]
+        if len(pick) != 1:
+            raise TraceError(f"no ET file of rank {args.rank} in the folder", traces[0])
+        return run_single(args, str(pick[0]))
     if len(traces) > 1:
         raise TraceError("several trace files replay together (distributed); --sequential takes one folder")
     return run_single(args, traces[0])

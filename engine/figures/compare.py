@@ -64,7 +64,6 @@ def aligned_timelines(
         barmode="overlay",
         height=max(420, 16 * rows + 140),
         margin=dict(l=10, r=10, t=40, b=30),
-        uniformtext=dict(minsize=9, mode="hide"),
         # below the plot, never under the modebar
         legend=dict(orientation="h", yanchor="top", y=-0.08, xanchor="left", x=0.0),
     )

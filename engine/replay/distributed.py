@@ -55,6 +55,18 @@ class DistConfig:
         if not (isinstance(self.timeout_s, (int, float)) and 0 < self.timeout_s <= 86_400):
             raise TraceError(f"collective timeout must be between 0 and 86400 s, not {self.timeout_s!r}")
 
+    def to_json(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> DistConfig:
+        """Inverse of `to_json` (unknown keys are an error naming them)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        extra = set(d) - names
+        if extra:
+            raise TraceError(f"unknown distributed replay settings: {sorted(extra)}")
+        return cls(**d)
+
 
 def plan_ranks(trace, dist: DistConfig) -> tuple[int, dict[int, int]]:
     """(world size, {process rank: recorded rank to replay})."""

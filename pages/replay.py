@@ -7,11 +7,12 @@ leaving the page (or reloading) does not stop them, and the reported RSS is the 
 
 from pathlib import Path
 
-import orjson
 import streamlit as st
 
 from app import state
 from engine.errors import TraceError
+from engine.graph.replayset import SelectionMode
+from engine.replay.config import ReplayConfig  # no torch: engine.replay imports its executor lazily
 
 st.title("Replay")
 name = state.trace_picker("Original trace", key="replay_trace", kinds=("execution_trace",))
@@ -41,13 +42,14 @@ def _devices() -> list[str]:
     return devs
 
 
+DEFAULTS = ReplayConfig()  # the one source of defaults (the CLI reads it too)
 c = st.columns(5)
 device = c[0].selectbox("Device", _devices(), key="replay_device")
-warmup = int(c[1].number_input("Warm-up iterations", 0, 100, 2, key="replay_warmup"))
-iters = int(c[2].number_input("Timed iterations", 1, 1000, 5, key="replay_iters"))
+warmup = int(c[1].number_input("Warm-up iterations", 0, 100, DEFAULTS.warmup, key="replay_warmup"))
+iters = int(c[2].number_input("Timed iterations", 1, 1000, DEFAULTS.iters, key="replay_iters"))
 mode = c[3].selectbox(
     "Operator level",
-    ["top", "leaf"],
+    [m.value for m in SelectionMode],
     key="replay_mode",
     help="top: highest rebuildable op per call path; leaf: lowest (closer to kernels)",
 )
@@ -145,23 +147,30 @@ def _jobs_panel() -> None:
         key="replay_runs",
     )
     last = runs[-1]
-    report = orjson.loads(Path(last["path"]).read_bytes())
+    from engine.replay.result import ReplayResult  # lazy: engine.replay imports torch
+
+    try:
+        report = ReplayResult.read(last["path"])
+    except TraceError as exc:
+        st.error(str(exc))
+        return
     c = st.columns(5)
-    c[0].metric("median ms / iteration", f"{report['median_ms']:.3f}")
-    cov = report.get("coverage") or {}
+    c[0].metric("median ms / iteration", f"{report.median_ms:.3f}")
+    cov = report.coverage
     c[1].metric("ops replayed", f"{cov.get('replayed', 0)} / {cov.get('selected', 0)}")
     c[2].metric("substituted", cov.get("substituted", 0))
     c[3].metric("skipped", cov.get("skipped", 0))
     c[4].metric("worker peak RSS", f"{last.get('worker_peak_rss_mb') or 0:,.0f} MB")
     if cov.get("by_reason"):
         st.caption("skipped/substituted by reason: " + ", ".join(f"{k}: {v}" for k, v in cov["by_reason"].items()))
-    if report.get("ranks"):
+    if report.ranks:
         from engine.figures import ranks as rfig
 
-        if report.get("spmd"):
-            st.caption(report["spmd"]["assumption"])
-        st.plotly_chart(rfig.rank_bars(report), key="replay_rank_bars", width="stretch")
-        st.dataframe(rfig.rank_table(report), hide_index=True, key="replay_rank_table")
+        if report.spmd:
+            st.caption(report.spmd["assumption"])
+        doc = report.to_json()
+        st.plotly_chart(rfig.rank_bars(doc), key="replay_rank_bars", width="stretch")
+        st.dataframe(rfig.rank_table(doc), hide_index=True, key="replay_rank_table")
     d = st.columns(2)
     d[0].download_button(
         "Download replay report (JSON)",

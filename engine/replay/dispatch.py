@@ -260,30 +260,12 @@ def _sub_conv(target: str, transposed: bool, has_bias: bool):
         bias = ("rec", 2) if has_bias else ("const", None)
         if transposed:
             pad, outpad, stride, dil, groups = 2 + b, 3 + b, 4 + b, 5 + b, 6 + b
-            pos = [
-                ("rec", 0),
-                ("rec", 1),
-                bias,
-                ("rec", stride),
-                ("rec", pad),
-                ("rec", dil),
-                ("const", True),
-                ("rec", outpad),
-                ("rec", groups),
-            ]
+            tail = [("const", True), ("rec", outpad)]
         else:
             pad, stride, dil, groups = 2 + b, 3 + b, 4 + b, 5 + b
-            pos = [
-                ("rec", 0),
-                ("rec", 1),
-                bias,
-                ("rec", stride),
-                ("rec", pad),
-                ("rec", dil),
-                ("const", False),
-                ("const", [0]),
-                ("rec", groups),
-            ]
+            tail = [("const", False), ("const", [0])]
+        # aten::convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+        pos = [("rec", 0), ("rec", 1), bias, ("rec", stride), ("rec", pad), ("rec", dil), *tail, ("rec", groups)]
         return Resolved(
             overload=ov,
             positional=pos,

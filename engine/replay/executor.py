@@ -28,7 +28,7 @@ from engine.replay.config import ReplayConfig
 from engine.replay.memory import available_bytes, estimate, skip_oversized
 from engine.replay.plan import Plan, build_plan
 from engine.replay.reasons import SkipReason
-from engine.replay.result import ReplayResult, coverage_report
+from engine.replay.result import OpStatus, PerOpRow, ReplayResult, coverage_report
 from engine.replay.steps import (
     _busy_wait_ns,
     _make_call_step,
@@ -40,6 +40,7 @@ from engine.replay.steps import (
     _with_waits,
 )
 from engine.replay.tensors import StorageManager
+from engine.trace.ranks import of_rank, ranks_of
 
 
 def _target_device(cfg: ReplayConfig) -> str:
@@ -54,9 +55,9 @@ def _rank_ops(trace, rank):
         raise TraceError("trace has no execution-trace operators to replay (Kineto-only trace?)")
     if rank is None:
         rank = int(ops["rank"].min())
-    sub = ops[ops["rank"] == rank]
+    sub = of_rank(ops, rank)
     if len(sub) == 0:
-        raise TraceError(f"trace has no operators on rank {rank}; ranks: {sorted(set(ops['rank'].tolist()))}")
+        raise TraceError(f"trace has no operators on rank {rank}; ranks: {ranks_of(ops)}")
     return sub, rank
 
 
@@ -226,7 +227,7 @@ class ReplaySession:
                 )
             steps.append(fn)
         self.steps = steps
-        self.gaps = _host_gaps(plan) if config.host_gaps else None
+        self.gaps = measured_host_gaps(plan) if config.host_gaps else None
         cuda = device.startswith("cuda")
         dev_sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
         backend = self.collectives
@@ -328,26 +329,23 @@ class ReplaySession:
             self.env[i] = None
         self.store.release()
         coverage, skipped = coverage_report(plan.steps, self.failures)
-        per_op = []
+        per_op: list[PerOpRow] = []
         op_ns = self.op_ns
         for k, st in enumerate(plan.steps):
             dur = statistics.median(row[k] for row in op_ns) / 1e3 if op_ns else 0.0
             status = (
-                "skipped"
+                OpStatus.SKIPPED
                 if (st.reason or st.index in self.failures)
-                else ("substituted" if st.resolved is not None and st.resolved.substituted else "replayed")
+                else (
+                    OpStatus.SUBSTITUTED if st.resolved is not None and st.resolved.substituted else OpStatus.REPLAYED
+                )
             )
-            per_op.append(
-                {
-                    "op_id": st.op_id,
-                    "name": st.name,
-                    "category": st.category,
-                    "phase": st.phase,
-                    "dur_us": round(dur, 3),
-                    "status": status,
-                    **({"collective": st.coll.kind.value} if st.coll is not None else {}),
-                }
+            row = PerOpRow(
+                op_id=st.op_id, name=st.name, category=st.category, phase=st.phase, dur_us=round(dur, 3), status=status
             )
+            if st.coll is not None:
+                row["collective"] = st.coll.kind.value
+            per_op.append(row)
         metrics: dict[str, Any] = {"samples": {}, "summary": {}}
         if self._sampler is not None:
             self.stop_metrics()
@@ -397,28 +395,21 @@ def _meta_threads(trace) -> int | None:
     """The capture's intra-op thread count: from trace meta, else from the `<name>_meta.json`
     written by `mystique capture` next to the ET file. Thread count dominates CPU step time
     (2 threads on a loaded 2-core machine can be 10x slower than 1), so it must match."""
-    import os
-
-    from engine import jsonio
-
     meta = trace.meta or {}
     v = meta.get("num_threads") or (meta.get("capture") or {}).get("num_threads")
     if isinstance(v, int) and v > 0:
         return v
+    from engine.capture.meta import meta_for
+
     for src in meta.get("sources") or []:
-        path = str(src.get("path") or "").split("!", 1)[0]
-        base = os.path.basename(path)
-        if src.get("kind") != "execution_trace" or "_et.json" not in base:
+        if src.get("kind") != "execution_trace" or not src.get("path"):
             continue
-        cand = os.path.join(os.path.dirname(path), base.split("_et.json", 1)[0] + "_meta.json")
-        if os.path.isfile(cand):
-            try:
-                with open(cand, "rb") as f:
-                    v = jsonio.loads(f.read()).get("num_threads")
-            except (OSError, jsonio.JSONDecodeError, AttributeError):
-                continue
-            if isinstance(v, int) and v > 0:
-                return v
+        try:
+            v = (meta_for(src["path"], loose=False) or {}).get("num_threads")
+        except TraceError:  # an unreadable meta only means "no thread count"
+            continue
+        if isinstance(v, int) and v > 0:
+            return v
     return None
 
 
@@ -443,7 +434,7 @@ def _sampler(config: ReplayConfig, device: str):
     return MetricsSampler(interval_s=0.02, device=device)
 
 
-def _host_gaps(plan: Plan) -> list[int]:
+def measured_host_gaps(plan: Plan) -> list[int]:
     """Original CPU time (ns) between the end of op k-1 and the start of op k (linked Kineto)."""
     out = [0] * len(plan.steps)
     prev_end = None

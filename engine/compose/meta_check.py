@@ -180,10 +180,17 @@ def _size_candidates(sizes: list, S: set, batch: int | None, s: float) -> list[l
         cands.append(list(sizes))
     ints = [i for i, x in enumerate(sizes) if isinstance(x, int) and x > 1]
     in_s = [i for i in ints if sizes[i] in S]
-    if in_s:
+    if in_s:  # the batch leads: the first dim known to carry it alone, then all of them
+        c = list(sizes)
+        c[in_s[0]] = int(round(c[in_s[0]] * s))
+        cands.append(c)
         cands.append([int(round(x * s)) if i in in_s else x for i, x in enumerate(sizes)])
-    singles = in_s + [i for i in ints if i not in in_s and batch and sizes[i] % batch == 0]
-    for i in singles:
+    guesses = [i for i in ints if i not in in_s and batch and sizes[i] % batch == 0]
+    for k, i in enumerate(in_s + guesses):
+        if k == len(in_s) and list(sizes) not in cands:
+            # unchanged before guessing: a factory op (empty([64]) for BatchNorm's saved mean)
+            # accepts any size, so a guessed "multiple of the batch" would always win there
+            cands.append(list(sizes))
         c = list(sizes)
         c[i] = int(round(c[i] * s))
         if c not in cands:

@@ -350,6 +350,12 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
         report(progress, 0.65, f"scaling batch x{spec.batch_scale:g}")
         scale_batch(bench, 0, spec.batch_scale, meta["batch_size"])
     if spec.dtype is not None:
+        from engine.compose.meta_check import propagate
+        from engine.compose.transforms.dtype import _failures
+
+        # ops that already fail on meta tensors with the recorded dtypes are not the change's fault
+        base = propagate(bench.ranks[0], bench.replay_ids[0], mutate=False, strict=False)
+        meta["_dtype_baseline_failures"] = _failures(base)
         change_dtype(bench, 0, spec.dtype)
     if spec.sharding is not None:
         report(progress, 0.8, f"sharding ({spec.sharding.kind})")

@@ -362,7 +362,12 @@ def propagate(
                 err = None
                 cands = _size_candidates(ins["values"][size_arg], run.S, batch, scale)
                 t0 = tensors.get(0)
-                if base in _RESHAPES and isinstance(t0, torch.Tensor) and orig_shapes and isinstance(orig_shapes[0], list):
+                if (
+                    base in _RESHAPES
+                    and isinstance(t0, torch.Tensor)
+                    and orig_shapes
+                    and isinstance(orig_shapes[0], list)
+                ):
                     lay = _layout_candidate(list(t0.shape), orig_shapes[0], ins["values"][size_arg], scale)
                     if lay is not None:
                         cands = [lay] + [c for c in cands if c != lay]

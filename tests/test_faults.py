@@ -404,3 +404,72 @@ def test_10_compare_refuses_mismatched_stale_and_leftover(tmp_path, cache_dir, s
     r = cli("compare", lin, shared_traces / "param_linear" / "linear_kineto.json.gz", gout, cache=cache_dir)
     assert r.returncode == 0, r.stderr[-1500:]
     assert "device mismatch: the original ran on cuda, the replay on cpu" in r.stdout
+
+
+# 7 -------------------------------------------------------------------------------------------
+def test_7_dtype_validated_by_meta_run_and_slow_dtype_warned(tmp_path, cache_dir):
+    """Was: bf16 on GPT-2 composed "ok" and failed at replay (new_zeros/to kept dtype=float, so a
+    matmul met fp32 and bf16); bf16 convolutions on CPU ran for minutes with no warning."""
+    from engine.compose import compose, spec_from_dict
+    from engine.compose.transforms.dtype import validate
+
+    gpt2 = SAMPLES / "gpt2_hf" / "gpt2_hf_et.json.gz"
+    bench = compose(spec_from_dict({"sources": [str(gpt2)], "segments": [{"selection": {}}], "dtype": "bf16"}))
+    dt = next(t for t in bench.meta["transforms"] if t["kind"] == "dtype")
+    assert dt["meta_check"]["checked"] > 300
+    # the original bug, re-injected: one aten::to keeps dtype=float (6), so a later op meets fp32
+    # and bf16 operands; the meta run refuses it, naming the op
+    node = next(n for n in bench.ranks[0] if n["name"] == "aten::to" and n["inputs"]["values"][1] == 15)
+    node["inputs"]["values"][1] = 6
+    with pytest.raises(TraceError, match=r"dtype bf16: \d+ op\(s\) fail with the new dtypes .*aten::"):
+        validate(bench, 0, "bf16")
+    # CLI: a CPU bf16 composition of a CNN warns before anything runs
+    spec = tmp_path / "r.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "sources": [str(SAMPLES / "resnet_tv" / "resnet_tv_et.json.gz")],
+                "segments": [{"selection": {}}],
+                "dtype": "bf16",
+            }
+        )
+    )
+    r = cli("compose", spec, "--out", tmp_path / "o", cache=cache_dir)
+    assert r.returncode == 0, r.stderr[-1500:]
+    assert "warning: dtype bf16 on cpu: 40 convolution(s) will run on slow reference kernels" in r.stdout
+
+
+# 8 -------------------------------------------------------------------------------------------
+def test_8_transforms_on_real_library_models():
+    """Was: batch scaling of GPT-2 (batch 1) scaled the sequence/hidden dim, TP found no linear
+    pair (GPT-2's Conv1D is addmm), embedding sharding found no table in an FBGEMM TBE model."""
+    from engine.compose import compose, spec_from_dict
+
+    gpt2 = str(SAMPLES / "gpt2_hf" / "gpt2_hf_et.json.gz")
+    b2 = compose(spec_from_dict({"sources": [gpt2], "segments": [{"selection": {}}], "batch_scale": 2}))
+    t = next(x for x in b2.meta["transforms"] if x["kind"] == "batch_scale")
+    assert (t["batch"], t["new_batch"]) == (1, 2)
+    emb = next(n for n in b2.ranks[0] if n["name"] == "aten::embedding")
+    assert emb["inputs"]["shapes"][1] == [2, 64]  # [batch, seq]: the batch doubled, not seq 64
+    assert emb["outputs"]["shapes"][0] == [2, 64, 128]  # hidden 128 untouched
+    tp = compose(
+        spec_from_dict({"sources": [gpt2], "segments": [{"selection": {}}], "sharding": {"kind": "tp", "degree": 2}})
+    )
+    pairs = tp.meta["sharding"]["pairs"]
+    assert [(p["column"]["weight"], p["row"]["weight"]) for p in pairs] == [([512, 128], [128, 512])] * 2
+    assert len(tp.meta["sharding"]["collectives"]) == 4
+    tbe = str(SAMPLES / "dlrm_tbe" / "dlrm_tbe_rank0_et.json.gz")
+    for plan in ("table", "row", "greedy"):
+        b = compose(
+            spec_from_dict(
+                {
+                    "sources": [tbe],
+                    "segments": [{"selection": {}}],
+                    "sharding": {"kind": "embedding", "plan": plan, "ranks": 4},
+                }
+            )
+        )
+        sh = b.meta["sharding"]
+        assert [(x["rows"], x["dim"]) for x in sh["tables"]] == [(12500, 64), (12500, 64)]
+        assert sh["tbe"]["tables"][0]["exact_dims"] is True and b.world_size == 4
+        assert sum(s["lookups"] for s in sh["shards"]) == sh["original_lookups"]

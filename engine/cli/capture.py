@@ -20,8 +20,10 @@ def register(subparsers) -> None:
         description=__doc__.splitlines()[0],
     )
     p.add_argument(
-        "model", nargs="?", help="sample model: mlp, cnn, transformer, dlrm; real libraries: gpt2_hf, resnet_tv; "
-        "multi-rank: ddp, dlrm_a2a, dlrm_tbe"
+        "model",
+        nargs="?",
+        help="sample model: mlp, cnn, transformer, dlrm; real libraries: gpt2_hf, resnet_tv; "
+        "multi-rank: ddp, dlrm_a2a, dlrm_tbe",
     )
     p.add_argument(
         "--world-size", type=int, default=2, help="ranks of a multi-rank sample (one process each, gloo; default 2)"

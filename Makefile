@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PORT ?= 8501
 PYTEST_ARGS ?=
 
-.PHONY: run test setup browser clean samples bench
+.PHONY: run test lint setup browser clean samples bench
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -43,7 +43,13 @@ browser:
 run: setup
 	$(BIN)/streamlit run app/main.py --server.address localhost --server.port $(PORT)
 
-test: setup browser
+# Gates before the tests (config in pyproject.toml): lint, format, types over engine/.
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: setup browser lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 samples: setup
@@ -54,4 +60,4 @@ bench: setup
 	$(BIN)/python benchmarks/load_speed.py
 
 clean:
-	rm -rf $(VENV) .mystique_cache
+	rm -rf $(VENV) .mystique_cache .mypy_cache .ruff_cache

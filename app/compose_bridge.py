@@ -62,7 +62,7 @@ def op_table(trace, pattern: str = "") -> pd.DataFrame:
     if pattern:
         try:
             t = t[t["name"].str.contains(pattern, regex=True)]
-        except Exception as exc:  # noqa: BLE001 - re.error from a user's regex: shown, table unfiltered
+        except Exception as exc:  # noqa: BLE001 -- re.error from a user's regex: shown, table unfiltered
             st.warning(f"bad regex {pattern!r}: {exc}")
     return t.reset_index(drop=True)
 

@@ -11,9 +11,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import streamlit as st  # noqa: E402
+import streamlit as st  # noqa: E402 -- after the sys.path fix above
 
-from app import state  # noqa: E402
+from app import state  # noqa: E402 -- after the sys.path fix above
 
 st.set_page_config(page_title="mystique-studio", page_icon="🧬", layout="wide")
 state.ensure_started()

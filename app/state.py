@@ -25,8 +25,12 @@ SAMPLES = ROOT / "sample_traces"
 
 
 def work_dir() -> Path:
-    """Where uploads and replay results go (MYSTIQUE_UI_DIR, default .mystique_cache/ui)."""
-    return Path(os.environ.get("MYSTIQUE_UI_DIR", ROOT / ".mystique_cache" / "ui"))
+    """Where uploads and replay results go (MYSTIQUE_UI_DIR; default .mystique_cache/ui in a
+    checkout, the user cache folder when installed, since an install prefix may be read-only)."""
+    from engine import resources
+
+    default = ROOT / ".mystique_cache" / "ui" if resources.is_checkout() else resources.user_cache_dir() / "ui"
+    return Path(os.environ.get("MYSTIQUE_UI_DIR", default))
 
 
 def workspace_dir() -> Path:
@@ -220,7 +224,7 @@ def ensure_started() -> None:
     try:
         add_trace(f"sample:{pick}", sets[pick])
         st.session_state["current"] = f"sample:{pick}"
-    except Exception as exc:  # noqa: BLE001 - shown to the user, the app stays usable
+    except Exception as exc:  # noqa: BLE001 -- shown to the user, the app stays usable
         st.session_state["_start_error"] = f"could not load bundled sample {pick}: {exc}"
 
 
@@ -395,10 +399,12 @@ def focus_key_of(focus) -> str | None:
     return f"range:{'root' if focus.parent is None else focus.parent}:{focus.lo}:{focus.hi}"
 
 
-def graph_panel(name: str, paths: tuple[str, ...], rank: int | None, chart_key: str, height: int = 560) -> list[int]:
+def graph_panel(
+    name: str, paths: tuple[str, ...], rank: int | None, chart_key: str, height: int = 560
+) -> tuple[list[int], bool]:
     """The drill-down operator graph (Explore and Compose share it): breadcrumbs, search, the
-    chart, Open group; returns the ET ids of the chart's selected groups."""
-    from engine.figures.selection import selected_keys, selection_to_node_ids
+    chart, Open group; returns (ET ids of the picked groups, whether the pick changed now)."""
+    from engine.figures.selection import selected_keys
 
     foci = st.session_state.setdefault("graph_focus", {})
     focus_key = foci.get(f"{name}|{rank}")
@@ -418,23 +424,33 @@ def graph_panel(name: str, paths: tuple[str, ...], rank: int | None, chart_key: 
     color_by = cols[2].selectbox(
         "Colour", ["category", "phase"], key=f"{chart_key}_color", label_visibility="collapsed"
     )
-    prev = st.session_state.get(chart_key)
-    sel_keys = tuple(k for k in selected_keys(prev) if k in model.groups) if prev else ()
+    # The pick is kept per view: the chart's own selection is reset whenever its figure changes
+    # (the highlight rings change it), so it cannot be the memory of what was clicked.
+    picks = st.session_state.setdefault("graph_pick", {})
+    pk = f"{chart_key}|{name}|{rank}|{focus_key}"
+    seen = st.session_state.setdefault("graph_seen", {})
+    now = [k for k in selected_keys(st.session_state.get(chart_key)) if k in model.groups]
+    changed = bool(now) and seen.get(pk) != tuple(now)
+    seen[pk] = tuple(now)  # a chart selection counts once: "Clear pick" is not undone by it
+    if changed:
+        picks[pk] = now
+    sel_keys = tuple(k for k in picks.get(pk, []) if k in model.groups)
     fig, n_found = hierarchy_fig(paths, rank, focus_key, color_by, sel_keys, search, height)
     if search:
         st.caption(f"search {search!r}: {n_found} groups hold a matching op (ringed red)")
-    event = st.plotly_chart(
-        fig, on_select="rerun", selection_mode=("points", "box", "lasso"), key=chart_key, width="stretch"
-    )
-    keys = [k for k in selected_keys(event) if k in model.groups]
-    openable = [k for k in keys if isinstance(k, str) and k.startswith(("tree:", "range:"))]
-    if openable:
-        lab = model.nodes.set_index("key").loc[openable[0], "label"]
-        if st.button(f"Open group {lab}", key=f"{chart_key}_open", type="secondary"):
-            foci[f"{name}|{rank}"] = openable[0]
-            st.session_state.pop(chart_key, None)
+    st.plotly_chart(fig, on_select="rerun", selection_mode=("points", "box", "lasso"), key=chart_key, width="stretch")
+    if sel_keys:
+        b = st.columns([3, 1])
+        openable = [k for k in sel_keys if isinstance(k, str) and k.startswith(("tree:", "range:"))]
+        if openable:
+            lab = model.nodes.set_index("key").loc[openable[0], "label"]
+            if b[0].button(f"Open group {lab}", key=f"{chart_key}_open"):
+                foci[f"{name}|{rank}"] = openable[0]
+                st.rerun()
+        if b[1].button("Clear pick", key=f"{chart_key}_clear"):
+            picks.pop(pk, None)
             st.rerun()
-    return selection_to_node_ids(event, "graph", groups=model.groups)
+    return sorted({int(i) for k in sel_keys for i in model.groups[k]}), changed
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
@@ -536,3 +552,31 @@ def default_window(paths: tuple[str, ...], rank: int | None) -> tuple[float, flo
     if rank is not None and "rank" in ev.columns:
         ev = ev[ev["rank"] == rank]
     return tuple(float(x) for x in _dw(ev))
+
+
+@st.cache_data(max_entries=16, show_spinner="Analysing…")
+def analysis_tables(paths: tuple[str, ...]) -> dict:
+    """Temporal breakdown, kernel table, steps and straggler table of a trace (cached on paths)."""
+    from engine.figures import analysis
+
+    ev = load_paths(paths).events
+    return {
+        "breakdown": analysis.temporal_breakdown(ev),
+        "kernels": analysis.kernel_table(ev),
+        "steps": analysis.steps(ev),
+        "stragglers": analysis.straggler_table(ev),
+    }
+
+
+@st.cache_data(max_entries=16, show_spinner="Finding the critical path…")
+def critical_path(paths: tuple[str, ...], start_us: float, end_us: float, rank: int | None):
+    from engine.figures.analysis import critical_path as cp
+
+    return cp(load_paths(paths).events, start_us, end_us, rank)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def rank_timelines_fig(paths: tuple[str, ...], window_us: float | None):
+    from engine.figures.analysis import rank_timelines
+
+    return rank_timelines(load_paths(paths).events, window_us)

@@ -131,7 +131,7 @@ def _param_loader(repo: str):
     if found is None:
         raise SystemExit(f"{repo}: no et_replay/execution_trace.py there")
     try:
-        import pydot  # noqa: F401  (param imports it at module level, for graph export only)
+        import pydot  # noqa: F401 -- (param imports it at module level, for graph export only)
     except ImportError:
         sys.modules["pydot"] = types.ModuleType("pydot")
     spec = importlib.util.spec_from_file_location("param_execution_trace", found)

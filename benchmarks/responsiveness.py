@@ -95,7 +95,7 @@ def _figures(traces: Path, cache: Path) -> dict:
     payload = fig.to_json()
     out["resnet_graph_figure_s"] = time.perf_counter() - t
     out.update(
-        resnet_et_nodes=int(len(resnet.ops)),
+        resnet_et_nodes=len(resnet.ops),
         resnet_dag_nodes=dag.number_of_nodes(),
         resnet_graph_nodes_drawn=len(model.nodes),
         resnet_graph_collapse=model.collapse,
@@ -111,7 +111,7 @@ def _figures(traces: Path, cache: Path) -> dict:
     payload = fig.to_json()
     out["control_timeline_json_s"] = time.perf_counter() - t
     out.update(
-        control_x_events=int(len(control.events)),
+        control_x_events=len(control.events),
         control_timeline_points=sum(len(tr.x) for tr in fig.data),
         control_timeline_mode="bars" if fig.layout.meta["bars"] else "webgl segments",
         control_timeline_json_mb=len(payload) / 1e6,

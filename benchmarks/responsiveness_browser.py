@@ -293,7 +293,7 @@ def main() -> int:
             warm = session(tmp, "warm", resnet_steps, args.traces, "warm")  # same cache dir: parse cache on disk
             control = session(tmp, "control", control_steps, args.traces)
             sample = session(tmp, "sample", sample_steps)
-        except Exception as exc:  # noqa: BLE001 - a report, not a traceback
+        except Exception as exc:  # noqa: BLE001 -- a report, not a traceback
             print(f"browser benchmark failed: {type(exc).__name__}: {str(exc)[:1500]}", file=sys.stderr)
             return 1
     met = {k: r["first_render_ms"] / 1000 < TARGETS[k] for k, r in (("cold", cold), ("warm", warm))}

@@ -1,6 +1,6 @@
 """Simulator figures (issue 12): reproduction, what-if vs fresh captures, sharding ranking, speed.
 
-    .venv/bin/python benchmarks/simulate.py [--only reproduction whatif sharding speed dp] [--rounds 3]
+    .venv/bin/python benchmarks/simulate.py [--only reproduction whatif sharding speed dp costmodel] [--rounds 3]
 
   reproduction  every sample trace and every Kineto trace in ../shared/traces simulated unchanged:
                 predicted vs measured iteration (mean ProfilerStep span); traces without a step
@@ -13,6 +13,7 @@
                 slowest-rank embedding time (simulator) vs replay of each composed plan
   speed         scheduler throughput (tasks/s) on the largest shared traces, median of 7 runs
   dp            1,024-rank data-parallel what-if from the one-rank trace hta_trace_diff/control
+  costmodel     held-out error per cost family (microbenchmarks here; in-trace fits)
 Writes benchmarks/results/simulate.json.
 """
 
@@ -42,14 +43,22 @@ def _load(*paths):
 def reproduction() -> dict:
     from engine.simulate import simulate
 
-    files = sorted(SAMPLES.glob("*/*_kineto.json.gz"))
+    # one job per sample folder (a multi-rank sample's Kineto files load together as its ranks);
+    # every shared Kineto file on its own (hta_trace_diff's two files are different runs)
+    groups = [sorted(d.glob("*_kineto.json.gz")) for d in sorted(SAMPLES.iterdir()) if d.is_dir()]
+    groups = [g for g in groups if g]
     if (SHARED / "MANIFEST.json").exists():
         man = json.loads((SHARED / "MANIFEST.json").read_text())
-        files += [SHARED / m["path"] for m in man if m["kind"] == "kineto"]
+        groups += [[SHARED / m["path"]] for m in man if m["kind"] == "kineto"]
     rows, excluded = [], []
-    for f in files:
-        r = simulate(_load(f)).to_json()
-        name = str(f.relative_to(ROOT.parent if SHARED in f.parents else ROOT))
+    for files in groups:
+        f = files[0]
+        r = simulate(_load(*files)).to_json()
+        name = (
+            str(f.parent.relative_to(ROOT))
+            if len(files) > 1
+            else str(f.relative_to(ROOT.parent if SHARED in f.parents else ROOT))
+        )
         if r["measured_iteration_ms"] is None:
             excluded.append({"trace": name, "reason": "no ProfilerStep span", "tasks": r["tasks"]})
             continue
@@ -61,6 +70,7 @@ def reproduction() -> dict:
                 "error_pct": r["error_pct"],
                 "tasks": r["tasks"],
                 "cpu_only": r["cpu_only"],
+                "ranks": r["ranks"],
                 "edges": r["edges"],
             }
         )
@@ -128,61 +138,128 @@ WHATIFS = {
 }
 
 
-def whatif(rounds: int = 5) -> dict:
-    # captures are kept (MYSTIQUE_SIM_CAPTURES or a temp dir) so a re-run can re-predict them
+class _Timed:
+    """A sample step that records its thread CPU time (the capture calls it like the step)."""
+
+    def __init__(self, step):
+        self.step, self.model, self.cpu_ms = step, step.model, []
+
+    def __call__(self):
+        t0 = time.thread_time()
+        out = self.step()
+        self.cpu_ms.append((time.thread_time() - t0) * 1000)
+        return out
+
+
+def _cpu_ratio(model: str, over: dict, rounds: int, steps: int = 5) -> dict:
+    """Ground truth by thread CPU time of *profiled* steps (captured exactly like the samples: ET +
+    Kineto + module labels, 1 intra-op thread); base and variant captures alternate (ABBA).
+
+    Why CPU time: on a shared 2-core machine other processes stretch wall-clock steps by 2-5x at
+    random (see the fresh-capture rounds), while a single-threaded step's thread CPU time only
+    counts the cycles it ran. Profiled steps, because the trace the prediction starts from was
+    profiled too (per-op profiler overhead is part of every recorded op)."""
+    from engine.capture.api import capture
+    from engine.capture.models import build
+
+    tmp = Path(tempfile.mkdtemp(prefix="simcpu_"))
+    times: dict[str, list[float]] = {"base": [], "variant": []}
+    for i in range(rounds):
+        order = ["base", "variant"] if i % 2 == 0 else ["variant", "base"]
+        for k in order:
+            step, cfg = build(model, "cpu", **(over if k == "variant" else {}))
+            timed = _Timed(step)
+            capture(
+                timed,
+                out_dir=tmp / f"{k}{i}",
+                name=model,
+                steps=steps,
+                warmup=2,
+                timing_steps=1,
+                device="cpu",
+                model_name=model,
+                model_config=cfg,
+                threads=1,
+            )
+            times[k].extend(timed.cpu_ms[-steps:])
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "base_cpu_ms": med["base"],
+        "variant_cpu_ms": med["variant"],
+        "ratio": med["variant"] / med["base"],
+        "steps_each": len(times["base"]),
+    }
+
+
+def whatif(rounds: int = 3, cpu_rounds: int = 4, fresh: bool = True) -> dict:
+    """Predicted/measured ratio of each what-if.
+
+    prediction: the bundled sample trace (sample_traces/, a quiet capture) simulated with the
+    edit, divided by the same trace simulated unchanged; ground truth: thread-CPU-time ratio of
+    the variant's and the base's unprofiled steps on this machine (`_cpu_ratio`). The error is
+    predicted_ratio / measured_ratio - 1 = the error of "base measured x predicted ratio".
+    With `fresh`, also `rounds` wall-clock rounds: a fresh base and variant capture back to back,
+    the variant's median ProfilerStep predicted from the base's (reported, noisy under load)."""
     import os
 
     from engine.simulate import simulate
 
-    tmp = Path(os.environ.get("MYSTIQUE_SIM_CAPTURES") or tempfile.mkdtemp(prefix="simwhatif_"))
     out: dict = {}
+    tmp = Path(os.environ.get("MYSTIQUE_SIM_CAPTURES") or tempfile.mkdtemp(prefix="simwhatif_"))
     for name, (model, over, edits) in WHATIFS.items():
-        per = []
-        for i in range(rounds):
-            base_dir, var_dir = tmp / f"{name}_{i}_base", tmp / f"{name}_{i}_var"
-            if not (var_dir / f"{model}_kineto.json.gz").exists():
-                _capture(model, base_dir)
-                _capture(model, var_dir, **over)
-            base = _pair(base_dir, model)
-            var = _pair(var_dir, model)
-            pred = simulate(base, {"version": 1, "edits": edits})
-            b, v, p = _step_stats(base.events), _step_stats(var.events), _step_stats(pred.predicted.events)
-            # median over the recorded steps: robust to a step that another process slowed down
-            per.append(
-                {
-                    "base_ms": b["median"],
-                    "predicted_ms": p["median"],
-                    "measured_ms": v["median"],
-                    "error_pct": 100 * (p["median"] / v["median"] - 1),
-                    "error_pct_of_means": 100 * (p["mean"] / v["mean"] - 1),
-                    "error_pct_of_min": 100 * (p["min"] / v["min"] - 1),
-                    "measured_ratio": v["median"] / b["median"],
-                    "predicted_ratio": p["median"] / b["median"],
-                    "steps": {"base": b["steps"], "variant": v["steps"], "predicted": p["steps"]},
-                    "loadavg_1m": __import__("os").getloadavg()[0],
-                    "report": {k: v for k, v in pred.extra.items() if k != "assumptions"},
-                }
-            )
-            q = per[-1]
-            print(
-                f"  {name} round {i}: base {q['base_ms']:.1f} predicted {q['predicted_ms']:.1f} measured "
-                f"{q['measured_ms']:.1f} ms ({q['error_pct']:+.1f} %, load {q['loadavg_1m']:.1f})",
-                flush=True,
-            )
-        errs = [p["error_pct"] for p in per]
-        out[name] = {
-            "rounds": per,
-            "median_error_pct": statistics.median(errs),
-            "mean_abs_error_pct": statistics.mean(abs(e) for e in errs),
-            "ratio_error_pct": 100
-            * (
-                statistics.median(p["predicted_ratio"] for p in per)
-                / statistics.median(p["measured_ratio"] for p in per)
-                - 1
-            ),
+        sample = _pair(SAMPLES / model, model)
+        base = simulate(sample)
+        pred = simulate(sample, {"version": 1, "edits": edits})
+        p_ratio = pred.predicted_iteration_ms / base.predicted_iteration_ms
+        gt = _cpu_ratio(model, over, cpu_rounds)
+        entry = {
             "spec": {"version": 1, "edits": edits},
             "variant": over,
+            "sample_step_ms": base.predicted_iteration_ms,
+            "predicted_variant_ms": pred.predicted_iteration_ms,
+            "predicted_ratio": p_ratio,
+            "measured": gt,
+            "error_pct": 100 * (p_ratio / gt["ratio"] - 1),
+            "report": {k: v for k, v in pred.extra.items() if k != "assumptions"},
+            "loadavg_1m": os.getloadavg()[0],
         }
+        print(
+            f"  {name}: predicted ratio {p_ratio:.3f}, measured (CPU time) {gt['ratio']:.3f} -> "
+            f"{entry['error_pct']:+.1f} % (load {entry['loadavg_1m']:.1f})",
+            flush=True,
+        )
+        if fresh:
+            per = []
+            for i in range(rounds):
+                base_dir, var_dir = tmp / f"{name}_{i}_base", tmp / f"{name}_{i}_var"
+                if not (var_dir / f"{model}_kineto.json.gz").exists():
+                    _capture(model, base_dir)
+                    _capture(model, var_dir, **over)
+                b_tr, v_tr = _pair(base_dir, model), _pair(var_dir, model)
+                pr = simulate(b_tr, {"version": 1, "edits": edits})
+                b, v, p = _step_stats(b_tr.events), _step_stats(v_tr.events), _step_stats(pr.predicted.events)
+                per.append(
+                    {
+                        "base_ms": b["median"],
+                        "predicted_ms": p["median"],
+                        "measured_ms": v["median"],
+                        "error_pct": 100 * (p["median"] / v["median"] - 1),
+                        "steps": {"base": b["steps"], "variant": v["steps"], "predicted": p["steps"]},
+                        "loadavg_1m": os.getloadavg()[0],
+                    }
+                )
+                q = per[-1]
+                print(
+                    f"    fresh round {i}: base {q['base_ms']:.1f} predicted {q['predicted_ms']:.1f} measured "
+                    f"{q['measured_ms']:.1f} ms ({q['error_pct']:+.1f} %, load {q['loadavg_1m']:.1f})",
+                    flush=True,
+                )
+            entry["fresh_captures"] = {
+                "rounds": per,
+                "median_error_pct": statistics.median(x["error_pct"] for x in per),
+                "base_ms_range": [min(x["base_ms"] for x in per), max(x["base_ms"] for x in per)],
+            }
+        out[name] = entry
     return out
 
 
@@ -220,16 +297,140 @@ def speed(runs: int = 7) -> dict:
     return out
 
 
+def _replay_cpu_ms(traces: dict, rounds: int = 7) -> dict:
+    """Median thread-CPU ms per iteration of each trace's replay, run alternately (ABBA)."""
+    from engine.replay import ReplayConfig
+    from engine.replay.executor import ReplaySession
+
+    cfg = ReplayConfig(warmup=0, iters=1, metrics=False, num_threads=1)
+    sessions = {k: ReplaySession(t, config=cfg) for k, t in traces.items()}
+    times: dict = {k: [] for k in sessions}
+    for s in sessions.values():
+        s.__enter__()
+    try:
+        for s in sessions.values():
+            s.run_iteration(measured=False)
+        order = list(sessions.items())
+        for i in range(rounds):
+            for k, s in order if i % 2 == 0 else order[::-1]:
+                t0 = time.thread_time()
+                s.run_iteration(measured=True)
+                times[k].append((time.thread_time() - t0) * 1000)
+    finally:
+        for s in reversed(list(sessions.values())):
+            s.__exit__(None, None, None)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def sharding(ranks=(2, 3, 4, 8), plans=("table", "row", "column", "greedy"), rounds: int = 7) -> dict:
+    """Predicted plan ranking (simulator's embedding model on compose's shards) vs measured replay."""
+    from engine.compose import compose, export, spec_from_dict
+    from engine.simulate import simulate
+    from engine.simulate.whatif.sharding import EmbeddingModel, Shard, rank_us, tables_from_trace
+
+    dlrm = _pair(SAMPLES / "dlrm", "dlrm")
+    tables = tables_from_trace(dlrm)
+    model = EmbeddingModel.fit(tables)
+    own = simulate(dlrm, {"version": 1, "edits": [{"kind": "sharding", "ranks": list(ranks), "plans": list(plans)}]})
+    tmp = Path(tempfile.mkdtemp(prefix="simshard_"))
+    out: dict = {"model": {"source": model.source, "scale": model.scale}, "cases": {}}
+    hits, pairs_ok, pairs = 0, 0, 0
+    for n in ranks:
+        pred, traces = {}, {}
+        for plan in plans:
+            spec = {
+                "sources": [str(SAMPLES / "dlrm" / "dlrm_et.json.gz")],
+                "segments": [{"selection": {}}],
+                "sharding": {"kind": "embedding", "plan": plan, "ranks": n},
+            }
+            bench = compose(spec_from_dict(spec, base_dir=ROOT))
+            res = export(bench, tmp / f"{plan}_{n}")
+            shards = [
+                Shard(table=x["table"], rank=x["rank"], rows=x["rows"], dim=x["dim"], lookups=x["lookups"])
+                for x in bench.meta["sharding"]["shards"]
+            ]
+            pred[plan] = max(rank_us(shards, n, model)) / 1000
+            for r, p in res["ranks"].items():
+                traces[f"{plan}/{r}"] = _load(p)
+        t = _replay_cpu_ms(traces, rounds)
+        meas = {plan: max(t[f"{plan}/{r}"] for r in range(n)) for plan in plans}
+        p_rank = sorted(plans, key=lambda k: pred[k])
+        m_rank = sorted(plans, key=lambda k: meas[k])
+        hits += p_rank[0] == m_rank[0]
+        for i, a in enumerate(plans):
+            for b in plans[i + 1 :]:
+                pairs += 1
+                pairs_ok += (pred[a] < pred[b]) == (meas[a] < meas[b])
+        out["cases"][str(n)] = {
+            "predicted_ms": pred,
+            "measured_cpu_ms": meas,
+            "predicted_ranking": p_rank,
+            "measured_ranking": m_rank,
+            "fastest_picked": p_rank[0] == m_rank[0],
+            "own_planner_ranking": [r["plan"] for r in own.extra["sharding"]["ranking"][str(n)]],
+        }
+        print(f"  {n} ranks: predicted {p_rank} measured {m_rank}", flush=True)
+    out["fastest_picked_pct"] = 100 * hits / len(ranks)
+    out["pairwise_order_pct"] = 100 * pairs_ok / pairs
+    return out
+
+
+def dp(ranks=(8, 64, 256, 1024)) -> dict:
+    """Data-parallel what-if from one rank's trace (hta_trace_diff/control, rank 3 of 8)."""
+    from engine.simulate import simulate
+
+    f = SHARED / "hta_trace_diff" / "control.json.gz"
+    if not f.exists():
+        return {"skipped": f"{f} not found"}
+    t0 = time.perf_counter()
+    tr = _load(f)
+    load_s = time.perf_counter() - t0
+    out = {"trace": str(f.relative_to(ROOT.parent)), "load_s": load_s, "runs": {}}
+    for n in ranks:
+        t0 = time.perf_counter()
+        r = simulate(tr, {"version": 1, "edits": [{"kind": "data_parallel", "ranks": n}]})
+        wall = time.perf_counter() - t0
+        out["runs"][str(n)] = {
+            "predicted_iteration_ms": r.predicted_iteration_ms,
+            "breakdown": r.breakdown,
+            "dp": r.extra["dp"],
+            "wall_s": wall,
+            "tasks": r.graph.n_tasks,
+        }
+        print(f"  {n} ranks: {r.predicted_iteration_ms:.2f} ms in {wall:.2f} s", flush=True)
+    return out
+
+
+def costmodel() -> dict:
+    """Held-out error of each cost family: microbenchmarks on this machine (every third size held
+    out; thread CPU time, 1 thread; measurements cached) and the in-trace fits of the samples."""
+    from engine.simulate import simulate
+    from engine.simulate.calibrate import calibrate
+
+    micro = calibrate("cpu", 1)
+    in_trace = {}
+    for model, _, edits in WHATIFS.values():
+        if edits[0]["kind"] != "batch":
+            continue
+        r = simulate(_pair(SAMPLES / model, model), {"version": 1, "edits": edits})
+        in_trace[model] = r.extra["cost_model"]
+    return {"microbench": micro, "in_trace": in_trace}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", default=None)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3, help="fresh-capture rounds per what-if")
+    ap.add_argument("--no-fresh", action="store_true", help="skip the wall-clock fresh-capture rounds")
     args = ap.parse_args(argv)
-    sections = {"reproduction": reproduction, "whatif": lambda: whatif(args.rounds), "speed": speed}
-    for extra in ("sharding", "dp"):
-        fn = globals().get(extra)
-        if fn is not None:
-            sections[extra] = fn
+    sections = {
+        "reproduction": reproduction,
+        "whatif": lambda: whatif(args.rounds, fresh=not args.no_fresh),
+        "speed": speed,
+        "sharding": sharding,
+        "dp": dp,
+        "costmodel": costmodel,
+    }
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     for name, fn in sections.items():
         if args.only and name not in args.only:

@@ -9,17 +9,19 @@ writes NaN/Infinity literals where orjson writes null; the loader reads both.
 
 from __future__ import annotations
 
+from typing import Any
+
 try:
     from orjson import OPT_INDENT_2, OPT_NON_STR_KEYS, OPT_SERIALIZE_NUMPY, JSONDecodeError, dumps, loads
 except ImportError:  # pragma: no cover - exercised by tests/test_minimal_install.py in a subprocess
     import json
 
-    JSONDecodeError = json.JSONDecodeError
+    JSONDecodeError = json.JSONDecodeError  # type: ignore[misc,assignment]  # the stdlib stand-in
     OPT_INDENT_2, OPT_NON_STR_KEYS, OPT_SERIALIZE_NUMPY = 1, 2, 4
 
-    def loads(data):
+    def loads(data: bytes | bytearray | memoryview | str) -> Any:  # type: ignore[misc]  # orjson names it __obj
         try:
-            return json.loads(data)
+            return json.loads(bytes(data) if isinstance(data, memoryview) else data)
         except (UnicodeDecodeError, RecursionError) as exc:  # orjson reports these as JSONDecodeError
             raise JSONDecodeError(str(exc), "", 0) from None
 
@@ -31,7 +33,7 @@ except ImportError:  # pragma: no cover - exercised by tests/test_minimal_instal
             return o.item()
         raise TypeError(f"Type is not JSON serializable: {type(o).__name__}")
 
-    def dumps(obj, default=None, option: int = 0) -> bytes:
+    def dumps(obj: Any, default: Any = None, option: int = 0) -> bytes:  # type: ignore[misc]  # orjson: __obj
         """orjson's signature: `default` is tried for what neither JSON nor numpy covers."""
 
         def fallback(o):
@@ -48,4 +50,4 @@ except ImportError:  # pragma: no cover - exercised by tests/test_minimal_instal
         ).encode()
 
 
-__all__ = ["loads", "dumps", "JSONDecodeError", "OPT_INDENT_2", "OPT_NON_STR_KEYS", "OPT_SERIALIZE_NUMPY"]
+__all__ = ["OPT_INDENT_2", "OPT_NON_STR_KEYS", "OPT_SERIALIZE_NUMPY", "JSONDecodeError", "dumps", "loads"]

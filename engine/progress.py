@@ -6,17 +6,17 @@ fraction in [0, 1]. The CLI shows a progress bar, the UI `st.status`/`st.progres
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 Progress = Callable[[float, str], None]
 
 
-def report(progress: Optional[Progress], fraction: float, message: str) -> None:
+def report(progress: Progress | None, fraction: float, message: str) -> None:
     if progress is not None:
         progress(min(1.0, max(0.0, float(fraction))), message)
 
 
-def scaled(progress: Optional[Progress], lo: float, hi: float) -> Optional[Progress]:
+def scaled(progress: Progress | None, lo: float, hi: float) -> Progress | None:
     """A callback mapping [0, 1] onto [lo, hi] of `progress` (for nested steps)."""
     if progress is None:
         return None

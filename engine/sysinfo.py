@@ -18,7 +18,7 @@ def _host_available() -> int | None:
         import psutil
 
         return int(psutil.virtual_memory().available)
-    except Exception:  # noqa: BLE001 - missing or unsupported: try the kernel directly
+    except Exception:  # noqa: BLE001 -- missing or unsupported: try the kernel directly
         pass
     try:
         with open("/proc/meminfo") as f:

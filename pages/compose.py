@@ -25,7 +25,7 @@ st.subheader("1 · Pick operators")
 src_graph, src_time, src_table = st.tabs(["Graph", "Timeline", "Table"])
 picked: list[int] = []
 with src_graph:
-    picked += state.graph_panel(name, tuple(entry["paths"]), None, "compose_graph", height=460)
+    picked += state.graph_panel(name, tuple(entry["paths"]), None, "compose_graph", height=460)[0]
 with src_time:
     if trace.has_kineto:
         lo, hi = state.default_window(tuple(entry["paths"]), None)
@@ -44,9 +44,13 @@ with src_table:
     )
     picked += selection_to_node_ids(ev, "table", table_ids=table["id"].tolist())
 sel = state.selection()
-if not picked and sel["trace"] == name and sel["ids"]:
-    if st.checkbox(f"Use the Explore selection ({len(sel['ids'])} ops)", key="compose_use_explore"):
-        picked = list(sel["ids"])
+if (
+    not picked
+    and sel["trace"] == name
+    and sel["ids"]
+    and st.checkbox(f"Use the Explore selection ({len(sel['ids'])} ops)", key="compose_use_explore")
+):
+    picked = list(sel["ids"])
 picked = sorted(set(picked))
 st.session_state["compose_picked"] = picked
 

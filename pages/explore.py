@@ -22,7 +22,7 @@ rank = st.selectbox("Rank", ranks, key="explore_rank") if len(ranks) > 1 else ra
 # only builds the graph.
 view = st.radio(
     "View",
-    ["Operator graph", "Timeline", "Breakdown"],
+    ["Operator graph", "Timeline", "Breakdown", "Analysis"],
     horizontal=True,
     key="explore_view",
     label_visibility="collapsed",
@@ -38,12 +38,14 @@ if view == "Operator graph":
             "ringed gold, its producers blue, its consumers green."
         )
         try:
-            ids = state.graph_panel(name, paths, rank, "explore_graph")
+            ids, changed = state.graph_panel(name, paths, rank, "explore_graph")
         except TraceError as exc:
             st.error(str(exc))
             st.stop()
-        if ids:
+        if ids and changed:
             state.set_selection(name, ids, "graph")
+        sel = state.selection()
+        if ids and sel["source"] == "graph" and sel["trace"] == name:
             st.success(f"selected {len(ids)} ET ops")
 
 elif view == "Timeline":
@@ -92,6 +94,17 @@ elif view == "Timeline":
             "Drag to zoom in time (lanes stay), double-click to zoom out; click a bar or box-select "
             "(toolbar) to pick ops; a narrower window draws every event."
         )
+        meta = state.capture_meta(paths)
+        samples = ((meta or {}).get("metrics") or {}).get("samples") or {}
+        if samples.get("t_s") and st.checkbox("Metric curves under the timeline", key="t_metrics"):
+            from engine.figures.analysis import timeline_with_metrics
+
+            fig = timeline_with_metrics(fig, samples, span_us=float(window[1]) - float(window[0]))
+            fig.update_xaxes(range=[float(window[0]), float(window[1])])
+            st.caption(
+                "CPU %, RSS (and GPU utilisation when sampled) of the capture's timed run, stretched over the "
+                "window on the same µs axis: the profiled step itself is not sampled."
+            )
         event = st.plotly_chart(
             fig, on_select="rerun", selection_mode=("points", "box"), key="explore_timeline", width="stretch"
         )
@@ -104,10 +117,72 @@ elif view == "Timeline":
                     f"dur {float(r['dur_us']):,.3f} µs · flow arrows to the GPU work it launched"
                 )
         if keys and trace.has_et:
-            ids = selection_to_node_ids(event, "timeline", events=trace.events, ops=trace.ops)
+            # from the selection this run started with: the chart's returned state resets when its
+            # figure changes (the flow arrows just drawn change it)
+            ids = selection_to_node_ids(prev, "timeline", events=trace.events, ops=trace.ops)
             if ids:
                 state.set_selection(name, ids, "timeline")
                 st.success(f"selected {len(ids)} ET ops from {len(keys)} events")
+
+elif view == "Analysis":
+    if not trace.has_kineto:
+        st.info("The analyses need Kineto events.")
+        st.stop()
+    from engine.figures import analysis
+
+    tabs = state.analysis_tables(paths)
+    st.subheader("Temporal breakdown per rank")
+    tb = tabs["breakdown"]
+    if len(tb):
+        st.plotly_chart(analysis.breakdown_figure(tb), key="a_breakdown", width="stretch")
+        st.dataframe(tb.round(2), hide_index=True, key="a_breakdown_table")
+        st.caption(
+            "compute / communication / idle over each rank's span of "
+            + ("GPU work" if (tb["basis"] == "gpu").any() else "host ops (no GPU work in this trace)")
+            + "; comm_overlapped_pct: share of communication time hidden under compute."
+        )
+    st.subheader("Kernels" if (tb["basis"] == "gpu").any() else "Operators (no GPU kernels: host cpu_ops)")
+    st.dataframe(
+        tabs["kernels"].head(200),
+        hide_index=True,
+        key="a_kernels",
+        column_config={
+            "share_pct": st.column_config.ProgressColumn("share %", min_value=0, max_value=100, format="%.1f")
+        },
+    )
+    st.subheader("Critical path of a step")
+    stp = tabs["steps"]
+    if rank is not None and "rank" in stp.columns:
+        stp = stp[stp["rank"] == rank]
+    if len(stp):
+        i = st.selectbox("Step", range(len(stp)), format_func=lambda k: str(stp["name"].iloc[k]), key="a_step")
+        row = stp.iloc[i]
+        lo, hi = float(row["ts_us"]), float(row["ts_us"] + row["dur_us"])
+    else:
+        ev_r = trace.events[trace.events["rank"] == rank] if "rank" in trace.events.columns else trace.events
+        lo, hi = (float(x) + float(ev_r["ts_us"].min()) for x in state.default_window(paths, rank))
+        st.caption("No ProfilerStep in this trace: the default window is used as the step.")
+    path = state.critical_path(paths, lo, hi, rank)
+    if len(path):
+        c = st.columns(3)
+        c[0].metric("step µs", f"{hi - lo:,.0f}")
+        c[1].metric("on the path: busy µs", f"{path['dur_us'].sum():,.0f}")
+        c[2].metric("on the path: waiting µs", f"{path['wait_before_us'].sum():,.0f}")
+        by = path.groupby(path["cat"].astype(str), observed=True)["dur_us"].agg(["size", "sum"]).reset_index()
+        st.dataframe(by.rename(columns={"size": "events", "sum": "µs"}), hide_index=True, key="a_cp_by")
+        st.dataframe(path.assign(ts_us=path["ts_us"] - lo), hide_index=True, key="a_cp", height=260)
+    ranks_n = tabs["stragglers"]
+    if len(ranks_n) > 1:
+        st.subheader("Ranks side by side")
+        st.dataframe(ranks_n, hide_index=True, key="a_stragglers")
+        slow = ranks_n[ranks_n["straggler"]]
+        if len(slow):
+            st.warning(
+                f"straggler: rank {int(slow['rank'].iloc[0])} (median step "
+                f"{float(slow['median_step_us'].iloc[0]):,.0f} µs, {float(slow['vs_fastest'].iloc[0]):.2f}x the fastest)"
+            )
+        win = st.number_input("Window (µs from each rank's start)", 100.0, value=float(hi - lo), key="a_rank_window")
+        st.plotly_chart(state.rank_timelines_fig(paths, float(win)), key="a_rank_timelines", width="stretch")
 
 else:
     if trace.has_kineto:

@@ -125,3 +125,15 @@ with tab_s:
         st.info("Add the 'Embedding sharding plans' edit to rank plans.")
 with tab_a:
     st.json({k: v for k, v in res.items() if k in ("assumptions", "dp", "layers", "batch", "cost_model", "edges")})
+
+if st.button("Add the prediction to the workspace (opens in Explore and Compare)", key="wi_add"):
+    from engine.simulate import export_kineto
+
+    label = state.unique_name(f"{name} (predicted)")
+    path = state.results_dir() / f"predicted_{entry['hash'][:12]}_{abs(hash(spec_text)) % 10**8}.json.gz"
+    try:
+        export_kineto(pred_events, path, state.get_trace(name).meta)
+        state.add_trace(label, [str(path)])
+        st.success(f"added {label!r}: pick it on Explore or Compare")
+    except (TraceError, OSError) as exc:
+        st.error(str(exc))

@@ -18,7 +18,7 @@ def _has_cuda() -> bool:
         import torch
 
         return torch.cuda.is_available()
-    except Exception:  # noqa: BLE001 - torch missing means no CUDA
+    except Exception:  # noqa: BLE001 -- torch missing means no CUDA
         return False
 
 

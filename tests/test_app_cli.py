@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 
-
 from engine.cli import app as cli_app
 from engine.cli.main import build_parser, main
 
@@ -32,12 +31,12 @@ def test_bad_port_is_exit_code_2(capsys):
 
 
 def test_streamlit_config_keys_are_valid():
-    import tomllib
     from pathlib import Path
 
     import streamlit.config as config
+    import tomllib
 
-    conf = tomllib.loads((Path(cli_app.APP).parents[1] / ".streamlit" / "config.toml").read_text())
+    conf = tomllib.loads((Path(cli_app.resources.app_main()).parents[1] / ".streamlit" / "config.toml").read_text())
     keys = [f"{section}.{k}" for section, opts in conf.items() for k in opts]
     unknown = [k for k in keys if k not in config._config_options_template]
     assert not unknown, unknown

@@ -9,11 +9,10 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN = str(ROOT / "app" / "main.py")
@@ -94,7 +93,7 @@ def test_p3_big_trace_timeline_is_one_interactive_bar_timeline(ui, shared_traces
     at.radio(key="explore_view").set_value("Timeline")
     at.run()
     _ok(at)
-    lo, hi = at.slider(key="t_window").value
+    _lo, _hi = at.slider(key="t_window").value
     at.slider(key="t_window").set_value((0.0, at.slider(key="t_window").max))  # the whole trace
     at.run()
     _ok(at)
@@ -308,3 +307,36 @@ def test_p7_embedding_sharding_says_what_it_drops_and_shows_every_rank(ui):
     _ok(at)
     assert "rank 3" in " ".join(e.label for e in at.expander)
     assert any("dlrm_emb4" in c.value for c in at.caption)  # export folder named after the benchmark
+
+
+def test_analysis_views_breakdown_kernels_critical_path_ranks_metrics(ui):
+    """Beyond the numbered problems: per-rank temporal breakdown, kernel table, critical path,
+    ranks side by side with a straggler, metric curves under the timeline."""
+    ddp = ROOT / "sample_traces" / "ddp"
+    files = sorted(ddp.glob("ddp_rank*_kineto.json.gz")) if ddp.is_dir() else []
+    if len(files) < 2:
+        pytest.skip("2-rank ddp sample missing")
+    at = _load(_new(ui), files, "ddp")
+    at = _page(at, "explore")
+    at.radio(key="explore_view").set_value("Analysis")
+    at.run()
+    _ok(at)
+    tb = next(d.value for d in at.dataframe if "comm_overlapped_pct" in d.value.columns)
+    assert list(tb["rank"]) == [0, 1]
+    assert ((tb["compute_us"] + tb["comm_us"] - tb["overlap_us"] + tb["idle_us"]) - tb["span_us"]).abs().max() < 0.05
+    assert (tb["comm_us"] > 0).all()  # gloo collectives of the ddp sample
+    kernels = next(d.value for d in at.dataframe if "share_pct" in d.value.columns)
+    assert kernels["share_pct"].sum() == pytest.approx(100.0) and (kernels["calls"] > 0).all()
+    assert {"step µs", "on the path: busy µs"} <= {m.label for m in at.metric}
+    strag = next(d.value for d in at.dataframe if "straggler" in d.value.columns)
+    assert len(strag) == 2 and strag["straggler"].sum() >= 1
+    assert any(c.proto.id.endswith("a_rank_timelines") for c in at.get("plotly_chart"))
+    # metric curves under the timeline (the mlp sample's capture meta has samples)
+    at.selectbox(key="explore_trace").set_value("sample:mlp")
+    at.radio(key="explore_view").set_value("Timeline")
+    at.run()
+    at.checkbox(key="t_metrics").check()
+    at.run()
+    _ok(at)
+    fig = _chart(at, "explore_timeline")
+    assert any(t.get("name") == "CPU %" for t in fig["data"]) and fig["layout"].get("xaxis2")

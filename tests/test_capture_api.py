@@ -68,7 +68,7 @@ def test_files_and_meta_keys(small_mlp):
         assert p.is_file() and p.stat().st_size > 0
     assert res.et_path.name == "mlp_et.json.gz" and res.kineto_path.name == "mlp_kineto.json.gz"
     meta = json.loads(res.meta_path.read_text())
-    assert META_KEYS <= set(meta), META_KEYS - set(meta)
+    assert set(meta) >= META_KEYS, META_KEYS - set(meta)
     assert len(meta["step_ms"]) == 5 and all(x > 0 for x in meta["step_ms"])
     assert meta["median_ms"] == pytest.approx(sorted(meta["step_ms"])[2], rel=1e-3)
     assert meta["model_config"]["hidden"] == 64 and meta["device"] == "cpu"
@@ -125,9 +125,11 @@ def test_session_drives_a_user_loop(tmp_path):
 
 
 def test_session_stopped_early_is_an_error(tmp_path):
-    with pytest.raises(TraceError, match="ended after 1 of"):
-        with CaptureSession(out_dir=tmp_path, name="short", steps=1, warmup=0, timing_steps=3) as cap:
-            cap.step()
+    with (
+        pytest.raises(TraceError, match="ended after 1 of"),
+        CaptureSession(out_dir=tmp_path, name="short", steps=1, warmup=0, timing_steps=3) as cap,
+    ):
+        cap.step()
 
 
 @pytest.mark.parametrize("kw", [{"name": "../x"}, {"steps": 0}, {"timing_steps": 0}, {"device": "tpu"}, {"threads": 0}])

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from conftest import SAMPLES
 
 from engine.capture.api import read_meta
 from engine.capture.models import SAMPLE_MODELS
-
-from conftest import SAMPLES
 
 
 @pytest.fixture(scope="module")

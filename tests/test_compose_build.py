@@ -118,7 +118,7 @@ def test_batch_scale_rewrites_shapes_and_sizes(tmp_path, cache_dir):
 
 def test_dtype_bf16_keeps_integer_tensors(tmp_path, cache_dir):
     tx = _sample("transformer")
-    bench, paths = _build(
+    _bench, paths = _build(
         tmp_path,
         {"sources": [str(tx)], "segments": [{"selection": {"module": "nn.Module: blocks.0"}}], "dtype": "bf16"},
         "bf16",
@@ -145,7 +145,7 @@ def test_data_parallel_halves_batch_and_buckets_gradients(tmp_path, cache_dir):
     # 512->1024->1024->1024->512 Linear weights + biases, fp32
     assert sh["grad_bytes"] == 4 * (512 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 512 + 512)
     assert sh["per_rank_batch"] == 128 and len(paths) == 2
-    for r, p in paths.items():
+    for _r, p in paths.items():
         t = et.load(p, use_cache=False)
         comm = t.ops[t.ops["category"].astype(str) == "communication"]
         assert list(comm["name"].astype(str)) == ["c10d::allreduce_"] * len(sh["buckets"])

@@ -92,8 +92,8 @@ def test_lookups_add_up(tmp_path, cache_dir, original, plan, n):
 
 
 def test_column_plan_keeps_all_lookups(tmp_path, cache_dir, original):
-    bench, paths = _shard(tmp_path, "column", 4)
-    for r, p in paths.items():
+    _bench, paths = _shard(tmp_path, "column", 4)
+    for _r, p in paths.items():
         lk, weights = _rank_lookups(p)
         assert lk == original["lookups"]
         assert all(w[1] == 16 for w in weights) and sorted(w[0] for w in weights) == original["rows"]
@@ -107,7 +107,7 @@ def test_greedy_plan_balances_cost():
     for n in (2, 4):
         naive = plan_shards(tables, "table", n)
         greedy = plan_shards(tables, "greedy", n)
-        load = lambda sh: max(sum(s.cost for s in sh if s.rank == r) for r in range(n))  # noqa: E731
+        load = lambda sh, n=n: max(sum(s.cost for s in sh if s.rank == r) for r in range(n))  # noqa: E731 -- local one-liner
         total = sum(t.cost for t in tables)
         assert load(greedy) < load(naive)
         assert load(greedy) <= 1.05 * total / n  # within 5 % of a perfect split

@@ -56,7 +56,7 @@ def test_mlp_pairs_split_weights_and_insert_allreduces(tmp_path, cache_dir):
     assert sh["meta_check"]["unchecked"] == 0 and not sh["meta_check"]["mismatches"]
     res = export(bench, tmp_path / "tp2")
     assert sorted(int(r) for r in res["ranks"]) == [0, 1]
-    for r, p in res["ranks"].items():
+    for _r, p in res["ranks"].items():
         assert validate_et(p)["problems"] == []
         assert _linear_weights(Path(p)) == [(512, 512), (1024, 512), (512, 1024), (512, 512)]
         t = et.load(p, use_cache=False)

@@ -224,10 +224,9 @@ def test_two_rank_trace_selects_per_rank(simple_add):
 
 def test_phase_selection_keeps_only_that_phase():
     """A phase filter must not pull in other phases through a shared step/label root."""
-    from tests.conftest import SAMPLES
-
     from engine.graph import Selection, select
     from engine.trace import load
+    from tests.conftest import SAMPLES
 
     et = SAMPLES / "mlp" / "mlp_et.json.gz"
     if not et.exists():

@@ -8,14 +8,13 @@ import json
 import orjson
 import pandas as pd
 import pytest
+from conftest import SAMPLES
 
 import engine.trace.loader as loader
 from engine.errors import TraceError
 from engine.trace import load
 from engine.trace.et import parse_et_typed
 from engine.trace.et_typed import TYPED_DOCS, decode_chakra
-
-from conftest import SAMPLES
 
 pytest.importorskip("msgspec")
 
@@ -34,7 +33,7 @@ def _both(path):
 def _same(a, b):
     pd.testing.assert_frame_equal(a.ops, b.ops)
     pd.testing.assert_frame_equal(a.tensors, b.tensors)
-    strip = lambda m: {k: v for k, v in m.items() if k != "content_hash"}  # noqa: E731
+    strip = lambda m: {k: v for k, v in m.items() if k != "content_hash"}  # noqa: E731 -- local one-liner
     assert strip(a.meta) == strip(b.meta)
 
 

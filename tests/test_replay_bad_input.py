@@ -12,6 +12,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -61,7 +62,7 @@ def test_real_trace_bad_ops_are_skipped_with_reasons_and_the_rest_replays(mutate
     details = {s["op_id"]: (s["reason"], s["detail"]) for s in res.skipped_ops}
     assert set(details) == set(ids.values())
     reason, detail = details[ids["unknown"]]
-    assert "aten::does_not_exist" in reason and "not found" in detail
+    assert reason == "unknown operator" and "aten::does_not_exist" in detail and "not found" in detail
     reason, detail = details[ids["dtype"]]
     assert reason == "bad tensor record: unknown dtype" and "weird" in detail and "input 0" in detail
     reason, detail = details[ids["numel"]]
@@ -84,7 +85,9 @@ def test_cli_real_trace_bad_ops_exit_0_and_writes_only_into_out(mutated_mlp, tmp
     by_reason = doc["coverage"]["by_reason"]
     assert by_reason["bad tensor record: unknown dtype"] == 1
     assert by_reason["bad tensor record: numel contradicts shape"] == 1
-    assert by_reason["operator aten::does_not_exist not found in torch " + __import__("torch").__version__] == 1
+    assert by_reason["unknown operator"] == 1
+    full = json.loads((out / "replay.json").read_text())
+    assert any("aten::does_not_exist not found in torch" in s["detail"] for s in full["skipped_ops"])
     assert os.listdir(cwd) == [] and os.listdir(out) == ["replay.json"]
 
 
@@ -140,7 +143,7 @@ def test_size_argument_contradicting_the_output_is_not_allocated(tmp_path, cache
     (s,) = [s for s in res.skipped_ops if s["op_id"] == node["id"]]
     assert s["reason"] == "bad tensor record: numel contradicts shape"
     assert "size argument [1000000, 1000000]" in s["detail"] and str(recorded) in s["detail"]
-    assert not any(r.startswith("failed: RuntimeError") for r in res.coverage["by_reason"])
+    assert "failed at run time" not in res.coverage["by_reason"]
     assert res.coverage["replayed"] > 0
 
 
@@ -150,7 +153,7 @@ class _CodeSpy:
 
     active = False
     needles: tuple[str, ...] = ()
-    hits: list = []
+    hits: ClassVar[list] = []
 
     @classmethod
     def hook(cls, event, args):

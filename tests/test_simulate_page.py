@@ -30,3 +30,7 @@ def test_whatif_page_speedup_and_batch(tmp_path, monkeypatch, cache_dir):
     fast = float({m.label: m.value for m in at.metric}["predicted with edits"])
     assert fast < 0.9 * measured  # GEMMs are most of the MLP step
     assert any("CPU-only" in w.value for w in at.warning)
+    at.button(key="wi_add").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    added = [n for n in at.session_state["traces"] if n.endswith("(predicted)")]
+    assert added and at.session_state["traces"][added[0]]["kind"] == "kineto"

@@ -2,4 +2,4 @@
 
 from engine.capture.api import CaptureResult, CaptureSession, capture, read_meta
 
-__all__ = ["capture", "CaptureSession", "CaptureResult", "read_meta"]
+__all__ = ["CaptureResult", "CaptureSession", "capture", "read_meta"]

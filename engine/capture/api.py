@@ -37,9 +37,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from engine import jsonio
 from engine.errors import TraceError
@@ -172,7 +173,7 @@ class CaptureSession:
         self._prof: Any = None
         self._et: Any = None
         self._labels: _ModuleLabels | None = None
-        self._tmp: str | None = None
+        self._tmp = ""  # set by __enter__
         self._kineto_tmp: str | None = None
         self._t_timing0 = 0.0
         self._threads_before: int | None = None
@@ -182,7 +183,7 @@ class CaptureSession:
     def done(self) -> bool:
         return self._n >= self.config.total_steps
 
-    def __enter__(self) -> "CaptureSession":
+    def __enter__(self) -> CaptureSession:
         self.config.out_dir.mkdir(parents=True, exist_ok=True)
         self._tmp = tempfile.mkdtemp(prefix="mystique_capture_")
         if self.config.threads is not None:
@@ -237,10 +238,12 @@ class CaptureSession:
             self._t_last = self._now()
             self._t_timing0 = self._t_last
         if self._n == c.warmup + c.timing_steps and self._prof is None:  # recording starts
-            self._sampler.stop()
-            self._metrics = self._sampler.to_dict()
+            sampler = self._sampler
+            assert sampler is not None  # started at the warm-up -> timing transition
+            sampler.stop()
+            self._metrics = sampler.to_dict()
             # the timed steps' window on the metrics time axis (t_s), for aligning curves
-            t0 = self._sampler.t0
+            t0 = sampler.t0
             self._metrics["window_s"] = [round(self._t_timing0 - t0, 6), round(self._t_last - t0, 6)]
             self._start_profiler()
         if self.done and self._prof is not None:
@@ -294,7 +297,7 @@ class CaptureSession:
             self._et.unregister_callback()
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
+            self._tmp = ""
 
     # -- helpers -----------------------------------------------------------------------------
     def _sync(self) -> None:
@@ -396,6 +399,7 @@ def capture(
         while not cap.done:
             step_fn()
             cap.step()
+    assert session.result is not None  # set when the session finished all its steps
     return session.result
 
 

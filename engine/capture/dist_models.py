@@ -55,6 +55,7 @@ class DistDLRMConfig:
 
 
 class _Dense(nn.Module):
+    tri: torch.Tensor  # a registered buffer
     """Bottom MLP, pairwise-dot interaction, top MLP (the data-parallel half of DLRM)."""
 
     def __init__(self, c: DistDLRMConfig):
@@ -129,6 +130,8 @@ def build_dist(name: str, rank: int, world: int) -> tuple[SampleStep, dict[str, 
     """(step_fn, config) of multi-rank sample `name` for `rank` of `world` (group initialized)."""
     torch.manual_seed(SEED)  # identical replicas of the data-parallel weights on every rank
     g = torch.Generator().manual_seed(SEED + 1000 * (rank + 1))  # each rank its own batch
+    c: Any  # one config/model type per sample below
+    model: Any
     if name == "ddp":
         c = DDPConfig()
         body = _mlp([c.in_features] + [c.hidden] * c.layers + [c.classes], last_act=False)
@@ -153,7 +156,7 @@ def build_dist(name: str, rank: int, world: int) -> tuple[SampleStep, dict[str, 
             lens = [torch.diff(torch.cat([o, torch.tensor([len(i)])])) for i, o in zip(idx, offs)]
             indices = torch.cat(idx)
             offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.cat(lens).cumsum(0)])
-            sparse = (indices, offsets)
+            sparse: tuple = (indices, offsets)
         else:
             sparse = (tuple(idx), tuple(offs))
         dense = torch.randn(c.batch, c.dense_features, generator=g)

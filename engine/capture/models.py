@@ -17,8 +17,9 @@ benchmarks) so the phase of every operator is recoverable from the trace.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -205,6 +206,8 @@ class DecoderBlock(nn.Module):
 
 
 class GPT(nn.Module):
+    positions: torch.Tensor  # a registered buffer
+
     def __init__(self, c: TransformerConfig):
         super().__init__()
         self.tok = nn.Embedding(c.vocab, c.d_model)
@@ -258,6 +261,8 @@ def _mlp(dims: list[int], last_act: bool) -> nn.Sequential:
 
 
 class DLRM(nn.Module):
+    tri: torch.Tensor  # a registered buffer
+
     def __init__(self, c: DLRMConfig):
         super().__init__()
         self.tables = nn.ModuleList(nn.EmbeddingBag(n, c.embedding_dim, mode="sum") for n in c.table_rows)

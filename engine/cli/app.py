@@ -11,11 +11,9 @@ import importlib.util
 import os
 import subprocess
 import sys
-from pathlib import Path
 
+from engine import resources
 from engine.errors import TraceError
-
-APP = Path(__file__).resolve().parents[2] / "app" / "main.py"
 
 
 def register(subparsers) -> None:
@@ -37,7 +35,7 @@ def command(args: argparse.Namespace) -> list[str]:
         "-m",
         "streamlit",
         "run",
-        str(APP),
+        str(resources.app_main()),
         "--server.port",
         str(args.port),
         "--server.address",
@@ -54,10 +52,11 @@ def run(args: argparse.Namespace) -> int:
         raise TraceError(f"--port must be in 1..65535, got {args.port}")
     if importlib.util.find_spec("streamlit") is None:
         raise TraceError("streamlit is not installed; install the UI extra: pip install -e '.[ui]'")
-    if not APP.exists():
-        raise TraceError("app/main.py not found (is this a source checkout?)", APP)
+    app = resources.app_main()
+    if not app.is_file():
+        raise TraceError("app/main.py not found (neither a source checkout nor an installed data folder)", app)
     print(f"mystique app: http://{args.address}:{args.port}", file=sys.stderr)
     try:
-        return subprocess.call(command(args), cwd=str(APP.parents[1]), env=dict(os.environ))
+        return subprocess.call(command(args), cwd=str(app.parents[1]), env=dict(os.environ))
     except KeyboardInterrupt:
         return 130

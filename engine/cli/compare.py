@@ -32,7 +32,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from engine.compare import compare
     from engine.compare.inputs import load_original, load_replay_json
-
+    from engine.compare.traces import TraceDiff
     from engine.errors import TraceError
 
     if len(args.paths) < 2:
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         result = compare(original, replay, original_meta=meta)
     top = args.top if args.top > 0 else None
     if args.json:
-        data = result.to_json(top) if result.kind == "traces" else result.to_json()
+        data = result.to_json(top) if isinstance(result, TraceDiff) else result.to_json()
         if top is not None and result.kind == "replay":
             data["per_op"] = data["per_op"][:top]
         print_json(data)

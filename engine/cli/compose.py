@@ -35,7 +35,6 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from engine.compose import compose, export, load_spec, validate_et
-
     from engine.compose.limits import ComposeLimits
     from engine.outdir import OutputLock
 
@@ -88,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     if "sharding" in summary["meta"]:
         sh = summary["meta"]["sharding"]
         print(f"  sharding: {sh['kind']}" + (f" plan {sh['plan']}" if "plan" in sh else ""))
-    for r, p in res["ranks"].items():
+    for p in res["ranks"].values():
         print(f"  wrote {Path(p)}")
     print(f"run it: {out['command']}")
     if args.script:

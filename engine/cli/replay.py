@@ -3,14 +3,21 @@
 TRACE is an ET file (with `--kineto K` to link its Kineto trace for streams/host gaps), a
 capture folder / `<name>_et.json.gz` next to a `<name>_meta.json` (its thread count is reused),
 or an exported benchmark folder (`DIR/spec.json` + `DIR/rank_<r>.et.json`): with `--rank R`
-that rank is replayed, else every rank in turn. Writes `replay.json` (+ the replay's Kineto
-trace) into --out (default ./replay_out/<name>).
+that rank is replayed. Writes `replay.json` (+ the replay's Kineto trace) into --out (default
+./replay_out/<name>).
+
+Distributed: several rank files, a folder holding several ranks (a multi-rank capture or an
+exported benchmark) or `--world-size N` start one process per rank (torch.distributed, gloo on
+CPU / NCCL on CUDA) and run the recorded collectives for real; `--mirror-rank R --world-size N`
+replays one rank's trace on N symmetric ranks (SPMD assumption, labelled in the result).
+`--sequential` replays the ranks one after another in this process instead (collectives skipped).
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import sys
 from pathlib import Path
 
 from engine.cli.common import print_json, progress_bar
@@ -21,7 +28,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "replay", help="replay a trace as a benchmark (CPU or CUDA)", description=__doc__.splitlines()[0]
     )
-    p.add_argument("trace", help="ET file, capture folder, or exported benchmark folder")
+    p.add_argument("trace", nargs="+", help="ET file(s), capture folder, or exported benchmark folder")
     p.add_argument("--kineto", default=None, help="Kineto trace to link (streams, host gaps)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     p.add_argument("--warmup", type=int, default=2, help="warm-up iterations (default 2)")
@@ -39,6 +46,24 @@ def register(subparsers) -> None:
     p.add_argument("--no-profile", action="store_true", help="do not write the replay's Kineto trace")
     p.add_argument("--out", default=None, help="output folder (default ./replay_out/<name>)")
     p.add_argument("--rank", type=int, default=None, help="rank to replay (exported benchmarks / multi-rank)")
+    from engine.replay.distributed import DEFAULT_TIMEOUT_S
+
+    p.add_argument("--world-size", type=int, default=None, help="distributed: ranks to start (one process each)")
+    p.add_argument("--mirror-rank", type=int, default=None, help="distributed: every rank replays this recorded rank")
+    p.add_argument(
+        "--replay-mode",
+        choices=("full", "compute-only", "comm-only"),
+        default="full",
+        help="full (compute + communication, default), compute-only, or comm-only",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"distributed: seconds any collective may take before the run is brought down (default {DEFAULT_TIMEOUT_S:.0f})",
+    )
+    p.add_argument("--sequential", action="store_true", help="replay the ranks one after another in one process")
+    p.add_argument("--no-check", action="store_true", help="distributed: skip the pre-launch collective check")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
 
@@ -122,19 +147,139 @@ def resolve_inputs(trace: str, kineto: str | None, rank: int | None) -> list[tup
     return [(rank, paths, _meta_for(p), _name_of(p))]
 
 
+def _rank_files(p: Path) -> list[Path] | None:
+    """The per-rank ET files of a folder holding several ranks, or None."""
+    if not p.is_dir():
+        return None
+    exported = sorted(p.glob("rank_*.et.json*"))
+    if (p / "spec.json").is_file() and len(exported) > 1:
+        return exported
+    ets = sorted(p.glob("*_et.json*"))
+    if len(ets) > 1 and all(re.search(r"rank[_\-]?\d+", f.name) for f in ets):
+        return ets + sorted(p.glob("*_kineto.json*"))
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
+    traces = list(args.trace)
+    multi = _rank_files(Path(traces[0])) if len(traces) == 1 else None
+    distributed = (
+        len(traces) > 1 or args.world_size is not None or args.mirror_rank is not None or (multi and args.rank is None)
+    )
+    if distributed and not args.sequential:
+        return run_distributed(args, multi if multi else [Path(t) for t in traces])
+    if len(traces) > 1:
+        raise TraceError("several trace files replay together (distributed); --sequential takes one folder")
+    return run_single(args, traces[0])
+
+
+def run_distributed(args: argparse.Namespace, files: list[Path]) -> int:
+    from engine.distributed.launch import RankFailed
+    from engine.replay import ReplayConfig
+    from engine.replay.distributed import DistConfig, replay_distributed
+
+    for f in files:
+        if not f.exists():
+            raise TraceError("no such file or folder", f)
+    if len(files) == 1 and files[0].is_dir():
+        ets = sorted(files[0].glob("*_et.json*")) or sorted(files[0].glob("rank_*.et.json*"))
+        if len(ets) != 1:
+            raise TraceError(f"folder holds {len(ets)} ET files", files[0])
+        files = [ets[0], *sorted(files[0].glob("*_kineto.json*"))]
+    name = _name_of(files[0]).split("_rank")[0] if files[0].is_file() else files[0].name
+    if files[0].name.startswith("rank_"):
+        name = files[0].parent.name
+    out = Path(args.out) if args.out else Path("replay_out") / name
+    metas = [_meta_for(f) for f in files if "_et.json" in f.name]
+    if files[0].parent.joinpath("spec.json").is_file():
+        metas.append(_spec_meta(files[0].parent / "spec.json"))
+    threads = args.threads or next((m["num_threads"] for m in metas if isinstance(m.get("num_threads"), int)), None)
+    cfg = ReplayConfig(
+        device=args.device,
+        warmup=args.warmup,
+        iters=args.iters,
+        mode=args.mode,
+        streams=not args.no_streams,
+        host_gaps=args.host_gaps,
+        lazy=True if args.lazy else "auto",
+        profile=not args.no_profile,
+        out_dir=out,
+        allow_trace_code=args.allow_trace_code,
+        num_threads=threads,
+        metrics=False,
+        replay_mode=args.replay_mode,
+    )
+    dcfg = DistConfig(
+        world_size=args.world_size, mirror_rank=args.mirror_rank, timeout_s=args.timeout, check=not args.no_check
+    )
+    from engine.outdir import OutputLock
+
+    try:
+        with (
+            OutputLock(out, f"mystique replay {' '.join(map(str, files))}"),
+            progress_bar(f"replay {name} (distributed)", enabled=not args.json) as cb,
+        ):
+            res = replay_distributed(files, config=cfg, dist=dcfg, out_dir=out, progress=cb)
+    except RankFailed as exc:
+        print(f"mystique replay: error: {exc}", file=sys.stderr)
+        return 1
+    d = res.to_json()
+    originals = [m["median_ms"] for m in metas if m.get("median_ms")]
+    summary = {
+        "name": name,
+        "world_size": res.world_size,
+        "replay_mode": str(cfg.replay_mode),
+        "spmd": res.spmd,
+        "iteration_ms": d["iteration_ms"],
+        "median_ms": d["median_ms"],
+        "coverage": d["coverage"],
+        "collectives": d["collectives"],
+        "breakdown": d["breakdown"],
+        "ranks": [{k: v for k, v in r.items() if k != "skipped_ops"} for r in d["ranks"]],
+        "paths": d["paths"],
+        "device": d["device"],
+    }
+    if originals and args.mirror_rank is None:
+        summary["original_median_ms"] = max(originals)  # the job steps at its slowest rank
+    if args.json:
+        print_json(summary)
+        return 0
+    cov = d["coverage"]
+    orig = f" (original {summary['original_median_ms']:.2f} ms)" if "original_median_ms" in summary else ""
+    print(f"{name}: {res.world_size} ranks, median {res.median_ms:.2f} ms (slowest rank){orig} on {res.device}")
+    if res.spmd:
+        print(f"  {res.spmd['assumption']}")
+    print(
+        f"  ops: {cov['selected']} selected, {cov['replayed']} replayed ({cov['rate']:.1%}), "
+        f"collectives {cov['comm_replayed']}/{cov['comm_selected']}"
+    )
+    for reason, n in cov["by_reason"].items():
+        print(f"    {n:>5} x {reason}")
+    for r in d["ranks"]:
+        b = r["breakdown"]
+        print(
+            f"  rank {r['rank']}: median {r['median_ms']:.2f} ms; compute {b.get('compute_ms', 0):.2f}, "
+            f"comm {b.get('comm_ms', 0):.2f}, exposed comm {b.get('exposed_comm_ms', 0):.2f}, idle {b.get('idle_ms', 0):.2f} ms"
+        )
+    for kind, v in d["collectives"].items():
+        print(f"  {kind}: {v['count']} calls, {v['bytes'] / 2**20:.2f} MiB")
+    print(f"  wrote {out / 'replay.json'}")
+    return 0
+
+
+def run_single(args: argparse.Namespace, trace_arg: str) -> int:
     import engine.trace as T
     from engine.outdir import OutputLock
     from engine.replay import ReplayConfig, replay
 
-    jobs = resolve_inputs(args.trace, args.kineto, args.rank)
+    jobs = resolve_inputs(trace_arg, args.kineto, args.rank)
     results = {}
     for rank, paths, meta, name in jobs:
         out = Path(args.out) if args.out else Path("replay_out") / name
         if len(jobs) > 1:
             out = out / f"rank_{rank}"
         # checked (and locked against a second writer) before the run, not after it
-        with OutputLock(out, f"mystique replay {args.trace}"):
+        with OutputLock(out, f"mystique replay {trace_arg}"):
             results[rank if rank is not None else 0] = _run_one(
                 args, T, ReplayConfig, replay, rank, paths, meta, name, out
             )
@@ -158,6 +303,7 @@ def _run_one(args, T, ReplayConfig, replay, rank, paths, meta, name, out) -> dic
         out_dir=out,
         allow_trace_code=args.allow_trace_code,
         num_threads=threads,
+        replay_mode=args.replay_mode,
     )
     with progress_bar(f"replay {name}", enabled=not args.json) as cb:
         trace = T.load(*paths, progress=None)

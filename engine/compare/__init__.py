@@ -11,7 +11,7 @@ from typing import Any
 from engine.compare.replay import REPLAY_KEYS, Comparison, compare_replay, rel_error
 from engine.compare.traces import TraceDiff, compare_traces
 
-__all__ = ["compare", "Comparison", "TraceDiff", "compare_replay", "compare_traces", "rel_error", "REPLAY_KEYS"]
+__all__ = ["REPLAY_KEYS", "Comparison", "TraceDiff", "compare", "compare_replay", "compare_traces", "rel_error"]
 
 
 def compare(

@@ -100,9 +100,13 @@ def original_device(original: Any, meta: dict | None) -> str | None:
     if dev:
         return "cuda" if str(dev).startswith("cuda") else str(dev)
     ev = getattr(original, "events", None)
-    if ev is not None and len(ev) and "cat" in ev:
-        if ev["cat"].astype(str).isin(["kernel", "gpu_memcpy", "gpu_memset"]).any():
-            return "cuda"
+    if (
+        ev is not None
+        and len(ev)
+        and "cat" in ev
+        and ev["cat"].astype(str).isin(["kernel", "gpu_memcpy", "gpu_memset"]).any()
+    ):
+        return "cuda"
     t = getattr(original, "tensors", None)
     if t is not None and len(t) and "device" in t:
         devs = set(t["device"].astype(str).unique().tolist())
@@ -124,4 +128,4 @@ def check_device(original: Any, meta: dict | None, replay: dict, warnings: list[
         )
 
 
-__all__ = ["check_per_op", "check_replay_folder", "check_source", "check_device", "original_device"]
+__all__ = ["check_device", "check_per_op", "check_replay_folder", "check_source", "original_device"]

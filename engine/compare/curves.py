@@ -48,7 +48,7 @@ def align(
     a, b = samples_frame(original), samples_frame(replay)
     if a.empty or b.empty:
         return pd.DataFrame({"u": []}), {}
-    wa, wb = _window(a, original), _window(b, replay)
+    wa, wb = _window(a, original or {}), _window(b, replay or {})
     if wa is None or wb is None:
         return pd.DataFrame({"u": []}), {}
     shared = [c for c in a.columns if c != "t_s" and c in b.columns]

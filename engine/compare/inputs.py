@@ -26,7 +26,7 @@ def load_original(*paths: str | os.PathLike, progress: Progress | None = None) -
     for p in ps:
         if not p.exists():
             raise TraceError("no such file or folder", p)
-    if len(ps) == 1 and (ps[0].is_dir() and list(ps[0].glob("*_meta.json")) or ps[0].name.endswith("_meta.json")):
+    if len(ps) == 1 and ((ps[0].is_dir() and list(ps[0].glob("*_meta.json"))) or ps[0].name.endswith("_meta.json")):
         meta = read_meta(ps[0])
         return load(meta["et_path"], meta["kineto_path"], progress=progress), meta
     return load(*ps, progress=progress), None
@@ -35,9 +35,8 @@ def load_original(*paths: str | os.PathLike, progress: Progress | None = None) -
 def load_replay_json(path: str | os.PathLike) -> dict[str, Any] | None:
     """The replay result dict when `path` is a folder holding replay.json or a `*replay.json`
     file; None otherwise (then the caller treats `path` as a trace)."""
-    from engine.compare.replay import validate_replay
-
     from engine.compare.checks import check_replay_folder
+    from engine.compare.replay import validate_replay
 
     p = Path(path)
     f = p / "replay.json" if p.is_dir() else p

@@ -106,8 +106,8 @@ def compare_traces(a: Any, b: Any, *, labels: tuple[str, str] = ("a", "b")) -> T
         diff.sides[label] = {
             "sources": [src.get("path") for src in t.meta.get("sources", [])],
             "kind": t.meta.get("kind"),
-            "events": int(len(t.events)),
-            "ops": int(len(t.ops)),
+            "events": len(t.events),
+            "ops": len(t.ops),
             "ranks": t.meta.get("ranks"),
             **s,
         }

@@ -18,15 +18,15 @@ from engine.compose.spec import BenchmarkSpec, Segment, Sharding, load_spec, sav
 from engine.compose.validate import validate_et
 
 __all__ = [
+    "Benchmark",
     "BenchmarkSpec",
     "Segment",
     "Sharding",
+    "compose",
+    "export",
     "load_spec",
+    "propagate",
     "save_spec",
     "spec_from_dict",
-    "compose",
-    "Benchmark",
-    "export",
     "validate_et",
-    "propagate",
 ]

@@ -142,7 +142,7 @@ def _segment_nodes(trace, sub) -> tuple[list[dict], set[int]]:
     parent = dict(zip(ops["id"].to_numpy(dtype=np.int64).tolist(), ops["parent"].to_numpy(dtype=np.int64).tolist()))
     cat = dict(zip(ops["id"].astype(int), ops["category"].astype(str)))
     name = dict(zip(ops["id"].astype(int), ops["name"].astype(str)))
-    keep = set(int(i) for i in sub.op_ids)
+    keep = {int(i) for i in sub.op_ids}
     for i in list(keep):
         p = parent.get(i, -1)
         while p >= 0 and p in parent and p not in keep:
@@ -158,7 +158,7 @@ def _segment_nodes(trace, sub) -> tuple[list[dict], set[int]]:
         while p >= 0 and p not in keep and p in parent and parent[p] != p:
             p = parent[p]
         n["ctrl_deps"] = p if p in keep else -1
-    return nodes, set(int(i) for i in sub.replay_ids)
+    return nodes, {int(i) for i in sub.replay_ids}
 
 
 def _emit_repeat(
@@ -246,16 +246,16 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
     for si, seg in enumerate(spec.segments):
         report(progress, 0.3 + 0.1 * si / len(spec.segments), f"selecting segment {si}")
         trace = traces[seg.source]
-        key = (id(trace), json.dumps(seg.selection, sort_keys=True, default=str))
-        if key not in memo:
+        memo_key = (id(trace), json.dumps(seg.selection, sort_keys=True, default=str))
+        if memo_key not in memo:
             try:
                 sub = select(trace, selection_from_dict(seg.selection))
             except TraceError as e:
                 raise TraceError(f"segments[{si}]: {e.problem}", paths[seg.source]) from None
             if not sub.replay_ids:
                 raise TraceError(f"segments[{si}]: selection has no replayable operators", paths[seg.source])
-            memo[key] = (sub, *_segment_nodes(trace, sub))
-        prepared.append(memo[key])
+            memo[memo_key] = (sub, *_segment_nodes(trace, sub))
+        prepared.append(memo[memo_key])
     world = spec.sharding.world_size if spec.sharding is not None else 1
     limits.check(
         estimate(
@@ -378,7 +378,7 @@ class _FreshMap(dict):
         super().__init__()
         self._ids = ids
 
-    def setdefault(self, key, default=None):  # type: ignore[override]
+    def setdefault(self, key, default=None):  # the default is ignored: a fresh id is made
         if key not in self:
             self[key] = self._ids.fresh()
         return self[key]

@@ -42,7 +42,7 @@ class ComposeLimits:
                 raise TraceError(f"compose limit {f.name} must be a positive integer, not {v!r}")
 
     @classmethod
-    def from_json(cls, d: Any) -> "ComposeLimits":
+    def from_json(cls, d: Any) -> ComposeLimits:
         if not isinstance(d, dict):
             raise TraceError("compose limits must be a JSON object")
         known = {f.name for f in fields(cls)}
@@ -66,7 +66,7 @@ class ComposeLimits:
         if len(spec.segments) > self.max_segments:
             raise TraceError(f"{len(spec.segments):,} segments exceed the limit of {self.max_segments:,}")
 
-    def check(self, est: "ComposeEstimate") -> None:
+    def check(self, est: ComposeEstimate) -> None:
         """Refuse an estimate over any limit; the message gives the estimate and the limit."""
         from engine.sysinfo import available_memory_bytes
 
@@ -106,4 +106,4 @@ def estimate(segments: list[tuple[int, int, int]], ranks: int) -> ComposeEstimat
     return ComposeEstimate(nodes=nodes, tensors=tensors, ranks=ranks, detail=f"({parts}) nodes x {ranks:,} rank(s)")
 
 
-__all__ = ["ComposeLimits", "ComposeEstimate", "estimate", "NODE_BYTES"]
+__all__ = ["NODE_BYTES", "ComposeEstimate", "ComposeLimits", "estimate"]

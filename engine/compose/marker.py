@@ -110,4 +110,4 @@ def check_folder(folder: str | os.PathLike) -> dict:
     return doc
 
 
-__all__ = ["MARKER", "check_folder", "marker_doc", "file_sha256", "rank_files"]
+__all__ = ["MARKER", "check_folder", "file_sha256", "marker_doc", "rank_files"]

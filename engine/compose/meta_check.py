@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from engine.compose.nodes import tensors_of as _tensors_of
 from engine.compose.nodes import get_slot, is_defined, set_slot, slot_type, tensor_slots
+from engine.compose.nodes import tensors_of as _tensors_of
 from engine.errors import TraceError
 
 _OP_NAME = re.compile(r"^[A-Za-z_]\w*::[A-Za-z_][\w.]*$")
@@ -71,7 +71,7 @@ def _meta(shape, strides, dtype) -> torch.Tensor:
 class _Runner:
     def __init__(self, scale: float, batch: int | None, seeds: dict, mutate: bool, label: str | None = None):
         self.s, self.batch, self.seeds, self.mutate = scale, batch, seeds, mutate
-        self.env: dict[tuple, torch.Tensor] = {}
+        self.env: dict[tuple, tuple[torch.Tensor, list]] = {}
         self.inner: dict = {}  # key -> first node id producing it (not replayed)
         self.inner_storages: dict = {}  # storage -> first node id producing it
         self.params: set = set()
@@ -93,7 +93,7 @@ class _Runner:
                 f"{self.label} breaks shape at node {node['id']} ({node['name']}): "
                 f"dim {d} x {self.s:g} = {v:g} is not an integer"
             )
-        return int(round(v))
+        return round(v)
 
     def input_tensor(self, node, io, arg, sub) -> torch.Tensor:
         v = get_slot(io, "values", arg, sub)
@@ -192,7 +192,7 @@ def _size_candidates(sizes: list, S: set, batch: int | None, s: float) -> list[l
             # accepts any size, so a guessed "multiple of the batch" would always win there
             cands.append(list(sizes))
         c = list(sizes)
-        c[i] = int(round(c[i] * s))
+        c[i] = round(c[i] * s)
         if c not in cands:
             cands.append(c)
     if list(sizes) not in cands:
@@ -283,7 +283,7 @@ def propagate(
     )
     run.params = set(params or ())
     rep = run.report
-    want = set(int(i) for i in replay_ids)
+    want = {int(i) for i in replay_ids}
     run_ids = set(want)
     if scale != 1.0:  # children too: tensors they make (saved for backward) get real meta shapes
         run_ids |= {n["id"] for n in nodes if _OP_NAME.match(n["name"]) and not n["name"].startswith("c10d::")}
@@ -317,7 +317,7 @@ def propagate(
             if a.get("name") == "op_schema":
                 schema = a.get("value") or ""
         tensors: dict[int, Any] = {}
-        lists: dict[int, list] = {}
+        lists: dict[int, dict] = {}
         orig_shapes = [list(x) if isinstance(x, list) else x for x in ins.get("shapes", [])]
         for arg, sub in tensor_slots(ins):
             if not is_defined(get_slot(ins, "values", arg, sub)):
@@ -419,14 +419,14 @@ def propagate(
         for node in nodes:
             if node["id"] in run_ids:
                 continue
-            for _, io, arg, sub, v in _tensors_of(node):
+            for _, io_d, arg, sub, v in _tensors_of(node):
                 hit = run.env.get((v[0], v[1])) if is_defined(v) else None
                 if (
                     hit is not None
-                    and hit[1] == list(get_slot(io, "shapes", arg, sub) or [])
+                    and hit[1] == list(get_slot(io_d, "shapes", arg, sub) or [])
                     and list(hit[0].shape) != hit[1]
                 ):
-                    run._write(io, arg, sub, hit[0])
+                    run._write(io_d, arg, sub, hit[0])
     rep.batch_dims = sorted(run.S)
     return rep
 
@@ -524,4 +524,4 @@ def _fallback(run: _Runner, node, outs, why: str, count: bool = True) -> None:
         run.put((v[0], v[1]), t, rec)
 
 
-__all__ = ["propagate", "MetaReport", "SIZE_ARG_OPS"]
+__all__ = ["SIZE_ARG_OPS", "MetaReport", "propagate"]

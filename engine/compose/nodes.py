@@ -9,7 +9,8 @@ A tensor value is `[tensor_id, storage_id, offset, numel, itemsize, device]`; te
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pandas as pd
 
@@ -192,18 +193,18 @@ def is_defined(value: list) -> bool:
 __all__ = [
     "ROOT_ID",
     "ROOT_NAME",
-    "root_node",
-    "label_node",
-    "node_from_row",
-    "make_attrs",
     "attr",
-    "set_attr",
-    "tensor_slots",
-    "tensors_of",
+    "empty_io",
     "get_slot",
+    "is_defined",
+    "is_tensor_value",
+    "label_node",
+    "make_attrs",
+    "node_from_row",
+    "root_node",
+    "set_attr",
     "set_slot",
     "slot_type",
-    "is_tensor_value",
-    "empty_io",
-    "is_defined",
+    "tensor_slots",
+    "tensors_of",
 ]

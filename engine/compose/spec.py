@@ -87,7 +87,9 @@ class Sharding:
 
     @property
     def world_size(self) -> int:
-        return int(self.ranks if self.kind == "embedding" else self.degree)
+        n = self.ranks if self.kind == "embedding" else self.degree
+        assert n is not None  # validated in __post_init__
+        return int(n)
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
@@ -255,4 +257,4 @@ def save_spec(spec: BenchmarkSpec, path: str | os.PathLike) -> Path:
     return p
 
 
-__all__ = ["BenchmarkSpec", "Segment", "Sharding", "load_spec", "save_spec", "spec_from_dict", "SPEC_VERSION"]
+__all__ = ["SPEC_VERSION", "BenchmarkSpec", "Segment", "Sharding", "load_spec", "save_spec", "spec_from_dict"]

@@ -74,7 +74,7 @@ def validate_et(src: str | os.PathLike | dict, *, meta: bool = True, strict: boo
                 produced.add(key)
             elif key not in produced:
                 external.setdefault(key, n["id"])
-    report = {
+    report: dict[str, Any] = {
         "path": path,
         "nodes": len(nodes),
         "replay_ops": len(replay),

@@ -27,7 +27,7 @@ from engine.errors import TraceError
 from engine.progress import Progress, report
 
 # lines a rank prints when its peer went away: such a rank is a victim, not the cause
-_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "ECONNRESET", "peer")
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "ECONNRESET")
 
 
 class RankFailed(TraceError):
@@ -211,11 +211,15 @@ def _culprit(procs, errs, bad: list[int]) -> RankExit:
     codes = [p.poll() for p in procs]
     bad = sorted(set(bad) | {r for r, c in enumerate(codes) if c not in (None, 0)})
     tails = {r: _tail(errs[r]) for r in bad}
+    last = {r: _last_error_line(tails[r]) for r in bad}
     for r in bad:
         if codes[r] is not None and codes[r] < 0:
             return RankExit(rank=r, returncode=codes[r], stderr_tail=tails[r])
+    for r in bad:  # a rank that timed out waiting is the one the others' errors follow from
+        if "Timed out" in last[r] or "timed out" in last[r]:
+            return RankExit(rank=r, returncode=codes[r], stderr_tail=tails[r])
     for r in bad:
-        if not any(s in tails[r] for s in _PEER_GONE):
+        if not any(s in last[r] for s in _PEER_GONE):
             return RankExit(rank=r, returncode=codes[r], stderr_tail=tails[r])
     return RankExit(rank=bad[0], returncode=codes[bad[0]], stderr_tail=tails[bad[0]])
 

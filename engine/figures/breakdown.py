@@ -143,7 +143,7 @@ def top_ops(ops: pd.DataFrame, n: int = 25, time_col: str | None = None) -> pd.D
 
 def bar_figure(
     table: pd.DataFrame, key: str, value: str = "total_us", *, top: int = 20, title: str = "", ids: str | None = None
-) -> "go.Figure":
+) -> go.Figure:
     """Horizontal bars of the `top` rows of `table` (largest first); customdata = `ids` column or key."""
     import plotly.graph_objects as go
 
@@ -169,7 +169,7 @@ def bar_figure(
     return fig
 
 
-def idle_figure(idle: pd.DataFrame) -> "go.Figure":
+def idle_figure(idle: pd.DataFrame) -> go.Figure:
     """Stacked busy/idle bars per GPU stream."""
     import plotly.graph_objects as go
 
@@ -190,7 +190,7 @@ def idle_figure(idle: pd.DataFrame) -> "go.Figure":
     return fig
 
 
-def top_ops_figure(summary: dict, top: int = 12) -> "go.Figure":
+def top_ops_figure(summary: dict, top: int = 12) -> go.Figure:
     """Bars of `summarize()`'s top ops by time: the trace at a glance on the Traces page."""
     rows = summary.get("top_ops") or []
     t = (

@@ -36,7 +36,7 @@ def aligned_timelines(
     min_dur_us: float = 0.0,
     origins_us: tuple[float | None, float | None] = (None, None),
     bar_limit: int = 3000,
-) -> "go.Figure":
+) -> go.Figure:
     """Two timelines stacked on one time axis (µs from each side's origin), first `window_us` µs."""
     from plotly.subplots import make_subplots
 
@@ -85,7 +85,7 @@ def time_by_bars(
     *,
     top: int = 20,
     title: str = "",
-) -> "go.Figure":
+) -> go.Figure:
     """Grouped horizontal bars of `a_col` vs `b_col` per `key` for the `top` rows (by max of both)."""
     import plotly.graph_objects as go
 
@@ -139,7 +139,7 @@ def wrap_label(name: str, width: int = 56) -> str:
     return "<br>".join(name[i : i + width] for i in range(0, len(name), width))
 
 
-def metric_curves(curves: pd.DataFrame, labels: tuple[str, str] = ("original", "replay")) -> "go.Figure":
+def metric_curves(curves: pd.DataFrame, labels: tuple[str, str] = ("original", "replay")) -> go.Figure:
     """One panel per shared metric: original and replay curves on the normalized step axis `u`."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -177,7 +177,7 @@ def metric_curves(curves: pd.DataFrame, labels: tuple[str, str] = ("original", "
 
 def e2e_figure(
     iteration_ms_a: list[float], iteration_ms_b: list[float], labels: tuple[str, str] = ("original", "replay")
-) -> "go.Figure":
+) -> go.Figure:
     """Box plots of per-iteration time of the two sides."""
     import plotly.graph_objects as go
 

@@ -15,8 +15,9 @@ for a single op, a string ("module:<label>" or "tree:<id>") for a super-node.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Hashable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -89,11 +90,11 @@ class GraphModel:
     def ids_for(self, keys) -> list[int]:
         out: list[int] = []
         for k in keys:
-            out.extend(self.groups.get(k, [k] if isinstance(k, (int, np.integer)) else []))
+            out.extend(self.groups.get(k, [int(k)] if isinstance(k, (int, np.integer)) else []))
         return sorted({int(i) for i in out})
 
 
-def layered_layout(g: "nx.DiGraph") -> dict[Hashable, tuple[float, float]]:
+def layered_layout(g: nx.DiGraph) -> dict[Hashable, tuple[float, float]]:
     """x = topological generation index, y = position inside the generation (centred on 0).
 
     Cycles (possible after collapsing nodes into groups) are condensed first: all members of a
@@ -141,7 +142,7 @@ def _ancestor_at_depth(ops: pd.DataFrame, depth: int) -> np.ndarray:
     return ids[cur]
 
 
-def _chunk_keys(ops: pd.DataFrame, max_nodes: int) -> list[Hashable]:
+def _chunk_keys(ops: pd.DataFrame, max_nodes: int) -> list[str]:
     """Contiguous runs (in execution = id order) of one (phase, module), split into chunks.
 
     Why: traces without per-layer module annotations (the ResNet ET has one module for the
@@ -208,7 +209,7 @@ def _auto_mode(sub: pd.DataFrame, view: GraphView) -> str:
     return "chunk"
 
 
-def build_graph_model(ops: pd.DataFrame, dag: "nx.DiGraph", view: GraphView | None = None) -> GraphModel:
+def build_graph_model(ops: pd.DataFrame, dag: nx.DiGraph, view: GraphView | None = None) -> GraphModel:
     """Collapse `dag` (nodes = ET ids of one rank) per `view` and lay it out in layers.
 
     `ops` are the rows of that rank (for names, modules, call tree, schema and linked times).
@@ -296,7 +297,7 @@ def build_graph_model(ops: pd.DataFrame, dag: "nx.DiGraph", view: GraphView | No
 
 def graph_figure(
     model: GraphModel, color_by: str = "category", *, highlight: list | None = None, height: int = 560
-) -> "go.Figure":
+) -> go.Figure:
     """Scattergl nodes (one trace per colour class) + one line trace for all edges."""
     import plotly.graph_objects as go
 

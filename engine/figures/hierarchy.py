@@ -14,8 +14,9 @@ built in well under a second.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Hashable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -40,7 +41,7 @@ class Focus:
     hi: int | None = None
 
     @classmethod
-    def from_key(cls, key: Hashable) -> "Focus | None":
+    def from_key(cls, key: Hashable) -> Focus | None:
         """The focus a group key opens (None for single ops and `outside`)."""
         if isinstance(key, str) and key.startswith("tree:"):
             return cls(parent=int(key[5:]))
@@ -50,10 +51,13 @@ class Focus:
         return None
 
 
-def _clean(name: str) -> str:
+def _clean(name: str, tid: object = None) -> str:
     n = name.strip()
     if n.startswith("## ") and n.endswith(" ##"):
         n = n[3:-3]
+    if n.startswith("[pytorch|profiler|execution_trace|"):
+        kind = n.rsplit("|", 1)[-1].rstrip("]")
+        n = f"{kind} {tid}" if kind == "thread" and tid is not None else kind
     return n
 
 
@@ -90,7 +94,7 @@ def _ancestor_at(ids: np.ndarray, parent: np.ndarray, depth: np.ndarray, target:
 
 
 def build_hierarchy_model(
-    ops: pd.DataFrame, dag: "nx.DiGraph", focus: Focus | None = None, max_nodes: int = NODE_BUDGET
+    ops: pd.DataFrame, dag: nx.DiGraph, focus: Focus | None = None, max_nodes: int = NODE_BUDGET
 ) -> GraphModel:
     """The collapsed, laid-out graph of `dag` (ET ids of one rank) at `focus` (see module doc)."""
     import networkx as nx
@@ -101,6 +105,7 @@ def build_hierarchy_model(
     parent = ops["parent"].to_numpy(np.int64)
     depth = _tree_depth(ids, parent)
     names = ops["name"].astype(str).to_numpy()
+    tids = ops["tid"].to_numpy() if "tid" in ops.columns else np.full(len(ops), None)
     pos_of = pd.Index(ids)
     crumbs: list[tuple[str, Focus]] = [("all", Focus())]
     while True:
@@ -130,14 +135,15 @@ def build_hierarchy_model(
             continue
         break
     if focus.parent is not None:
-        chain, row = [], pos_of.get_loc(focus.parent)
+        chain: list = []
+        row = pos_of.get_loc(focus.parent)
         ppos = pos_of.get_indexer(parent)
         while row >= 0 and len(chain) < 64:
             chain.append(int(ids[row]))
             nxt = int(ppos[row])
             row = -1 if nxt == row else nxt
         for a in reversed(chain):
-            crumbs.append((_clean(str(names[pos_of.get_loc(a)]))[:40], Focus(parent=a)))
+            crumbs.append((_clean(str(names[pos_of.get_loc(a)]), tids[pos_of.get_loc(a)])[:40], Focus(parent=a)))
     if focus.lo is not None:
         crumbs.append((f"ids {focus.lo}…{focus.hi}", focus))
 
@@ -176,28 +182,30 @@ def build_hierarchy_model(
     sub = ops.set_index("id")
     tvals = sub[time_col].fillna(0.0) if time_col in sub.columns else pd.Series(0.0, index=sub.index)
     out_rows = []
-    for k, members in groups.items():
+    for gk, members in groups.items():
         m = sub.loc[members]
         cats, phases = m["category"].astype(str).unique(), m["phase"].astype(str).unique()
         top = m["name"].astype(str).value_counts().head(3)
         top_txt = "<br>".join(f"{n} ×{c}" for n, c in top.items())
         t_us = float(tvals.loc[members].sum())
-        if k == "outside":
+        if gk == "outside":
             label, kind = f"outside ({len(members)} ops)", "outside"
-        elif isinstance(k, str) and k.startswith("range:"):
-            _, _, lo, hi = k.split(":")
+        elif isinstance(gk, str) and gk.startswith("range:"):
+            _, _, _lo, _hi = gk.split(":")
             label, kind = f"{_clean(str(top.index[0]))[:22]}… ({len(members)})", "range"
-        elif isinstance(k, str):
-            label, kind = f"{_clean(str(names[pos_of.get_loc(int(k[5:]))]))[:28]} ({len(members)})", "tree"
+        elif isinstance(gk, str):
+            row = pos_of.get_loc(int(gk[5:]))
+            label, kind = f"{_clean(str(names[row]), tids[row])[:28]} ({len(members)})", "tree"
         else:
-            label, kind = _clean(str(names[pos_of.get_loc(int(k))]))[:28], "op"
+            op_id = int(gk)  # type: ignore[call-overload]  # the remaining keys are op ids (ints)
+            label, kind = _clean(str(names[pos_of.get_loc(op_id)]))[:28], "op"
         hover = f"<b>{label}</b><br>{len(members)} ops · {time_col} {t_us:,.1f} µs<br>{top_txt}"
         if kind in ("tree", "range"):
             hover += "<br><i>select it, then Open group to drill in</i>"
-        x, y = pos[k]
+        x, y = pos[gk]
         out_rows.append(
             (
-                k,
+                gk,
                 x,
                 y,
                 label,
@@ -247,7 +255,7 @@ def hierarchy_figure(
     selected: tuple = (),
     found: tuple = (),
     height: int = 560,
-) -> "go.Figure":
+) -> go.Figure:
     """Labelled nodes (SVG, readable text), edges in three widths by aggregated count, the
     selection ringed gold, its producers blue and consumers green, search hits red."""
     import plotly.graph_objects as go
@@ -255,7 +263,7 @@ def hierarchy_figure(
     nodes = model.nodes
     index = {k: i for i, k in enumerate(nodes["key"])}
     x, y = nodes["x"].to_numpy(float), nodes["y"].to_numpy(float)
-    weight = getattr(model, "edge_weight", {}) or {e: 1 for e in model.edges}
+    weight = getattr(model, "edge_weight", {}) or dict.fromkeys(model.edges, 1)
     fig = go.Figure()
     w = np.array([weight[e] for e in model.edges], dtype=float) if model.edges else np.zeros(0)
     bounds = np.quantile(w, [0.6, 0.9]) if len(w) else [1, 1]

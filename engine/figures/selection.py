@@ -10,7 +10,8 @@ Payloads handled (dicts or Streamlit's attribute dicts):
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd

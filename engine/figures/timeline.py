@@ -16,6 +16,7 @@ stored exactly: the figure's bar `base` equals `ts_us - origin_us` and `x` equal
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -124,12 +125,12 @@ def prepare(events: pd.DataFrame, view: TimelineView | None = None, origin_us: f
     lanes = ev["lane"].to_numpy()
     s, d = ev["start_us"].to_numpy(), ev["dur_us"].to_numpy()
     bounds = np.flatnonzero(np.r_[True, lanes[1:] != lanes[:-1], True])
-    for a, b in zip(bounds[:-1], bounds[1:]):
+    for a, b in itertools.pairwise(bounds):
         depth[a:b] = _stack_depth(s[a:b], s[a:b] + d[a:b])
     ev = ev.assign(sub=np.minimum(depth, view.max_depth))
     if view.min_dur_us > 0:
         ev = ev[ev["dur_us"].to_numpy() >= view.min_dur_us]
-    order = sorted(ev["lane"].unique(), key=lambda l: (l.startswith("GPU"), l))
+    order = sorted(ev["lane"].unique(), key=lambda lane: (lane.startswith("GPU"), lane))
     rows = ev.groupby("lane", observed=True)["sub"].max().to_dict()
     base, y0 = {}, 0
     for lane in order:
@@ -205,7 +206,7 @@ def timeline_figure(
     title: str = "",
     search: str = "",
     shapes: dict[int, str] | None = None,
-) -> "go.Figure":
+) -> go.Figure:
     """The timeline of `events` (the `Trace.events` table); arrows from `flow_from` to its kernels.
 
     One kind of timeline at every size (issue 13): SVG bars with names drawn when they fit,
@@ -244,7 +245,7 @@ def timeline_figure(
     n_rows = int(ev["y"].max()) + 3 if len(ev) else 10
     fig.update_layout(
         barmode="overlay",
-        height=height or max(320, 18 * n_rows + 90),
+        height=height or max(320, 22 * n_rows + 110),
         margin=dict(l=10, r=10, t=60, b=40),
         title=dict(
             text=title or (f"{len(ev):,} events" + (f" · {len(detail):,} drawn, rest grouped" if len(agg) else "")),
@@ -253,7 +254,7 @@ def timeline_figure(
         ),
         clickmode="event+select",
         dragmode="zoom",
-        uniformtext=dict(minsize=9, mode="hide"),
+        uniformtext=dict(minsize=8, mode="hide"),
         xaxis=dict(
             title=f"µs since {origin:,.0f}",
             zeroline=False,
@@ -292,23 +293,29 @@ def aggregate_trace(agg: pd.DataFrame, *, legend: bool = True):
 
 
 def _hover_data(part: pd.DataFrame, names: np.ndarray, shapes: dict[int, str] | None) -> np.ndarray:
-    """customdata rows [ev, dur_us, start_us, shapes, name]: the event id first (selection reads
+    """customdata rows [ev, dur_us, start_us, shapes, name, ET op id or -1]: the event id first (selection reads
     customdata[0]); the duration is its own field, since a horizontal bar's hover `x` is its end."""
     n = len(part)
     shp = np.full(n, "", dtype=object)
     if shapes and "op_id" in part.columns:
         oid = part["op_id"].to_numpy()
         shp = np.array([shapes.get(int(o), "") if o == o and o is not None else "" for o in oid], dtype=object)
-    cd = np.empty((n, 5), dtype=object)
+    cd = np.empty((n, 6), dtype=object)
     cd[:, 0] = part["ev"].to_numpy().astype(np.int64)
     cd[:, 1] = part["dur_us"].to_numpy(float)
     cd[:, 2] = part["start_us"].to_numpy(float)
     cd[:, 3] = shp
     cd[:, 4] = names
+    cd[:, 5] = (
+        part["op_id"].fillna(-1).to_numpy().astype(np.int64) if "op_id" in part.columns else np.full(n, -1, np.int64)
+    )
     return cd
 
 
-HOVER = "<b>%{customdata[4]}</b><br>dur %{customdata[1]:,.3f} µs<br>start %{customdata[2]:,.3f} µs<br>%{customdata[3]}<extra>ev %{customdata[0]}</extra>"
+HOVER = (
+    "<b>%{customdata[4]}</b><br>dur %{customdata[1]:,.3f} µs<br>start %{customdata[2]:,.3f} µs"
+    "<br>%{customdata[3]}<extra>ev %{customdata[0]} · ET op %{customdata[5]}</extra>"
+)
 
 
 def timeline_traces(
@@ -353,7 +360,7 @@ def timeline_traces(
                 text=names,
                 textposition="inside",
                 insidetextanchor="start",
-                textfont=dict(size=10),
+                textfont=dict(size=9),
                 hovertemplate=HOVER,
             )
         )

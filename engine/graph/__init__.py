@@ -16,16 +16,16 @@ from engine.graph.replayset import replay_ops
 from engine.graph.select import Selection, Subgraph, select, selection_from_dict, selection_to_dict
 
 __all__ = [
+    "Selection",
+    "Subgraph",
     "annotate_phases",
     "call_tree",
     "data_deps",
+    "descendants",
+    "leaves",
     "replay_ops",
-    "Selection",
-    "Subgraph",
+    "roots",
     "select",
     "selection_from_dict",
     "selection_to_dict",
-    "descendants",
-    "roots",
-    "leaves",
 ]

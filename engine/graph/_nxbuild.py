@@ -11,15 +11,16 @@ changes that layout the public API is used instead.
 from __future__ import annotations
 
 import gc
-from typing import Any, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 
 def build_digraph(
     nodes: Sequence[int],
-    node_attrs: dict[str, Sequence[Any]],
+    node_attrs: Mapping[str, Sequence[Any]],
     src: Sequence[int],
     dst: Sequence[int],
-    edge_attrs: dict[str, Sequence[Any]],
+    edge_attrs: Mapping[str, Sequence[Any]],
     **graph_attrs,
 ):
     """DiGraph with one node per `nodes` key and one edge per (src[i], dst[i]) (pairs unique).

@@ -10,7 +10,8 @@ All functions work on one rank at a time: ET node ids are unique per rank only.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -84,7 +85,7 @@ def leaves(ops: pd.DataFrame) -> np.ndarray:
     return ops["id"].to_numpy(dtype=np.int64)[~has_child]
 
 
-def call_tree(trace: "Trace", rank: int | None = None) -> "nx.DiGraph":
+def call_tree(trace: Trace, rank: int | None = None) -> nx.DiGraph:
     """parent -> child DiGraph of one rank's ET nodes.
 
     Node key: ET node id. Node attributes: name, category, phase (strings; "" when the trace
@@ -116,4 +117,4 @@ def _str_list(ops: pd.DataFrame, col: str, rows: np.ndarray | None = None) -> li
     return (out if rows is None else out[rows]).tolist()
 
 
-__all__ = ["call_tree", "descendants", "roots", "leaves", "rank_ops", "resolve_rank"]
+__all__ = ["call_tree", "descendants", "leaves", "rank_ops", "resolve_rank", "roots"]

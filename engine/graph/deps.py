@@ -33,8 +33,9 @@ Executable ops: `replay_ops(trace, mode)` (see `engine.graph.replayset`) unless 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from functools import lru_cache
-from typing import TYPE_CHECKING, Iterable, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -55,7 +56,9 @@ _MUTATED = re.compile(r"^Tensor\([a-z]+!\)")
 
 def _split_top(text: str) -> list[str]:
     """Split a schema argument list on top-level commas (brackets and parens nest)."""
-    out, depth, cur = [], 0, []
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch in "([{":
             depth += 1
@@ -110,7 +113,7 @@ def _mutated_mask(ops: pd.DataFrame, rows: np.ndarray, args: np.ndarray) -> np.n
         s_code, s_vals = np.zeros(len(ops), np.int64), [""]
     pair = n_code[rows] * (len(s_vals) + 1) + s_code[rows]
     uniq, inv = np.unique(pair, return_inverse=True)
-    keys = []
+    keys: list[Any] = []
     for k, p in enumerate(uniq.tolist()):
         ni, si = divmod(p, len(s_vals) + 1)
         keys.extend(k * 4096 + a for a in mutated_args(n_vals[ni], s_vals[si]))
@@ -128,7 +131,7 @@ def _owner(ops: pd.DataFrame, exec_mask: np.ndarray) -> np.ndarray:
     return np.where(near >= 0, ids[np.maximum(near, 0)], -1)
 
 
-def _rank_tensors(trace: "Trace", rank: int) -> pd.DataFrame:
+def _rank_tensors(trace: Trace, rank: int) -> pd.DataFrame:
     t = trace.tensors
     if len(t) and "rank" in t.columns:
         ranks = t["rank"].to_numpy()
@@ -165,7 +168,7 @@ def _is_in(col: pd.Series, value: str) -> np.ndarray:
     return col.to_numpy(dtype=object) == value
 
 
-def accesses(trace: "Trace", exec_ids: np.ndarray, ops: pd.DataFrame, rank: int) -> pd.DataFrame:
+def accesses(trace: Trace, exec_ids: np.ndarray, ops: pd.DataFrame, rank: int) -> pd.DataFrame:
     """Storage accesses of the executable ops: columns op, storage, tensor, write (bool).
 
     `ops` are the rank's rows; reads of an op come before its writes in the dependency order.
@@ -323,8 +326,8 @@ def dep_edges(acc: pd.DataFrame, produced: pd.DataFrame | None = None) -> pd.Dat
 
 
 def data_deps(
-    trace: "Trace", rank: int | None = None, ops: Iterable[int] | None = None, *, mode: Literal["top", "leaf"] = "top"
-) -> "nx.DiGraph":
+    trace: Trace, rank: int | None = None, ops: Iterable[int] | None = None, *, mode: Literal["top", "leaf"] = "top"
+) -> nx.DiGraph:
     """Producer -> consumer DAG among one rank's executable ops (rules in module docstring).
 
     ops: the executable op ids (default: `replay_ops(trace, mode, rank=rank)`); ids not in the
@@ -373,4 +376,4 @@ def data_deps(
     )
 
 
-__all__ = ["data_deps", "replay_ops", "mutated_args", "accesses", "dep_edges"]
+__all__ = ["accesses", "data_deps", "dep_edges", "mutated_args", "replay_ops"]

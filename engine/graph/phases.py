@@ -93,7 +93,7 @@ class _Names:
         return table[self.codes]
 
 
-def _is_label(ops: pd.DataFrame, names: "_Names") -> np.ndarray:
+def _is_label(ops: pd.DataFrame, names: _Names) -> np.ndarray:
     """Annotations: loader category "annotation", or record_function-style names without ':'."""
     label = names.flag(lambda s: _RE_LABEL.match(s) is not None)
     if "category" in ops.columns:
@@ -211,4 +211,4 @@ def _modules(ops, names: _Names, parent, label, scope, is_bw, ranks) -> pd.Categ
     return pd.Categorical.from_codes(inv.astype(np.int32), categories=cats)
 
 
-__all__ = ["annotate_phases", "RULES_VERSION"]
+__all__ = ["RULES_VERSION", "annotate_phases"]

@@ -30,7 +30,8 @@ descendants this equals the global rule restricted to the set, and selecting a c
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Iterable, Literal
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pandas as pd
@@ -97,7 +98,7 @@ def replay_mask(
 
 
 def replay_ops(
-    trace: "Trace",
+    trace: Trace,
     mode: Literal["top", "leaf"] = "top",
     *,
     rank: int | None = None,
@@ -117,4 +118,4 @@ def replay_ops(
     return np.sort(ids[replay_mask(ops, mode, mask)]).tolist()
 
 
-__all__ = ["replay_ops", "replay_mask", "rebuildable"]
+__all__ = ["rebuildable", "replay_mask", "replay_ops"]

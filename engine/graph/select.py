@@ -181,7 +181,7 @@ def _match_module(ops: pd.DataFrame, module: str) -> np.ndarray:
     return name_hit | np.isin(mods, list(good))
 
 
-def _time_zero(trace: "Trace", ops: pd.DataFrame, rank: int) -> float:
+def _time_zero(trace: Trace, ops: pd.DataFrame, rank: int) -> float:
     ev = trace.events
     if len(ev) and "ts_us" in ev.columns:
         if "rank" in ev.columns:
@@ -191,7 +191,7 @@ def _time_zero(trace: "Trace", ops: pd.DataFrame, rank: int) -> float:
     return float(np.nanmin(ops["k_ts_us"].to_numpy(dtype=float)))
 
 
-def _match(trace: "Trace", ops: pd.DataFrame, sel: Selection, rank: int) -> np.ndarray:
+def _match(trace: Trace, ops: pd.DataFrame, sel: Selection, rank: int) -> np.ndarray:
     n = len(ops)
     ids = ops["id"].to_numpy(dtype=np.int64)
     hit = np.ones(n, dtype=bool)
@@ -238,7 +238,7 @@ def _match(trace: "Trace", ops: pd.DataFrame, sel: Selection, rank: int) -> np.n
     return hit
 
 
-def _tensor_table(trace: "Trace", rank: int) -> pd.DataFrame:
+def _tensor_table(trace: Trace, rank: int) -> pd.DataFrame:
     t = trace.tensors
     if len(t) and "rank" in t.columns:
         t = t[t["rank"].to_numpy() == rank]
@@ -250,9 +250,7 @@ def _empty_tensors(role: str) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=object) for c in _TENSOR_COLS + [role, "arg", "sub"] + extra})
 
 
-def _boundary(
-    trace: "Trace", rank: int, op_ids: np.ndarray, replay_ids: np.ndarray
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _boundary(trace: Trace, rank: int, op_ids: np.ndarray, replay_ids: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
     t = _tensor_table(trace, rank)
     if len(t) == 0:
         return _empty_tensors("consumer"), _empty_tensors("producer")
@@ -296,7 +294,7 @@ def _boundary(
     return ext.reset_index(drop=True), out.reset_index(drop=True)
 
 
-def select(trace: "Trace", selection: Selection) -> Subgraph:
+def select(trace: Trace, selection: Selection) -> Subgraph:
     """Resolve a Selection on a trace into a closed Subgraph (see module docstring)."""
     if not isinstance(selection, Selection):
         raise TraceError(f"select() needs a Selection, not {type(selection).__name__}")

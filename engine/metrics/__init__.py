@@ -2,4 +2,4 @@
 
 from engine.metrics.sampler import CPU_COLUMNS, GPU_COLUMNS, MetricsSampler, background_load_cores, summarize
 
-__all__ = ["MetricsSampler", "summarize", "background_load_cores", "CPU_COLUMNS", "GPU_COLUMNS"]
+__all__ = ["CPU_COLUMNS", "GPU_COLUMNS", "MetricsSampler", "background_load_cores", "summarize"]

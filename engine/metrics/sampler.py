@@ -24,6 +24,7 @@ simply drops the gpu_* columns (recorded in `gpu_error`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -137,10 +138,8 @@ class _Nvml:
         return out
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(self._nv.NVMLError):  # already shut down by another NVML user
             self._nv.nvmlShutdown()
-        except self._nv.NVMLError:
-            pass  # already shut down by another user of NVML in this process
 
 
 class MetricsSampler:
@@ -167,7 +166,7 @@ class MetricsSampler:
         self._frame: pd.DataFrame | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def start(self) -> "MetricsSampler":
+    def start(self) -> MetricsSampler:
         if self._thread is not None:
             raise RuntimeError("MetricsSampler already started")
         index = _cuda_index(self.device)
@@ -175,7 +174,7 @@ class MetricsSampler:
             try:
                 self._nvml = _Nvml(index)
                 self.gpu_name = self._nvml.name
-            except Exception as exc:  # noqa: BLE001 - NVML missing/broken: CPU metrics only
+            except Exception as exc:  # noqa: BLE001 -- NVML missing/broken: CPU metrics only
                 self._nvml = None
                 self.gpu_error = f"{type(exc).__name__}: {exc}"
         # Prime the "since last call" counters so the first real sample is meaningful.
@@ -185,7 +184,7 @@ class MetricsSampler:
         self._thread.start()
         return self
 
-    def stop(self) -> "MetricsSampler":
+    def stop(self) -> MetricsSampler:
         if self._thread is None:
             return self
         self._stop.set()
@@ -197,7 +196,7 @@ class MetricsSampler:
         self._frame = None
         return self
 
-    def __enter__(self) -> "MetricsSampler":
+    def __enter__(self) -> MetricsSampler:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -252,7 +251,7 @@ class MetricsSampler:
         return jsonio.dumps(self.to_dict()).decode()
 
     @classmethod
-    def from_json(cls, data: str | bytes | dict) -> "MetricsSampler":
+    def from_json(cls, data: str | bytes | dict) -> MetricsSampler:
         """A stopped sampler holding the stored samples (for metadata read back from disk)."""
         obj = jsonio.loads(data) if isinstance(data, (str, bytes)) else data
         m = cls(interval_s=obj.get("interval_s") or 0.02, device=obj.get("device"))

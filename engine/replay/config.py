@@ -36,6 +36,7 @@ class ReplayConfig:
     num_threads torch intra-op threads (None: the capture's meta value, else torch's default)
     seed        seed for synthesized tensor values
     metrics     sample CPU/GPU metrics while measuring (engine.metrics.MetricsSampler)
+    replay_mode "full" (compute + communication) | "compute-only" | "comm-only" (collectives only)
     """
 
     device: str = "cpu"
@@ -51,8 +52,17 @@ class ReplayConfig:
     num_threads: int | None = None
     seed: int = 0
     metrics: bool = True
+    replay_mode: str = "full"
 
     def __post_init__(self) -> None:
+        from engine.replay.collectives import ReplayMode
+
+        try:
+            self.replay_mode = ReplayMode(str(self.replay_mode))
+        except ValueError:
+            raise TraceError(
+                f"replay_mode must be one of {[m.value for m in ReplayMode]}, not {self.replay_mode!r}"
+            ) from None
         if not isinstance(self.device, str) or not _DEVICE.match(self.device):
             raise TraceError(f"replay device must be 'cpu', 'cuda' or 'cuda:N', not {self.device!r}")
         for name in ("warmup", "iters", "seed"):

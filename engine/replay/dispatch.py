@@ -15,12 +15,14 @@ rewritten to their device-agnostic ATen equivalents with the same math and count
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from engine.replay.collectives import SKIP_REASON, is_collective
+from engine.replay.collectives import is_collective
+from engine.replay.reasons import SkipReason
 
 # recorded ScalarType / Layout / MemoryFormat enums are written as ints
 SCALAR_TYPES = {
@@ -48,7 +50,11 @@ MEMORY_FORMATS = {
 
 
 class DispatchError(Exception):
-    """The op cannot be rebuilt; the message is the coverage reason."""
+    """The op cannot be rebuilt: `reason` (a SkipReason) goes into coverage, the message is the detail."""
+
+    def __init__(self, message: str, reason: SkipReason = SkipReason.NO_MATCHING_OVERLOAD):
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(slots=True)
@@ -70,6 +76,13 @@ OP_LIBRARIES = {
     "torchaudio": "torchaudio",
     "torchrec": "torchrec",
 }
+# what to install for each library's namespace (named in the skip detail)
+OP_PACKAGES = {
+    "fbgemm": "fbgemm-gpu-cpu==1.8.0 on CPU / fbgemm-gpu on CUDA (pip install -e '.[dlrm]')",
+    "torchvision": "torchvision",
+    "torchaudio": "torchaudio",
+    "torchrec": "torchrec",
+}
 _tried_libs: set[str] = set()
 
 
@@ -79,15 +92,13 @@ def _load_library(ns: str) -> None:
         _tried_libs.add(lib)
         import importlib
 
-        try:
+        with contextlib.suppress(ImportError):  # stays unresolved; the op is reported with its namespace
             importlib.import_module(lib)
-        except ImportError:
-            pass  # stays unresolved; the op is reported with its namespace
 
 
 def _packet(name: str):
     if "::" not in name:
-        raise DispatchError(f"not a registered operator name: {name}")
+        raise DispatchError(f"not a registered operator name: {name}", SkipReason.UNKNOWN_OPERATOR)
     ns, op = name.split("::", 1)
     _load_library(ns)
     try:
@@ -95,8 +106,16 @@ def _packet(name: str):
         return getattr(namespace, op)
     except (AttributeError, RuntimeError):
         if ns == "aten":
-            raise DispatchError(f"operator {name} not found in torch {torch.__version__}") from None
-        raise DispatchError(f"operator namespace '{ns}' not loaded (op {name})") from None
+            raise DispatchError(
+                f"operator {name} not found in torch {torch.__version__}", SkipReason.UNKNOWN_OPERATOR
+            ) from None
+        if ns in OP_PACKAGES:
+            raise DispatchError(
+                f"operator {name} needs {OP_PACKAGES[ns]} (not installed)", SkipReason.LIBRARY_NOT_LOADED
+            ) from None
+        raise DispatchError(
+            f"operator namespace '{ns}' not loaded (op {name})", SkipReason.LIBRARY_NOT_LOADED
+        ) from None
 
 
 def _overload(name: str, overload_name: str):
@@ -117,7 +136,7 @@ def _kind_ok(rec_type: str, schema_type: str) -> bool:
         st = st[len("Optional[") : -1]
     if rec_type.startswith("Tensor"):
         return st == "Tensor"
-    if rec_type.startswith("GenericList[") or rec_type.startswith("Tuple["):
+    if rec_type.startswith(("GenericList[", "Tuple[")):
         inner = rec_type[rec_type.index("[") + 1 : -1]
         if st.startswith("List["):
             if not inner:
@@ -302,14 +321,14 @@ NO_EQUIVALENT = (
 def resolve(name: str, schema: str, types: list[str], device: str) -> Resolved:
     """Resolve one recorded op for `device` ("cpu" / "cuda:N"); DispatchError says why not."""
     if is_collective(name):
-        raise DispatchError(SKIP_REASON)
+        raise DispatchError(f"collective {name}", SkipReason.COLLECTIVE_SINGLE_PROCESS)
     on_gpu = device.startswith("cuda")
     if not on_gpu and name in SUBSTITUTIONS:
         return SUBSTITUTIONS[name](None, len(types))
     if on_gpu and name in SUBSTITUTIONS_ON_CUDA:
         return SUBSTITUTIONS_ON_CUDA[name](None, len(types))
     if not on_gpu and name in NO_EQUIVALENT:
-        raise DispatchError(f"{name} is CUDA-library only and has no CPU equivalent")
+        raise DispatchError(f"{name} is CUDA-library only and has no CPU equivalent", SkipReason.NO_CPU_EQUIVALENT)
     rec_names = None
     target = None
     if schema:

@@ -16,15 +16,18 @@ from __future__ import annotations
 import gc
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from engine.errors import TraceError
 from engine.progress import Progress, report
+from engine.replay.commstats import breakdown, executed_collectives
 from engine.replay.config import ReplayConfig
 from engine.replay.memory import available_bytes, estimate, skip_oversized
 from engine.replay.plan import OpStep, Plan, build_plan
+from engine.replay.reasons import SkipReason
 from engine.replay.result import ReplayResult, coverage_report
 from engine.replay.tensors import StorageManager, empty_like_rec
 
@@ -49,6 +52,7 @@ def _rank_ops(trace, rank):
 
 def _make_step(st: OpStep, env: list, device: str, failures: dict, steps: list) -> Callable[[], None]:
     """The closure that runs one op (see module docstring)."""
+    assert st.resolved is not None  # only resolved steps get a runnable closure
     ov = st.resolved.overload
     pos_t = st.pos
     kw_t = st.kw
@@ -99,10 +103,9 @@ def _make_step(st: OpStep, env: list, device: str, failures: dict, steps: list) 
             kw = kw_t
         try:
             res = ov(*a, **kw)
-        except Exception as exc:  # noqa: BLE001 - any op failure is recorded, never fatal
+        except Exception as exc:  # noqa: BLE001 -- any op failure is recorded, never fatal
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            failures[st.index] = f"failed: {type(exc).__name__}: {msg[:80]}"
-            st.detail = f"op {st.op_id} {st.name}: {type(exc).__name__}: {msg[:300]}"
+            failures[st.index] = f"op {st.op_id} {st.name}: {type(exc).__name__}: {msg[:300]}"
             synthesize_outputs()
             steps[st.index] = synthesize_outputs
             return
@@ -118,6 +121,50 @@ def _make_step(st: OpStep, env: list, device: str, failures: dict, steps: list) 
                     env[slot] = synth(slot, rec)
         for s in rel:
             env[s] = None
+
+    return run
+
+
+def _make_call_step(st: OpStep, env: list, device: str, failures: dict, steps: list) -> Callable[[], None]:
+    """A prepared closure (collective or custom rebuild). A collective's error is fatal (a
+    distributed run must come down, never continue out of step); a custom op's is recorded."""
+    call, outs, rel = st.call, st.outs, st.release
+    fatal = st.coll is not None
+
+    def synthesize_outputs() -> None:
+        for _, _, slot, rec in outs:
+            env[slot] = empty_like_rec(rec, device)
+        for s in rel:
+            env[s] = None
+
+    def run() -> None:
+        if fatal:
+            res = call()
+        else:
+            try:
+                res = call()
+            except Exception as exc:  # noqa: BLE001 - recorded like any op failure
+                msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                failures[st.index] = f"op {st.op_id} {st.name}: {type(exc).__name__}: {msg[:300]}"
+                synthesize_outputs()
+                steps[st.index] = synthesize_outputs
+                return
+        for p, sub, slot, rec in outs:
+            v = res[p] if isinstance(res, (list, tuple)) and 0 <= p < len(res) else None
+            if sub is not None:
+                v = v[sub] if isinstance(v, (list, tuple)) and sub < len(v) else None
+            env[slot] = v if isinstance(v, torch.Tensor) else empty_like_rec(rec, device)
+        for s in rel:
+            env[s] = None
+
+    return run
+
+
+def _with_waits(fn, backend, waits: list[int]):
+    def run() -> None:
+        for w in waits:
+            backend.wait(w)
+        fn()
 
     return run
 
@@ -204,14 +251,27 @@ class ReplaySession:
     and denormal flushing for the replay and restores them on exit."""
 
     def __init__(
-        self, trace, *, config: ReplayConfig, op_ids=None, progress: Progress | None = None, rank: int | None = None
+        self,
+        trace,
+        *,
+        config: ReplayConfig,
+        op_ids=None,
+        progress: Progress | None = None,
+        rank: int | None = None,
+        collectives=None,
     ):
         from engine.graph import replay_ops
+        from engine.replay.custom import CustomOps
+        from engine.replay.selection import by_replay_mode, with_comm_records
 
         ops, rank = _rank_ops(trace, rank)
         self.config, self.rank, self.trace = config, rank, trace
+        self.collectives = collectives
         device = self.device = _target_device(config)
         ids = list(op_ids) if op_ids is not None else replay_ops(trace, config.mode, rank=rank)
+        if collectives is not None:
+            ids = with_comm_records(ops, ids)
+        ids = by_replay_mode(ops, ids, config.replay_mode)
         report(progress, 0.0, f"planning {len(ids)} ops")
         plan = self.plan = build_plan(
             ops,
@@ -219,6 +279,8 @@ class ReplaySession:
             device=device,
             allow_trace_code=config.allow_trace_code,
             progress=(lambda f, m: report(progress, 0.2 * f, m)),
+            collectives=collectives,
+            custom=CustomOps(seed=config.seed),
         )
         avail = available_bytes(device)
         est = self.est_initial = estimate(plan, avail)
@@ -252,11 +314,11 @@ class ReplaySession:
         self.gpu_iter_ms: list[float] = []
         self.op_ns: list[list[int]] = []
         self.failures: dict[int, str] = {}
-        self._saved = None
+        self._saved: tuple | None = None
         self._sampler = None
         self._built = False
 
-    def __enter__(self) -> "ReplaySession":
+    def __enter__(self) -> ReplaySession:
         self._saved = (torch.get_num_threads(),)
         if self.n_threads:
             torch.set_num_threads(self.n_threads)
@@ -276,7 +338,7 @@ class ReplaySession:
     def _build(self) -> None:
         plan, device, config, lazy = self.plan, self.device, self.config, self.lazy
         self.gen = gen = torch.Generator().manual_seed(config.seed)
-        self.env = env = [None] * plan.n_slots
+        self.env = env = [None] * plan.n_slots  # type: list[Any]
         self.store = store = StorageManager(device=device, seed=config.seed)
         steps: list[Callable[[], None]] = []
         externals = list(plan.externals.values())
@@ -313,7 +375,14 @@ class ReplaySession:
             stream_map = assign_streams(self.trace, plan, rank=self.rank)
         self.n_streams = len(stream_map)
         for st in plan.steps:
-            fn = _make_step(st, env, device, self.failures, steps) if st.runnable else _skip_step(st, env)
+            if not st.runnable:
+                fn = _skip_step(st, env)
+            elif st.call is not None:
+                fn = _make_call_step(st, env, device, self.failures, steps)
+            else:
+                fn = _make_step(st, env, device, self.failures, steps)
+            if st.waits and self.collectives is not None:
+                fn = _with_waits(fn, self.collectives, st.waits)
             if lazy and (st.index in mats or st.index in drops):
                 fn = _with_lazy(fn, mats.get(st.index, []), drops.get(st.index, []), env, store, gen)
             if st.stream is not None and st.stream in stream_map:
@@ -324,7 +393,17 @@ class ReplaySession:
         self.steps = steps
         self.gaps = _host_gaps(plan) if config.host_gaps else None
         cuda = device.startswith("cuda")
-        self.sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
+        dev_sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
+        backend = self.collectives
+        if backend is not None:
+
+            def sync() -> None:
+                backend.drain()  # async collectives complete inside the iteration they belong to
+                dev_sync()
+
+            self.sync = sync
+        else:
+            self.sync = dev_sync
         self.events = [torch.cuda.Event(enable_timing=True) for _ in range(len(steps) + 1)] if cuda else None
         self._built = True
 
@@ -374,6 +453,9 @@ class ReplaySession:
             if gc_was:
                 gc.enable()
         ms = (t1 - t0) / 1e6
+        end = getattr(self.collectives, "end_iteration", None)
+        if end is not None:
+            end(measured)
         if measured:
             self.iter_ms.append(ms)
             if evs is not None:
@@ -428,9 +510,10 @@ class ReplaySession:
                     "phase": st.phase,
                     "dur_us": round(dur, 3),
                     "status": status,
+                    **({"collective": st.coll.kind.value} if st.coll is not None else {}),
                 }
             )
-        metrics = {"samples": {}, "summary": {}}
+        metrics: dict[str, Any] = {"samples": {}, "summary": {}}
         if self._sampler is not None:
             self.stop_metrics()
             try:
@@ -469,7 +552,10 @@ class ReplaySession:
                 "num_threads": torch.get_num_threads(),
                 "rank": self.rank,
                 "streams": getattr(self, "n_streams", 0),
+                "replay_mode": str(config.replay_mode),
             },
+            breakdown=breakdown(plan, self.op_ns, self.iter_ms, self.collectives),
+            collectives=executed_collectives(plan, self.collectives),
         )
 
 
@@ -493,7 +579,8 @@ def _meta_threads(trace) -> int | None:
         cand = os.path.join(os.path.dirname(path), base.split("_et.json", 1)[0] + "_meta.json")
         if os.path.isfile(cand):
             try:
-                v = jsonio.loads(open(cand, "rb").read()).get("num_threads")
+                with open(cand, "rb") as f:
+                    v = jsonio.loads(f.read()).get("num_threads")
             except (OSError, jsonio.JSONDecodeError, AttributeError):
                 continue
             if isinstance(v, int) and v > 0:
@@ -506,7 +593,8 @@ def _skip_orphans(plan: Plan) -> None:
     dead: set[int] = set()
     for st in plan.steps:
         if st.runnable and any(s in dead for s in st.in_slots):
-            st.reason = "depends on an op skipped for memory"
+            st.reason = SkipReason.MEMORY_DEPENDENCY
+            st.detail = f"op {st.op_id} {st.name} reads an output of an op skipped for memory"
         if not st.runnable:
             dead.update(slot for _, _, slot, _ in st.outs)
 
@@ -569,13 +657,13 @@ def _profile_iteration(plan: Plan, steps, config: ReplayConfig, sync) -> str:
     labelled = [_with_label(fn, f"et:{st.op_id}:{st.name}") for fn, st in zip(steps, plan.steps)]
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if config.is_cuda else [])
     out_dir = config.out_dir
+    assert out_dir is not None  # the caller profiles only with an output folder
     out_dir.mkdir(parents=True, exist_ok=True)
     raw = out_dir / "replay_kineto.json"
-    with profile(activities=acts) as prof:
-        with torch.profiler.record_function("ReplayIteration#0"):
-            for fn in labelled:
-                fn()
-            sync()
+    with profile(activities=acts) as prof, torch.profiler.record_function("ReplayIteration#0"):
+        for fn in labelled:
+            fn()
+        sync()
     from engine.outdir import atomic_copy
 
     gz = out_dir / "replay_kineto.json.gz"
@@ -596,4 +684,4 @@ def _profile_iteration(plan: Plan, steps, config: ReplayConfig, sync) -> str:
     return str(gz)
 
 
-__all__ = ["replay", "ReplaySession"]
+__all__ = ["ReplaySession", "replay"]

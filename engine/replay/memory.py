@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.replay.plan import Plan
+from engine.replay.reasons import SkipReason
 
 HEADROOM = 0.8  # use at most this fraction of the free memory
 
@@ -105,7 +106,7 @@ def skip_oversized(plan: Plan, available: int) -> int:
         if st.runnable:
             need = op_bytes(plan, st.index)
             if need > available:
-                st.reason = "needs more memory than the device has free"
+                st.reason = SkipReason.MEMORY
                 st.detail = (
                     f"op {st.op_id} {st.name} needs {need / 2**30:.1f} GiB, {available / 2**30:.1f} GiB available"
                 )

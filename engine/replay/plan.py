@@ -22,11 +22,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from engine.replay.collectives import CollectiveCall, CollKind, collective_call
 from engine.replay.dispatch import DispatchError, Resolved, convert_scalar, is_collective, resolve
+from engine.replay.reasons import SkipReason
 from engine.replay.tensors import Constraint, External, TensorRec, index_constraints
 from engine.trace.dtypes import dtype_of, split_list_type
 
-TRACE_CODE_REASON = "trace code not executed (opt in with --allow-trace-code)"
+TRACE_CODE_REASON = SkipReason.TRACE_CODE
 
 
 @dataclass(slots=True)
@@ -38,9 +40,12 @@ class OpStep:
     phase: str
     k_ts_us: float = float("nan")
     k_dur_us: float = float("nan")
-    reason: str = ""  # non-empty: skipped (not run)
+    reason: SkipReason | str = ""  # non-empty: skipped (not run)
     detail: str = ""
     resolved: Resolved | None = None
+    call: Any = None  # a prepared closure (collectives, custom rebuilders) instead of `resolved`
+    coll: CollectiveCall | None = None  # the recorded collective, for collective steps
+    waits: list = field(default_factory=list)  # collective step indices whose async work completes first
     pos: list = field(default_factory=list)
     kw: dict = field(default_factory=dict)
     fixups: list = field(default_factory=list)  # (where "p"/"k", key, sub|None, slot)
@@ -163,16 +168,25 @@ def _trace_code_ops(ops: pd.DataFrame, replay_ids: set[int]) -> list[int]:
 
 
 def build_plan(
-    ops: pd.DataFrame, replay_ids: list[int], *, device: str, allow_trace_code: bool, progress=None, collectives=None
+    ops: pd.DataFrame,
+    replay_ids: list[int],
+    *,
+    device: str,
+    allow_trace_code: bool,
+    progress=None,
+    collectives=None,
+    custom=None,
 ) -> Plan:
     """The replay plan for `replay_ids` (ET node ids of one rank) on `device`.
 
-    `collectives`: a `CollectiveBackend` (default: skip them, single-process replay)."""
+    `collectives`: a `CollectiveBackend` (default: skip them, single-process replay).
+    `custom`: a `CustomOps` (engine.replay.custom) rebuilding library ops such as FBGEMM's TBE."""
     if collectives is None:
         from engine.replay.collectives import SkipCollectives
 
         collectives = SkipCollectives()
-    ids = set(int(i) for i in replay_ids)
+    child_attrs = _param_comms_by_parent(ops)
+    ids = {int(i) for i in replay_ids}
     code_ids = _trace_code_ops(ops, ids)
     ids.update(code_ids)
     code_set = set(code_ids)
@@ -184,7 +198,7 @@ def build_plan(
     slot_rec: dict[int, TensorRec] = {}
     produced_bytes: dict[int, int] = {}
     n_slots = 0
-    cols = ["id", "name", "category", "phase", "schema", "inputs", "outputs", "k_ts_us", "k_dur_us"]
+    cols = ["id", "name", "category", "phase", "schema", "inputs", "outputs", "k_ts_us", "k_dur_us", "attrs"]
     rows = sel[[c for c in cols if c in sel.columns]].itertuples(index=False)
     total = max(len(sel), 1)
     for k, r in enumerate(rows):
@@ -202,29 +216,53 @@ def build_plan(
         if progress is not None and k % 500 == 0:
             progress(k / total, f"planning op {k}/{total}")
         if st.op_id in code_set:
-            st.reason = (
-                TRACE_CODE_REASON
-                if not allow_trace_code
-                else "trace code (Triton kernel) execution is not supported by this replayer"
-            )
+            st.reason = TRACE_CODE_REASON if not allow_trace_code else SkipReason.TRACE_CODE_UNSUPPORTED
+            st.detail = f"op {st.op_id} {name} runs code shipped in the trace"
             continue
         try:
             ins = json.loads(r.inputs) if isinstance(r.inputs, str) and r.inputs else {}
             outs = json.loads(r.outputs) if isinstance(r.outputs, str) and r.outputs else {}
         except ValueError as e:
-            st.reason, st.detail = "unreadable inputs/outputs record", str(e)
+            st.reason, st.detail = SkipReason.UNREADABLE_RECORD, str(e)
             continue
         types = list(ins.get("types", []))
         values = list(ins.get("values", []))
         if is_collective(name):
-            st.reason = collectives.reason
+            row = {"id": st.op_id, "name": name, "schema": getattr(r, "schema", ""), "inputs": ins, "outputs": outs}
+            row["attrs"] = getattr(r, "attrs", None)
+            call = collective_call(row, child_attrs.get(st.op_id))
+            if call is None:
+                st.reason, st.detail = (
+                    SkipReason.COLLECTIVE_UNSUPPORTED,
+                    f"op {st.op_id} {name}: not a modelled collective",
+                )
+                continue
+            st.coll = call
+            try:
+                st.call = collectives.prepare(call, k)
+            except DispatchError as e:
+                st.reason, st.detail = e.reason, str(e)
+            continue
+        if custom is not None and custom.handles(name):
+            # a self-contained rebuild (its own realistic inputs); returns the recorded outputs
+            try:
+                st.call = custom.prepare(st.op_id, name, getattr(r, "schema", ""), ins, outs, device)
+            except DispatchError as e:
+                st.reason, st.detail = e.reason, str(e)
+                continue
+            for arg, sub, rec, _t in _iter_tensors(outs):
+                if rec is None or rec.check():
+                    continue
+                st.outs.append((arg, sub, n_slots, rec))
+                produced[(rec.tensor_id, rec.storage_id)] = n_slots
+                slot_rec[n_slots] = rec
+                produced_bytes[n_slots] = rec.nbytes()
+                n_slots += 1
             continue
         try:
             res = resolve(name, str(r.schema or ""), types, device)
         except DispatchError as e:
-            msg = str(e)
-            st.reason = msg if len(msg) < 90 else msg[:87] + "..."
-            st.detail = msg
+            st.reason, st.detail = e.reason, f"op {st.op_id}: {e}"
             continue
         # validate tensor records before touching any state
         bad = None
@@ -246,25 +284,25 @@ def build_plan(
                 break
         if bad:
             problem, where = bad
-            st.reason = "bad tensor record: " + (
-                "unknown dtype"
+            st.reason = (
+                SkipReason.BAD_DTYPE
                 if "dtype" in problem
-                else "numel contradicts shape"
+                else SkipReason.BAD_NUMEL
                 if "numel" in problem
-                else "invalid"
+                else SkipReason.BAD_TENSOR
             )
             st.detail = f"op {st.op_id} {name}: {where}: {problem}"
             continue
-        problem = _size_problem(res, values, outs)
-        if problem:
-            st.reason = "bad tensor record: numel contradicts shape"
-            st.detail = f"op {st.op_id} {name}: {problem}"
+        size_problem = _size_problem(res, values, outs)
+        if size_problem:
+            st.reason = SkipReason.BAD_NUMEL
+            st.detail = f"op {st.op_id} {name}: {size_problem}"
             continue
         st.resolved = res
         # templates: recorded values converted, tensors as fix-ups
         rec_val: dict[int, Any] = {}
         fix_rec: dict[int, list] = {}
-        for arg, sub, rec, t in _iter_tensors(ins):
+        for arg, sub, rec, _t in _iter_tensors(ins):
             if rec is None:
                 continue
             # tensor ids (and storage ids) are recycled once a tensor dies: match on the full
@@ -277,8 +315,7 @@ def build_plan(
             if prev is not None:
                 slot = prev
             elif tid_e in ext_by_tid:
-                tid = tid_e
-                slot = ext_by_tid[tid]
+                slot = ext_by_tid[tid_e]
                 externals[slot].last_use = k
             else:
                 slot = n_slots
@@ -290,10 +327,10 @@ def build_plan(
         for arg, sub, cons in index_constraints(name, values, list(ins.get("shapes", []))):
             for s2, slot in fix_rec.get(arg, []):
                 if s2 == sub and slot in externals and cons is not None:
-                    e = externals[slot]
-                    if e.constraint is None:
-                        e.constraint = Constraint()
-                    e.constraint.merge(cons)
+                    ext = externals[slot]
+                    if ext.constraint is None:
+                        ext.constraint = Constraint()
+                    ext.constraint.merge(cons)
         for i, t in enumerate(types):
             v = values[i] if i < len(values) else None
             if _is_tensor_type(t):
@@ -319,7 +356,7 @@ def build_plan(
         in_storages = {slot_rec[s].storage_id for s in st.in_slots if s in slot_rec}
         in_storages |= {externals[s].rec.storage_id for s in st.in_slots if s in externals}
         out_map = res.out_map
-        for arg, sub, rec, t in _iter_tensors(outs):
+        for arg, sub, rec, _t in _iter_tensors(outs):
             if rec is None:
                 continue
             pos = out_map[arg] if out_map is not None and arg < len(out_map) else arg
@@ -330,7 +367,58 @@ def build_plan(
             slot_rec[slot] = rec
             produced_bytes[slot] = 0 if rec.storage_id in in_storages else rec.nbytes()
     _lifetimes(steps, externals)
+    _async_waits(steps, sel, externals, slot_rec)
     return Plan(steps=steps, externals=externals, n_slots=n_slots, produced_bytes=produced_bytes)
+
+
+def _param_comms_by_parent(ops: pd.DataFrame) -> dict[int, dict]:
+    """{c10d op id: attrs of its record_param_comms child (+ `seq`)}: NCCL-era traces put the
+    process group, split sizes and sequence number there."""
+    if "attrs" not in ops.columns or len(ops) == 0:
+        return {}
+    sub = ops[ops["name"].astype(str) == "record_param_comms"]
+    out: dict[int, dict] = {}
+    for pid, attrs, ins in zip(sub["parent"].astype(int), sub["attrs"], sub["inputs"]):
+        try:
+            a = json.loads(attrs) if isinstance(attrs, str) and attrs else {}
+            v = json.loads(ins).get("values", []) if isinstance(ins, str) and ins else []
+        except ValueError:
+            continue
+        if not isinstance(a, dict):
+            continue
+        seq = next((x for x in v[:2] if isinstance(x, int) and not isinstance(x, bool)), None)
+        if seq is not None:
+            a = {**a, "seq": seq}
+        out.setdefault(int(pid), a)
+    return out
+
+
+def _async_waits(steps: list[OpStep], sel: pd.DataFrame, externals: dict, slot_rec: dict) -> None:
+    """Where the trace waits on async collective work: an explicit `wait` record, else the first
+    later op that reads one of the collective's tensors (what the original's Work.wait() guarded),
+    else the end of the iteration (the backend drains)."""
+    storages: dict[int, int] = {s: e.rec.storage_id for s, e in externals.items()}
+    storages.update({s: r.storage_id for s, r in slot_rec.items()})
+    pending: dict[int, set] = {}
+    if "inputs" not in sel.columns:
+        return
+    ins_by_id = dict(zip(sel["id"].astype(int), sel["inputs"]))
+    for st in steps:
+        if st.call is not None and st.coll is not None and st.coll.async_op and st.coll.kind != CollKind.WAIT:
+            try:
+                io = json.loads(ins_by_id.get(st.op_id) or "{}")
+            except ValueError:
+                io = {}
+            sids = {rec.storage_id for _, _, rec, _ in _iter_tensors(io) if rec is not None}
+            if sids:
+                pending[st.index] = sids
+            continue
+        if not pending or not st.runnable:
+            continue
+        mine = {storages.get(s) for s in st.in_slots}
+        for c in [c for c, sids in pending.items() if sids & mine]:
+            st.waits.append(c)
+            del pending[c]
 
 
 def _copy(v):

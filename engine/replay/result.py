@@ -30,6 +30,12 @@ class ReplayResult:
     config: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     gpu_iteration_ms: list[float] = field(default_factory=list)  # CUDA events, start to end
+    # per-iteration medians (ms): compute, communication, exposed communication, idle
+    breakdown: dict = field(default_factory=dict)
+    collectives: dict = field(default_factory=dict)  # {kind: {count, bytes}} executed per iteration
+    world_size: int = 1
+    ranks: list[dict] = field(default_factory=list)  # distributed runs: one entry per rank
+    spmd: dict | None = None  # --mirror-rank: which recorded rank every rank replays
     source: dict = field(default_factory=dict)  # content hashes of the replayed trace (module doc)
 
     @property
@@ -51,6 +57,11 @@ class ReplayResult:
             "config": self.config,
             "warnings": self.warnings,
             "gpu_iteration_ms": [round(x, 4) for x in self.gpu_iteration_ms],
+            "breakdown": self.breakdown,
+            "collectives": self.collectives,
+            "world_size": self.world_size,
+            "ranks": self.ranks,
+            "spmd": self.spmd,
             "source": self.source,
         }
 
@@ -76,21 +87,31 @@ class ReplayResult:
 
 
 def coverage_report(steps, failures: dict[int, str]) -> tuple[dict, list[dict]]:
-    """Coverage counts over the plan's steps (see engine.replay docstring for definitions)."""
+    """Coverage counts over the plan's steps (see engine.replay docstring for definitions).
+
+    `by_reason` keys are `SkipReason` values (stable); `failures` maps a step index to the
+    exception text of an op that failed at run time (reason FAILED, text in `detail`)."""
+    from engine.replay.reasons import SkipReason
+
     by_reason: dict[str, int] = {}
     by_category: dict[str, dict[str, int]] = {}
     skipped_ops: list[dict] = []
-    replayed = substituted = 0
+    replayed = substituted = comm_sel = comm_rep = 0
     for st in steps:
+        is_comm = getattr(st, "coll", None) is not None or str(st.name).startswith(("c10d::", "record_param_comms"))
+        comm_sel += is_comm
         cat = by_category.setdefault(st.category, {"selected": 0, "replayed": 0, "substituted": 0, "skipped": 0})
         cat["selected"] += 1
-        reason = st.reason or failures.get(st.index, "")
+        reason = st.reason or (SkipReason.FAILED if st.index in failures else "")
         if reason:
+            key = reason.value if isinstance(reason, SkipReason) else str(reason)
             cat["skipped"] += 1
-            by_reason[reason] = by_reason.get(reason, 0) + 1
-            skipped_ops.append({"op_id": st.op_id, "name": st.name, "reason": reason, "detail": st.detail or reason})
+            by_reason[key] = by_reason.get(key, 0) + 1
+            detail = st.detail or failures.get(st.index, "") or key
+            skipped_ops.append({"op_id": st.op_id, "name": st.name, "reason": key, "detail": detail})
             continue
         replayed += 1
+        comm_rep += is_comm
         cat["replayed"] += 1
         if st.resolved is not None and st.resolved.substituted:
             substituted += 1
@@ -108,4 +129,6 @@ def coverage_report(steps, failures: dict[int, str]) -> tuple[dict, list[dict]]:
         "replayed_compute": comp["replayed"],
         "compute_rate": (comp["replayed"] / comp["selected"]) if comp["selected"] else 1.0,
         "rate": (replayed / selected) if selected else 1.0,
+        "comm_selected": comm_sel,
+        "comm_replayed": comm_rep,
     }, skipped_ops

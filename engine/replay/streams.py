@@ -15,6 +15,7 @@ cudaEventRecord/cudaStreamWaitEvent pairs enforce for correct programs.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import numpy as np
 
@@ -56,7 +57,7 @@ def op_streams(trace, plan: Plan, rank: int | None = None) -> dict[int, int]:
     return {k: cnt.most_common(1)[0][0] for k, cnt in votes.items()}
 
 
-def assign_streams(trace, plan: Plan, rank: int | None = None) -> dict[int, object]:
+def assign_streams(trace, plan: Plan, rank: int | None = None) -> dict[int, Any]:
     """Set `stream`/`wait_streams` on the plan's steps; returns {stream id: torch.cuda.Stream}."""
     import torch
 

@@ -87,7 +87,7 @@ class Constraint:
     offsets_of: int | None = None  # offsets over this many indices
     include_last: bool = False
 
-    def merge(self, other: "Constraint") -> None:
+    def merge(self, other: Constraint) -> None:
         if other.high is not None:
             self.high = other.high if self.high is None else min(self.high, other.high)
         if other.offsets_of is not None:

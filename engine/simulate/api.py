@@ -56,6 +56,8 @@ def simulate(
     if g.cpu_only:
         warnings.append("no GPU events in the trace: simulated CPU-only (host threads only)")
     pred = predicted_trace(trace.meta, g, sched, wspec.to_json()["edits"])
+    ctx.predicted_events = pred.events
+    apply_edits(wspec, trace, cfg, stage="result", ctx=ctx)  # analytic edits on the prediction
     measured = iteration_ms(events)
     predicted = iteration_ms(pred.events)
     if predicted is None:

@@ -20,6 +20,7 @@ import json
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -47,14 +48,35 @@ EMB_SHAPES = [
 ]
 
 
-def _time(fn: Callable[[], Any], reps: int = 5) -> float:
+def _time(fn: Callable[[], Any], reps: int = 5, min_ms: float = 2.0) -> float:
+    """Median thread-CPU microseconds per call (1 intra-op thread: the work runs on this thread).
+
+    Why CPU time: on a shared machine other processes stretch wall-clock timings at random; the
+    thread's CPU time counts only its own cycles. Calls shorter than `min_ms` are looped."""
     fn()
+    t0 = time.thread_time()
+    fn()
+    once = max(time.thread_time() - t0, 1e-6)
+    inner = max(1, int(min_ms / 1000 / once))
     ts = []
     for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
+        t0 = time.thread_time()
+        for _ in range(inner):
+            fn()
+        ts.append((time.thread_time() - t0) / inner)
     return statistics.median(ts) * 1e6
+
+
+def _time_mm(a: Any, b: Any) -> float:
+    import torch
+
+    return _time(lambda: torch.mm(a, b))
+
+
+def _time_add(x: Any, y: Any) -> float:
+    import torch
+
+    return _time(lambda: torch.add(x, y))
 
 
 def _store() -> tuple[Path, dict]:
@@ -74,25 +96,25 @@ def measure(device: str = "cpu", threads: int = 1, progress=None) -> dict[str, l
     path, cache = _store()
     out: dict[str, list[dict]] = {"gemm": [], "memory": [], "embedding_fwd": [], "embedding_bwd": []}
 
-    def get(key: str, fn: Callable[[], float]) -> float:
+    def get(key: str, fn: Callable[..., float]) -> float:
         if key not in cache:
             cache[key] = fn()
         return cache[key]
 
     for m, k, n in GEMM_SIZES:
         a, b = torch.randn(m, k, device=dev), torch.randn(k, n, device=dev)
-        t = get(f"aten::mm|{m}x{k},{k}x{n}|float32|{device}|{threads}", lambda a=a, b=b: _time(lambda: torch.mm(a, b)))
+        t = get(f"aten::mm|{m}x{k},{k}x{n}|float32|{device}|{threads}|cpu", partial(_time_mm, a, b))
         out["gemm"].append({"work": 2.0 * m * k * n, "t_us": t, "shape": [m, k, n]})
     for s in MEM_SIZES:
         x, y = torch.randn(s, device=dev), torch.randn(s, device=dev)
-        t = get(f"aten::add|{s},{s}|float32|{device}|{threads}", lambda x=x, y=y: _time(lambda: torch.add(x, y)))
+        t = get(f"aten::add|{s},{s}|float32|{device}|{threads}|cpu", partial(_time_add, x, y))
         out["memory"].append({"work": 12.0 * s, "t_us": t, "shape": [s]})
     g = torch.Generator().manual_seed(0)
     for rows, dim, lk in EMB_SHAPES:
         emb = torch.nn.EmbeddingBag(rows, dim, mode="sum").to(dev)
         idx = torch.randint(0, rows, (lk,), generator=g).to(dev)
         off = torch.arange(0, lk, max(lk // 1024, 1)).to(dev)[:1024]
-        key = f"aten::embedding_bag|{rows}x{dim},{lk}|float32|{device}|{threads}"
+        key = f"aten::embedding_bag|{rows}x{dim},{lk}|float32|{device}|{threads}|cpu"
 
         def fwd(emb=emb, idx=idx, off=off) -> float:
             return _time(lambda: emb(idx, off))
@@ -157,8 +179,8 @@ def calibrate(device: str = "cpu", threads: int = 1, progress=None) -> dict[str,
             "heldout_err_pct": err,
         }
     out = {"curves": curves, "embedding": emb, "device": device, "threads": threads}
-    p = cache_dir() / f"curves_{device.replace(':', '_')}.json"
-    p.write_text(json.dumps(curves, indent=1))
+    cpath = cache_dir() / f"curves_{device.replace(':', '_')}.json"
+    cpath.write_text(json.dumps(curves, indent=1))
     (cache_dir() / f"embedding_{device.replace(':', '_')}.json").write_text(json.dumps(emb, indent=1))
     return out
 

@@ -1,11 +1,13 @@
 """Cross-rank collectives: the members of one collective start when all have arrived, end together.
 
-Matching: communication GPU tasks (NCCL/RCCL/gloo kernels, by name) are matched across ranks
+Matching: communication tasks (NCCL/RCCL kernels by name, host gloo:/nccl: backend ops) are matched across ranks
 by (rank-independent name, occurrence index on the rank), the order in which every rank must
 issue the same collectives. Each member's start gets edges from every other member's *arrival*
 (its stream predecessor's end plus its gap, and its launch plus its launch latency), so it
 starts at the latest arrival without extra points. Its modelled duration is the shortest
 member duration: the last member to arrive waited least, so its kernel time is the transfer.
+A matched group is used only if the trace shows its members ending together (within 2 % of the
+longest or 200 us): otherwise the pairing is doubtful and the tasks keep their own timing.
 
 With one rank loaded nothing changes here; the data-parallel what-if (whatif/dp.py) instead
 rescales collective durations with a ring model and relies on symmetry (identical ranks arrive
@@ -29,10 +31,17 @@ COMM_KERNEL = re.compile(
 
 def comm_mask(g: TaskGraph) -> np.ndarray:
     """GPU tasks that are collectives / p2p transfers."""
-    names = g.tasks["name"].astype(str)
-    uniq = names.unique()
-    hits = {u for u in uniq if COMM_KERNEL.search(u)}
-    return g.tasks["gpu"].to_numpy() & names.isin(hits).to_numpy()
+    from engine.simulate import _cols
+    from engine.simulate.graph import HOST_COMM
+
+    gpu = g.tasks["gpu"].to_numpy()
+    rank = g.tasks["rank"].to_numpy()
+    # host backend ops are the transfer only on ranks without GPU work (gloo on CPU); with a GPU
+    # the host "nccl:*" op is just the enqueue and the kernel is the collective
+    cpu_ranks = ~np.isin(rank, np.unique(rank[gpu]))
+    return (gpu & _cols.where(g.tasks["name"], lambda s: bool(COMM_KERNEL.search(s)))) | (
+        ~gpu & cpu_ranks & _cols.where(g.tasks["name"], lambda s: s.startswith(HOST_COMM))
+    )
 
 
 def collective_edges(g: TaskGraph) -> None:
@@ -54,16 +63,20 @@ def collective_edges(g: TaskGraph) -> None:
     sp = t["sp"].to_numpy()
     ep = t["ep"].to_numpy()
     lane_first = set(g.lane_ptr[:-1].tolist())
-    # launch edge weights by destination start point
-    from engine.simulate.graph import _KIND_CODE
-
-    lmask = g.e_kind == _KIND_CODE[EdgeKind.LAUNCH]
-    launch_w = dict(zip(g.e_dst[lmask].tolist(), g.e_w[lmask].tolist()))
+    launch_w = t["launch_w"].to_numpy() if "launch_w" in t else np.zeros(len(t))
     src_l, dst_l, w_l = [], [], []
     unmatched = 0
+    ends = t["ts_us"].to_numpy(np.float64) + t["dur_us"].to_numpy(np.float64)
+    durs = t["dur_us"].to_numpy(np.float64)
     for _, grp in sub.groupby(["name", "nth"], observed=True):
         members = grp["i"].to_numpy()
         if len(members) < nranks:
+            unmatched += len(members)
+            continue
+        # the trace must show them finishing together (same clock across ranks); otherwise the
+        # pairing is doubtful (e.g. backends that run one collective on several threads)
+        spread = ends[members].max() - ends[members].min()
+        if spread > max(0.02 * durs[members].max(), 200.0):
             unmatched += len(members)
             continue
         pure = g.pt_d[ep[members]].min()
@@ -79,8 +92,11 @@ def collective_edges(g: TaskGraph) -> None:
                 if launcher[o] >= 0:
                     src_l.append(sp[launcher[o]])
                     dst_l.append(sp[m])
-                    w_l.append(launch_w.get(int(sp[o]), 0.0))
+                    w_l.append(float(launch_w[o]))
     if unmatched:
-        g.warnings.append(f"{unmatched} collective task(s) had no counterpart on every rank; they keep their durations")
+        g.warnings.append(
+            f"{unmatched} collective task(s) had no counterpart on every rank that ended with them; "
+            "they keep their own timing"
+        )
     if src_l:
         g.add_edges(np.array(src_l), np.array(dst_l), np.array(w_l), EdgeKind.COLLECTIVE)

@@ -49,13 +49,13 @@ def gemm_flops(name: str, ins: Shapes, outs: Shapes) -> float | None:
             (m, k), (_, nn) = ins[1], ins[2]
             return 2.0 * m * k * nn
         if n in ("bmm", "baddbmm") and len(ins) >= 2:
-            a, b = (ins[0], ins[1]) if n == "bmm" else (ins[1], ins[2])
-            return 2.0 * a[0] * a[1] * a[2] * b[2]
+            x, y = (ins[0], ins[1]) if n == "bmm" else (ins[1], ins[2])
+            return 2.0 * x[0] * x[1] * x[2] * y[2]
         if "scaled_dot_product" in n and len(ins) >= 3 and len(ins[0]) == 4:
-            b, h, lq, e = ins[0]
+            bs, h, lq, e = ins[0]
             s = ins[1][2]
             mult = 8.0 if "backward" in n else 4.0
-            return mult * b * h * lq * s * e
+            return mult * bs * h * lq * s * e
         if "conv" in n and outs and len(ins) >= 2:
             w = ins[1] if "backward" not in n else ins[2] if len(ins) > 2 else ins[1]
             if len(w) >= 3:

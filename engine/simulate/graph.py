@@ -25,7 +25,7 @@ Dependency rules (each documented on the function that builds it):
   waiting stream's next task wait for the task launched last before the preceding
   cudaEventRecord on the same thread.
 - INTER_THREAD: gap heuristic (SimConfig.thread_block_us / thread_window_us).
-- COLLECTIVE: see collectives.py.
+- COLLECTIVE: see collectives.py; host collectives on backend threads: `_host_comm_edges`.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from enum import Enum
 import numpy as np
 import pandas as pd
 
+from engine.simulate import _cols
 from engine.simulate.config import SimConfig
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -115,18 +116,18 @@ class TaskGraph:
 
 
 def _lane_ids(tasks: pd.DataFrame, gpu: np.ndarray) -> tuple[np.ndarray, pd.DataFrame]:
-    pid = tasks["pid"].astype(str).to_numpy()
-    tid = tasks["tid"].astype(str).to_numpy()
+    pid_c, pid_u = pd.factorize(tasks["pid"])  # categorical: codes, no per-row strings
+    tid_c, tid_u = pd.factorize(tasks["tid"])
     rank = tasks["rank"].to_numpy(np.int64)
-    key = pd.MultiIndex.from_arrays([rank, gpu, pid, tid])
-    codes, uniq = key.factorize()
+    key = ((rank * 2 + gpu) * (len(pid_u) + 1) + pid_c) * (len(tid_u) + 1) + tid_c
+    uniq_key, first, codes = np.unique(key, return_index=True, return_inverse=True)
     lanes = pd.DataFrame(
         {
-            "lane": np.arange(len(uniq)),
-            "rank": uniq.get_level_values(0).astype(np.int64),
-            "gpu": uniq.get_level_values(1).astype(bool),
-            "pid": uniq.get_level_values(2).astype(str),
-            "tid": uniq.get_level_values(3).astype(str),
+            "lane": np.arange(len(uniq_key)),
+            "rank": rank[first],
+            "gpu": gpu[first].astype(bool),
+            "pid": [str(pid_u[c]) for c in pid_c[first]],
+            "tid": [str(tid_u[c]) for c in tid_c[first]],
         }
     )
     # stable lane order: rank, host before GPU, then pid/tid text (factorize order otherwise)
@@ -140,10 +141,9 @@ def _lane_ids(tasks: pd.DataFrame, gpu: np.ndarray) -> tuple[np.ndarray, pd.Data
 
 def select_tasks(events: pd.DataFrame) -> pd.DataFrame:
     """Rows of an events table that occupy a thread or stream (markers and bad times dropped)."""
-    cat = events["cat"].astype(str)
     ts = events["ts_us"].to_numpy(np.float64)
     dur = events["dur_us"].to_numpy(np.float64)
-    ok = np.isfinite(ts) & np.isfinite(dur) & (dur >= 0) & ~cat.isin(MARKER_CATS).to_numpy()
+    ok = np.isfinite(ts) & np.isfinite(dur) & (dur >= 0) & ~_cols.isin(events["cat"], MARKER_CATS)
     return events[ok].reset_index(drop=True)
 
 
@@ -153,7 +153,7 @@ def build_graph(events: pd.DataFrame, config: SimConfig | None = None) -> TaskGr
     tasks = select_tasks(events)
     warnings: list[str] = []
     n = len(tasks)
-    gpu = tasks["cat"].astype(str).isin(GPU_CATS).to_numpy()
+    gpu = _cols.isin(tasks["cat"], GPU_CATS)
     lane, lanes = _lane_ids(tasks, gpu) if n else (np.zeros(0, np.int64), _empty_lanes())
     ts = tasks["ts_us"].to_numpy(np.float64)
     dur = tasks["dur_us"].to_numpy(np.float64)
@@ -212,6 +212,7 @@ def build_graph(events: pd.DataFrame, config: SimConfig | None = None) -> TaskGr
         _launch_edges(g, cfg)
         _sync_edges(g, cfg, events)
         _event_wait_edges(g, events)
+    _host_comm_edges(g, cfg)
     _inter_thread_edges(g, cfg)
     from engine.simulate.collectives import collective_edges
 
@@ -275,8 +276,7 @@ def _launch_edges(g: TaskGraph, cfg: SimConfig) -> None:
     t = g.tasks
     corr = t["correlation"].to_numpy(dtype=np.float64, na_value=np.nan)
     rank = t["rank"].to_numpy(np.int64)
-    cat = t["cat"].astype(str)
-    host_rt = (~t["gpu"].to_numpy()) & cat.isin(RUNTIME_CATS).to_numpy() & np.isfinite(corr)
+    host_rt = (~t["gpu"].to_numpy()) & _cols.isin(t["cat"], RUNTIME_CATS) & np.isfinite(corr)
     gpu_k = t["gpu"].to_numpy() & np.isfinite(corr)
     hk = _key(rank[host_rt], corr[host_rt])
     hidx = np.flatnonzero(host_rt)
@@ -288,7 +288,20 @@ def _launch_edges(g: TaskGraph, cfg: SimConfig) -> None:
     pos_c = np.minimum(pos, max(len(hk) - 1, 0))
     hit = (pos < len(hk)) & (hk[pos_c] == gk) if len(hk) else np.zeros(len(gk), bool)
     gidx, lidx = gidx[hit], hidx[pos_c[hit]]
-    t["launcher"] = -1
+    if "launcher" not in t:
+        t["launcher"] = -1
+        t["launch_w"] = 0.0
+    _queue_edges(g, cfg, gidx, lidx, EdgeKind.LAUNCH)
+    unlinked = int(t["gpu"].sum()) - len(gidx)
+    if unlinked:
+        g.warnings.append(
+            f"{unlinked} GPU task(s) have no launching runtime call in the trace; they keep their stream gaps"
+        )
+
+
+def _queue_edges(g: TaskGraph, cfg: SimConfig, gidx: np.ndarray, lidx: np.ndarray, kind: EdgeKind) -> None:
+    """Edges launcher start -> queued task start (GPU kernels, host collectives on comm threads)."""
+    t = g.tasks
     t.loc[gidx, "launcher"] = lidx
     sp_g = t["sp"].to_numpy()[gidx]
     sp_l = t["sp"].to_numpy()[lidx]
@@ -305,26 +318,80 @@ def _launch_edges(g: TaskGraph, cfg: SimConfig) -> None:
     w = np.where(bound, np.minimum(lat, max(typ_lat, 0.0)), lat)
     lb = ~bound & has_prev
     g.pt_d[sp_g[lb]] = np.minimum(gap[lb], typ_gap)
-    g.add_edges(sp_l, sp_g, w, EdgeKind.LAUNCH)
-    unlinked = int(t["gpu"].sum()) - len(gidx)
-    if unlinked:
-        g.warnings.append(
-            f"{unlinked} GPU task(s) have no launching runtime call in the trace; they keep their stream gaps"
-        )
+    t.loc[gidx, "launch_w"] = w
+    g.add_edges(sp_l, sp_g, w, kind)
+
+
+HOST_COMM = ("gloo:", "nccl:", "mpi:", "ucc:")
+
+
+def _host_comm_edges(g: TaskGraph, cfg: SimConfig) -> None:
+    """Host collectives run by a backend thread (gloo:all_reduce, ...), enqueued by c10d:: calls.
+
+    Enqueue: the k-th backend collective of a rank is queued by its k-th c10d:: collective call
+    (the order both threads see; when the counts differ, the latest c10d:: call before it) and
+    is then treated like a kernel and its launch (`_queue_edges`). Completion: no trace records
+    where the caller waited, so the caller's first point at or after the collective's original
+    end depends on that end (heuristic: pessimistic when the caller had slack).
+    """
+    t = g.tasks
+    gpu = t["gpu"].to_numpy()
+    rank_all = t["rank"].to_numpy()
+    cpu_ranks = ~np.isin(rank_all, np.unique(rank_all[gpu]))  # with a GPU, kernels are the collectives
+    comm = ~gpu & cpu_ranks & _cols.where(t["name"], lambda s: s.startswith(HOST_COMM))
+    if not comm.any():
+        return
+    c10d = ~gpu & _cols.where(t["name"], lambda s: s.startswith("c10d::") and "wait" not in s)
+    if "launcher" not in t:
+        t["launcher"] = -1
+        t["launch_w"] = 0.0
+    rank = t["rank"].to_numpy()
+    ts = t["ts_us"].to_numpy(np.float64)
+    lane = t["lane"].to_numpy()
+    g_l, l_l = [], []
+    for r in np.unique(rank[comm]):
+        ci = np.flatnonzero(comm & (rank == r))
+        ci = ci[np.argsort(ts[ci], kind="stable")]
+        qi = np.flatnonzero(c10d & (rank == r))
+        qi = qi[np.argsort(ts[qi], kind="stable")]
+        if not len(qi):
+            continue
+        if len(qi) == len(ci):
+            pick = qi
+        else:
+            pos = np.searchsorted(ts[qi], ts[ci], side="right") - 1
+            ok = pos >= 0
+            ci, pick = ci[ok], qi[pos[ok]]
+        diff = lane[pick] != lane[ci]
+        g_l.append(ci[diff])
+        l_l.append(pick[diff])
+    if not g_l:
+        return
+    gidx, lidx = np.concatenate(g_l), np.concatenate(l_l)
+    _queue_edges(g, cfg, gidx, lidx, EdgeKind.INTER_THREAD)
+    # completion: caller lane's first point at/after the collective's end
+    ep = t["ep"].to_numpy()
+    src, dst, w = [], [], []
+    for ci, qi in zip(gidx, lidx):
+        ln = lane[qi]
+        a, b = g.lane_ptr[ln], g.lane_ptr[ln + 1]
+        end_t = g.pt_time[ep[ci]]
+        k = a + int(np.searchsorted(g.pt_time[a:b], end_t, side="left"))
+        if k < b:
+            src.append(ep[ci])
+            dst.append(k)
+            w.append(g.pt_time[k] - end_t)
+    if src:
+        g.add_edges(np.array(src), np.array(dst), np.array(w), EdgeKind.SYNC)
 
 
 def _sync_streams(events: pd.DataFrame) -> dict[tuple[int, int], int]:
     """(rank, correlation) -> stream of Kineto `cuda_sync` "Stream Sync" events (stream-scoped waits)."""
-    cs = events[events["cat"].astype(str) == "cuda_sync"]
+    cs = events[_cols.isin(events["cat"], ("cuda_sync",))]
     if cs.empty:
         return {}
-    name = cs["name"].astype(str)
-    cs = cs[(name == "Stream Sync") & cs["stream"].notna() & cs["correlation"].notna()]
-    return {
-        (int(r), int(c)): int(s)
-        for r, c, s in zip(cs["rank"], cs["correlation"], cs["stream"])
-        if int(s) >= 0  # type: ignore[arg-type]
-    }
+    cs = cs[_cols.isin(cs["name"], ("Stream Sync",)) & cs["stream"].notna() & cs["correlation"].notna()]
+    return {(int(r), int(c)): int(s) for r, c, s in zip(cs["rank"], cs["correlation"], cs["stream"]) if int(s) >= 0}
 
 
 def _sync_edges(g: TaskGraph, cfg: SimConfig, events: pd.DataFrame) -> None:
@@ -333,12 +400,8 @@ def _sync_edges(g: TaskGraph, cfg: SimConfig, events: pd.DataFrame) -> None:
     segment, so a GPU that finished long before the call does not delay it)."""
     t = g.tasks
     rx = re.compile(cfg.sync_regex)
-    names = t["name"].astype(str)
-    cat = t["cat"].astype(str)
-    is_sync = (~t["gpu"].to_numpy()) & cat.isin(RUNTIME_CATS).to_numpy()
-    uniq = pd.unique(names[is_sync])
-    hits = {u for u in uniq if rx.search(u)}
-    is_sync &= names.isin(hits).to_numpy()
+    is_sync = (~t["gpu"].to_numpy()) & _cols.isin(t["cat"], RUNTIME_CATS)
+    is_sync &= _cols.where(t["name"], lambda s: bool(rx.search(s)))
     sidx = np.flatnonzero(is_sync)
     if not len(sidx):
         return
@@ -376,14 +439,18 @@ def _sync_edges(g: TaskGraph, cfg: SimConfig, events: pd.DataFrame) -> None:
 
 def _event_wait_edges(g: TaskGraph, events: pd.DataFrame) -> None:
     """GPU->GPU across streams: cudaEventRecord -> cudaStreamWaitEvent (see module docstring)."""
-    cs = events[events["cat"].astype(str) == "cuda_sync"]
-    cs = cs[(cs["name"].astype(str) == "Stream Wait Event") & cs["stream"].notna() & cs["correlation"].notna()]
+    cs = events[_cols.isin(events["cat"], ("cuda_sync",))]
+    cs = cs[
+        _cols.isin(cs["name"], ("Stream Wait Event",))
+        & cs["stream"].notna().to_numpy()
+        & cs["correlation"].notna().to_numpy()
+    ]
     if cs.empty:
         return
     t = g.tasks
     if "launcher" not in t:
         return
-    names = t["name"].astype(str).to_numpy()
+    names = _cols.as_str(t["name"])
     rank = t["rank"].to_numpy(np.int64)
     corr = t["correlation"].to_numpy(dtype=np.float64, na_value=np.nan)
     lane = t["lane"].to_numpy()
@@ -391,7 +458,7 @@ def _event_wait_edges(g: TaskGraph, events: pd.DataFrame) -> None:
     ep = t["ep"].to_numpy()
     gpu_idx = np.flatnonzero(t["gpu"].to_numpy() & (t["launcher"].to_numpy() >= 0))
     launch_time = g.pt_time[sp[t["launcher"].to_numpy()[gpu_idx]]]
-    stream = t["tid"].astype(str).to_numpy()
+    stream = _cols.as_str(t["tid"])
     rec_idx = np.flatnonzero(names == "cudaEventRecord")
     src_l, dst_l, w_l = [], [], []
     for r, c, s in zip(cs["rank"], cs["correlation"], cs["stream"]):

@@ -7,6 +7,7 @@ in the same shape needs no special casing anywhere downstream.
 from __future__ import annotations
 
 import gzip
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,8 +75,11 @@ def predicted_events(g: TaskGraph, s: Schedule) -> pd.DataFrame:
 
 def step_spans(events: pd.DataFrame) -> pd.DataFrame:
     """ProfilerStep#N host spans (the iteration the trace measured), one row per step and rank."""
-    names = events["name"].astype(str)
-    m = names.str.startswith("ProfilerStep#") & ~events["cat"].astype(str).isin(("kernel", "gpu_user_annotation"))
+    from engine.simulate import _cols
+
+    m = _cols.where(events["name"], lambda s: s.startswith("ProfilerStep#")) & ~_cols.isin(
+        events["cat"], ("kernel", "gpu_user_annotation")
+    )
     return events.loc[m, ["rank", "name", "ts_us", "dur_us"]]
 
 
@@ -122,10 +126,10 @@ def breakdown(g: TaskGraph, s: Schedule, window: tuple[float, float] | None = No
         comm = comm_mask(g)
         busy = gpu
     else:
-        names = t["name"].astype(str)
-        comm = (t["parent"].to_numpy() < 0) & names.str.contains(
-            r"c10d::|nccl:|gloo:|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all", regex=True
-        ).to_numpy()
+        from engine.simulate import _cols
+
+        rx = re.compile(r"c10d::|nccl:|gloo:|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all")
+        comm = (t["parent"].to_numpy() < 0) & _cols.where(t["name"], lambda s: bool(rx.search(s)))
         busy = _shallow_work(t) | comm
     ranks = t["rank"].to_numpy()
     out = {"compute": 0.0, "communication": 0.0, "exposed_communication": 0.0, "idle": 0.0}
@@ -154,9 +158,11 @@ def breakdown(g: TaskGraph, s: Schedule, window: tuple[float, float] | None = No
 
 def _shallow_work(t: pd.DataFrame) -> np.ndarray:
     """Host tasks that are work (not annotations) and whose ancestors are all annotations."""
-    cats = t["cat"].astype(str).to_numpy()
-    names = t["name"].astype(str)
-    annot = np.isin(cats, ("user_annotation", "python_function")) | names.str.startswith("ProfilerStep#").to_numpy()
+    from engine.simulate import _cols
+
+    annot = _cols.isin(t["cat"], ("user_annotation", "python_function")) | _cols.where(
+        t["name"], lambda s: s.startswith("ProfilerStep#")
+    )
     parent = t["parent"].to_numpy()
     gpu = t["gpu"].to_numpy()
     # ancestor-all-annotation flag, resolved by iterating parent pointers (depth-bounded)

@@ -7,7 +7,7 @@ Public API (stable; every other part of the engine builds on it):
 
 from engine.trace.model import CATEGORIES, PHASES, Trace
 
-__all__ = ["Trace", "CATEGORIES", "PHASES", "load", "summarize"]
+__all__ = ["CATEGORIES", "PHASES", "Trace", "load", "summarize"]
 
 
 def load(*paths, rank=None, progress=None, use_cache=True):  # implemented in engine.trace.load

@@ -7,7 +7,7 @@ Why: `pd.Categorical(list_of_str)` sorts and hashes through Arrow-backed strings
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd

@@ -79,7 +79,7 @@ def load_cached(key: str) -> Trace | None:
     if not (d / "meta.json").is_file():
         return None
     try:
-        import pyarrow.parquet  # noqa: F401 - without pyarrow the entry is not read (nor deleted)
+        import pyarrow.parquet  # noqa: F401 -- without pyarrow the entry is not read (nor deleted)
     except ImportError:
         return None
     try:
@@ -92,7 +92,7 @@ def load_cached(key: str) -> Trace | None:
         if meta.get("content_hash") != key:
             return None
         return Trace(meta=meta, **tables)
-    except Exception:  # noqa: BLE001 - any damage to an entry means "rebuild it"
+    except Exception:  # noqa: BLE001 -- any damage to an entry means "rebuild it"
         shutil.rmtree(d, ignore_errors=True)
         return None
 
@@ -102,7 +102,7 @@ def save_cached(key: str, trace: Trace) -> bool:
     root = cache_root()
     tmp = None
     try:
-        import pyarrow.parquet  # noqa: F401 - optional: without pyarrow traces load uncached
+        import pyarrow.parquet  # noqa: F401 -- optional: without pyarrow traces load uncached
     except ImportError:
         return False
     try:

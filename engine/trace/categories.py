@@ -75,7 +75,7 @@ def classify(name: str) -> str:
         return "autograd"
     ns, sep, op = name.partition("::")
     if not sep:
-        if lower.startswith("triton_") or lower.startswith("triton"):
+        if lower.startswith(("triton_", "triton")):
             return "custom"
         if name in _VIEW_OPS or name in ("detach",):
             return "view"

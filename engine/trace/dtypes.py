@@ -118,7 +118,9 @@ def split_list_type(type_str: str) -> tuple[str, ...]:
     if start < 0 or not type_str.endswith("]"):
         return ()
     body = type_str[start + 1 : -1]
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in body:
         if ch in "([<":
             depth += 1

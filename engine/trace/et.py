@@ -25,6 +25,7 @@ import array
 import warnings
 from itertools import chain
 from operator import itemgetter
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -277,10 +278,10 @@ def _parse_et(doc: dict, path: str, rank: int, warn: list[str]):
     )
     _check_schema(schema, chakra, path, warn)
     trows: list = []
-    cols = _fast_columns(nodes, chakra, trows)
+    cols: Any = _fast_columns(nodes, chakra, trows)
     if cols is None:
         cols, trows = _generic_columns(nodes, chakra, path)
-        return _ops_frame(*cols, rank, path), _tensor_frame(trows, rank)
+        return _ops_frame(cols, rank, path), _tensor_frame(trows, rank)
     if not chakra:  # the chakra fast path walks tensors in its own loop
         for node in nodes:
             ity, oty = node.get("input_types"), node.get("output_types")
@@ -304,7 +305,7 @@ def _parse_et(doc: dict, path: str, rank: int, warn: list[str]):
                     oty,
                     node.get("output_strides"),
                 )
-    return _ops_frame(*cols, rank, path), _tensor_frame(trows, rank)
+    return _ops_frame(cols, rank, path), _tensor_frame(trows, rank)
 
 
 def _check_schema(schema: str, chakra: bool, path: str, warn: list[str]) -> None:
@@ -339,7 +340,7 @@ def parse_et_typed(doc, path: str, rank: int, warn: list[str]):
         tensors = tensor_frame_flat(flat, np.repeat(ids, np.diff(ends, prepend=0) // FLAT_WIDTH), types, rank)
     except (TypeError, ValueError, OverflowError):
         return None
-    return _ops_frame(ids, names, parents, scal, schemas, ins, outs, extra, rank, path), tensors
+    return _ops_frame((ids, names, parents, scal, schemas, ins, outs, extra), rank, path), tensors
 
 
 def _chakra_rows(nodes: list, trows: list) -> list | None:
@@ -457,7 +458,7 @@ def _extra_json(a: dict) -> str:
     return jsonio.dumps(rest).decode() if rest else "{}"
 
 
-def _generic_columns(nodes: list, chakra: bool, path: str):
+def _generic_columns(nodes: list, chakra: bool, path: str) -> tuple[tuple, list]:
     """Node-by-node column building that tolerates missing keys and odd value types."""
     n = len(nodes)
     ids = [0] * n
@@ -465,9 +466,9 @@ def _generic_columns(nodes: list, chakra: bool, path: str):
     parents = [0] * n
     cols = {k: [-1] * n for k in ("tid", "fw_tid", "fw_parent", "rf_id", "seq_id", "scope")}
     schemas = [""] * n
-    ins = [None] * n
-    outs = [None] * n
-    extra = [None] * n
+    ins: list[str | None] = [None] * n
+    outs: list[str | None] = [None] * n
+    extra: list[str | None] = [None] * n
     trows: list = []
     dumps = jsonio.dumps
     scalar = ("tid", "fw_tid", "fw_parent", "rf_id", "seq_id", "scope")
@@ -534,7 +535,9 @@ def _generic_columns(nodes: list, chakra: bool, path: str):
     ), trows
 
 
-def _ops_frame(ids, names, parents, scal, schemas, ins, outs, extra, rank, path) -> pd.DataFrame:
+def _ops_frame(cols: tuple, rank: int, path: str) -> pd.DataFrame:
+    """The ops table from the column tuple `_fast_columns`/`_generic_columns` build."""
+    ids, names, parents, scal, schemas, ins, outs, extra = cols
     n = len(ids)
     parents, depth, n_children = _tree(ids, parents, path)
     ops = pd.DataFrame(

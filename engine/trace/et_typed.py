@@ -39,7 +39,7 @@ import numpy as np
 try:  # optional: GPU machines may lack it; the orjson path covers everything
     import msgspec
 except ImportError:  # pragma: no cover - exercised only where msgspec is absent
-    msgspec = None
+    msgspec = None  # type: ignore[assignment]  # checked before use
 
 _HEAD = 4096  # bytes looked at to decide whether a document can be a chakra ET at all
 _STR_OR_NONE = frozenset((str, type(None)))
@@ -84,9 +84,9 @@ if msgspec is not None:
     )
 
     class _IO(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-        values: list = []
-        shapes: list = []
-        types: list = []
+        values: list = []  # noqa: RUF012 -- msgspec copies defaults per instance
+        shapes: list = []  # noqa: RUF012 -- msgspec copies defaults per instance
+        types: list = []  # noqa: RUF012 -- msgspec copies defaults per instance
         strides: Any = msgspec.UNSET  # omitted from the re-encoded text when the file has none
 
     def _doc_type(attr_type, label):
@@ -105,8 +105,10 @@ if msgspec is not None:
         return msgspec.defstruct(f"ChakraDoc{label}", [("schema", str), ("nodes", list[node])], gc=False)
 
     # Tried in order: known attribute names only (fast), then any attribute name.
+    # Union[...] (not X | Y): it unpacks a runtime tuple of member types.
+    _TAGGED_UNION = Union[_TAGGED]  # type: ignore[valid-type]  # noqa: UP007 -- a runtime tuple, see above
     _DECODERS = tuple(
-        msgspec.json.Decoder(_doc_type(t, label)) for t, label in ((Union[_TAGGED], "Tagged"), (_Attr, ""))
+        msgspec.json.Decoder(_doc_type(t, label)) for t, label in ((_TAGGED_UNION, "Tagged"), (_Attr, ""))
     )
     TYPED_DOCS = tuple(d.type for d in _DECODERS)
     _ENCODE = msgspec.json.Encoder().encode

@@ -94,7 +94,7 @@ def _parse(doc: dict, path: str, rank: int, rank_fixed: bool):
         return r
 
     ai = _as_int
-    NA = _NA  # noqa: N806 - local alias for the hot loop
+    NA = _NA  # local alias for the hot loop
     for e in evs:
         if type(e) is not dict:
             continue

@@ -15,7 +15,9 @@ ET op <-> Kineto host op ("cpu_op" / "user_annotation" events):
   A warning in `meta["warnings"]` says this method was used.
 
 Eligible ops (the denominator of `link_rate`): ET nodes with `rf_id >= 0` other than the
-profiler's own "[pytorch|profiler|execution_*|process/thread]" roots. `link_rate` =
+profiler's own "[pytorch|profiler|execution_*|process/thread]" roots and the observer's
+"## process_group:init ##" node (a metadata record of the process-group config written when the
+observer starts; no profiler ever records a Kineto event for it). `link_rate` =
 linked eligible ops / eligible ops.
 
 `meta["link"]` = {"link_rate", "linked", "et_ops", "method" ("rf_id" | "external_id" | "none"),
@@ -30,6 +32,8 @@ host op, launch and GPU event (the innermost linked enclosing op).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -55,13 +59,20 @@ def _name_codes(a: pd.Series, b: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return uni.get_indexer(a.astype(str)), uni.get_indexer(b.astype(str))
 
 
+PG_INIT_NAME = "## process_group:init ##"
+
+
+def _not_an_op(name: str) -> bool:
+    return name.startswith("[pytorch|profiler|") or name == PG_INIT_NAME
+
+
 def eligible_mask(ops: pd.DataFrame) -> np.ndarray:
     names = ops["name"]
     cats = names.cat.categories if isinstance(names.dtype, pd.CategoricalDtype) else None
     if cats is not None:
-        root = np.asarray([str(c).startswith("[pytorch|profiler|") for c in cats] + [False])[names.cat.codes.to_numpy()]
+        root = np.asarray([_not_an_op(str(c)) for c in cats] + [False])[names.cat.codes.to_numpy()]
     else:
-        root = names.astype(str).str.startswith("[pytorch|profiler|").to_numpy()
+        root = np.asarray([_not_an_op(str(n)) for n in names], dtype=bool)
     return (ops["rf_id"].to_numpy() >= 0) & ~root
 
 
@@ -128,7 +139,7 @@ def _by_offsets(
             cands = votes(sample)
             if len(cands) == 0:
                 continue
-            best = None
+            best: tuple | None = None
             for off in cands:
                 pos = k_index.get_indexer(rf[blk] + off)
                 ok = pos >= 0
@@ -137,8 +148,9 @@ def _by_offsets(
                 key = (m, -abs(off - prev_off) if prev_off is not None else 0, -abs(off))
                 if best is None or key > best[0]:
                     best = (key, off, pos, ok)
+            assert best is not None  # cands is never empty
             (m, _, _), off, pos, ok = best
-            if m < min(3, len(blk)) or m * 4 < len(blk) and m < 8:
+            if m < min(3, len(blk)) or (m * 4 < len(blk) and m < 8):
                 continue
             out[blk[ok]] = k_pos_all[pos[ok]]
             used[pos[ok]] = True
@@ -173,7 +185,7 @@ def _enclosing(host_ts, host_end, host_key, q_ts, q_key) -> np.ndarray:
             parent[i] = stack[-1]
         stack.append(i)
     # Last interval starting at or before t with the same key, then climb until it contains t.
-    keys_u, kinv = np.unique(np.r_[hk, q_key], return_inverse=True)
+    _keys_u, kinv = np.unique(np.r_[hk, q_key], return_inverse=True)
     hki, qki = kinv[:nh], kinv[nh:]
     # Combined integer sort key (key index, time rank): exact, unlike key * big + time in float64
     # (epoch-microsecond timestamps near 1e15 leave no room for a key multiplier).
@@ -202,7 +214,7 @@ def link(ops: pd.DataFrame, events: pd.DataFrame, warnings_out: list[str]) -> tu
     gpu = np.full(n_ops, np.nan)
     ev_op = np.full(n_ev, -1, dtype=np.int64)
     elig = eligible_mask(ops) if n_ops else np.zeros(0, bool)
-    info = {
+    info: dict[str, Any] = {
         "link_rate": 0.0,
         "linked": 0,
         "et_ops": int(elig.sum()),
@@ -294,7 +306,7 @@ def link(ops: pd.DataFrame, events: pd.DataFrame, warnings_out: list[str]) -> tu
         ev_op_row[loose[ok]] = ev_op_direct[lh[first][found[ok]]]
     corr = events["correlation"].to_numpy(dtype=np.int64, na_value=-1)
     g = np.flatnonzero(_cat_mask(events["cat"], _GPU_CATS))
-    info["gpu_events"] = int(len(g))
+    info["gpu_events"] = len(g)
     if len(g) and len(rt):
         rt_c = (ev_rank[rt].astype(np.int64) << 40) + corr[rt]
         rt_ok = corr[rt] >= 0
@@ -306,7 +318,7 @@ def link(ops: pd.DataFrame, events: pd.DataFrame, warnings_out: list[str]) -> tu
         hit = (found >= 0) & (corr[g] >= 0)
         ev_op_row[g[hit]] = ev_op_row[rt_rows[found[hit]]]
     gl = g[ev_op_row[g] >= 0]
-    info["gpu_events_linked"] = int(len(gl))
+    info["gpu_events_linked"] = len(gl)
     # GPU time: direct per op, then inclusive over ET descendants (bottom-up by depth).
     if methods:
         direct = np.bincount(ev_op_row[gl], weights=dur[gl], minlength=n_ops)[:n_ops]

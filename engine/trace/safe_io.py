@@ -76,7 +76,7 @@ def max_gzip_ratio() -> int:
     return _DEFAULT_MAX_RATIO
 
 
-def _human(n: int) -> str:
+def _human(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -208,7 +208,7 @@ def _unsafe_member(name: str) -> str | None:
 def _read_tar(data: bytes, path: str, limit: int) -> list[Blob]:
     """Trace documents held by a tarball, read in memory; hostile members refuse the whole file."""
     try:
-        tf = tarfile.open(fileobj=io.BytesIO(data), mode="r:")
+        tf = tarfile.open(fileobj=io.BytesIO(data), mode="r:")  # noqa: SIM115 -- in memory, no OS handle to close
         members = tf.getmembers()
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise TraceError(f"corrupt tar archive ({exc})", path) from None

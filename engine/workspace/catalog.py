@@ -61,7 +61,7 @@ class Catalog:
         with self._db() as db:
             db.executescript(SCHEMA)
 
-    def _db(self) -> "_Closing":
+    def _db(self) -> _Closing:
         db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA busy_timeout=30000")
@@ -135,6 +135,7 @@ class Catalog:
                 "INSERT INTO jobs (kind, trace, target, params, status, created) VALUES (?, ?, ?, ?, ?, ?)",
                 (kind, trace, target, _dumps(params), JobStatus.QUEUED.value, time.time()),
             )
+            assert cur.lastrowid is not None  # set by a successful INSERT
             return int(cur.lastrowid)
 
     def update_job(self, job_id: int, **fields: Any) -> None:
@@ -155,7 +156,8 @@ class Catalog:
         return _job(r) if r else None
 
     def jobs(self, *, kind: str | None = None) -> list[dict]:
-        q, args = "SELECT * FROM jobs", ()
+        q = "SELECT * FROM jobs"
+        args: tuple[str, ...] = ()
         if kind:
             q, args = q + " WHERE kind = ?", (kind,)
         with self._db() as db:

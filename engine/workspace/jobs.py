@@ -82,14 +82,15 @@ class JobRunner:
             db.execute("COMMIT")
         finally:
             db.close()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "engine.workspace.worker", str(self.catalog.root), str(job_id)],
-            cwd=str(Path(__file__).resolve().parents[2]),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=open(self.catalog.runs_dir() / f"job_{job_id}.log", "ab"),
-            start_new_session=True,  # survives the page and the server's signals; Cancel kills its group
-        )
+        with open(self.catalog.runs_dir() / f"job_{job_id}.log", "ab") as log:  # the child keeps its own copy
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "engine.workspace.worker", str(self.catalog.root), str(job_id)],
+                cwd=str(Path(__file__).resolve().parents[2]),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                start_new_session=True,  # survives the page and the server's signals; Cancel kills its group
+            )
         self.catalog.update_job(job_id, pid=proc.pid)
         return job_id
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from engine.workspace.catalog import Catalog, JobStatus
 
@@ -76,7 +76,7 @@ def main(root: str, job_id: int) -> int:
             raise TraceError(f"unknown job kind {job['kind']!r}")
         res = fn(job, out, progress)
         summary = {**res.get("summary", {}), "wall_s": round(time.perf_counter() - t0, 2)}
-        if cat.job(job_id)["status"] == JobStatus.RUNNING:
+        if (cat.job(job_id) or {}).get("status") == JobStatus.RUNNING:
             cat.update_job(
                 job_id,
                 status=JobStatus.DONE,

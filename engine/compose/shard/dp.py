@@ -73,8 +73,8 @@ def allreduce_node(
     set_attr(node, "comm_type", "all_reduce", "string")
     set_attr(node, "pg_size", pg_size, "int64")
     set_attr(node, "comm_bytes", numel * itemsize, "int64")
-    for k, v in extra.items():
-        set_attr(node, k, v, "int64")
+    for attr, value in extra.items():
+        set_attr(node, attr, value, "int64")
     return node
 
 
@@ -94,7 +94,7 @@ def shard_dp(bench) -> dict:
     n = int(bench.spec.sharding.degree)
     batch = int(bench.meta["batch_size"])
     scale = bench.spec.batch_scale
-    global_batch = int(round(batch * scale))
+    global_batch = round(batch * scale)
     if global_batch % n:
         raise TraceError(
             f"dp degree {n} does not divide the batch {global_batch}; "
@@ -153,4 +153,4 @@ def shard_dp(bench) -> dict:
     return info
 
 
-__all__ = ["shard_dp", "buckets", "renumber", "allreduce_node"]
+__all__ = ["allreduce_node", "buckets", "renumber", "shard_dp"]

@@ -25,8 +25,9 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from typing import Any
 
-from engine.compose.nodes import ROOT_ID, label_node, make_attrs, root_node, set_attr, tensors_of, is_defined, set_slot
+from engine.compose.nodes import ROOT_ID, is_defined, label_node, make_attrs, root_node, set_attr, set_slot, tensors_of
 from engine.errors import TraceError
 
 LOOKUP_ROWS = 2.0
@@ -290,7 +291,7 @@ def _a2a(
         "strides": [[1], [1], [], [[] for _ in recv], [[] for _ in send], []],
     }
     outs = {"values": [out_t], "shapes": [[sum(recv)]], "types": [ts], "strides": [[1]]}
-    node = {
+    node: dict[str, Any] = {
         "id": node_id,
         "name": "c10d::alltoall_base_",
         "ctrl_deps": parent,
@@ -324,7 +325,9 @@ def shard_embeddings(bench, path) -> dict:
         + 1
     )
     per_rank_dim = [sum(s.dim for s in shards if s.rank == r) for r in range(n_ranks)]
-    ranks, rids, per_rank = {}, {}, {}
+    ranks: dict = {}
+    rids: dict = {}
+    per_rank: dict[int, dict[str, Any]] = {}
     itemsize = tables[0].itemsize
     wtype = tables[0].fwd["outputs"]["types"][0]  # pooled embeddings' dtype (after any dtype change)
     for r in range(n_ranks):
@@ -332,7 +335,7 @@ def shard_embeddings(bench, path) -> dict:
         out = [root_node()]
         nid = [ROOT_ID]
 
-        def nxt():
+        def nxt(nid: list[int] = nid) -> int:  # bound now: one counter per rank
             nid[0] += 1
             return nid[0]
 
@@ -355,7 +358,7 @@ def shard_embeddings(bench, path) -> dict:
         a = _a2a(nxt(), bw_label["id"], recv, send, itemsize, fresh, n_ranks, "backward", wtype)
         out.append(a)
         ids.append(a["id"])
-        for (_, b), s in zip(pairs, mine):
+        for _, b in pairs:
             if b is not None:
                 b["id"], b["ctrl_deps"] = nxt(), bw_label["id"]
                 out.append(b)
@@ -401,4 +404,4 @@ def shard_embeddings(bench, path) -> dict:
     return info
 
 
-__all__ = ["shard_embeddings", "plan_shards", "find_tables", "Table", "Shard"]
+__all__ = ["Shard", "Table", "find_tables", "plan_shards", "shard_embeddings"]

@@ -290,7 +290,7 @@ def shard_tp(bench) -> dict:
     by_id = {nd["id"]: nd for nd in nodes}
     tid = max(max(v[0], v[1]) for nd in nodes for _, _, _, _, v in tensors_of(nd) if is_defined(v)) + 1
     inserts: dict[int, dict] = {}  # after node id -> all_reduce node
-    comms = []
+    comms: list = []
     for k, (col, row) in enumerate(pairs):
         sites = [("forward", by_id[row.node_id], [*row.input_shape[:-1], row.shape[0]])]
         mm = _grad_input_mm(nodes, replay, col)

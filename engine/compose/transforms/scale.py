@@ -111,7 +111,7 @@ def batch_seeds(nodes: list[dict], replay_ids, batch: int, params: set[int]) -> 
                 # are parameters/buffers, not the model's batch
                 if (not phased or n.get("_phase") != "optimizer") and sub is None:
                     seeds.add(key)
-    shapes = {}
+    shapes: dict = {}
     for n in nodes:
         if n["id"] in want:
             ins = n.get("inputs") or {}
@@ -159,7 +159,7 @@ def scale_batch(bench, rank: int, scale: float, batch: int, params: set[int] | N
         "kind": "batch_scale",
         "scale": scale,
         "batch": batch,
-        "new_batch": int(round(new_b)),
+        "new_batch": round(new_b),
         "seeds": len(seeds),
         **rep.to_dict(),
     }
@@ -171,4 +171,4 @@ def scale_batch(bench, rank: int, scale: float, batch: int, params: set[int] | N
     return info
 
 
-__all__ = ["infer_batch", "scale_batch", "batch_seeds", "prune_to_replay"]
+__all__ = ["batch_seeds", "infer_batch", "prune_to_replay", "scale_batch"]

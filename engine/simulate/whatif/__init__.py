@@ -21,6 +21,7 @@ class EditContext:
     config: SimConfig
     events: pd.DataFrame
     graph: Any = None
+    predicted_events: Any = None  # set before "result"-stage edits run
     warnings: list[str] = field(default_factory=list)
     report: dict[str, Any] = field(default_factory=dict)
 
@@ -37,9 +38,10 @@ def apply_edits(spec: WhatIfSpec, trace: Any, config: SimConfig, *, stage: str, 
 
 
 # registration side effects (one module per edit kind)
-from engine.simulate.whatif import dependency as _dependency  # noqa: F401
-from engine.simulate.whatif import dims as _dims  # noqa: F401
-from engine.simulate.whatif import dp as _dp  # noqa: F401
-from engine.simulate.whatif import layers as _layers  # noqa: F401
-from engine.simulate.whatif import sharding as _sharding  # noqa: F401
-from engine.simulate.whatif import speedup as _speedup  # noqa: F401
+from engine.simulate.whatif import dependency as _dependency  # noqa: E402,F401 -- registers into the registry above
+from engine.simulate.whatif import dims as _dims  # noqa: E402,F401 -- registers into the registry above
+from engine.simulate.whatif import dp as _dp  # noqa: E402,F401 -- registers into the registry above
+from engine.simulate.whatif import layers as _layers  # noqa: E402,F401 -- registers into the registry above
+from engine.simulate.whatif import pipeline as _pipeline  # noqa: E402,F401 -- registers into the registry above
+from engine.simulate.whatif import sharding as _sharding  # noqa: E402,F401 -- registers into the registry above
+from engine.simulate.whatif import speedup as _speedup  # noqa: E402,F401 -- registers into the registry above

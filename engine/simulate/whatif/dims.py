@@ -1,8 +1,9 @@
 """Batch and hidden size: change tensor dimensions, re-cost the ops through the cost model.
 
 How: every tensor dimension equal to `size` (or to `size x m` for m in `multiples`, e.g. the
-sequence length when batch and sequence are flattened together) is multiplied by `scale`, at
-most one dimension per tensor (a batch of 3 next to a q/k/v axis of 3 changes once). Each op
+sequence length when batch and sequence are flattened together) is multiplied by `scale`: for
+`batch` at most one dimension per tensor (a batch of 3 next to a q/k/v axis of 3 changes once),
+for `hidden` every matching one (a hidden x hidden weight grows both ways). Each op
 the ET links to a task gets work(new shapes) and work(old shapes) from its cost family
 (engine/simulate/costmodel.py) and its own time is multiplied by curve(new) / curve(old):
 host ops that do their own work (self time >= half their span), and the GPU kernels they launch.
@@ -40,21 +41,26 @@ def op_shapes(trace: Any, op_ids: np.ndarray) -> dict[int, tuple[list, list, flo
         ins = [s for s, k in zip(shapes, io) if k == "in"]
         outs = [s for s, k in zip(shapes, io) if k == "out"]
         item = float(grp["itemsize"].mean()) if len(grp) else 4.0
-        out[int(op)] = (ins, outs, item)  # type: ignore[call-overload]
+        out[int(op)] = (ins, outs, item)
     return out
 
 
-def scale_shape(shape: tuple[int, ...], targets: set[int], scale: float) -> tuple[int, ...]:
+def scale_shape(shape: tuple[int, ...], targets: set[int], scale: float, once: bool = True) -> tuple[int, ...]:
+    """Scale dimensions found in `targets`: only the first one (`once`, a batch axis) or all."""
+    out = list(shape)
     for i, d in enumerate(shape):
         if d in targets:
-            return shape[:i] + (max(1, round(d * scale)),) + shape[i + 1 :]
-    return shape
+            out[i] = max(1, round(d * scale))
+            if once:
+                break
+    return tuple(out)
 
 
 @dataclass(kw_only=True, slots=True)
 class DimScale(Edit):
     stage: ClassVar[str] = "graph"
     assumptions: ClassVar[str] = __doc__.split("Assumptions: ", 1)[1].strip().replace("\n", " ")
+    once: ClassVar[bool] = True  # batch: one axis per tensor; hidden: every matching axis
     scale: float
     size: int
     multiples: tuple[int, ...] = ()
@@ -93,18 +99,12 @@ class DimScale(Edit):
             if fam is None or int(oid) not in shapes:
                 continue
             ins, outs, _item = shapes[int(oid)]
-            if fam.name == "memory":
-                w0 = fam.work(name, ins, outs)
-                new_ins = [scale_shape(s, targets, self.scale) for s in ins]
-                new_outs = [scale_shape(s, targets, self.scale) for s in outs]
-                w1 = fam.work(name, new_ins, new_outs)
-            else:
-                w0 = fam.work(name, ins, outs)
-                w1 = fam.work(
-                    name,
-                    [scale_shape(s, targets, self.scale) for s in ins],
-                    [scale_shape(s, targets, self.scale) for s in outs],
-                )
+            w0 = fam.work(name, ins, outs)
+            w1 = fam.work(
+                name,
+                [scale_shape(x, targets, self.scale, self.once) for x in ins],
+                [scale_shape(x, targets, self.scale, self.once) for x in outs],
+            )
             if w0 and w1:
                 rows.append((int(oid), fam.name, float(w0), float(w1)))
         if not rows:
@@ -146,3 +146,4 @@ class Batch(DimScale):
 @dataclass(kw_only=True, slots=True)
 class Hidden(DimScale):
     kind: ClassVar[str] = "hidden"
+    once: ClassVar[bool] = False

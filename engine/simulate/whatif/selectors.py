@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from engine.simulate import _cols
 from engine.simulate.collectives import comm_mask
 from engine.simulate.graph import TaskGraph
 
@@ -18,9 +19,7 @@ _HOST_COMM = re.compile(r"c10d::|nccl:|gloo:|record_param_comms|all_?reduce|all_
 
 
 def _names_match(g: TaskGraph, rx: re.Pattern) -> np.ndarray:
-    names = g.tasks["name"].astype(str)
-    hits = {u for u in names.unique() if rx.search(u)}
-    return names.isin(hits).to_numpy()
+    return _cols.where(g.tasks["name"], lambda s: bool(rx.search(s)))
 
 
 def _gpu(g: TaskGraph) -> np.ndarray:
@@ -29,8 +28,8 @@ def _gpu(g: TaskGraph) -> np.ndarray:
 
 SELECTORS: dict[str, Callable[[TaskGraph], np.ndarray]] = {
     "gpu": _gpu,
-    "kernel": lambda g: (g.tasks["cat"].astype(str) == "kernel").to_numpy(),
-    "memcpy": lambda g: g.tasks["cat"].astype(str).isin(("gpu_memcpy", "gpu_memset")).to_numpy(),
+    "kernel": lambda g: _cols.isin(g.tasks["cat"], ("kernel",)),
+    "memcpy": lambda g: _cols.isin(g.tasks["cat"], ("gpu_memcpy", "gpu_memset")),
     "gemm": lambda g: _names_match(g, GEMM_RX) & ~comm_mask(g),
     "communication": lambda g: comm_mask(g) | (~_gpu(g) & _names_match(g, _HOST_COMM)),
     "cpu": lambda g: ~_gpu(g),

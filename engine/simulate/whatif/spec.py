@@ -40,7 +40,8 @@ class Edit:
     """Base of all edits. Subclasses are kw_only slotted dataclasses registered with @register.
 
     `stage`: "events" edits rewrite the events table before the graph is built (structure);
-    "graph" edits change the built graph's segment lengths or edges (cost).
+    "graph" edits change the built graph's segment lengths or edges (cost); "result" edits
+    read the scheduled prediction (analytic models such as the 1F1B pipeline).
     """
 
     kind: ClassVar[str] = ""

@@ -1,0 +1,255 @@
+"""Distributed replay fidelity: does a 2-rank replay on CPU gloo take as long as the original job?
+
+    .venv/bin/python benchmarks/distributed.py [--quick] [--samples ddp dlrm_a2a dlrm_tbe]
+                                               [--rounds R] [--per-round K] [--out FILE]
+                                               [--scale-ranks 8]
+
+For each committed 2-rank sample (sample_traces/<s>/): start 2 processes (engine.distributed
+launcher, gloo), and in EACH rank rebuild the live model (engine.capture.dist_models) and a
+distributed replay session of that rank's trace (TorchDistBackend) on the same process group.
+Both run in the same processes, interleaved step by step (barrier, one original step, barrier,
+one replay iteration) in R rounds of K pairs, so load drift on the shared machine hits both
+alike. The job's time of a step is its slowest rank's (all ranks' times gathered per step).
+Reported per sample:
+    original_ms   median job step without any profiler        replay_ms  median job iteration
+    error         |replay - original| / original              paired_error  median of replay_i/original_i - 1
+    noise_iqr     IQR/median of the original's job steps
+    collectives   per type {count, bytes} of one replay iteration (all ranks) vs the trace's; equal?
+    coverage      replayed / selected with communication counted (all ranks)
+--scale-ranks N additionally replays dlrm_a2a's rank 0 as N SPMD ranks (--mirror-rank) and
+reports the wall time. Writes benchmarks/results/distributed.json (`geomean_error` on top).
+Targets: each error <= 10 %, geomean <= 5 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SAMPLES = ("ddp", "dlrm_a2a", "dlrm_tbe")
+
+
+def _iqr(xs: list[float]) -> float:
+    if len(xs) < 4:
+        return (max(xs) - min(xs)) / statistics.median(xs) if xs else float("nan")
+    q = statistics.quantiles(xs, n=4)
+    return (q[2] - q[0]) / statistics.median(xs)
+
+
+def worker(args) -> int:
+    """One rank: live model + replay session, interleaved; rank 0 writes the record."""
+    import orjson
+    import torch
+    import torch.distributed as dist
+
+    import engine.trace as T
+    from engine.capture.dist_models import build_dist
+    from engine.distributed.launch import init_from_env
+    from engine.replay.comm_backend import TorchDistBackend
+    from engine.replay.commstats import trace_collectives
+    from engine.replay.config import ReplayConfig
+    from engine.replay.dist_worker import build_groups
+    from engine.replay.executor import ReplaySession
+    from engine.replay.merge import merge_collectives, merge_coverage
+    from engine.replay.seqcheck import process_groups, rank_collectives
+
+    rank, world = init_from_env("cpu", 120.0)
+    folder = ROOT / "sample_traces" / args.sample
+    torch.set_num_threads(1)  # as captured (meta num_threads)
+    step_fn, _ = build_dist(args.sample, rank, world)
+    trace = T.load(*sorted(folder.glob("*_et.json.gz")))
+    backend = TorchDistBackend(rank=rank, world_size=world, groups=build_groups(process_groups(trace), world))
+    cfg = ReplayConfig(warmup=0, iters=1, num_threads=1, metrics=False)
+
+    def timed(fn) -> float:
+        dist.barrier()
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+
+    orig: list[float] = []
+    rep: list[float] = []
+    with ReplaySession(trace, config=cfg, rank=rank, collectives=backend) as session:
+        for _ in range(args.warmup):
+            timed(step_fn)
+            timed(lambda: session.run_iteration(measured=False))
+        for _ in range(args.rounds * args.per_round):
+            orig.append(timed(step_fn))
+            rep.append(timed(lambda: session.run_iteration(measured=True)))
+        res = session.finish()
+    mine = {
+        "orig": orig,
+        "rep": rep,
+        "coverage": res.coverage,
+        "collectives": res.collectives,
+        "trace_collectives": trace_collectives(rank_collectives(trace, rank)),
+    }
+    allr: list = [None] * world
+    dist.all_gather_object(allr, mine)
+    if rank == 0:
+        job_o = [max(r["orig"][i] for r in allr) for i in range(len(orig))]
+        job_r = [max(r["rep"][i] for r in allr) for i in range(len(rep))]
+        o_med, r_med = statistics.median(job_o), statistics.median(job_r)
+        captured = []
+        for r in range(world):
+            meta = orjson.loads((folder / f"{args.sample}_rank{r}_meta.json").read_bytes())
+            captured.append(meta["median_ms"])
+        rep_c = merge_collectives([r["collectives"] for r in allr])
+        trc_c = merge_collectives([r["trace_collectives"] for r in allr])
+        cov = merge_coverage([r["coverage"] for r in allr])
+        rec = {
+            "sample": args.sample,
+            "world_size": world,
+            "original_ms": round(o_med, 3),
+            "captured_ms": max(captured),
+            "replay_ms": round(r_med, 3),
+            "error": abs(r_med - o_med) / o_med,
+            "signed_error": (r_med - o_med) / o_med,
+            "paired_error": statistics.median(b / a for a, b in zip(job_o, job_r)) - 1.0,
+            "noise_iqr": _iqr(job_o),
+            "replay_noise_iqr": _iqr(job_r),
+            "original_steps_ms": [round(x, 3) for x in job_o],
+            "replay_iters_ms": [round(x, 3) for x in job_r],
+            "per_rank_original_ms": [round(statistics.median(r["orig"]), 3) for r in allr],
+            "per_rank_replay_ms": [round(statistics.median(r["rep"]), 3) for r in allr],
+            "collectives_replay": rep_c,
+            "collectives_trace": trc_c,
+            "collectives_equal": rep_c == trc_c,
+            "coverage": {k: cov[k] for k in ("selected", "replayed", "comm_selected", "comm_replayed", "by_reason")},
+            "coverage_rate": cov["rate"],
+        }
+        Path(args.record).write_bytes(orjson.dumps(rec, option=orjson.OPT_INDENT_2))
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+def run_sample(sample: str, *, rounds: int, per_round: int, warmup: int, tmp: Path) -> dict:
+    import orjson
+
+    from engine.distributed.launch import launch
+
+    record = tmp / f"{sample}.json"
+    args = ["--worker", "--sample", sample, "--record", str(record)]
+    args += ["--rounds", str(rounds), "--per-round", str(per_round), "--warmup", str(warmup)]
+    t0 = time.perf_counter()
+    launch("benchmarks.distributed", args, world_size=2, run_dir=tmp / f"logs_{sample}")
+    rec = orjson.loads(record.read_bytes())
+    rec["wall_s"] = round(time.perf_counter() - t0, 1)
+    return rec
+
+
+def scale_run(n: int, tmp: Path) -> dict:
+    """dlrm_a2a rank 0 replayed as N SPMD ranks: does an N-rank run complete here, and how long?"""
+    from engine.replay.config import ReplayConfig
+    from engine.replay.distributed import DistConfig, replay_distributed
+
+    et = ROOT / "sample_traces" / "dlrm_a2a" / "dlrm_a2a_rank0_et.json.gz"
+    t0 = time.perf_counter()
+    res = replay_distributed(
+        [et],
+        config=ReplayConfig(warmup=1, iters=3, num_threads=1, metrics=False, profile=False),
+        dist=DistConfig(world_size=n, mirror_rank=0),
+        out_dir=tmp / f"scale{n}",
+    )
+    wall = time.perf_counter() - t0
+    return {
+        "world_size": n,
+        "wall_s": round(wall, 1),
+        "median_ms": round(res.median_ms, 3),
+        "per_rank_median_ms": [r["median_ms"] for r in res.ranks],
+        "coverage_rate": res.coverage["rate"],
+        "collectives": res.collectives,
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="few rounds")
+    ap.add_argument("--samples", nargs="*", default=list(SAMPLES))
+    ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--per-round", type=int, default=None)
+    ap.add_argument("--warmup", type=int, default=None)
+    ap.add_argument("--scale-ranks", type=int, default=8, help="SPMD ranks of the scale run (0: skip)")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "distributed.json"))
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--sample", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--record", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    rounds = args.rounds or (2 if args.quick else 6)
+    per_round = args.per_round or (3 if args.quick else 5)
+    warmup = args.warmup if args.warmup is not None else (2 if args.quick else 3)
+    if args.worker:
+        args.rounds, args.per_round, args.warmup = rounds, per_round, warmup
+        return worker(args)
+    import orjson
+
+    for s in args.samples:
+        if s not in SAMPLES:
+            print(f"unknown sample {s!r}; choose from {SAMPLES}", file=sys.stderr)
+            return 2
+    if "dlrm_tbe" in args.samples:
+        try:
+            import fbgemm_gpu  # noqa: F401
+        except ImportError:
+            print("note: dlrm_tbe skipped: needs the dlrm extra (fbgemm-gpu-cpu==1.8.0)", file=sys.stderr)
+            args.samples = [s for s in args.samples if s != "dlrm_tbe"]
+    t_start = time.perf_counter()
+    records = []
+    scale = None
+    with tempfile.TemporaryDirectory(prefix="mystique_dist_bench_") as tmp:
+        for s in args.samples:
+            records.append(run_sample(s, rounds=rounds, per_round=per_round, warmup=warmup, tmp=Path(tmp)))
+        if args.scale_ranks:
+            scale = scale_run(args.scale_ranks, Path(tmp))
+    errors = [max(r["error"], 1e-6) for r in records]
+    geo = math.exp(sum(math.log(e) for e in errors) / len(errors)) if errors else float("nan")
+    print(
+        f"{'sample':<10} {'original_ms':>11} {'captured_ms':>11} {'replay_ms':>9} {'error':>7} {'paired':>7} "
+        f"{'noise(IQR)':>10} {'coverage':>9} {'coll=trace':>10}"
+    )
+    for r in records:
+        print(
+            f"{r['sample']:<10} {r['original_ms']:>11.2f} {r['captured_ms']:>11.2f} {r['replay_ms']:>9.2f} "
+            f"{r['signed_error']:>+7.1%} {r['paired_error']:>+7.1%} {r['noise_iqr']:>10.1%} "
+            f"{r['coverage_rate']:>9.1%} {'yes' if r['collectives_equal'] else 'NO':>10}"
+        )
+        for kind, v in r["collectives_replay"].items():
+            t = r["collectives_trace"].get(kind, {})
+            print(
+                f"    {kind:<14} replay {v['count']:>3} x {v['bytes']:>10} B   trace {t.get('count')} x {t.get('bytes')} B"
+            )
+    print(f"geomean error: {geo:.2%}")
+    if scale:
+        print(
+            f"scale: {scale['world_size']} SPMD ranks of dlrm_a2a rank 0 completed in {scale['wall_s']:.1f} s wall "
+            f"(median iteration {scale['median_ms']:.1f} ms, coverage {scale['coverage_rate']:.1%})"
+        )
+    print(f"(wall {time.perf_counter() - t_start:.1f} s)")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(
+        orjson.dumps(
+            {
+                "records": records,
+                "geomean_error": geo,
+                "scale": scale,
+                "settings": {"rounds": rounds, "per_round": per_round, "warmup": warmup, "quick": args.quick},
+            },
+            option=orjson.OPT_INDENT_2,
+        )
+    )
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""Custom rebuilders: library ops replayed by rebuilding the library's module, not by calling the
+recorded operator with synthesized arguments.
+
+FBGEMM's table-batched embedding (TBE, production DLRM): `split_embedding_codegen_lookup_*`
+takes weights, per-table offsets, `D_offsets`, `hash_size_cumsum` and indices whose *values*
+must be consistent (an index past its table reads out of bounds inside a C++ kernel); a trace
+records only their shapes. So the lookup is rebuilt as a `SplitTableBatchedEmbeddingBagsCodegen`
+from the trace's arguments: number of tables (len(D_offsets) - 1), dims (`total_D`, `max_D`),
+rows (the weights' numel split evenly over the tables: per-table sizes are not recorded), pooling
+mode, optimizer (from the op name: `..._lookup_sgd_function` -> exact SGD), batch
+((len(offsets) - 1) / tables) and pooling factor (len(indices) / bags). Indices are drawn
+uniformly within each table's rows, bag lengths even: valid, realistic accesses. The TBE's
+recorded backward (`split_embedding_backward_codegen_*`, the fused optimizer update) runs as the
+rebuilt module's backward; `bounds_check_indices` runs on the module's own tensors.
+
+Ops are tied together by their recorded `indices` tensor (the same across bounds check, lookup
+and backward of one TBE). Without fbgemm_gpu the ops are skipped naming the package.
+
+Registry: `REBUILDERS` maps an op-name predicate to a rebuilder class, so new library ops plug in
+without touching the plan.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from engine.replay.reasons import SkipReason
+
+FBGEMM_HINT = "fbgemm-gpu-cpu==1.8.0 on CPU / fbgemm-gpu on CUDA (pip install -e '.[dlrm]')"
+_LOOKUP = re.compile(r"^fbgemm::split_embedding_codegen_lookup_(?P<opt>\w+?)_function(_pt2|_cpu)?$")
+_BACKWARD = re.compile(r"^fbgemm::split_embedding_backward_codegen_(?P<opt>[a-z_]+?)_(unweighted|weighted)")
+_OPTIMIZERS = {
+    "sgd": "EXACT_SGD",
+    "rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD",
+    "adagrad": "EXACT_ADAGRAD",
+    "adam": "ADAM",
+    "lamb": "LAMB",
+    "partial_rowwise_adam": "PARTIAL_ROWWISE_ADAM",
+    "partial_rowwise_lamb": "PARTIAL_ROWWISE_LAMB",
+    "lars_sgd": "LARS_SGD",
+    "none": "NONE",
+}
+
+
+def _args(schema: str, ins: dict) -> dict[str, tuple[Any, Any, str]]:
+    """{argument name: (value, shape, type)} through the recorded schema."""
+    import torch
+
+    values, shapes, types = ins.get("values", []), ins.get("shapes", []), ins.get("types", [])
+    try:
+        names = [a.name for a in torch._C.parse_schema(schema).arguments] if schema else []
+    except RuntimeError:
+        names = []
+    return {
+        n: (values[i], shapes[i] if i < len(shapes) else None, types[i]) for i, n in enumerate(names) if i < len(values)
+    }
+
+
+def _numel(v: Any) -> int | None:
+    return int(v[3]) if isinstance(v, list) and len(v) >= 5 and isinstance(v[3], int) else None
+
+
+def _key(a: dict) -> tuple | None:
+    v = a.get("indices", (None,))[0]
+    return (int(v[0]), int(v[1])) if isinstance(v, list) and len(v) >= 2 else None
+
+
+class _TBE:
+    """One rebuilt table-batched embedding and its synthesized batch."""
+
+    def __init__(self, *, tables: int, rows: int, dims: list[int], opt: str, pooling: int, batch: int, n_idx: int):
+        self.tables, self.rows, self.dims, self.opt = tables, rows, dims, opt
+        self.pooling, self.batch, self.n_idx = pooling, batch, n_idx
+        self.module = None
+        self.out = None
+
+    def build(self, device: str, seed: int) -> None:
+        if self.module is not None:
+            return
+        import torch
+        from fbgemm_gpu.split_embedding_configs import EmbOptimType
+        from fbgemm_gpu.split_table_batched_embeddings_ops_common import BoundsCheckMode, EmbeddingLocation, PoolingMode
+        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+            ComputeDevice,
+            SplitTableBatchedEmbeddingBagsCodegen,
+        )
+
+        cuda = device.startswith("cuda")
+        loc, comp = (
+            (EmbeddingLocation.DEVICE, ComputeDevice.CUDA) if cuda else (EmbeddingLocation.HOST, ComputeDevice.CPU)
+        )
+        self.module = SplitTableBatchedEmbeddingBagsCodegen(
+            embedding_specs=[(self.rows, d, loc, comp) for d in self.dims],
+            optimizer=getattr(EmbOptimType, _OPTIMIZERS.get(self.opt, "EXACT_SGD")),
+            learning_rate=0.01,
+            pooling_mode=PoolingMode(self.pooling) if self.pooling in (0, 1, 2) else PoolingMode.SUM,
+            bounds_check_mode=BoundsCheckMode.NONE,  # the trace's own bounds_check op is replayed separately
+            device=torch.device(device),
+        )
+        g = torch.Generator().manual_seed(seed)
+        bags = self.tables * self.batch
+        offsets = torch.linspace(0, self.n_idx, bags + 1).round().long()
+        per_table = [offsets[t * self.batch + self.batch] - offsets[t * self.batch] for t in range(self.tables)]
+        self.indices = torch.cat([torch.randint(0, self.rows, (int(n),), generator=g) for n in per_table]).to(device)
+        self.offsets = offsets.to(device)
+        total_d = sum(self.dims)
+        self.grad = (torch.randn(self.batch, total_d, generator=g) * 1e-3).to(device)
+        self.warning = torch.zeros(1, dtype=torch.long, device=device)
+
+    def forward(self):
+        import torch
+
+        with torch.enable_grad():
+            self.out = self.module(self.indices, self.offsets)
+        return (self.out,)
+
+    def backward(self):
+        if self.out is None:  # a backward selected without its forward: run the forward first
+            self.forward()
+        out, self.out = self.out, None
+        out.backward(self.grad)
+        return None
+
+    def bounds_check(self):
+        import torch
+
+        m = self.module
+        torch.ops.fbgemm.bounds_check_indices(m.rows_per_table, self.indices, self.offsets, 1, self.warning)
+        return None
+
+
+class FbgemmTBE:
+    """Rebuilder for FBGEMM TBE ops (see module docstring)."""
+
+    @staticmethod
+    def handles(name: str) -> bool:
+        return bool(_LOOKUP.match(name) or _BACKWARD.match(name)) or name == "fbgemm::bounds_check_indices"
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.tbes: dict[tuple, _TBE] = {}
+
+    def prepare(self, op_id: int, name: str, schema: str, ins: dict, outs: dict, device: str) -> Callable[[], Any]:
+        from engine.replay.dispatch import DispatchError
+
+        try:
+            import fbgemm_gpu  # noqa: F401 - registers torch.ops.fbgemm
+        except ImportError:
+            raise DispatchError(f"op {op_id} {name} needs {FBGEMM_HINT}", SkipReason.LIBRARY_NOT_LOADED) from None
+        a = _args(schema, ins)
+        key = _key(a)
+        if key is None:
+            raise DispatchError(f"op {op_id} {name}: no recorded indices argument", SkipReason.NO_MATCHING_OVERLOAD)
+        m = _LOOKUP.match(name)
+        if m:
+            self.tbes[key] = self._spec(op_id, name, m.group("opt"), a)
+        tbes, seed = self.tbes, self.seed
+        what = "forward" if m else ("bounds_check" if name.endswith("bounds_check_indices") else "backward")
+
+        def run():
+            tbe = tbes.get(key)
+            if tbe is None:
+                raise RuntimeError(f"no split_embedding_codegen_lookup op in the replay set uses indices {key}")
+            tbe.build(device, seed)
+            return getattr(tbe, what)()
+
+        return run
+
+    @staticmethod
+    def _spec(op_id: int, name: str, opt: str, a: dict) -> _TBE:
+        from engine.replay.dispatch import DispatchError
+
+        def val(n, default=None):
+            return a[n][0] if n in a and isinstance(a[n][0], (int, float)) else default
+
+        d_off = a.get("D_offsets", (None,))[0]
+        tables = (_numel(d_off) or 0) - 1
+        w = a.get("weights") or a.get("host_weights") or a.get("dev_weights")
+        wv = w[0] if w else None
+        w_numel = _numel(wv[0] if isinstance(wv, list) and wv and isinstance(wv[0], list) else wv) or 0
+        total_d, max_d = val("total_D"), val("max_D")
+        n_idx, n_off = _numel(a.get("indices", (None,))[0]), _numel(a.get("offsets", (None,))[0])
+        if tables < 1 or not total_d or not n_idx or not n_off or not w_numel:
+            raise DispatchError(
+                f"op {op_id} {name}: tables/dims/weights/indices not recorded", SkipReason.NO_MATCHING_OVERLOAD
+            )
+        dims = (
+            [int(max_d)] * tables
+            if max_d and int(max_d) * tables == int(total_d)
+            else [int(total_d) // tables] * tables
+        )
+        rows = max(1, w_numel // sum(dims))
+        batch = max(1, (n_off - 1) // tables)
+        return _TBE(
+            tables=tables, rows=rows, dims=dims, opt=opt, pooling=int(val("pooling_mode", 0)), batch=batch, n_idx=n_idx
+        )
+
+
+REBUILDERS: list[type[FbgemmTBE]] = [FbgemmTBE]
+
+
+class CustomOps:
+    """The plan's entry point: the first registered rebuilder that handles an op name."""
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+        self._inst: dict[type, Any] = {}
+
+    def _for(self, name: str):
+        for cls in REBUILDERS:
+            if cls.handles(name):
+                if cls not in self._inst:
+                    self._inst[cls] = cls(self.seed)
+                return self._inst[cls]
+        return None
+
+    def handles(self, name: str) -> bool:
+        return self._for(name) is not None
+
+    def prepare(self, op_id: int, name: str, schema: str, ins: dict, outs: dict, device: str):
+        return self._for(name).prepare(op_id, name, schema, ins, outs, device)

@@ -1,0 +1,140 @@
+"""Distributed replay: every rank at once, one process per rank, real collectives.
+
+    res = replay_distributed(paths, config=ReplayConfig(...), dist=DistConfig(world_size=2), out_dir="out")
+
+Inputs: the files of a multi-rank trace (one ET per rank, rank in the file name, optional
+Kineto), an exported composed benchmark's `rank_<r>.et.json` files, or ONE rank's ET with
+`mirror_rank=R` (every rank replays rank R: an SPMD assumption, labelled in the result).
+
+Steps: load once here (the parse cache then serves every rank), check the ranks' collective
+sequences against each other (a mismatch raises TraceError naming the rank and op: exit 2,
+nothing started), write `run_spec.json`, start the ranks (engine.distributed.launch: env://,
+gloo on CPU / NCCL on CUDA), each rank replays its trace with `TorchDistBackend` and writes
+`rank<r>/replay.json` and `rank<r>/replay_rank<r>_kineto.json.gz`; rank 0 merges them into
+`replay.json` (engine.replay.merge). A rank that dies or times out brings the run down
+(`RankFailed` naming it); nothing is left running.
+
+The same worker runs under torchrun:
+    torchrun --nproc-per-node 2 -m engine.replay.dist_worker sample_traces/ddp --out out
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine import jsonio
+from engine.errors import TraceError
+from engine.progress import Progress, report, scaled
+from engine.replay.config import ReplayConfig
+from engine.replay.result import ReplayResult
+
+DEFAULT_TIMEOUT_S = 60.0
+
+
+@dataclass(kw_only=True, slots=True)
+class DistConfig:
+    """world_size   ranks to start (None: the number of recorded ranks)
+    mirror_rank    replay this recorded rank on every rank (SPMD assumption)
+    timeout_s      bound on every collective (and the rendezvous)
+    check          compare the ranks' collective sequences before launching"""
+
+    world_size: int | None = None
+    mirror_rank: int | None = None
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    check: bool = True
+
+    def __post_init__(self) -> None:
+        if self.world_size is not None and (isinstance(self.world_size, bool) or not 1 <= int(self.world_size) <= 1024):
+            raise TraceError(f"world size must be between 1 and 1024, not {self.world_size!r}")
+        if self.mirror_rank is not None and (isinstance(self.mirror_rank, bool) or int(self.mirror_rank) < 0):
+            raise TraceError(f"mirror rank must be a non-negative rank, not {self.mirror_rank!r}")
+        if not (isinstance(self.timeout_s, (int, float)) and 0 < self.timeout_s <= 86_400):
+            raise TraceError(f"collective timeout must be between 0 and 86400 s, not {self.timeout_s!r}")
+
+
+def plan_ranks(trace, dist: DistConfig) -> tuple[int, dict[int, int]]:
+    """(world size, {process rank: recorded rank to replay})."""
+    ranks = sorted(int(r) for r in trace.ops["rank"].unique()) if len(trace.ops) else []
+    if not ranks:
+        raise TraceError("trace has no execution-trace operators to replay (Kineto-only trace?)")
+    if dist.mirror_rank is not None:
+        if dist.mirror_rank not in ranks:
+            raise TraceError(f"--mirror-rank {dist.mirror_rank}: the trace holds ranks {ranks}")
+        world = dist.world_size or 2
+        return world, dict.fromkeys(range(world), dist.mirror_rank)
+    world = dist.world_size or len(ranks)
+    if world != len(ranks):
+        hint = " (one rank's trace: run it as N symmetric ranks with --mirror-rank R)" if len(ranks) == 1 else ""
+        raise TraceError(f"world size {world} but the trace holds {len(ranks)} rank(s) {ranks}{hint}")
+    return world, dict(enumerate(ranks))
+
+
+def replay_distributed(
+    paths: Sequence[str | os.PathLike],
+    *,
+    config: ReplayConfig,
+    dist: DistConfig,
+    out_dir: str | os.PathLike,
+    progress: Progress | None = None,
+) -> ReplayResult:
+    import engine.trace as T
+    from engine.distributed.launch import launch
+    from engine.replay.merge import merge
+    from engine.replay.seqcheck import check_sequences, process_groups, sequences
+
+    names = [str(p) for p in paths]
+    report(progress, 0.0, "loading trace")
+    trace = T.load(*names)
+    world, rank_map = plan_ranks(trace, dist)
+    if dist.check and dist.mirror_rank is None and world > 1:
+        report(progress, 0.05, "checking collective sequences")
+        check_sequences(
+            sequences(trace, sorted(set(rank_map.values())), config.mode), names[0] if len(names) == 1 else None
+        )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in [out / "replay.json", *out.glob("rank*/replay.json")]:
+        stale.unlink(missing_ok=True)
+    spec = {
+        "paths": [os.path.abspath(p) for p in names],
+        "rank_map": {str(k): v for k, v in rank_map.items()},
+        "world_size": world,
+        "mirror_rank": dist.mirror_rank,
+        "timeout_s": dist.timeout_s,
+        "groups": process_groups(trace),
+        "out_dir": str(out.resolve()),
+        "config": config_to_json(config),
+        "merge_in_rank0": False,  # this process merges (it holds the output folder's lock)
+    }
+    spec_path = out / "run_spec.json"
+    spec_path.write_bytes(jsonio.dumps(spec, option=jsonio.OPT_INDENT_2))
+    launch(
+        "engine.replay.dist_worker",
+        ["--spec", str(spec_path)],
+        world_size=world,
+        run_dir=out / "logs",
+        progress=scaled(progress, 0.1, 0.95),
+    )
+    docs = [jsonio.loads((out / f"rank{r}" / "replay.json").read_bytes()) for r in range(world)]
+    res = merge(docs, world_size=world, mirror_rank=dist.mirror_rank, out_dir=out)
+    res.write(out)
+    report(progress, 1.0, "done")
+    return res
+
+
+def config_to_json(config: ReplayConfig) -> dict:
+    d = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    d["out_dir"] = str(d["out_dir"]) if d.get("out_dir") is not None else None
+    d["replay_mode"] = str(d["replay_mode"])
+    return d
+
+
+def config_from_json(d: dict, out_dir: Path | None) -> ReplayConfig:
+    d = dict(d)
+    d["out_dir"] = out_dir
+    d.setdefault("metrics", False)
+    return ReplayConfig(**d)

@@ -1,0 +1,126 @@
+"""Before launching ranks: each rank's collective sequence, its process groups, and a check that
+the ranks' sequences match (same order, kinds, groups, dtypes and sizes).
+
+Why before launch: a mismatched set of rank files would otherwise hang every rank in a
+collective until the timeout; checking the recorded sequences names the rank and the op at
+once (exit 2), with nothing started.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from engine.errors import TraceError
+from engine.replay.collectives import CollectiveCall, CollKind, collective_call, is_collective
+
+
+def rank_collectives(trace, rank: int, mode: Literal["top", "leaf"] = "top") -> list[CollectiveCall]:
+    """The collectives a distributed replay of `rank` issues, in op order."""
+    from engine.graph import replay_ops
+    from engine.replay.plan import _param_comms_by_parent
+    from engine.replay.selection import with_comm_records
+
+    ops = trace.ops[trace.ops["rank"] == rank]
+    ids = set(with_comm_records(ops, replay_ops(trace, mode, rank=rank)))
+    sel = ops[ops["id"].isin(ids)].sort_values("id", kind="stable")
+    sel = sel[sel["name"].astype(str).map(is_collective)]
+    child = _param_comms_by_parent(ops)
+    out = []
+    cols = [c for c in ("id", "name", "schema", "inputs", "outputs", "attrs") if c in sel.columns]
+    for row in sel[cols].to_dict("records"):
+        try:
+            call = collective_call(row, child.get(int(row["id"])))
+        except (ValueError, TypeError):
+            call = None
+        if call is not None:
+            out.append(call)
+    return out
+
+
+def process_groups(trace) -> list[dict]:
+    """Recorded process groups other than the default: [{name, ranks}] sorted by name, the same
+    list on every rank (what `dist.new_group` must be called with, in order)."""
+    ops = trace.ops
+    groups: dict[str, list[int]] = {}
+    init = ops[ops["name"].astype(str) == "## process_group:init ##"]
+    for ins in init["inputs"]:
+        try:
+            vals = json.loads(ins).get("values", []) if isinstance(ins, str) and ins else []
+            cfg = json.loads(vals[0]) if vals and isinstance(vals[0], str) else []
+        except (ValueError, AttributeError):
+            continue
+        for g in cfg if isinstance(cfg, list) else []:
+            if isinstance(g, dict) and str(g.get("pg_name", "0")) != "0":
+                ranks = g.get("ranks") or []
+                groups.setdefault(str(g["pg_name"]), [int(r) for r in ranks if isinstance(r, int)])
+    comms = ops[ops["name"].astype(str) == "record_param_comms"] if "attrs" in ops.columns else ops.iloc[:0]
+    for attrs in comms["attrs"] if len(comms) else []:
+        try:
+            a = json.loads(attrs) if isinstance(attrs, str) and attrs else {}
+        except ValueError:
+            continue
+        name = str(a.get("pg_name") or "")
+        if not name or name == "0" or name in groups:
+            continue
+        start, stride, size = a.get("global_rank_start"), a.get("global_rank_stride"), a.get("pg_size")
+        if isinstance(start, int) and isinstance(stride, int) and isinstance(size, int) and stride > 0:
+            groups[name] = [start + i * stride for i in range(size)]
+        else:
+            groups[name] = []
+    return [
+        {"name": n, "ranks": groups[n]}
+        for n in sorted(groups, key=lambda s: (not s.isdigit(), int(s) if s.isdigit() else 0, s))
+    ]
+
+
+def check_sequences(seqs: dict[int, list[CollectiveCall]], source: str | None = None) -> None:
+    """Raise TraceError naming the first rank and op whose collectives do not match the others'."""
+    if len(seqs) < 2:
+        return
+    by_pg: dict[str, dict[int, list[CollectiveCall]]] = {}
+    for r, calls in seqs.items():
+        for c in calls:
+            if c.kind == CollKind.WAIT:
+                continue
+            by_pg.setdefault(c.pg, {}).setdefault(r, []).append(c)
+    for r in seqs:
+        by_pg.setdefault("0", {}).setdefault(r, [])
+    for pg, ranks in sorted(by_pg.items()):
+        ref_rank = min(ranks)
+        ref = ranks[ref_rank]
+        for r in sorted(ranks):
+            if r == ref_rank:
+                continue
+            mine = ranks[r]
+            for i, (a, b) in enumerate(zip(ref, mine)):
+                if a.signature() != b.signature() or not _splits_agree(a, b, ref_rank, r):
+                    raise TraceError(
+                        f"collective mismatch: rank {r} collective #{i + 1} in group {pg} is {b.describe()}, "
+                        f"rank {ref_rank} has {a.describe()}",
+                        source,
+                    )
+            if len(mine) != len(ref):
+                longer, n = (r, mine) if len(mine) > len(ref) else (ref_rank, ref)
+                extra = n[min(len(mine), len(ref))]
+                raise TraceError(
+                    f"collective mismatch: rank {r} issues {len(mine)} collectives in group {pg}, rank {ref_rank} "
+                    f"{len(ref)}; rank {longer}'s {extra.describe()} has no partner",
+                    source,
+                )
+
+
+def _splits_agree(a: CollectiveCall, b: CollectiveCall, ra: int, rb: int) -> bool:
+    """all_to_all with recorded splits: what rank a sends to b is what b receives from a."""
+    if a.kind != CollKind.ALL_TO_ALL or not (a.in_splits and b.out_splits):
+        return True
+    if rb >= len(a.in_splits) or ra >= len(b.out_splits):
+        return True
+    return a.in_splits[rb] == b.out_splits[ra]
+
+
+def sequences(trace, ranks: list[int], mode: Literal["top", "leaf"] = "top") -> dict[int, list[CollectiveCall]]:
+    return {r: rank_collectives(trace, r, mode) for r in ranks}
+
+
+__all__ = ["check_sequences", "process_groups", "rank_collectives", "sequences"]

@@ -1,0 +1,167 @@
+"""Distributed replay: one process per rank with real gloo collectives, merged results, faults.
+
+Golden values come from the committed 2-rank samples (sample_traces/ddp, dlrm_a2a, dlrm_tbe).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import ROOT, SAMPLES
+
+FAST = ["--iters", "1", "--warmup", "0"]
+
+
+def _has_fbgemm() -> bool:
+    try:
+        import fbgemm_gpu  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _cli(args, capsys):
+    from engine.cli.main import main
+
+    code = main(["replay", *args])
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def _workers_gone(before: set[int]) -> bool:
+    return {p.pid for p in psutil.Process().children(recursive=True)} <= before
+
+
+def test_two_rank_sample_replays_with_collectives_and_merged_result(tmp_path, capsys, cache_dir):
+    """dlrm_tbe (all_to_all + all_reduce + broadcast + FBGEMM) when the dlrm extra is installed,
+    else dlrm_a2a: coverage with communication counted, counts/bytes per collective type equal
+    the trace's, one Kineto trace per rank that our loader reads as a 2-rank trace."""
+    import engine.trace as T
+    from engine.replay.commstats import trace_collectives
+    from engine.replay.seqcheck import rank_collectives
+
+    name = "dlrm_tbe" if _has_fbgemm() else "dlrm_a2a"
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    code, out, err = _cli([str(SAMPLES / name), *FAST, "--out", str(tmp_path / "o"), "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["world_size"] == 2 and [r["rank"] for r in doc["ranks"]] == [0, 1]
+    assert doc["spmd"] is None and doc["replay_mode"] == "full"
+    cov = doc["coverage"]
+    assert "collective (single-process replay)" not in cov["by_reason"]
+    assert cov["comm_selected"] > 0 and cov["comm_replayed"] == cov["comm_selected"]
+    assert cov["replayed"] / cov["selected"] >= 0.99, cov["by_reason"]
+    if name == "dlrm_tbe":
+        assert cov["replayed"] == cov["selected"], cov["by_reason"]  # 100 % with the extra
+    trace = T.load(*sorted((SAMPLES / name).glob("*_et.json.gz")))
+    for r in doc["ranks"]:
+        assert r["coverage"]["replayed"] / r["coverage"]["selected"] >= 0.99
+        expected = trace_collectives(rank_collectives(trace, r["rank"]))
+        assert r["collectives"] == expected, (r["rank"], r["collectives"], expected)
+        assert set(expected) == {"all_reduce", "all_to_all", "broadcast"}
+        b = r["breakdown"]
+        assert b["compute_ms"] > 0 and b["exposed_comm_ms"] >= 0 and b["comm_ms"] > 0
+    assert doc["median_ms"] == pytest.approx(
+        max(r["iteration_ms"][0] for r in doc["ranks"]), rel=1e-6
+    )  # iteration = slowest rank
+    kin = [r["kineto_path"] for r in doc["ranks"]]
+    replayed = T.load(*kin)
+    assert replayed.meta["ranks"] == [0, 1]
+    assert _workers_gone(before)
+
+
+def test_mirror_rank_runs_one_rank_as_spmd(tmp_path, capsys, cache_dir):
+    et = SAMPLES / "ddp" / "ddp_rank0_et.json.gz"
+    code, out, err = _cli(
+        [str(et), "--mirror-rank", "0", "--world-size", "2", *FAST, "--no-profile", "--out", str(tmp_path), "--json"],
+        capsys,
+    )
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["world_size"] == 2 and doc["spmd"]["mirror_rank"] == 0 and "SPMD" in doc["spmd"]["assumption"]
+    assert all(r["recorded_rank"] == 0 for r in doc["ranks"])
+    assert doc["coverage"]["replayed"] == doc["coverage"]["selected"]
+    per_rank = [r["collectives"]["all_reduce"]["count"] for r in doc["ranks"]]
+    assert per_rank[0] == per_rank[1] > 0 and doc["collectives"]["all_reduce"]["count"] == sum(per_rank)
+    # a one-rank trace without --mirror-rank cannot start 2 ranks: clear error, exit 2
+    code, _, err = _cli([str(et), "--world-size", "2", *FAST], capsys)
+    assert code == 2 and "--mirror-rank" in err
+
+
+def _mismatched(tmp_path: Path) -> Path:
+    """ddp rank files where rank 1 lost its last all_reduce (and its gloo child)."""
+    d = tmp_path / "bad"
+    d.mkdir()
+    shutil.copy(SAMPLES / "ddp" / "ddp_rank0_et.json.gz", d / "ddp_rank0_et.json.gz")
+    doc = json.loads(gzip.decompress((SAMPLES / "ddp" / "ddp_rank1_et.json.gz").read_bytes()))
+    last = max(n["id"] for n in doc["nodes"] if n["name"] == "c10d::allreduce_")
+    doc["nodes"] = [n for n in doc["nodes"] if n["id"] != last and n.get("ctrl_deps") != last]
+    (d / "ddp_rank1_et.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return d
+
+
+def test_mismatched_rank_files_exit_2_before_launch_naming_rank_and_op(tmp_path, capsys, cache_dir):
+    d = _mismatched(tmp_path)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    t0 = time.perf_counter()
+    code, _, err = _cli([str(d), *FAST, "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert "rank 0" in err and "c10d::allreduce_" in err and "collective mismatch" in err
+    assert err.count("\n") == 1  # one line
+    assert not (tmp_path / "o" / "logs").exists()  # nothing launched
+    assert time.perf_counter() - t0 < 30 and _workers_gone(before)
+
+
+def test_never_matching_collective_times_out_naming_a_rank(tmp_path, capsys, cache_dir):
+    d = _mismatched(tmp_path)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    t0 = time.perf_counter()
+    code, _, err = _cli([str(d), *FAST, "--no-check", "--no-profile", "--timeout", "4", "--out", str(tmp_path)], capsys)
+    wall = time.perf_counter() - t0
+    assert code == 1 and "Traceback" not in err
+    assert "rank " in err and "failed" in err and ("Timed out" in err or "timeout" in err.lower()), err
+    assert wall < 120
+    assert _workers_gone(before)
+
+
+def test_killed_rank_brings_the_run_down_and_leaves_nothing(tmp_path):
+    out = tmp_path / "o"
+    cmd = [sys.executable, "-m", "engine.cli.main", "replay", str(SAMPLES / "ddp"), "--iters", "2000"]
+    cmd += ["--warmup", "0", "--no-profile", "--timeout", "10", "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    victim = None
+    deadline = time.time() + 240
+    while time.time() < deadline and victim is None and proc.poll() is None:
+        time.sleep(0.5)
+        if not (out / "rank1").is_dir():
+            continue
+        for p in psutil.Process(proc.pid).children(recursive=True):
+            try:
+                if p.environ().get("RANK") == "1" and "dist_worker" in " ".join(p.cmdline()):
+                    victim = p
+            except psutil.Error:
+                continue
+    assert victim is not None, "rank 1 never started"
+    time.sleep(3)  # mid-run
+    tree = [proc.pid] + [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+    victim.kill()
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("the run did not come down within the timeout")
+    assert proc.returncode not in (0, None)
+    assert "rank 1 failed" in err and "killed by signal 9" in err, err
+    time.sleep(0.5)
+    alive = [pid for pid in tree if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert not alive, alive

@@ -1,0 +1,153 @@
+"""What-if edits on real traces: layers, batch, data-parallel degree, sharding, spec errors (issue 12)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import SAMPLES
+
+
+def _sample(model):
+    from engine.trace import load
+
+    return load(str(SAMPLES / model / f"{model}_kineto.json.gz"), str(SAMPLES / model / f"{model}_et.json.gz"))
+
+
+def _spec(*edits):
+    return {"version": 1, "edits": list(edits)}
+
+
+def test_layers_duplicates_blocks_and_scales_optimizer(cache_dir):
+    from engine.simulate import simulate
+
+    tr = _sample("transformer")
+    base = simulate(tr)
+    r = simulate(tr, _spec({"kind": "layers", "module": r"blocks\.\d+", "copies": 1}))
+    rep = r.extra["layers"][0]
+    assert rep["matched"] == 2
+    # 2 of the GPT's ~2.66 M parameters per block (model config: d=256, vocab 2048, seq 128)
+    assert rep["param_share"] == pytest.approx(2 * 789_760 / 2_659_840, abs=0.01)
+    names = r.predicted.events["name"].astype(str)
+    assert (names == "nn.Module: blocks.1").sum() == 2 and (names == "nn.Module: blocks.0").sum() == 2
+    ratio = r.predicted_iteration_ms / base.predicted_iteration_ms
+    assert 1.5 < ratio < 1.9  # the blocks are most of the step, embeddings/head/loss are not copied
+    # copies are placed after their original inside the enclosing span
+    ev = r.predicted.events
+    blocks = ev[names == "nn.Module: blocks"].iloc[0]
+    inner = ev[names.str.fullmatch(r"nn\.Module: blocks\.\d")]
+    assert (inner["ts_us"] >= blocks["ts_us"]).all()
+    assert ((inner["ts_us"] + inner["dur_us"]) <= blocks["ts_us"] + blocks["dur_us"] + 1e-6).all()
+
+
+def test_batch_scales_gemms_not_optimizer(cache_dir):
+    from engine.simulate import simulate
+
+    tr = _sample("mlp")
+    base = simulate(tr)
+    r = simulate(tr, _spec({"kind": "batch", "size": 256, "scale": 2.0}))
+    ratio = r.predicted_iteration_ms / base.predicted_iteration_ms
+    assert 1.6 < ratio < 2.05
+    ev0, ev1 = base.predicted.events, r.predicted.events
+    n0, n1 = ev0["name"].astype(str), ev1["name"].astype(str)
+    opt0 = ev0.loc[n0 == "## optimizer ##", "dur_us"].sum()
+    opt1 = ev1.loc[n1 == "## optimizer ##", "dur_us"].sum()
+    assert opt1 == pytest.approx(opt0, rel=0.02)  # parameters do not depend on the batch
+    mm0 = ev0.loc[n0 == "aten::mm", "dur_us"].sum()
+    mm1 = ev1.loc[n1 == "aten::mm", "dur_us"].sum()
+    assert 1.7 < mm1 / mm0 < 2.1
+    assert set(r.extra["cost_model"]) == {"gemm", "embedding", "memory"}
+
+
+def test_batch_needs_the_et(cache_dir):
+    from engine.simulate import simulate
+    from engine.simulate.whatif import SpecError
+    from engine.trace import load
+
+    tr = load(str(SAMPLES / "mlp" / "mlp_kineto.json.gz"))
+    with pytest.raises(SpecError, match="ET"):
+        simulate(tr, _spec({"kind": "batch", "size": 256, "scale": 2.0}))
+
+
+def test_data_parallel_1024_ranks_by_symmetry(shared_traces, cache_dir):
+    import time
+
+    from engine.simulate import simulate
+    from engine.trace import load
+
+    tr = load(str(shared_traces / "hta_trace_diff" / "control.json.gz"))
+    same = simulate(tr, _spec({"kind": "data_parallel", "ranks": 8}))
+    assert same.predicted_iteration_ms == pytest.approx(
+        same.measured_iteration_ms or simulate(tr).predicted_iteration_ms, rel=1e-6
+    )
+    t0 = time.perf_counter()
+    big = simulate(tr, _spec({"kind": "data_parallel", "ranks": 1024}))
+    assert time.perf_counter() - t0 < 60
+    d = big.extra["dp"]
+    assert d["from_ranks"] == 8 and d["simulated_ranks"] == 1
+    assert d["collective_ms_after"] > d["collective_ms_before"]
+    assert big.predicted_iteration_ms > same.predicted_iteration_ms
+    assert big.breakdown["communication"] > same.breakdown["communication"]
+
+
+def test_sharding_ranks_plans(cache_dir):
+    from engine.simulate import simulate
+
+    r = simulate(_sample("dlrm"), _spec({"kind": "sharding", "ranks": [2, 4]}))
+    sh = r.extra["sharding"]
+    assert [t["rows"] for t in sh["tables"]] == [100_000, 40_000, 10_000, 2_000]
+    for n in ("2", "4"):
+        plans = sh["ranking"][n]
+        assert {p["plan"] for p in plans} == {"table", "row", "column", "greedy"}
+        assert plans[0]["slowest_rank_ms"] <= plans[-1]["slowest_rank_ms"]
+        table = next(p for p in plans if p["plan"] == "table")
+        greedy = next(p for p in plans if p["plan"] == "greedy")
+        assert greedy["slowest_rank_ms"] < table["slowest_rank_ms"]  # the 100k-row table dominates
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"version": 1, "edits": [{"kind": "layers", "module": "(", "copies": 1}]}, "edits[0].module"),
+        ({"version": 1, "edits": [{"kind": "layers", "module": "x", "copies": 0}]}, "edits[0].copies"),
+        ({"version": 1, "edits": [{"kind": "batch", "size": 3, "scale": "two"}]}, "edits[0].scale"),
+        ({"version": 1, "edits": [{"kind": "data_parallel"}]}, "edits[0].ranks"),
+        ({"version": 1, "edits": [{"kind": "sharding", "plans": ["diagonal"]}]}, "edits[0].plans"),
+        ({"version": 1, "edits": [{"kind": "nope"}]}, "edits[0].kind"),
+        ({"version": 1, "edits": {}}, "edits"),
+        ({"version": 1, "edits": [], "extra": 1}, "extra"),
+    ],
+)
+def test_spec_errors_name_the_field(spec, field):
+    from engine.simulate.whatif import SpecError, WhatIfSpec
+
+    with pytest.raises(SpecError) as ei:
+        WhatIfSpec.parse(spec)
+    assert ei.value.field == field
+    assert f"'{field}'" in str(ei.value)
+
+
+def test_hidden_size_grows_gemms_and_optimizer(cache_dir):
+    from engine.simulate import simulate
+
+    tr = _sample("mlp")
+    base = simulate(tr)
+    r = simulate(tr, _spec({"kind": "hidden", "size": 1024, "scale": 2.0}))
+    assert r.extra["hidden"][0]["tasks_rescaled"] > 20
+    n0 = base.predicted.events["name"].astype(str)
+    n1 = r.predicted.events["name"].astype(str)
+    opt0 = base.predicted.events.loc[n0 == "## optimizer ##", "dur_us"].sum()
+    opt1 = r.predicted.events.loc[n1 == "## optimizer ##", "dur_us"].sum()
+    assert opt1 > 1.3 * opt0  # parameters with a hidden dimension grow
+    assert r.predicted_iteration_ms > 1.5 * base.predicted_iteration_ms
+
+
+def test_pipeline_1f1b(cache_dir):
+    from engine.simulate import simulate
+
+    tr = _sample("transformer")
+    one = simulate(tr, _spec({"kind": "pipeline", "stages": 1, "microbatches": 1})).extra["pipeline"]
+    assert one["predicted_step_ms"] == pytest.approx(one["unpipelined_step_ms"], rel=1e-9)  # identity
+    p = simulate(tr, _spec({"kind": "pipeline", "stages": 4, "microbatches": 8})).extra["pipeline"]
+    assert p["bubble_fraction"] == pytest.approx(3 / 11)
+    more = simulate(tr, _spec({"kind": "pipeline", "stages": 4, "microbatches": 32})).extra["pipeline"]
+    assert more["predicted_step_ms"] < p["predicted_step_ms"] < one["predicted_step_ms"]

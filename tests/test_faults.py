@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, SAMPLES
 
 from engine.errors import TraceError
@@ -215,7 +214,7 @@ def test_4_interrupted_compose_is_not_replayed(tmp_path, cache_dir):
     # what a kill while writing rank 3 leaves: ranks 0-2, no marker (it is written last)
     (out / MARKER).unlink()
     (out / "rank_3.et.json").unlink()
-    with pytest.raises(TraceError, match="no COMPLETE.json"):
+    with pytest.raises(TraceError, match=r"no COMPLETE\.json"):
         check_folder(out)
     one_line_error(cli("replay", out, "--iters", "1", "--no-profile", cache=cache_dir), str(out), "3 rank file(s)")
     # a marker whose rank list disagrees with the files on disk

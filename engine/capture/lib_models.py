@@ -20,6 +20,7 @@ model code that runs is torchvision's own, unchanged.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import torch
@@ -46,8 +47,8 @@ def import_torchvision():
         return orig(op, *args, **kwargs)
 
     L.register_fake = tolerant
-    try:
-        import torchvision
+    try:  # importlib: an optional dependency, absent on most machines (and without type stubs)
+        torchvision = importlib.import_module("torchvision")
     except ImportError as exc:
         raise TraceError(f"sample resnet_tv needs torchvision (pip install 'mystique-studio[models]'): {exc}") from None
     finally:
@@ -75,7 +76,8 @@ def build_gpt2(
     except TraceError:
         pass
     try:
-        from transformers import GPT2Config, GPT2LMHeadModel
+        transformers = importlib.import_module("transformers")
+        GPT2Config, GPT2LMHeadModel = transformers.GPT2Config, transformers.GPT2LMHeadModel
     except ImportError as exc:
         raise TraceError(f"sample gpt2_hf needs transformers (pip install 'mystique-studio[models]'): {exc}") from None
     cfg = GPT2Config(
@@ -105,7 +107,6 @@ def build_gpt2(
             return self.m(input_ids=x, use_cache=False, return_dict=True).logits
 
     step = SampleStep("gpt2_hf", _Wrap(model), opt, (ids,), target, _lm_loss)
-    import transformers
 
     return step, {
         "model": "gpt2_hf",

@@ -175,16 +175,16 @@ def _size_candidates(sizes: list, S: set, batch: int | None, s: float) -> list[l
         for i, x in enumerate(sizes):
             if x == 1:
                 c = list(sizes)
-                c[i] = int(round(s))
+                c[i] = round(s)
                 cands.append(c)
         cands.append(list(sizes))
     ints = [i for i, x in enumerate(sizes) if isinstance(x, int) and x > 1]
     in_s = [i for i in ints if sizes[i] in S]
     if in_s:  # the batch leads: the first dim known to carry it alone, then all of them
         c = list(sizes)
-        c[in_s[0]] = int(round(c[in_s[0]] * s))
+        c[in_s[0]] = round(c[in_s[0]] * s)
         cands.append(c)
-        cands.append([int(round(x * s)) if i in in_s else x for i, x in enumerate(sizes)])
+        cands.append([round(x * s) if i in in_s else x for i, x in enumerate(sizes)])
     guesses = [i for i in ints if i not in in_s and batch and sizes[i] % batch == 0]
     for k, i in enumerate(in_s + guesses):
         if k == len(in_s) and list(sizes) not in cands:
@@ -248,7 +248,7 @@ def _layout_candidate(new_in: list, old_in: list, sizes: list, s: float) -> list
     v = c[k] * s
     if abs(v - round(v)) > 1e-9:
         return None
-    c[k] = int(round(v))
+    c[k] = round(v)
     return c
 
 

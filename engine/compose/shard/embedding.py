@@ -92,7 +92,7 @@ def find_tables(nodes: list[dict], replay_ids, tbe_info: list | None = None) -> 
         if tbes:
             top = max((max(v[0], v[1]) for n in nodes for _, _, _, _, v in tensors_of(n) if is_defined(v)), default=0)
             fresh = _Fresh(top + 1)
-            out = []
+            out: list[Table] = []
             for n in tbes:
                 for fwd, bwd, info in tables_from_tbe(n, fresh, len(out)):
                     a = fwd["inputs"]

@@ -189,4 +189,4 @@ def tables_from_tbe(n: dict, fresh, start_index: int) -> list[tuple[dict, dict, 
     return out
 
 
-__all__ = ["tbe_ops", "tables_from_tbe", "TBE_FWD_PREFIX"]
+__all__ = ["TBE_FWD_PREFIX", "tables_from_tbe", "tbe_ops"]

@@ -76,7 +76,7 @@ _BENIGN = ("no meta kernel", "data-dependent", "meta")
 
 
 def _failures(rep) -> dict[str, str]:
-    out = {}
+    out: dict[str, str] = {}
     for u in rep.unchecked:
         name, _, msg = u.partition(": ")
         if not any(b in msg.lower() for b in _BENIGN):

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import streamlit as st
 
+from engine.trace.ranks import of_rank
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_traces"
 
@@ -128,6 +130,8 @@ def sample_sets() -> dict[str, list[str]]:
     if SAMPLES.is_dir():
         for d in sorted(p for p in SAMPLES.iterdir() if p.is_dir()):
             files = [str(p) for p in (d / f"{d.name}_et.json.gz", d / f"{d.name}_kineto.json.gz") if p.exists()]
+            # multi-rank samples: every rank's ET + Kineto (one multi-rank trace)
+            files = files or [str(p) for p in sorted(d.glob(f"{d.name}_rank*_*.json.gz"))]
             if files:
                 out[d.name] = files
     return out
@@ -347,7 +351,7 @@ def graph_model(
     """Laid-out graph model (data-dependency DAG, collapsed per the view) for one rank."""
     from engine.figures.graph import GraphView, build_graph_model
     from engine.graph import data_deps
-    from engine.graph.calltree import rank_ops
+    from engine.trace.ranks import rank_ops
 
     trace = load_paths(paths)
     dag = data_deps(trace, rank=rank)
@@ -366,7 +370,7 @@ def dag_of(paths: tuple[str, ...], rank: int | None):
 def hierarchy_model(paths: tuple[str, ...], rank: int | None, focus_key: str | None):
     """The operator graph at a drill-down focus (same node budget on every page)."""
     from engine.figures.hierarchy import NODE_BUDGET, Focus, build_hierarchy_model
-    from engine.graph.calltree import rank_ops
+    from engine.trace.ranks import rank_ops
 
     trace = load_paths(paths)
     focus = Focus.from_key(focus_key) if focus_key else None
@@ -384,7 +388,7 @@ def hierarchy_fig(
     height: int = 560,
 ):
     from engine.figures.hierarchy import hierarchy_figure, search_keys
-    from engine.graph.calltree import rank_ops
+    from engine.trace.ranks import rank_ops
 
     model = hierarchy_model(paths, rank, focus_key)
     found = tuple(search_keys(model, rank_ops(load_paths(paths).ops, rank), search)) if search else ()
@@ -494,9 +498,7 @@ def op_shapes(paths: tuple[str, ...]) -> dict[int, str]:
 def search_events(paths: tuple[str, ...], rank: int | None, pattern: str) -> list[tuple[str, float, float]]:
     """(name, start µs from the rank's origin, dur µs) of events whose name matches `pattern`
     (a regex, case-insensitive; a bad regex is matched as plain text), longest first."""
-    ev = load_paths(paths).events
-    if rank is not None and "rank" in ev.columns:
-        ev = ev[ev["rank"] == rank]
+    ev = of_rank(load_paths(paths).events, rank)
     if len(ev) == 0:
         return []
     t0 = float(ev["ts_us"].min())
@@ -511,17 +513,30 @@ def search_events(paths: tuple[str, ...], rank: int | None, pattern: str) -> lis
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def capture_meta(paths: tuple[str, ...]) -> dict | None:
-    """The capture meta (`<name>_meta.json` next to the trace files), when there is exactly one."""
-    import orjson
+def rank_inputs(name: str, bench: dict | None) -> dict:
+    """Files and recorded ranks a distributed replay of trace `name` (or the composed
+    benchmark) takes (engine.replay.distributed.rank_inputs)."""
+    from engine.replay.distributed import rank_inputs as _ri
 
-    folders = {Path(p).parent for p in paths}
-    metas = [m for f in folders for m in f.glob("*_meta.json")]
-    if len(metas) != 1:
-        return None
+    t = get_trace(name)
+    return _ri(traces()[name]["paths"], (t.meta or {}).get("ranks") or [0], bench.get("dir") if bench else None)
+
+
+def rank_medians(name: str) -> dict[int, float]:
+    """Unprofiled per-rank step medians of a multi-rank capture ({} for others)."""
+    from engine.replay.distributed import capture_rank_medians
+
+    return capture_rank_medians(traces()[name]["paths"]) if name in traces() else {}
+
+
+def capture_meta(paths: tuple[str, ...]) -> dict | None:
+    """The capture meta of the trace files (engine.capture.meta rules), None when there is none."""
+    from engine.capture.meta import meta_for
+    from engine.errors import TraceError
+
     try:
-        return orjson.loads(metas[0].read_bytes())
-    except (OSError, orjson.JSONDecodeError):
+        return meta_for(*paths)
+    except TraceError:
         return None
 
 
@@ -546,12 +561,10 @@ def graph_fig(
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def default_window(paths: tuple[str, ...], rank: int | None) -> tuple[float, float]:
-    from engine.figures.timeline import default_window as _dw
+    from engine.figures import timeline
 
-    ev = load_paths(paths).events
-    if rank is not None and "rank" in ev.columns:
-        ev = ev[ev["rank"] == rank]
-    return tuple(float(x) for x in _dw(ev))
+    ev = of_rank(load_paths(paths).events, rank)
+    return tuple(float(x) for x in timeline.default_window(ev))
 
 
 @st.cache_data(max_entries=16, show_spinner="Analysing…")

@@ -29,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from engine import jsonio  # noqa: E402 -- after sys.path
 
 MODELS = ("mlp", "cnn", "transformer", "dlrm")
 
@@ -188,8 +189,6 @@ def main(argv=None) -> int:
     per_round = args.per_round or (3 if args.quick else 5)
     warmup = 2 if args.quick else 3
 
-    import orjson
-
     records = []
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="mystique_fidelity_") as tmp:
@@ -228,23 +227,20 @@ def main(argv=None) -> int:
         )
     print(f"geomean error: {geo:.2%}   (wall {time.perf_counter() - t_start:.1f} s)")
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(
-        orjson.dumps(
-            {
-                "records": records,
-                "geomean_error": geo,
-                "settings": {
-                    "rounds": rounds,
-                    "per_round": per_round,
-                    "device": args.device,
-                    "quick": args.quick,
-                    "fresh": args.fresh,
-                    "host_gaps": args.host_gaps,
-                },
+    jsonio.write_json(
+        out,
+        {
+            "records": records,
+            "geomean_error": geo,
+            "settings": {
+                "rounds": rounds,
+                "per_round": per_round,
+                "device": args.device,
+                "quick": args.quick,
+                "fresh": args.fresh,
+                "host_gaps": args.host_gaps,
             },
-            option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY,
-        )
+        },
     )
     print(f"wrote {out}")
     return 0

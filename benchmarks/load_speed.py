@@ -36,6 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from engine import jsonio  # noqa: E402 -- after sys.path
 
 REFERENCE = {  # reference (measured by the issue author), seconds
     "param ExecutionTrace loader (resnet ET)": (1.0, 1.3),
@@ -285,24 +286,21 @@ def main(argv=None) -> int:
             f"{side['min_round_ratio']:.2f}x; goal 3x)"
         )
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "results": results,
-                "targets_s": TARGETS,
-                "speedup": speedup,
-                "side_by_side_with_param": side,
-                "et_stages_ms": stages,
-                "reference_s (measured by the issue author)": REFERENCE,
-                "graph": graph_note,
-                "repeat": args.repeat,
-                "python": sys.version.split()[0],
-                "loadavg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-                "cpus": os.cpu_count(),
-            },
-            indent=2,
-        )
+    jsonio.write_json(
+        out,
+        {
+            "results": results,
+            "targets_s": TARGETS,
+            "speedup": speedup,
+            "side_by_side_with_param": side,
+            "et_stages_ms": stages,
+            "reference_s (measured by the issue author)": REFERENCE,
+            "graph": graph_note,
+            "repeat": args.repeat,
+            "python": sys.version.split()[0],
+            "loadavg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+            "cpus": os.cpu_count(),
+        },
     )
     print(f"wrote {out}")
     return 0

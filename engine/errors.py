@@ -7,7 +7,10 @@ there is one) and the problem.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
+from typing import Any
 
 
 class TraceError(Exception):
@@ -17,3 +20,38 @@ class TraceError(Exception):
         self.problem = problem
         self.path = None if path is None else os.fspath(path)
         super().__init__(f"{self.path}: {problem}" if self.path else problem)
+
+
+# What a parser's own bug-free code raises on a document of the wrong shape.
+MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
+
+
+@contextlib.contextmanager
+def malformed_as_trace_error(what: str, path: str | os.PathLike | None) -> Iterator[None]:
+    """Turn a parser's KeyError/TypeError/... on a malformed document into one TraceError
+    ("malformed <what> (KeyError: ...)") naming the file; TraceErrors pass through."""
+    try:
+        yield
+    except TraceError:
+        raise
+    except MALFORMED as exc:
+        raise TraceError(f"malformed {what} ({type(exc).__name__}: {exc})", path) from None
+
+
+def env_int(name: str, default: int, minimum: int) -> int:
+    """An integer setting from the environment (at least `minimum`); TraceError when not an integer."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return max(minimum, int(raw))
+    except ValueError:
+        raise TraceError(f"{name} must be an integer, got {raw!r}") from None
+
+
+def reject_unknown_fields(d: dict[str, Any], known: set[str], what: str) -> None:
+    """TraceError naming the fields of `d` that are not in `known` (and listing the known ones);
+    `what` reads before "field(s)" ("unknown selection field(s): ...")."""
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise TraceError(f"unknown {what} field(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")

@@ -36,11 +36,12 @@ if mode == "original vs replay":
         st.error(f"original trace {run['trace']!r} is no longer loaded")
         st.stop()
     from engine.compare import compare
+    from engine.replay.result import ReplayResult  # lazy: engine.replay imports torch
 
     original = state.get_trace(run["trace"])
-    report = orjson.loads(Path(run["path"]).read_bytes())
     meta = state.capture_meta(tuple(state.traces()[run["trace"]]["paths"]))
     try:
+        report = ReplayResult.read(run["path"])
         cmp = compare(original, report, original_meta=meta)
     except TraceError as exc:
         st.error(str(exc))
@@ -87,9 +88,19 @@ if mode == "original vs replay":
         f"substituted {cov.get('substituted', 0)}, skipped {cov.get('skipped', 0)}"
         + (f" ({', '.join(f'{k}: {v}' for k, v in cov.get('by_reason', {}).items())})" if cov.get("by_reason") else "")
     )
+    if report.ranks:
+        from engine.figures import ranks as rfig
+
+        st.plotly_chart(
+            rfig.ranks_side_by_side(
+                rfig.original_rank_ms(original, state.rank_medians(run["trace"])), report.to_json()
+            ),
+            key="cmp_ranks",
+            width="stretch",
+        )
     tab_t, tab_b, tab_m, tab_o = st.tabs(["Timelines", "Time by op type", "Metrics", "Per-op table"])
     with tab_t:
-        kp = report.get("kineto_path")
+        kp = report.kineto_path
         if original.has_kineto and kp and Path(kp).exists():
             replay_trace = state.load_paths((kp,))
             win = st.number_input(

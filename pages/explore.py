@@ -6,6 +6,7 @@ from app import state
 from engine.errors import TraceError
 from engine.figures import breakdown
 from engine.figures.selection import selected_keys, selection_to_node_ids
+from engine.trace.ranks import of_rank, ranks_of
 
 st.title("Explore")
 name = state.trace_picker(key="explore_trace")
@@ -15,7 +16,7 @@ st.session_state["current"] = name
 entry = state.traces()[name]
 paths = tuple(entry["paths"])
 trace = state.get_trace(name)
-ranks = sorted({int(r) for r in trace.ops["rank"].unique()} | {int(r) for r in trace.events["rank"].unique()}) or [0]
+ranks = ranks_of(trace.ops, trace.events) or [0]
 rank = st.selectbox("Rank", ranks, key="explore_rank") if len(ranks) > 1 else ranks[0]
 
 # One view at a time (not st.tabs, which runs all three): the first render of a 14k-node trace
@@ -52,7 +53,7 @@ elif view == "Timeline":
     if not trace.has_kineto:
         st.info("This trace has no Kineto events: the timeline needs a Kineto trace.")
     else:
-        ev = trace.events[trace.events["rank"] == rank] if "rank" in trace.events.columns else trace.events
+        ev = of_rank(trace.events, rank)
         t0 = float(ev["ts_us"].min())
         span = float((ev["ts_us"] + ev["dur_us"]).max() - t0)
         w = st.session_state.get("t_window")

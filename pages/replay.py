@@ -7,11 +7,12 @@ leaving the page (or reloading) does not stop them, and the reported RSS is the 
 
 from pathlib import Path
 
-import orjson
 import streamlit as st
 
 from app import state
 from engine.errors import TraceError
+from engine.graph.replayset import SelectionMode
+from engine.replay.config import ReplayConfig  # no torch: engine.replay imports its executor lazily
 
 st.title("Replay")
 name = state.trace_picker("Original trace", key="replay_trace", kinds=("execution_trace",))
@@ -41,17 +42,40 @@ def _devices() -> list[str]:
     return devs
 
 
+DEFAULTS = ReplayConfig()  # the one source of defaults (the CLI reads it too)
 c = st.columns(5)
 device = c[0].selectbox("Device", _devices(), key="replay_device")
-warmup = int(c[1].number_input("Warm-up iterations", 0, 100, 2, key="replay_warmup"))
-iters = int(c[2].number_input("Timed iterations", 1, 1000, 5, key="replay_iters"))
+warmup = int(c[1].number_input("Warm-up iterations", 0, 100, DEFAULTS.warmup, key="replay_warmup"))
+iters = int(c[2].number_input("Timed iterations", 1, 1000, DEFAULTS.iters, key="replay_iters"))
 mode = c[3].selectbox(
     "Operator level",
-    ["top", "leaf"],
+    [m.value for m in SelectionMode],
     key="replay_mode",
     help="top: highest rebuildable op per call path; leaf: lowest (closer to kernels)",
 )
 host_gaps = c[4].checkbox("Reproduce CPU gaps", value=False, key="replay_gaps")
+rank_files = state.rank_inputs(name, bench if target.startswith("composed") else None)
+dist_opts = None
+if len(rank_files["ranks"]) > 1 or not target.startswith("selection"):
+    d = st.columns(3)
+    n_rec = len(rank_files["ranks"])
+    world = int(
+        d[0].number_input(
+            "World size (processes)",
+            1,
+            64,
+            n_rec if n_rec > 1 else 1,
+            key="replay_world",
+            help="one process per rank with real collectives (gloo on CPU, NCCL on CUDA); "
+            "a one-rank trace runs as N symmetric ranks (SPMD)",
+        )
+    )
+    rmode = d[1].selectbox("Mode", ["full", "compute-only", "comm-only"], key="replay_rmode")
+    if world > 1 or n_rec > 1:
+        dist_opts = {"world_size": world, "mirror_rank": None if world == n_rec else rank_files["ranks"][0]}
+    mode_kw = {"replay_mode": rmode}
+else:
+    mode_kw = {}
 
 
 def job_params() -> dict:
@@ -64,6 +88,12 @@ def job_params() -> dict:
         "config": {"device": device, "warmup": warmup, "iters": iters, "mode": mode, "host_gaps": host_gaps},
     }
     params["config"]["profile"] = True
+    params["config"].update(mode_kw)
+    if dist_opts is not None:
+        params["paths"] = rank_files["paths"]
+        params["distributed"] = dist_opts
+        params["config"]["metrics"] = False
+        return params
     if target.startswith("selection"):
         from engine.graph import Selection, select
 
@@ -117,16 +147,30 @@ def _jobs_panel() -> None:
         key="replay_runs",
     )
     last = runs[-1]
-    report = orjson.loads(Path(last["path"]).read_bytes())
+    from engine.replay.result import ReplayResult  # lazy: engine.replay imports torch
+
+    try:
+        report = ReplayResult.read(last["path"])
+    except TraceError as exc:
+        st.error(str(exc))
+        return
     c = st.columns(5)
-    c[0].metric("median ms / iteration", f"{report['median_ms']:.3f}")
-    cov = report.get("coverage") or {}
+    c[0].metric("median ms / iteration", f"{report.median_ms:.3f}")
+    cov = report.coverage
     c[1].metric("ops replayed", f"{cov.get('replayed', 0)} / {cov.get('selected', 0)}")
     c[2].metric("substituted", cov.get("substituted", 0))
     c[3].metric("skipped", cov.get("skipped", 0))
     c[4].metric("worker peak RSS", f"{last.get('worker_peak_rss_mb') or 0:,.0f} MB")
     if cov.get("by_reason"):
         st.caption("skipped/substituted by reason: " + ", ".join(f"{k}: {v}" for k, v in cov["by_reason"].items()))
+    if report.ranks:
+        from engine.figures import ranks as rfig
+
+        if report.spmd:
+            st.caption(report.spmd["assumption"])
+        doc = report.to_json()
+        st.plotly_chart(rfig.rank_bars(doc), key="replay_rank_bars", width="stretch")
+        st.dataframe(rfig.rank_table(doc), hide_index=True, key="replay_rank_table")
     d = st.columns(2)
     d[0].download_button(
         "Download replay report (JSON)",

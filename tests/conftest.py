@@ -1,4 +1,15 @@
-"""Shared fixtures and markers: `gpu`, `slow`, `e2e` skip with a reason when they cannot run."""
+"""Shared fixtures and markers.
+
+`gpu`, `slow`, `e2e` skip with a reason when they cannot run. `perf`: a wall-clock assertion;
+it runs in `make test` like everything else and its outcomes are listed again in a separate
+summary section, because on a loaded machine it is the kind of failure to read twice.
+
+`shared`: the extra layer of tests on the real traces in ../shared/traces (other teams'
+captures, golden values from their MANIFEST.json). The core suite covers the same code on the
+project's own samples and on GPU-shaped traces from `engine.testing`, so a fresh clone without
+../shared deselects this layer (one summary line says how many and why) instead of reporting
+them as skipped. Tests that take the `shared_traces` fixture are marked automatically.
+"""
 
 from __future__ import annotations
 
@@ -22,11 +33,41 @@ def _has_cuda() -> bool:
         return False
 
 
+def shared_available() -> bool:
+    return (SHARED_TRACES / "MANIFEST.json").exists()
+
+
+_DESELECTED_SHARED: list[str] = []
+
+
 def pytest_collection_modifyitems(config, items):
     no_gpu = pytest.mark.skip(reason="needs a CUDA device; none is available here")
+    keep, shared_layer = [], []
     for item in items:
         if "gpu" in item.keywords and not _has_cuda():
             item.add_marker(no_gpu)
+        if "shared_traces" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.shared)
+        (shared_layer if "shared" in item.keywords and not shared_available() else keep).append(item)
+    if shared_layer:
+        _DESELECTED_SHARED[:] = [i.nodeid for i in shared_layer]
+        config.hook.pytest_deselected(items=shared_layer)
+        items[:] = keep
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    tr = terminalreporter
+    if _DESELECTED_SHARED:
+        tr.write_line(
+            f"shared layer: {len(_DESELECTED_SHARED)} tests on real traces not run: {SHARED_TRACES} is absent "
+            "(the core suite covers the same code on sample_traces/ and engine.testing)"
+        )
+    perf = [r for key in ("passed", "failed", "error") for r in tr.stats.get(key, []) if "perf" in r.keywords]
+    if perf:
+        tr.section("perf (wall-clock assertions)", sep="-")
+        for r in perf:
+            if r.when == "call" or r.outcome != "passed":
+                tr.write_line(f"{r.outcome.upper():7} {r.nodeid} ({r.duration:.1f} s)")
 
 
 @pytest.fixture(scope="session")

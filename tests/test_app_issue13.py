@@ -211,7 +211,7 @@ def test_p6_replays_run_in_workers_with_progress_cancel_and_queue(ui):
     from engine.workspace import Catalog, JobStatus
 
     at = _page(_new(ui), "replay")
-    at.number_input(key="replay_iters").set_value(20)
+    at.number_input(key="replay_iters").set_value(3)
     at.number_input(key="replay_warmup").set_value(0)
     for _ in range(3):
         at.button(key="run_replay").click()

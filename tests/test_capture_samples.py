@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import SAMPLES
 
-from engine.capture.api import read_meta
+from engine.capture.meta import read_meta
 from engine.capture.models import SAMPLE_MODELS
 
 

@@ -15,6 +15,7 @@ import pytest
 import engine.trace as et
 from engine.compare import compare
 from engine.compose import compose, export, spec_from_dict
+from engine.replay import ReplayResult
 
 ROOT = Path(__file__).resolve().parents[1]
 DLRM = ROOT / "sample_traces" / "dlrm"
@@ -38,7 +39,7 @@ def composed_replay(tmp_path, cache_dir):
     result = replay(
         et.load(rank0, use_cache=False), config=ReplayConfig(warmup=0, iters=1, metrics=False, num_threads=1)
     )
-    return original, result.to_json(), rank0, bags[:2]
+    return original, result, rank0, bags[:2]
 
 
 def test_exported_nodes_carry_provenance(composed_replay):
@@ -83,5 +84,5 @@ def test_plain_id_match_refuses_different_names(cache_dir):
         ],
         "coverage": {"selected": 1, "replayed": 1, "substituted": 0, "skipped": 0, "by_reason": {}},
     }
-    cmp = compare(original, rep)
+    cmp = compare(original, ReplayResult.from_json(rep))
     assert cmp.matching["matched"] == 0 and cmp.matching["name_mismatch"] == 1

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.capture.api import read_meta
+from engine.capture.meta import read_meta
 from engine.cli.main import main
 from engine.compare import compare
+from engine.replay import ReplayResult
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "mlp"
 
@@ -42,15 +43,23 @@ def _replay_from(trace, meta, *, fwd_scale=1.1, other_scale=1.0, e2e_scale=1.05,
         for r in sel.itertuples()
     ]
     per_op += list(extra)
-    return {
-        "iteration_ms": [meta["median_ms"] * e2e_scale] * 5,
-        "median_ms": meta["median_ms"] * e2e_scale,
-        "per_op": per_op,
-        "coverage": {"selected": len(per_op), "replayed": len(per_op), "substituted": 0, "skipped": 0, "by_reason": {}},
-        "metrics": meta["metrics"],
-        "kineto_path": None,
-        "device": "cpu",
-    }, sel
+    return ReplayResult.from_json(
+        {
+            "iteration_ms": [meta["median_ms"] * e2e_scale] * 5,
+            "median_ms": meta["median_ms"] * e2e_scale,
+            "per_op": per_op,
+            "coverage": {
+                "selected": len(per_op),
+                "replayed": len(per_op),
+                "substituted": 0,
+                "skipped": 0,
+                "by_reason": {},
+            },
+            "metrics": meta["metrics"],
+            "kineto_path": None,
+            "device": "cpu",
+        }
+    ), sel
 
 
 def test_errors_are_exact_for_scaled_replay(original):
@@ -86,7 +95,7 @@ def test_cpu_starved_replay_is_flagged(original):
     samples = dict(meta["metrics"]["samples"])
     samples["cpu_util_pct"] = [None if v is None else v * 0.5 for v in samples["cpu_util_pct"]]
     samples["sys_cpu_util_pct"] = [100.0] * len(samples["t_s"])
-    replay["metrics"] = {**meta["metrics"], "samples": samples}
+    replay.metrics = {**meta["metrics"], "samples": samples}
     cmp = compare(trace, replay, original_meta=meta)
     shared = cmp.metrics["shared"]["cpu_util_pct"]
     assert shared["replay_mean"] == pytest.approx(0.5 * shared["original_mean"])
@@ -117,7 +126,7 @@ def test_without_meta_uses_profiled_iterations(original):
 def test_cli_compare_capture_folder_vs_replay_folder(original, tmp_path, capsys):
     trace, meta = original
     replay, _ = _replay_from(trace, meta, e2e_scale=0.9)
-    (tmp_path / "replay.json").write_text(json.dumps(replay))
+    replay.write(tmp_path)
     assert main(["compare", str(SAMPLE), str(tmp_path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["kind"] == "replay" and doc["e2e"]["error"] == pytest.approx(0.1, abs=1e-9)
@@ -132,16 +141,18 @@ def test_cli_compare_bad_replay_is_exit_2(tmp_path, capsys):
     assert "replay.json" in err and "lacks" in err
 
 
-def test_gpu_replay_compares_kernel_time_of_a_real_gpu_trace(shared_traces, tmp_path, monkeypatch):
-    """On a cuda replay of a GPU original, the original per-op time is the ET-linked kernel time."""
+def test_gpu_replay_compares_kernel_time_of_a_gpu_trace(tmp_path, monkeypatch):
+    """On a cuda replay of a GPU original, the original per-op time is the ET-linked kernel time
+    (a GPU-shaped trace from engine.testing: the sample capture with its device side added)."""
+    from engine.testing import write_gpu_run
     from engine.trace import load
 
     monkeypatch.setenv("MYSTIQUE_CACHE_DIR", str(tmp_path / "cache"))
-    d = shared_traces / "param_resnet"
-    trace = load(d / "resnet_et.json.gz", d / "resnet_kineto.json.gz")
+    ((et, kin, _),) = write_gpu_run(SAMPLE, tmp_path / "gpu")
+    trace = load(et, kin)
     ops = trace.ops
     sel = ops[(ops["category"] == "compute") & (ops["gpu_dur_us"] > 0)]
-    assert len(sel) > 50
+    assert len(sel) > 10
     per_op = [
         {
             "op_id": int(r.id),
@@ -152,20 +163,20 @@ def test_gpu_replay_compares_kernel_time_of_a_real_gpu_trace(shared_traces, tmp_
         }
         for r in sel.itertuples()
     ]
-    replay = {
+    raw = {
         "iteration_ms": [10.0],
         "median_ms": 10.0,
         "per_op": per_op,
         "device": "cuda:0",
         "coverage": {"selected": len(per_op), "replayed": len(per_op), "substituted": 0, "skipped": 0, "by_reason": {}},
     }
-    cmp = compare(trace, replay)
+    cmp = compare(trace, ReplayResult.from_json(raw))
     assert cmp.time_basis == "gpu"
     assert cmp.matching["original_sum_us"] == pytest.approx(sel["gpu_dur_us"].sum())
     assert cmp.matching["sum_error"] == pytest.approx(1.0)
     assert cmp.by_category["error"].tolist() == pytest.approx([1.0] * len(cmp.by_category))
     # the same replay run on a CPU compares with host (cpu_op) time instead
-    cmp_cpu = compare(trace, {**replay, "device": "cpu"})
+    cmp_cpu = compare(trace, ReplayResult.from_json({**raw, "device": "cpu"}))
     assert cmp_cpu.time_basis == "cpu"
     host = sel["k_dur_us"].dropna()
     assert cmp_cpu.matching["matched"] == len(host)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 import engine.trace as et
-from engine.compose import compose, export, spec_from_dict, validate_et
+from engine.compose import compose, export, measure, spec_from_dict, validate_et
 from engine.compose.shard.embedding import Table, plan_shards
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,16 +114,10 @@ def test_greedy_plan_balances_cost():
         assert sum(s.rows for s in greedy) == 152_000
 
 
-def _bench_module():
-    spec = importlib.util.spec_from_file_location("compose_scaling", ROOT / "benchmarks" / "compose_scaling.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
+@pytest.mark.perf
 def test_greedy_slowest_rank_beats_naive_replayed(tmp_path, cache_dir, original):
     """Replay every rank's compute; the slowest greedy rank must beat the slowest table-wise rank."""
-    res = _bench_module().dlrm_plans(ranks=(2, 4), plans=("table", "greedy"), rounds=5, tmp=tmp_path)
+    res = measure.dlrm_plans(ranks=(2, 4), plans=("table", "greedy"), rounds=5, tmp=tmp_path)
     for n in ("2_ranks", "4_ranks"):
         info = res[n]
         assert sum(info["greedy"]["lookups_per_rank"]) == original["lookups"]

@@ -1,4 +1,4 @@
-"""Timing properties of composed benchmarks, measured with benchmarks/compose_scaling.py.
+"""Timing properties of composed benchmarks, measured with engine.compose.measure (benchmarks/compose_scaling.py prints the same figures).
 
 Variants run alternately in one process (one iteration each per round) and are compared by the
 median of per-round ratios, which cancels most of the load drift of a shared 2-core machine.
@@ -6,19 +6,14 @@ median of per-round ratios, which cancels most of the load drift of a shared 2-c
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from engine.compose import measure
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("compose_scaling", ROOT / "benchmarks" / "compose_scaling.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+pytestmark = pytest.mark.perf  # every test here bounds a measured time ratio
 
 
 def _need(*names):
@@ -33,7 +28,7 @@ def test_round_trip_within_3_percent(tmp_path, cache_dir):
     # Two identical workloads, so the 3 % bound is tight against this shared VM's load bursts:
     # a measurement the machine disturbed is taken again once (with new rounds), never averaged.
     for attempt in range(2):
-        r = _bench().round_trip("mlp", rounds=16, tmp=tmp_path / f"try{attempt}")
+        r = measure.round_trip("mlp", rounds=16, tmp=tmp_path / f"try{attempt}")
         assert r["composed"]["skipped"] == r["original"]["skipped"] == 0
         assert r["composed"]["replayed"] == r["original"]["replayed"]
         if abs(r["paired_ratio"] - 1) <= 0.03:
@@ -43,7 +38,7 @@ def test_round_trip_within_3_percent(tmp_path, cache_dir):
 
 def test_mlp_batch_x2_time(tmp_path, cache_dir):
     _need("mlp")
-    r = _bench().mlp_batch(2.0, rounds=7, tmp=tmp_path)
+    r = measure.mlp_batch(2.0, rounds=7, tmp=tmp_path)
     assert r["x2"]["skipped"] == 0
     ratio = r["paired_ratio"]
     assert ratio >= 1.6 and ratio <= 2.4, r
@@ -51,7 +46,7 @@ def test_mlp_batch_x2_time(tmp_path, cache_dir):
 
 def test_transformer_layer_repeat_is_linear(tmp_path, cache_dir):
     _need("transformer")
-    r = _bench().layer_repeat((1, 2, 4), rounds=9, tmp=tmp_path)
+    r = measure.layer_repeat((1, 2, 4), rounds=9, tmp=tmp_path)
     for k in ("k2", "k4"):
         assert abs(r["paired_linearity"][k] - 1) <= 0.10, r
     assert r["k4"]["replayed"] == 4 * r["k1"]["replayed"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import pytest
 
 import engine.trace as et
 from engine.cli.main import main as cli
-from engine.compose import compose, export, spec_from_dict, validate_et
+from engine.compose import compose, export, measure, spec_from_dict, validate_et
 from engine.errors import TraceError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,11 +96,9 @@ def test_degree_must_divide_and_models_without_pairs_are_refused(tmp_path, capsy
     assert len(err) == 1 and "no pair of consecutive linear layers" in err[0]
 
 
+@pytest.mark.perf
 def test_rank_compute_scales_with_the_degree(tmp_path, cache_dir):
     """Replayed rank-0 compute of the split MLP: about 1/N of the whole (linears dominate)."""
-    spec = importlib.util.spec_from_file_location("compose_scaling", ROOT / "benchmarks" / "compose_scaling.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    r = mod.tp_linear("mlp", degrees=(2,), rounds=5, tmp=tmp_path)
+    r = measure.tp_linear("mlp", degrees=(2,), rounds=5, tmp=tmp_path)
     assert r["tp2"]["skipped"] == 3  # the three all_reduce: collectives in a single-process replay
     assert 0.35 <= r["tp2"]["paired_ratio"] <= 0.75, r

@@ -13,8 +13,6 @@ chromedriver, selenium or the shared trace are missing.
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -23,16 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from engine.testing.browser import CHROMEDRIVER, CHROMIUM, FLAGS, free_port
+
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[1]
 ART = ROOT / "artifacts" / "e2e"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-FLAGS = (
-    "--headless --no-sandbox --disable-gpu --disable-dev-shm-usage --disable-background-networking "
-    "--disable-component-update --disable-sync --no-first-run --enable-unsafe-swiftshader "
-    "--window-size=1600,1300"
-).split()
 
 
 def _need_browser():
@@ -45,18 +38,12 @@ def _need_browser():
             pytest.skip(f"{Path(exe).name} not found (apt-get install chromium chromium-driver, or `make browser`)")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     _need_browser()
     if not (ROOT / "sample_traces" / "mlp" / "mlp_et.json.gz").exists():
         pytest.skip("bundled mlp sample missing (make samples)")
-    port = _free_port()
+    port = free_port()
     tmp = tmp_path_factory.mktemp("e2e")
     env = dict(os.environ, MYSTIQUE_CACHE_DIR=str(tmp / "cache"), MYSTIQUE_UI_DIR=str(tmp / "ui"))
     log = open(tmp / "streamlit.log", "w")
@@ -393,3 +380,7 @@ def _flow(server, driver, files):
     assert "resnet" in _text(d, ".st-key-summary_pick") + _text(d, ".st-key-loaded_table")
     _nav(d, "compose")
     _wait_text(d, "segment 1:", timeout=240)
+    _nav(d, "what-if")  # the last page, for the screenshots of every page
+    _wait_css(d, "h1")
+    _idle(d, 240)
+    _shot(d, "9_whatif")

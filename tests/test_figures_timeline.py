@@ -121,7 +121,15 @@ def test_big_trace_stays_interactive_bars(control):
     assert counts.sum() + 3000 == len(ev) == fig.layout.meta["drawn"] + fig.layout.meta["grouped"]
     assert fig.layout.yaxis.fixedrange is True and fig.layout.dragmode == "zoom"  # x-only zoom
     assert all(tr.textposition == "inside" and tr.text is not None for tr in detail)  # names when they fit
-    assert fig.layout.uniformtext.mode == "hide"
+    # a name is drawn only where it fits the bar on screen (at most one char per 6.5 px)
+    from engine.figures.timeline import LABEL_MIN_PX, PLOT_PX
+
+    span = float((ev["ts_us"] + ev["dur_us"]).max() - ev["ts_us"].min())
+    for tr in detail:
+        px = np.asarray(tr.x, float) * PLOT_PX / span
+        text = list(tr.text)
+        assert all((t == "") == (p < LABEL_MIN_PX) for t, p in zip(text, px))
+        assert all(len(t) <= max(int(p / 6.5), 1) for t, p in zip(text, px) if t)
     # the longest events are the ones drawn: nothing drawn is shorter than anything grouped
     shortest_drawn = min(float(np.min(np.asarray(tr.x, float))) for tr in detail)
     longest_grouped_event = ev["dur_us"].nlargest(3001).iloc[-1]

@@ -135,7 +135,7 @@ def _ancestors_map(trace):
     return anc
 
 
-@pytest.mark.parametrize("which", ["shared"] + SAMPLES)
+@pytest.mark.parametrize("which", [pytest.param("shared", marks=pytest.mark.shared), *SAMPLES])
 def test_replay_never_includes_op_and_ancestor(request, which):
     if which == "shared":
         shared = request.getfixturevalue("shared_traces")

@@ -191,6 +191,7 @@ def test_resnet_inplace_and_views(resnet, resnet_deps):
     assert convs and all(nx.has_path(g, c, first_opt) for c in convs[:5])
 
 
+@pytest.mark.perf
 def test_resnet_sizes_and_speed(resnet, resnet_deps):
     # 3,705 replayed ops (checked independently in test_graph_calltree); edges depend on the
     # access rules, so only sanity bounds here

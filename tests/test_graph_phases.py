@@ -1,4 +1,4 @@
-"""Phase and module annotation on real traces (engine.graph.phases)."""
+"""Phase and module annotation on real traces (engine.trace.phases)."""
 
 from __future__ import annotations
 
@@ -83,6 +83,7 @@ def test_param_linear_without_profiler_step(shared_traces):
     assert Counter(ph.values()) == {"backward": 617, "forward": 182, "optimizer": 129, "other": 3}
 
 
+@pytest.mark.perf
 def test_annotate_phases_is_fast(resnet):
     ops = resnet.ops.drop(columns=["phase", "module"])
     annotate_phases(ops)  # warm caches

@@ -1,4 +1,4 @@
-"""Vectorized tree primitives (engine.graph._tree) against brute force on random forests."""
+"""Vectorized tree primitives (engine.trace.tree) against brute force on random forests."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.graph._tree import any_marked_ancestor, any_marked_descendant, depths, nearest_marked
+from engine.trace.tree import any_marked_ancestor, any_marked_descendant, depths, nearest_marked
 
 
 @st.composite
@@ -62,7 +62,7 @@ def test_parent_positions_sorted_and_hashed_paths_agree(ids, parents, ascending)
     for duplicated ids, -1 for roots, self-parents and parents not in the table."""
     import pandas as pd
 
-    from engine.graph._tree import parent_positions
+    from engine.trace.tree import parent_positions
 
     ids = sorted(set(ids)) if ascending else ids
     parents = (parents * len(ids))[: len(ids)]

@@ -104,6 +104,7 @@ def test_fuzz_mutated_real_traces(tmp_path, cache_dir, small_docs, which, paths,
         assert again is not None and len(again.ops) == len(first.ops) and len(again.events) == len(first.events)
 
 
+@pytest.mark.perf
 def test_cache_reload_equal_and_faster(shared_traces, cache_dir):
     paths = [shared_traces / "param_resnet/resnet_et.json.gz", shared_traces / "param_resnet/resnet_kineto.json.gz"]
     t0 = time.perf_counter()
@@ -143,7 +144,7 @@ def test_cache_dir_unwritable_is_not_fatal(shared_traces, tmp_path, monkeypatch)
 def test_enclosing_innermost_interval_at_epoch_timestamps():
     import numpy as np
 
-    from engine.trace.link import _enclosing
+    from engine.trace.link import enclosing
 
     base = 1.6e15  # epoch microseconds, as in real Kineto traces
     hs = np.array([base, base + 10, base + 30, base + 12.5])
@@ -151,4 +152,4 @@ def test_enclosing_innermost_interval_at_epoch_timestamps():
     hk = np.array([0, 0, 0, 0])
     q = np.array([base + 15, base + 25, base + 35, base + 200, base + 15, base + 13])
     qk = np.array([0, 0, 0, 0, 1, 0])
-    assert _enclosing(hs, he, hk, q, qk).tolist() == [1, 0, 2, -1, -1, 3]
+    assert enclosing(hs, he, hk, q, qk).tolist() == [1, 0, 2, -1, -1, 3]

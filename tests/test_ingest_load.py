@@ -17,30 +17,7 @@ from engine.trace.model import PHASES
 from engine.trace.summary import KEYS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OPS_COLS = [
-    "id",
-    "rank",
-    "name",
-    "parent",
-    "depth",
-    "tid",
-    "fw_tid",
-    "fw_parent",
-    "rf_id",
-    "seq_id",
-    "scope",
-    "schema",
-    "category",
-    "inputs",
-    "outputs",
-    "attrs",
-    "n_children",
-    "phase",
-    "module",
-    "k_ts_us",
-    "k_dur_us",
-    "gpu_dur_us",
-]
+OPS_COLS = """id rank name parent depth tid fw_tid fw_parent rf_id seq_id scope schema category inputs outputs attrs n_children phase module k_ts_us k_dur_us gpu_dur_us""".split()  # the documented ops table (engine/trace/model.py)
 EVENT_COLS = [
     "ev",
     "rank",

@@ -321,6 +321,51 @@ def test_config_validation():
     assert isinstance(ReplayResult(iteration_ms=[1.0, 3.0], per_op=[], coverage={}, device="cpu").median_ms, float)
 
 
+def test_replay_json_round_trips_through_from_json(tmp_path, cache_dir):
+    """`ReplayResult.from_json` is the inverse of `to_json` on a real replay of a sample capture,
+    and `read` of the written file gives the same result back (statuses as OpStatus)."""
+    from engine.replay import OpStatus
+
+    mlp = ROOT / "sample_traces" / "mlp"
+    res = replay(
+        T.load(mlp / "mlp_et.json.gz", mlp / "mlp_kineto.json.gz"),
+        config=ReplayConfig(warmup=0, iters=2, metrics=True, num_threads=1),
+    )
+    doc = res.to_json()
+    back = ReplayResult.from_json(doc)
+    assert back.to_json() == doc and back == res
+    assert {p["status"] for p in back.per_op} <= set(OpStatus)
+    assert all(isinstance(p["status"], OpStatus) for p in back.per_op)
+    assert back.coverage["replayed"] == sum(p["status"] != OpStatus.SKIPPED for p in back.per_op) > 50
+    path = res.write(tmp_path / "out")
+    read = ReplayResult.read(path)
+    assert read.to_json() == res.to_json() and read.median_ms == res.median_ms
+
+
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        ([], "must be a JSON object"),
+        ({"median_ms": 1.0}, "lacks iteration_ms, per_op, coverage"),
+        ({"iteration_ms": [1.0], "median_ms": 1.0, "per_op": [None], "coverage": {}}, r"per_op\[0\] is null"),
+        ({"iteration_ms": [1.0], "median_ms": 1.0, "per_op": [{"op_id": 1}], "coverage": {}}, "lacks name, dur_us"),
+        (
+            {
+                "iteration_ms": [1.0],
+                "median_ms": 1.0,
+                "coverage": {},
+                "per_op": [{"op_id": 1, "name": "a", "dur_us": 1.0, "status": "lost"}],
+            },
+            "malformed per_op row",
+        ),
+        ({"iteration_ms": ["x"], "median_ms": 1.0, "per_op": [], "coverage": {}}, "numbers only"),
+    ],
+)
+def test_from_json_refuses_malformed_results_with_one_line(doc, message):
+    with pytest.raises(TraceError, match=message):
+        ReplayResult.from_json(doc, "r/replay.json")
+
+
 def test_cli_exit_code_2_on_bad_files(tmp_path, capsys, cache_dir):
     from engine.cli.main import main
 

@@ -133,7 +133,7 @@ def test_cuda_resnet_slice_runs_cudnn_natively(shared_traces, cache_dir):
 
 
 def test_host_gaps_reproduce_original_cpu_time_between_ops(cache_dir):
-    from engine.replay.executor import ReplaySession, _host_gaps
+    from engine.replay.executor import ReplaySession, measured_host_gaps
 
     folder = ROOT / "sample_traces" / "mlp"
     if not (folder / "mlp_kineto.json.gz").is_file():
@@ -141,7 +141,7 @@ def test_host_gaps_reproduce_original_cpu_time_between_ops(cache_dir):
     trace = T.load(folder / "mlp_et.json.gz", folder / "mlp_kineto.json.gz")
     cfg = ReplayConfig(warmup=0, iters=1, host_gaps=True, metrics=False)
     with ReplaySession(trace, config=cfg) as s:
-        gaps_ms = sum(_host_gaps(s.plan)) / 1e6
+        gaps_ms = sum(measured_host_gaps(s.plan)) / 1e6
         ms = s.run_iteration()
         s.finish()
     linked = sum(1 for st in s.plan.steps if st.k_ts_us == st.k_ts_us)

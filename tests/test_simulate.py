@@ -141,6 +141,7 @@ def test_cli_json_and_spec_errors(tmp_path):
     assert cyc.returncode == 2 and "cycle" in cyc.stderr
 
 
+@pytest.mark.perf
 def test_large_trace_speed(shared_traces, cache_dir):
     """Scheduler throughput on the largest shared trace (the benchmark reports the real figure)."""
     from engine.simulate import simulate

@@ -357,50 +357,24 @@ class CaptureSession:
         )
 
 
-def capture(
-    step_fn: Callable[[], Any],
-    *,
-    out_dir: str | os.PathLike,
-    name: str,
-    steps: int = 1,
-    warmup: int = 3,
-    timing_steps: int = 20,
-    device: str = "cpu",
-    progress: Progress | None = None,
-    module: Any = None,
-    model_name: str | None = None,
-    model_config: dict | None = None,
-    command: str | None = None,
-    threads: int | None = None,
-) -> CaptureResult:
+def capture(step_fn: Callable[[], Any], *, module: Any = None, **session: Any) -> CaptureResult:
     """Run `step_fn` through warm-up, timing and recording; write ET, Kineto and meta files.
 
-    `module` (default: `step_fn.model` when present) gets module labels during recording.
-    `threads` sets torch's intra-op thread count for the capture (recorded as meta num_threads;
-    a replay should use the same count).
+    `session`: the keyword arguments of `CaptureSession` (out_dir, name, steps, warmup,
+    timing_steps, device, model_name, model_config, command, progress, threads, ...), whose
+    defaults are the only ones. `module` (default: `step_fn.model` when present) gets module
+    labels during recording. `threads` sets torch's intra-op thread count for the capture
+    (recorded as meta num_threads; a replay should use the same count).
     """
     if module is None:
         module = getattr(step_fn, "model", None)
-    session = CaptureSession(
-        out_dir=out_dir,
-        name=name,
-        steps=steps,
-        warmup=warmup,
-        timing_steps=timing_steps,
-        device=device,
-        module=module,
-        model_name=model_name,
-        model_config=model_config,
-        command=command,
-        progress=progress,
-        threads=threads,
-    )
-    with session as cap:
+    runner = CaptureSession(module=module, **session)
+    with runner as cap:
         while not cap.done:
             step_fn()
             cap.step()
-    assert session.result is not None  # set when the session finished all its steps
-    return session.result
+    assert runner.result is not None  # set when the session finished all its steps
+    return runner.result
 
 
 def environment(device: str) -> dict[str, Any]:
@@ -432,23 +406,3 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def read_meta(path: str | os.PathLike) -> dict[str, Any]:
-    """Load a `{name}_meta.json` (or the single one in a capture folder), with file paths resolved."""
-    p = Path(path)
-    if p.is_dir():
-        metas = sorted(p.glob("*_meta.json"))
-        if len(metas) != 1:
-            raise TraceError(f"expected exactly one *_meta.json in the folder, found {len(metas)}", p)
-        p = metas[0]
-    try:
-        meta = jsonio.loads(p.read_bytes())
-    except (OSError, jsonio.JSONDecodeError) as exc:
-        raise TraceError(f"cannot read capture metadata: {exc}", p) from None
-    if not isinstance(meta, dict) or "step_ms" not in meta or "files" not in meta:
-        raise TraceError("not a mystique capture meta file (no step_ms/files)", p)
-    meta["et_path"] = str(p.parent / meta["files"]["et"])
-    meta["kineto_path"] = str(p.parent / meta["files"]["kineto"])
-    meta["meta_path"] = str(p)
-    return meta

@@ -25,21 +25,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.capture.models import SEED, SampleStep, _mlp
+from engine.capture.models import SEED, MLPConfig, SampleStep, mlp_stack
 
 DIST_SAMPLES = ("ddp", "dlrm_a2a", "dlrm_tbe")
 FBGEMM_PACKAGE = "fbgemm-gpu-cpu==1.8.0"
 
 
 @dataclass(kw_only=True, slots=True)
-class DDPConfig:
-    batch: int = 256
+class DDPConfig(MLPConfig):
+    """The MLP sample's model, smaller, wrapped in DistributedDataParallel."""
+
     in_features: int = 256
     hidden: int = 512
-    layers: int = 3
     classes: int = 256
     bucket_cap_mb: float = 1.0
-    lr: float = 0.01
 
 
 @dataclass(kw_only=True, slots=True)
@@ -61,9 +60,9 @@ class _Dense(nn.Module):
     def __init__(self, c: DistDLRMConfig):
         super().__init__()
         n = len(c.table_rows) + 1
-        self.bottom = _mlp([c.dense_features, *c.bottom, c.embedding_dim], last_act=True)
+        self.bottom = mlp_stack([c.dense_features, *c.bottom, c.embedding_dim], last_act=True)
         self.register_buffer("tri", torch.tril_indices(n, n, offset=-1), persistent=False)
-        self.top = _mlp([c.embedding_dim + n * (n - 1) // 2, *c.top, 1], last_act=False)
+        self.top = mlp_stack([c.embedding_dim + n * (n - 1) // 2, *c.top, 1], last_act=False)
 
     def forward(self, dense: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
         x = self.bottom(dense)
@@ -134,7 +133,7 @@ def build_dist(name: str, rank: int, world: int) -> tuple[SampleStep, dict[str, 
     model: Any
     if name == "ddp":
         c = DDPConfig()
-        body = _mlp([c.in_features] + [c.hidden] * c.layers + [c.classes], last_act=False)
+        body = mlp_stack([c.in_features] + [c.hidden] * c.layers + [c.classes], last_act=False)
         model = nn.parallel.DistributedDataParallel(body, bucket_cap_mb=c.bucket_cap_mb)
         x = torch.randn(c.batch, c.in_features, generator=g)
         y = torch.randint(0, c.classes, (c.batch,), generator=g)

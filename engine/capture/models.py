@@ -251,7 +251,7 @@ class DLRMConfig:
             raise ValueError(f"table_rows must be positive sizes, got {self.table_rows!r}")
 
 
-def _mlp(dims: list[int], last_act: bool) -> nn.Sequential:
+def mlp_stack(dims: list[int], last_act: bool) -> nn.Sequential:
     layers: list[nn.Module] = []
     for i in range(len(dims) - 1):
         layers.append(nn.Linear(dims[i], dims[i + 1]))
@@ -266,10 +266,10 @@ class DLRM(nn.Module):
     def __init__(self, c: DLRMConfig):
         super().__init__()
         self.tables = nn.ModuleList(nn.EmbeddingBag(n, c.embedding_dim, mode="sum") for n in c.table_rows)
-        self.bottom = _mlp([c.dense_features, *c.bottom, c.embedding_dim], last_act=True)
+        self.bottom = mlp_stack([c.dense_features, *c.bottom, c.embedding_dim], last_act=True)
         n = len(c.table_rows) + 1
         self.register_buffer("tri", torch.tril_indices(n, n, offset=-1), persistent=False)
-        self.top = _mlp([c.embedding_dim + n * (n - 1) // 2, *c.top, 1], last_act=False)
+        self.top = mlp_stack([c.embedding_dim + n * (n - 1) // 2, *c.top, 1], last_act=False)
 
     def forward(
         self, dense: torch.Tensor, indices: tuple[torch.Tensor, ...], offsets: tuple[torch.Tensor, ...]

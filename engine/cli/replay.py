@@ -31,9 +31,18 @@ def register(subparsers) -> None:
     p.add_argument("trace", nargs="+", help="ET file(s), capture folder, or exported benchmark folder")
     p.add_argument("--kineto", default=None, help="Kineto trace to link (streams, host gaps)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    p.add_argument("--warmup", type=int, default=2, help="warm-up iterations (default 2)")
-    p.add_argument("--iters", type=int, default=5, help="measured iterations (default 5)")
-    p.add_argument("--mode", choices=("top", "leaf"), default="top", help="operator selection (default top)")
+    from engine.graph.replayset import SelectionMode
+    from engine.replay.config import ReplayConfig
+
+    d = ReplayConfig()  # the one source of defaults (the UI reads it too)
+    p.add_argument("--warmup", type=int, default=d.warmup, help=f"warm-up iterations (default {d.warmup})")
+    p.add_argument("--iters", type=int, default=d.iters, help=f"measured iterations (default {d.iters})")
+    p.add_argument(
+        "--mode",
+        choices=[m.value for m in SelectionMode],
+        default=d.mode.value,
+        help=f"operator selection (default {d.mode.value})",
+    )
     p.add_argument("--host-gaps", action="store_true", help="reproduce the original CPU gaps between ops")
     p.add_argument("--lazy", action="store_true", help="allocate trace inputs per op (low memory)")
     p.add_argument("--no-streams", action="store_true", help="CUDA: run everything on one stream")
@@ -77,17 +86,10 @@ def _name_of(path: Path) -> str:
 
 
 def _meta_for(et: Path) -> dict:
-    """The capture meta next to an ET (`<name>_meta.json`), or {}."""
-    from engine import jsonio
+    """The capture meta of an ET (engine.capture.meta rules), or {}."""
+    from engine.capture.meta import meta_for
 
-    name = _name_of(et)
-    for cand in (et.parent / f"{name}_meta.json", et.parent / "meta.json"):
-        if cand.is_file():
-            try:
-                return jsonio.loads(cand.read_bytes())
-            except jsonio.JSONDecodeError:
-                raise TraceError("capture meta is not valid JSON", cand) from None
-    return {}
+    return meta_for(et) or {}
 
 
 def _spec_meta(spec: Path) -> dict:
@@ -173,6 +175,12 @@ def run(args: argparse.Namespace) -> int:
     )
     if distributed and not args.sequential:
         return run_distributed(args, multi if multi else [Path(t) for t in traces])
+    if multi and args.rank is not None and not (Path(traces[0]) / "spec.json").is_file():
+        # one rank of a multi-rank capture folder, in this process
+        pick = [f for f in multi if "_et.json" in f.name and re.search(rf"rank[_\-]?{args.rank}(?!\d)", f.name)]
+        if len(pick) != 1:
+            raise TraceError(f"no ET file of rank {args.rank} in the folder", traces[0])
+        return run_single(args, str(pick[0]))
     if len(traces) > 1:
         raise TraceError("several trace files replay together (distributed); --sequential takes one folder")
     return run_single(args, traces[0])

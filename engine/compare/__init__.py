@@ -1,6 +1,6 @@
 """Compare an original with its replay, or two traces (see replay.py for the replay.json contract).
 
-compare(original_trace, replay_dict, original_meta=meta) -> Comparison
+compare(original_trace, replay_result, original_meta=meta) -> Comparison  (an engine.replay.ReplayResult)
 compare(trace_a, trace_b) -> TraceDiff
 """
 
@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.compare.replay import REPLAY_KEYS, Comparison, compare_replay, rel_error
+from engine.compare.replay import Comparison, compare_replay, rel_error
 from engine.compare.traces import TraceDiff, compare_traces
+from engine.replay.result import REPLAY_KEYS, ReplayResult
 
 __all__ = ["REPLAY_KEYS", "Comparison", "TraceDiff", "compare", "compare_replay", "compare_traces", "rel_error"]
 
@@ -17,7 +18,7 @@ __all__ = ["REPLAY_KEYS", "Comparison", "TraceDiff", "compare", "compare_replay"
 def compare(
     original: Any, replay: Any, *, original_meta: dict | None = None, labels: tuple[str, str] = ("a", "b")
 ) -> Comparison | TraceDiff:
-    """Original Trace vs replay result dict (-> Comparison) or vs another Trace (-> TraceDiff)."""
-    if isinstance(replay, dict):
+    """Original Trace vs a ReplayResult (-> Comparison) or vs another Trace (-> TraceDiff)."""
+    if isinstance(replay, ReplayResult):
         return compare_replay(original, replay, original_meta=original_meta)
     return compare_traces(original, replay, labels=labels)

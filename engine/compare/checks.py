@@ -8,7 +8,8 @@ against a CPU replay. Each of these produced confident, meaningless numbers. Now
     original's ET hashes is refused;
   * a folder whose newest run never finished (a RUNNING marker left by a killed run,
     engine.outdir) or that holds a replay Kineto trace but no replay.json is refused;
-  * per_op rows must be objects (a `null` row is refused with its index, never a crash);
+  * per_op rows must be objects (a `null` row is refused with its index, never a crash:
+    `ReplayResult.from_json` checks that as it reads);
   * a device mismatch (GPU original, CPU replay) is a warning: the comparison is still useful
     for coverage and op mix, but not for times.
 """
@@ -17,32 +18,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import TraceError
 
-_PER_OP_KEYS = ("op_id", "name", "dur_us")
-
-
-def check_per_op(replay: dict, path: str | None) -> None:
-    for i, row in enumerate(replay.get("per_op") or []):
-        if not isinstance(row, dict):
-            raise TraceError(f"replay result per_op[{i}] is {_kind(row)}, not an object", path)
-        missing = [k for k in _PER_OP_KEYS if k not in row]
-        if missing:
-            raise TraceError(f"replay result per_op[{i}] lacks {', '.join(missing)}", path)
-        if not isinstance(row["op_id"], int) or isinstance(row["op_id"], bool):
-            raise TraceError(f"replay result per_op[{i}].op_id must be an integer, not {row['op_id']!r}", path)
-        d = row["dur_us"]
-        if d is not None and (isinstance(d, bool) or not isinstance(d, (int, float))):
-            raise TraceError(f"replay result per_op[{i}].dur_us must be a number, not {d!r}", path)
-    it = replay.get("iteration_ms") or []
-    if any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in it):
-        raise TraceError("replay result iteration_ms must hold numbers only", path)
-
-
-def _kind(v: Any) -> str:
-    return "null" if v is None else f"a {type(v).__name__}"
+if TYPE_CHECKING:
+    from engine.replay.result import ReplayResult
 
 
 def check_replay_folder(path: str | os.PathLike) -> None:
@@ -72,9 +53,9 @@ def original_hashes(trace: Any) -> set[str]:
     }
 
 
-def check_source(original: Any, replay: dict, path: str | None, warnings: list[str]) -> None:
+def check_source(original: Any, replay: ReplayResult, path: str | None, warnings: list[str]) -> None:
     """Refuse a replay whose recorded source hashes match none of the original's ETs."""
-    src = replay.get("source")
+    src = replay.source
     mine = original_hashes(original)
     if not isinstance(src, dict) or not (src.get("traces") or src.get("derived_from")):
         if mine:
@@ -117,9 +98,9 @@ def original_device(original: Any, meta: dict | None) -> str | None:
     return None
 
 
-def check_device(original: Any, meta: dict | None, replay: dict, warnings: list[str]) -> None:
+def check_device(original: Any, meta: dict | None, replay: ReplayResult, warnings: list[str]) -> None:
     o = original_device(original, meta)
-    r = str(replay.get("device") or "")
+    r = replay.device
     r_kind = "cuda" if r.startswith("cuda") else (r or None)
     if o and r_kind and o != r_kind:
         warnings.append(
@@ -128,4 +109,4 @@ def check_device(original: Any, meta: dict | None, replay: dict, warnings: list[
         )
 
 
-__all__ = ["check_device", "check_per_op", "check_replay_folder", "check_source", "original_device"]
+__all__ = ["check_device", "check_replay_folder", "check_source", "original_device"]

@@ -10,33 +10,35 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from engine import jsonio
 from engine.errors import TraceError
 from engine.progress import Progress
+
+if TYPE_CHECKING:
+    from engine.replay.result import ReplayResult
 
 
 def load_original(*paths: str | os.PathLike, progress: Progress | None = None) -> tuple[Any, dict | None]:
     """(Trace, capture meta or None) from one capture folder/meta file or trace file(s)."""
-    from engine.capture.api import read_meta
+    from engine.capture.meta import is_capture, read_meta
     from engine.trace import load
 
     ps = [Path(p) for p in paths]
     for p in ps:
         if not p.exists():
             raise TraceError("no such file or folder", p)
-    if len(ps) == 1 and ((ps[0].is_dir() and list(ps[0].glob("*_meta.json"))) or ps[0].name.endswith("_meta.json")):
+    if len(ps) == 1 and is_capture(ps[0]):
         meta = read_meta(ps[0])
         return load(meta["et_path"], meta["kineto_path"], progress=progress), meta
     return load(*ps, progress=progress), None
 
 
-def load_replay_json(path: str | os.PathLike) -> dict[str, Any] | None:
-    """The replay result dict when `path` is a folder holding replay.json or a `*replay.json`
-    file; None otherwise (then the caller treats `path` as a trace)."""
+def load_replay_json(path: str | os.PathLike) -> ReplayResult | None:
+    """The replay result when `path` is a folder holding replay.json or a `*replay.json` file;
+    None otherwise (then the caller treats `path` as a trace). Malformed: TraceError."""
     from engine.compare.checks import check_replay_folder
-    from engine.compare.replay import validate_replay
+    from engine.replay.result import ReplayResult
 
     p = Path(path)
     f = p / "replay.json" if p.is_dir() else p
@@ -44,12 +46,6 @@ def load_replay_json(path: str | os.PathLike) -> dict[str, Any] | None:
         check_replay_folder(p)  # a killed run's folder or a Kineto-only leftover
     if not (f.is_file() and f.name.endswith("replay.json")):
         return None
-    try:
-        data = jsonio.loads(f.read_bytes())
-    except (OSError, jsonio.JSONDecodeError) as exc:
-        raise TraceError(f"cannot read replay result: {exc}", f) from None
-    validate_replay(data, str(f))
-    data.setdefault("paths", {})
-    if isinstance(data["paths"], dict):
-        data["paths"]["replay_json"] = str(f)  # errors found later name this file
-    return data
+    result = ReplayResult.read(f)
+    result.paths["replay_json"] = str(f)  # errors found later name this file
+    return result

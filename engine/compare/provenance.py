@@ -11,8 +11,12 @@ from __future__ import annotations
 import gzip
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine import jsonio
+
+if TYPE_CHECKING:
+    from engine.replay.result import ReplayResult
 
 ORIGIN_KEY = "mystique_origin"
 
@@ -37,9 +41,9 @@ def read_provenance(et_path: str | os.PathLike) -> dict[int, dict]:
     return out
 
 
-def replay_provenance(replay: dict) -> dict[int, dict]:
-    """Provenance for a replay result dict: from the ET it ran (`paths.et`), when composed."""
-    et = ((replay or {}).get("paths") or {}).get("et")
+def replay_provenance(replay: ReplayResult) -> dict[int, dict]:
+    """Provenance for a replay result: from the ET it ran (`paths["et"]`), when composed."""
+    et = replay.paths.get("et")
     return read_provenance(et) if et else {}
 
 

@@ -1,23 +1,7 @@
-"""Original (a loaded Trace + its capture meta) versus a replay result.
+"""Original (a loaded Trace + its capture meta) versus a replay result (`ReplayResult`).
 
-The replay result is a plain JSON-ready dict written by `engine.replay` as `replay.json`
-(the contract between replay and compare):
-
-    {
-      "iteration_ms": [float, ...],      # wall time of each timed replay iteration
-      "median_ms": float,                # median of iteration_ms
-      "per_op": [                        # one row per replayed op (median over iterations)
-        {"op_id": int,                   #   ET node id of the ORIGINAL trace
-         "name": str, "category": str, "phase": str,
-         "dur_us": float}, ...           #   host time of the op (device time on cuda)
-      ],
-      "coverage": {"selected": int, "replayed": int, "substituted": int, "skipped": int,
-                   "by_reason": {reason: int}},
-      "metrics": {"samples": {column: [float, ...]}, "summary": {...},
-                  "window_s": [t0, t1]?},    # MetricsSampler.to_dict() layout
-      "kineto_path": str | null,         # the replay's own Kineto trace, if recorded
-      "device": "cpu" | "cuda:N"
-    }
+The replay side is an `engine.replay.ReplayResult` (read from replay.json with
+`ReplayResult.read`); its file contract is described once, in engine/replay/result.py.
 
 Per-op matching: the replay labels each op with the node id of the ET it ran. For the original's
 own ET that id names the same operator on both sides; a composed benchmark's ET renumbers nodes,
@@ -38,9 +22,7 @@ from typing import Any
 import pandas as pd
 
 from engine.compare.curves import align
-from engine.errors import TraceError
-
-REPLAY_KEYS = ("iteration_ms", "median_ms", "per_op", "coverage")
+from engine.replay.result import ReplayResult
 
 
 def rel_error(original: float, replay: float) -> float:
@@ -50,19 +32,6 @@ def rel_error(original: float, replay: float) -> float:
     if not (math.isfinite(o) and math.isfinite(r)) or o == 0:
         return math.nan
     return abs(r - o) / abs(o)
-
-
-def validate_replay(replay: dict[str, Any], path: str | None = None) -> None:
-    if not isinstance(replay, dict):
-        raise TraceError("replay result must be a JSON object", path)
-    missing = [k for k in REPLAY_KEYS if k not in replay]
-    if missing:
-        raise TraceError(f"replay result lacks {', '.join(missing)}", path)
-    if not isinstance(replay["per_op"], list) or not isinstance(replay["iteration_ms"], list):
-        raise TraceError("replay result per_op and iteration_ms must be lists", path)
-    from engine.compare.checks import check_per_op
-
-    check_per_op(replay, path)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -85,16 +54,16 @@ class Comparison:
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
-            "e2e": _clean(self.e2e),
+            "e2e": json_clean(self.e2e),
             "time_basis": self.time_basis,
-            "matching": _clean(self.matching),
+            "matching": json_clean(self.matching),
             "coverage": self.coverage,
-            "by_phase": _records(self.by_phase),
-            "by_category": _records(self.by_category),
-            "by_name": _records(self.by_name),
-            "per_op": _records(self.per_op),
-            "metrics": _clean(self.metrics),
-            "curves": _records(self.curves),
+            "by_phase": json_records(self.by_phase),
+            "by_category": json_records(self.by_category),
+            "by_name": json_records(self.by_name),
+            "per_op": json_records(self.per_op),
+            "metrics": json_clean(self.metrics),
+            "curves": json_records(self.curves),
             "warnings": list(self.warnings),
         }
 
@@ -111,34 +80,33 @@ def original_step_ms(trace: Any, meta: dict[str, Any] | None) -> tuple[float, st
 
 def compare_replay(
     original: Any,
-    replay: dict[str, Any],
+    replay: ReplayResult,
     *,
     original_meta: dict[str, Any] | None = None,
     provenance: dict[int, dict] | None = None,
 ) -> Comparison:
-    """Compare an original Trace (+ capture meta) with a replay result dict (see module doc)."""
+    """Compare an original Trace (+ capture meta) with a replay result (see module doc)."""
     from engine.compare.checks import check_device, check_source
 
-    path = ((replay.get("paths") or {}).get("replay_json")) if isinstance(replay, dict) else None
-    validate_replay(replay, path)
+    path = replay.paths.get("replay_json")
     cmp = Comparison(kind="replay")
     check_source(original, replay, path, cmp.warnings)  # a replay of another trace is refused
     check_device(original, original_meta, replay, cmp.warnings)
     o_ms, source = original_step_ms(original, original_meta)
-    r_ms = float(replay["median_ms"]) if replay.get("median_ms") is not None else math.nan
+    r_ms = replay.median_ms
     cmp.e2e = {
         "original_ms": o_ms,
         "replay_ms": r_ms,
         "error": rel_error(o_ms, r_ms),
         "original_source": source,
         "original_device": (original_meta or {}).get("device"),
-        "replay_device": replay.get("device"),
-        "replay_iterations": len(replay["iteration_ms"]),
+        "replay_device": replay.device,
+        "replay_iterations": len(replay.iteration_ms),
     }
-    cmp.coverage = dict(replay.get("coverage") or {})
+    cmp.coverage = dict(replay.coverage)
 
     ops = original.ops
-    gpu = str(replay.get("device") or "").startswith("cuda") and "gpu_dur_us" in ops and ops["gpu_dur_us"].notna().any()
+    gpu = replay.device.startswith("cuda") and "gpu_dur_us" in ops and ops["gpu_dur_us"].notna().any()
     cmp.time_basis = "gpu" if gpu else "cpu"
     col = "gpu_dur_us" if gpu else "k_dur_us"
     if not original.has_et:
@@ -148,7 +116,7 @@ def compare_replay(
             "original ops carry no linked Kineto durations (k_dur_us): per-op original times are unknown"
         )
 
-    rep = pd.DataFrame(replay["per_op"], columns=["op_id", "name", "category", "phase", "dur_us"])
+    rep = pd.DataFrame(replay.per_op, columns=["op_id", "name", "category", "phase", "dur_us"])
     rep = rep.astype({"op_id": "int64", "dur_us": "float64"})
     rep = rep.groupby("op_id", as_index=False, sort=False).agg(
         {"name": "first", "category": "first", "phase": "first", "dur_us": "sum"}
@@ -217,11 +185,11 @@ def compare_replay(
     cmp.by_phase = _group(both, "phase")
     cmp.by_category = _group(both, "category")
 
-    cmp.curves, summary = align((original_meta or {}).get("metrics"), replay.get("metrics"))
+    cmp.curves, summary = align((original_meta or {}).get("metrics"), replay.metrics)
     cmp.metrics = {
         "shared": summary,
         "original_summary": ((original_meta or {}).get("metrics") or {}).get("summary", {}),
-        "replay_summary": (replay.get("metrics") or {}).get("summary", {}),
+        "replay_summary": (replay.metrics or {}).get("summary", {}),
     }
     cmp.metrics["starved"] = starved = cpu_starvation(summary)
     for side, flag in starved.items():
@@ -269,18 +237,18 @@ def _group(df: pd.DataFrame, key: str) -> pd.DataFrame:
     return g.sort_values("original_us", ascending=False, kind="stable").reset_index(drop=True)[cols]
 
 
-def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+def json_records(df: pd.DataFrame) -> list[dict[str, Any]]:
     if df is None or df.empty:
         return []
-    return [_clean(r) for r in df.to_dict(orient="records")]
+    return [json_clean(r) for r in df.to_dict(orient="records")]
 
 
-def _clean(obj: Any) -> Any:
+def json_clean(obj: Any) -> Any:
     """JSON-safe: NaN -> None, numpy scalars -> Python."""
     if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
+        return {k: json_clean(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
+        return [json_clean(v) for v in obj]
     if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
         obj = obj.item()
     if isinstance(obj, float) and not math.isfinite(obj):

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engine.compare.replay import _clean, _records, rel_error
+from engine.compare.replay import json_clean, json_records, rel_error
 
 
 @dataclass(kw_only=True, slots=True)
@@ -43,11 +43,11 @@ class TraceDiff:
 
         return {
             "kind": self.kind,
-            "e2e": _clean(self.e2e),
-            "sides": _clean(self.sides),
-            "by_category": _records(self.by_category),
-            "by_name": _records(cut(self.by_name)),
-            "ops_by_name": _records(self.ops_by_name if top is None else self.ops_by_name.head(top)),
+            "e2e": json_clean(self.e2e),
+            "sides": json_clean(self.sides),
+            "by_category": json_records(self.by_category),
+            "by_name": json_records(cut(self.by_name)),
+            "ops_by_name": json_records(self.ops_by_name if top is None else self.ops_by_name.head(top)),
             "warnings": list(self.warnings),
         }
 

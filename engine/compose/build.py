@@ -22,6 +22,7 @@ from engine.compose.nodes import ROOT_ID, is_defined, label_node, node_from_row,
 from engine.compose.spec import BenchmarkSpec
 from engine.errors import TraceError
 from engine.progress import Progress, report, scaled
+from engine.trace.ranks import of_rank
 
 _SKIP_ANCESTORS = ("[pytorch|profiler|execution_trace|",)
 
@@ -138,7 +139,7 @@ def _chain_pairs(sub, phase: dict, params: set) -> dict[tuple[int, int], tuple[i
 
 def _segment_nodes(trace, sub) -> tuple[list[dict], set[int]]:
     """Node dicts of a Subgraph (id order) plus its annotation ancestors (module/phase labels)."""
-    ops = trace.ops[trace.ops["rank"] == sub.rank]
+    ops = of_rank(trace.ops, sub.rank)
     parent = dict(zip(ops["id"].to_numpy(dtype=np.int64).tolist(), ops["parent"].to_numpy(dtype=np.int64).tolist()))
     cat = dict(zip(ops["id"].astype(int), ops["category"].astype(str)))
     name = dict(zip(ops["id"].astype(int), ops["name"].astype(str)))
@@ -277,10 +278,10 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
         sub, seg_nodes, seg_replay = prepared[si]
         pairs = {}
         if seg.repeat > 1:
-            from engine.compose.transforms.scale import _param_storages
+            from engine.compose.transforms.scale import param_storages
 
             phase = dict(zip(trace.ops["id"].astype(int), trace.ops["phase"].astype(str)))
-            pairs = _chain_pairs(sub, phase, _param_storages(trace))
+            pairs = _chain_pairs(sub, phase, param_storages(trace))
         canon = canon_maps.setdefault((seg.source, "t"), _canon(ids, seg.source))
         canon_s = canon_maps.setdefault((seg.source, "s"), _canon(ids, seg.source))
         prev_out: dict = {}
@@ -327,9 +328,9 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
             }
         )
     meta: dict[str, Any] = {"segments": seg_meta, "sources": [str(p) for p in paths], "warnings": [], "transforms": []}
-    from engine.compose.transforms.scale import _param_storages, parameters
+    from engine.compose.transforms.scale import param_storages, parameters
 
-    meta["_param_storages"] = sorted(_param_storages(traces[0]))
+    meta["param_storages"] = sorted(param_storages(traces[0]))
     if spec.sharding is not None and spec.sharding.kind == "dp":
         src = traces[spec.segments[0].source]
         meta["_params"] = parameters(src)

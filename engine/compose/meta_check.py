@@ -15,17 +15,15 @@ and are counted as `unchecked`.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from engine.compose.nodes import get_slot, is_defined, set_slot, slot_type, tensor_slots
-from engine.compose.nodes import tensors_of as _tensors_of
+from engine.compose.nodes import get_slot, is_defined, set_slot, slot_type, tensor_slots, tensors_of
 from engine.errors import TraceError
+from engine.trace.categories import OP_NAME
 
-_OP_NAME = re.compile(r"^[A-Za-z_]\w*::[A-Za-z_][\w.]*$")
 SIZE_ARG_OPS = frozenset(
     """view _unsafe_view reshape expand new_empty new_zeros new_ones new_full zeros ones empty
 full rand randn randint empty_strided unflatten _reshape_alias""".split()
@@ -286,15 +284,15 @@ def propagate(
     want = {int(i) for i in replay_ids}
     run_ids = set(want)
     if scale != 1.0:  # children too: tensors they make (saved for backward) get real meta shapes
-        run_ids |= {n["id"] for n in nodes if _OP_NAME.match(n["name"]) and not n["name"].startswith("c10d::")}
+        run_ids |= {n["id"] for n in nodes if OP_NAME.match(n["name"]) and not n["name"].startswith("c10d::")}
     for node in nodes:
         if node["id"] not in run_ids:
-            for io, _, _, _, v in _tensors_of(node):
+            for io, _, _, _, v in tensors_of(node):
                 if io == "out" and is_defined(v):
                     run.inner.setdefault((v[0], v[1]), node["id"])
                     run.inner_storages.setdefault(v[1], node["id"])
         else:
-            for io, _, _, _, v in _tensors_of(node):
+            for io, _, _, _, v in tensors_of(node):
                 if io == "out" and is_defined(v):
                     run.inner_storages.setdefault(v[1], node["id"])
     for node in nodes:
@@ -305,7 +303,7 @@ def propagate(
         if (
             not is_replay
             and node["name"] == "aten::as_strided"
-            and all((v[0], v[1]) in run.env for io, _, _, _, v in _tensors_of(node) if io == "out" and is_defined(v))
+            and all((v[0], v[1]) in run.env for io, _, _, _, v in tensors_of(node) if io == "out" and is_defined(v))
         ):
             # the view op above it (t, transpose, expand, ...) already made this tensor with the
             # new shape; its recorded sizes/strides would undo a rewritten weight or batch dim
@@ -419,7 +417,7 @@ def propagate(
         for node in nodes:
             if node["id"] in run_ids:
                 continue
-            for _, io_d, arg, sub, v in _tensors_of(node):
+            for _, io_d, arg, sub, v in tensors_of(node):
                 hit = run.env.get((v[0], v[1])) if is_defined(v) else None
                 if (
                     hit is not None

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import jsonio
-from engine.errors import TraceError
+from engine.errors import TraceError, reject_unknown_fields
 
 SPEC_VERSION = 1
 DTYPES = (None, "fp32", "bf16", "fp16")
@@ -177,10 +177,7 @@ class BenchmarkSpec:
 def _segment(d: Any, i: int) -> Segment:
     if not isinstance(d, dict):
         raise TraceError(f"segments[{i}] must be an object")
-    known = {f.name for f in fields(Segment)}
-    unknown = sorted(set(d) - known)
-    if unknown:
-        raise TraceError(f"segments[{i}]: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    reject_unknown_fields(d, {f.name for f in fields(Segment)}, f"segments[{i}]")
     try:
         return Segment(**d)
     except TraceError as e:

@@ -313,7 +313,6 @@ def rank_timelines(events: pd.DataFrame, window_us: float | None = None, bar_lim
         barmode="overlay",
         height=max(360, 16 * total_rows + 60 * len(ranks)),
         margin=dict(l=10, r=10, t=40, b=30),
-        uniformtext=dict(minsize=9, mode="hide"),
         legend=dict(orientation="h", yanchor="top", y=-0.04, xanchor="left", x=0.0),
     )
     if window_us:
@@ -361,7 +360,6 @@ def timeline_with_metrics(timeline: go.Figure, samples: dict, *, span_us: float)
         barmode="overlay",
         height=int(timeline.layout.height or 400) + 130 * len(metrics),
         margin=dict(l=10, r=10, t=40, b=30),
-        uniformtext=dict(minsize=9, mode="hide"),
         legend=dict(orientation="h", yanchor="top", y=-0.04, xanchor="left", x=0.0),
         dragmode="zoom",
     )

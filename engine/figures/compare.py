@@ -64,7 +64,6 @@ def aligned_timelines(
         barmode="overlay",
         height=max(420, 16 * rows + 140),
         margin=dict(l=10, r=10, t=40, b=30),
-        uniformtext=dict(minsize=9, mode="hide"),
         # below the plot, never under the modebar
         legend=dict(orientation="h", yanchor="top", y=-0.08, xanchor="left", x=0.0),
     )
@@ -97,28 +96,14 @@ def time_by_bars(
     y = [wrap_label(n) for n in full]
     lines = sum(max(1, lab.count("<br>") + 1) for lab in y)
     hover = "%{customdata}<br>%{x:,.1f} µs<extra>%{fullData.name}</extra>"
+    sides = ((a_col, labels[0], "#7c5cff"), (b_col, labels[1], "#ffd166"))
     fig = go.Figure(
         [
-            go.Bar(
-                y=y,
-                x=t[a_col].to_numpy(float),
-                name=labels[0],
-                orientation="h",
-                marker_color="#7c5cff",
-                customdata=full,
-                hovertemplate=hover,
-            ),
-            go.Bar(
-                y=y,
-                x=t[b_col].to_numpy(float),
-                name=labels[1],
-                orientation="h",
-                marker_color="#ffd166",
-                customdata=full,
-                hovertemplate=hover,
-            ),
+            go.Bar(y=y, x=t[col].to_numpy(float), name=name, orientation="h", marker_color=color, customdata=full)
+            for col, name, color in sides
         ]
     )
+    fig.update_traces(hovertemplate=hover)
     fig.update_layout(
         barmode="group",
         height=max(300, 22 * lines + 14 * len(t) + 120),
@@ -172,20 +157,4 @@ def metric_curves(curves: pd.DataFrame, labels: tuple[str, str] = ("original", "
             )
     fig.update_xaxes(title_text="fraction of the step window", row=len(metrics), col=1)
     fig.update_layout(height=220 * len(metrics) + 80, margin=dict(l=10, r=10, t=40, b=30))
-    return fig
-
-
-def e2e_figure(
-    iteration_ms_a: list[float], iteration_ms_b: list[float], labels: tuple[str, str] = ("original", "replay")
-) -> go.Figure:
-    """Box plots of per-iteration time of the two sides."""
-    import plotly.graph_objects as go
-
-    fig = go.Figure(
-        [
-            go.Box(y=list(iteration_ms_a), name=labels[0], marker_color="#7c5cff", boxpoints="all"),
-            go.Box(y=list(iteration_ms_b), name=labels[1], marker_color="#ffd166", boxpoints="all"),
-        ]
-    )
-    fig.update_layout(yaxis_title="ms per iteration", height=320, margin=dict(l=10, r=10, t=30, b=30))
     return fig

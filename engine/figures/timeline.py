@@ -23,10 +23,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from engine.trace.ranks import of_rank
+
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-BAR_LIMIT = 4000
+# Bars one SVG element each: in headless Chromium on this VM 4,000 bars with names took 13-27 s to
+# draw (benchmarks/responsiveness_browser.py), 288 took ~1 s; level of detail keeps a window to this.
+BAR_LIMIT = 1200
+# Names are drawn only on bars at least this wide on screen (text layout is most of the draw cost).
+LABEL_MIN_PX = 36.0
+PLOT_PX = 1200.0
 GROUP_COLORS = {
     "cpu_op": "#7c5cff",
     "kernel": "#f72585",
@@ -109,8 +116,7 @@ def prepare(events: pd.DataFrame, view: TimelineView | None = None, origin_us: f
     """
     view = view or TimelineView()
     ev = events
-    if view.rank is not None and "rank" in ev.columns:
-        ev = ev[ev["rank"] == view.rank]
+    ev = of_rank(ev, view.rank)
     if origin_us is None:
         origin_us = float(ev["ts_us"].min()) if len(ev) else 0.0
     ev = lane_table(ev)
@@ -222,7 +228,12 @@ def timeline_figure(
     lanes = ev.attrs["lanes"]
     fig = go.Figure()
     detail, agg = level_of_detail(ev, view.bar_limit)
-    for tr in timeline_traces(detail, True, search=search, shapes=shapes):
+    span = (
+        view.end_us - view.start_us
+        if view.start_us is not None and view.end_us is not None
+        else (float((ev["start_us"] + ev["dur_us"]).max() - ev["start_us"].min()) if len(ev) else 1.0)
+    )
+    for tr in timeline_traces(detail, True, search=search, shapes=shapes, span_us=span):
         fig.add_trace(tr)
     if len(agg):
         fig.add_trace(aggregate_trace(agg))
@@ -254,7 +265,6 @@ def timeline_figure(
         ),
         clickmode="event+select",
         dragmode="zoom",
-        uniformtext=dict(minsize=8, mode="hide"),
         xaxis=dict(
             title=f"µs since {origin:,.0f}",
             zeroline=False,
@@ -325,6 +335,7 @@ def timeline_traces(
     legend: bool = True,
     search: str = "",
     shapes: dict[int, str] | None = None,
+    span_us: float | None = None,
 ) -> list:
     """Plotly bar traces (one per colour class) for prepared events (`prepare`). `use_bars` is
     kept for callers; big windows are reduced by `level_of_detail` before they get here."""
@@ -337,9 +348,21 @@ def timeline_traces(
         except Exception:  # noqa: BLE001 - re.error from a user's pattern: treat as a plain substring
             hits = ev["name"].astype(str).str.contains(search, case=False, regex=False).to_numpy()
     out = []
+    lo = float(ev["start_us"].min()) if len(ev) else 0.0
+    hi = float((ev["start_us"] + ev["dur_us"]).max()) if len(ev) else 1.0
+    if span_us is None:
+        span_us = max(hi - lo, 1e-9)
+    px_per_us = PLOT_PX / max(span_us, 1e-9)
     for group, part in ev.groupby("group", sort=True, observed=True):
         color = GROUP_COLORS.get(group, "#999")
         names = part["name"].astype(str).to_numpy()
+        # a name only where it fits, cut to the bar's width: no per-bar text fitting in the browser
+        px = part["dur_us"].to_numpy(float) * px_per_us
+        chars = (px / 6.5).astype(np.int64)
+        text = [
+            n if len(n) <= c else (n[: c - 1] + "…") if px_ >= LABEL_MIN_PX else ""
+            for n, c, px_ in zip(names, chars, px)
+        ]
         marker: dict = dict(color=color, line=dict(width=0))
         if hits is not None:
             h = hits[ev.index.get_indexer(part.index)] if len(part) else np.zeros(0, bool)
@@ -357,10 +380,11 @@ def timeline_traces(
                 legendgroup=group,
                 customdata=_hover_data(part, names, shapes),
                 width=0.85,
-                text=names,
+                text=text,
                 textposition="inside",
                 insidetextanchor="start",
-                textfont=dict(size=9),
+                constraintext="none",
+                textfont=dict(size=9, color="#fff"),
                 hovertemplate=HOVER,
             )
         )

@@ -17,38 +17,14 @@ import numpy as np
 import pandas as pd
 
 from engine.errors import TraceError
-from engine.graph._tree import any_marked_ancestor, parent_positions
+from engine.trace.columns import as_str
+from engine.trace.ranks import rank_ops, resolve_rank
+from engine.trace.tree import any_marked_ancestor, parent_positions
 
 if TYPE_CHECKING:
     import networkx as nx
 
     from engine.trace.model import Trace
-
-
-def rank_ops(ops: pd.DataFrame, rank: int | None = None) -> pd.DataFrame:
-    """The rows of one rank (lowest rank when `rank` is None), in file order."""
-    if "rank" not in ops.columns or len(ops) == 0:
-        return ops
-    ranks = ops["rank"].to_numpy()
-    if rank is None:
-        rank = int(ranks.min())
-        if (ranks == rank).all():
-            return ops
-    mask = ranks == rank
-    if not mask.any():
-        present = sorted(int(r) for r in np.unique(ranks))
-        raise TraceError(f"rank {rank} is not in the trace (ranks present: {present})")
-    return ops[mask]
-
-
-def resolve_rank(ops: pd.DataFrame, rank: int | None) -> int:
-    """The rank a rank=None request means: the lowest present (0 for an empty table)."""
-    if rank is not None:
-        rank_ops(ops, rank)  # validates
-        return int(rank)
-    if "rank" not in ops.columns or len(ops) == 0:
-        return 0
-    return int(ops["rank"].min())
 
 
 def descendants(ops: pd.DataFrame, ids: Iterable[int], *, include_self: bool = True) -> np.ndarray:
@@ -96,25 +72,19 @@ def call_tree(trace: Trace, rank: int | None = None) -> nx.DiGraph:
     ops = rank_ops(trace.ops, rank)
     r = resolve_rank(trace.ops, rank)
     ids = ops["id"].to_numpy(dtype=np.int64)
-    attrs = {col: _str_list(ops, col) for col in ("name", "category", "phase")}
+    attrs = {col: str_list(ops, col) for col in ("name", "category", "phase")}
     parent = parent_positions(ops)
     child = np.flatnonzero(parent >= 0)
     return build_digraph(ids.tolist(), attrs, ids[parent[child]].tolist(), ids[child].tolist(), {}, rank=r)
 
 
-def _str_list(ops: pd.DataFrame, col: str, rows: np.ndarray | None = None) -> list[str]:
+def str_list(ops: pd.DataFrame, col: str, rows: np.ndarray | None = None) -> list[str]:
     """Column as a list of str ("" for missing), of the rows where the mask `rows` is True (all
-    rows by default); categorical columns convert per category."""
-    n = len(ops) if rows is None else int(rows.sum())
+    rows by default); distinct values convert once (engine.trace.columns)."""
     if col not in ops.columns:
-        return [""] * n
-    c = ops[col]
-    if isinstance(c.dtype, pd.CategoricalDtype):
-        cats = np.asarray([str(x) for x in c.cat.categories] + [""], dtype=object)
-        codes = c.cat.codes.to_numpy()  # code -1 (missing) picks the trailing ""
-        return cats[codes if rows is None else codes[rows]].tolist()
-    out = c.astype(object).fillna("").astype(str)
-    return (out if rows is None else out[rows]).tolist()
+        return [""] * (len(ops) if rows is None else int(rows.sum()))
+    text = as_str(ops[col])
+    return (text if rows is None else text[rows]).tolist()
 
 
-__all__ = ["call_tree", "descendants", "leaves", "rank_ops", "resolve_rank", "roots"]
+__all__ = ["call_tree", "descendants", "leaves", "roots"]

@@ -34,44 +34,40 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from enum import Enum
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from engine.errors import TraceError
-from engine.graph._tree import nearest_marked, parent_positions
-from engine.graph.calltree import _str_list, rank_ops, resolve_rank
-from engine.graph.replayset import replay_mask, replay_ops
+from engine.graph.calltree import str_list
+from engine.graph.replayset import SelectionMode, replay_mask, replay_ops
+from engine.trace.columns import Distinct, isin
+from engine.trace.dtypes import split_top_level
+from engine.trace.ranks import rank_ops, resolve_rank
+from engine.trace.tree import nearest_marked, parent_positions
 
 if TYPE_CHECKING:
     import networkx as nx
 
     from engine.trace.model import Trace
 
-_KINDS = ("raw", "war", "waw")
+
+class DepKind(str, Enum):
+    """Why one op must follow another (module docstring); a `str` so edge data reads "raw"."""
+
+    RAW = "raw"  # read after write
+    WAR = "war"  # write after read
+    WAW = "waw"  # write after write
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_KINDS = tuple(DepKind)  # strongest first: the int8 codes of dep_edges index this
 _MUTATED = re.compile(r"^Tensor\([a-z]+!\)")
-
-
-def _split_top(text: str) -> list[str]:
-    """Split a schema argument list on top-level commas (brackets and parens nest)."""
-    out: list[str] = []
-    cur: list[str] = []
-    depth = 0
-    for ch in text:
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    if cur and "".join(cur).strip():
-        out.append("".join(cur).strip())
-    return out
 
 
 @lru_cache(maxsize=4096)
@@ -81,7 +77,7 @@ def mutated_args(name: str, schema: str) -> tuple[int, ...]:
     if schema and "(" in schema:
         head = schema.split(" -> ")[0]
         start = head.find("(")
-        args = [a for a in _split_top(head[start + 1 : head.rfind(")")]) if a != "*"]
+        args = [a for a in split_top_level(head[start + 1 : head.rfind(")")], "([{", ")]}") if a != "*"]
         found = [i for i, a in enumerate(args) if _MUTATED.match(a)]
     base = name.split("::")[-1].split(".")[0]
     if base.endswith("_") and not base.endswith("__") and 0 not in found:
@@ -89,26 +85,15 @@ def mutated_args(name: str, schema: str) -> tuple[int, ...]:
     return tuple(found)
 
 
-def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
-    """Integer codes and their distinct string values for a categorical or object column."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        codes, uniq = col.cat.codes.to_numpy().astype(np.int64), [str(c) for c in col.cat.categories]
-    else:
-        codes, values = pd.factorize(col.astype(object).fillna(""))
-        codes, uniq = codes.astype(np.int64), [str(u) for u in values]
-    if (codes < 0).any():  # missing values read as ""
-        codes = np.where(codes < 0, len(uniq), codes)
-        uniq.append("")
-    return codes, uniq
-
-
 def _mutated_mask(ops: pd.DataFrame, rows: np.ndarray, args: np.ndarray) -> np.ndarray:
     """For tensor occurrences (op row position, input arg): is that argument mutated in place?"""
     if len(rows) == 0:
         return np.zeros(0, dtype=bool)
-    n_code, n_vals = _codes(ops["name"])
+    n = Distinct(ops["name"])
+    n_code, n_vals = n.codes, n.values
     if "schema" in ops.columns:
-        s_code, s_vals = _codes(ops["schema"])
+        s = Distinct(ops["schema"])
+        s_code, s_vals = s.codes, s.values
     else:
         s_code, s_vals = np.zeros(len(ops), np.int64), [""]
     pair = n_code[rows] * (len(s_vals) + 1) + s_code[rows]
@@ -159,15 +144,6 @@ def _pair_keys(b_all: np.ndarray, *pairs: tuple[np.ndarray, np.ndarray]) -> list
     return [a.astype(np.int64) * m + np.searchsorted(uniq, b) for a, b in pairs]
 
 
-def _is_in(col: pd.Series, value: str) -> np.ndarray:
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        cats = list(col.cat.categories)
-        if value not in cats:
-            return np.zeros(len(col), dtype=bool)
-        return col.cat.codes.to_numpy() == cats.index(value)
-    return col.to_numpy(dtype=object) == value
-
-
 def accesses(trace: Trace, exec_ids: np.ndarray, ops: pd.DataFrame, rank: int) -> pd.DataFrame:
     """Storage accesses of the executable ops: columns op, storage, tensor, write (bool).
 
@@ -190,7 +166,7 @@ def accesses(trace: Trace, exec_ids: np.ndarray, ops: pd.DataFrame, rank: int) -
     keep = pos >= 0
     pos = np.where(keep, pos, 0)
     owner = np.where(keep, owner_of_row[pos], -1)
-    is_in = _is_in(t["io"], "in")
+    is_in = isin(t["io"], ("in",))
     arg = t["arg"].to_numpy(dtype=np.int64)
     tensor = t["tensor_id"].to_numpy(dtype=np.int64)
     storage = t["storage_id"].to_numpy(dtype=np.int64)
@@ -320,19 +296,23 @@ def dep_edges(acc: pd.DataFrame, produced: pd.DataFrame | None = None) -> pd.Dat
             "dst": dst[first],
             "tensor_id": tid[first],
             "storage_id": sid[first],
-            "kind": pd.Categorical.from_codes(kind[first], categories=list(_KINDS)),
+            "kind": pd.Categorical.from_codes(kind[first], categories=[k.value for k in _KINDS]),
         }
     )
 
 
 def data_deps(
-    trace: Trace, rank: int | None = None, ops: Iterable[int] | None = None, *, mode: Literal["top", "leaf"] = "top"
+    trace: Trace,
+    rank: int | None = None,
+    ops: Iterable[int] | None = None,
+    *,
+    mode: SelectionMode | str = SelectionMode.TOP,
 ) -> nx.DiGraph:
     """Producer -> consumer DAG among one rank's executable ops (rules in module docstring).
 
     ops: the executable op ids (default: `replay_ops(trace, mode, rank=rank)`); ids not in the
     trace raise TraceError. Node attrs: name, category, phase. Edge attrs: tensor_id,
-    storage_id, kind ("raw" | "war" | "waw"). Graph attr `rank`.
+    storage_id, kind (a `DepKind`). Graph attr `rank`.
     """
     from engine.graph._nxbuild import build_digraph
 
@@ -351,12 +331,12 @@ def data_deps(
             raise TraceError(f"unknown ET node ids on rank {r}: {shown}{more}")
         exec_mask = np.isin(ids, exec_ids)
     node_ids = ids[exec_mask].tolist()
-    attrs = {col: _str_list(table, col, exec_mask) for col in ("name", "category", "phase")}
+    attrs = {col: str_list(table, col, exec_mask) for col in ("name", "category", "phase")}
     acc = accesses(trace, exec_ids, table, r)
     if len(acc) == 0:
         return build_digraph(node_ids, attrs, [], [], {}, rank=r)
     t = _rank_tensors(trace, r)
-    outs = _is_in(t["io"], "out") & np.isin(t["op_id"].to_numpy(dtype=np.int64), exec_ids)
+    outs = isin(t["io"], ("out",)) & np.isin(t["op_id"].to_numpy(dtype=np.int64), exec_ids)
     produced = pd.DataFrame(
         {
             "op": t["op_id"].to_numpy(dtype=np.int64)[outs],

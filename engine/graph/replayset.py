@@ -31,32 +31,41 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Literal
+from enum import Enum
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from engine.errors import TraceError
-from engine.graph._tree import any_marked_ancestor, any_marked_descendant, parent_positions
-from engine.graph.calltree import rank_ops
+from engine.trace.categories import OP_NAME
+from engine.trace.columns import where
+from engine.trace.ranks import rank_ops
+from engine.trace.tree import any_marked_ancestor, any_marked_descendant, parent_positions
 
 if TYPE_CHECKING:
     from engine.trace.model import Trace
 
-_OP_NAME = re.compile(r"^[A-Za-z_]\w*::[A-Za-z_][\w.]*$")
+
+class SelectionMode(str, Enum):
+    """Which rebuildable ops a replay runs (module docstring); a `str` so "top" == TOP."""
+
+    TOP = "top"  # the highest rebuildable op on each call path
+    LEAF = "leaf"  # the lowest rebuildable ops
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, value: str | SelectionMode) -> SelectionMode:
+        try:
+            return cls(value)
+        except ValueError:
+            raise TraceError(f"replay mode must be 'top' or 'leaf', not {value!r}") from None
+
+
 _EMPTY_VALUES = re.compile(r'"values"\s*:\s*\[\s*\]')
 _NOT_REBUILDABLE_CATEGORIES = ("annotation", "autograd")
-
-
-def _flag_by_value(col: pd.Series, fn) -> np.ndarray:
-    """Evaluate fn once per distinct value of a (categorical or object) column."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        table = np.fromiter((bool(fn(str(c))) for c in col.cat.categories), dtype=bool, count=len(col.cat.categories))
-        codes = col.cat.codes.to_numpy()
-        return np.where(codes >= 0, table[np.maximum(codes, 0)], bool(fn("")))
-    codes, uniq = pd.factorize(col.astype(object).fillna(""))
-    table = np.fromiter((bool(fn(str(u))) for u in uniq), dtype=bool, count=len(uniq))
-    return table[codes]
 
 
 def rebuildable(ops: pd.DataFrame) -> np.ndarray:
@@ -64,10 +73,10 @@ def rebuildable(ops: pd.DataFrame) -> np.ndarray:
     n = len(ops)
     if n == 0:
         return np.zeros(0, dtype=bool)
-    ok = _flag_by_value(ops["name"], lambda s: _OP_NAME.match(s) is not None)
+    ok = where(ops["name"], lambda s: OP_NAME.match(s) is not None)
     if "category" in ops.columns:
-        ok &= ~_flag_by_value(ops["category"], lambda s: s in _NOT_REBUILDABLE_CATEGORIES)
-    has_schema = _flag_by_value(ops["schema"], bool) if "schema" in ops.columns else np.zeros(n, bool)
+        ok &= ~where(ops["category"], lambda s: s in _NOT_REBUILDABLE_CATEGORIES)
+    has_schema = where(ops["schema"], bool) if "schema" in ops.columns else np.zeros(n, bool)
     need = np.flatnonzero(ok & ~has_schema)
     if len(need) and "inputs" in ops.columns:
         texts = ops["inputs"].to_numpy(dtype=object)[need]
@@ -83,23 +92,22 @@ def rebuildable(ops: pd.DataFrame) -> np.ndarray:
 
 
 def replay_mask(
-    ops: pd.DataFrame, mode: Literal["top", "leaf"] = "top", within: np.ndarray | None = None
+    ops: pd.DataFrame, mode: SelectionMode | str = SelectionMode.TOP, within: np.ndarray | None = None
 ) -> np.ndarray:
     """Boolean per row of one rank's ops: is the row replayed? (see module docstring)."""
-    if mode not in ("top", "leaf"):
-        raise TraceError(f"replay mode must be 'top' or 'leaf', not {mode!r}")
+    mode = SelectionMode.parse(mode)
     cand = rebuildable(ops)
     if within is not None:
         cand &= within
     parent = parent_positions(ops)
-    if mode == "top":
+    if mode is SelectionMode.TOP:
         return cand & ~any_marked_ancestor(parent, cand, include_self=False)
     return cand & ~any_marked_descendant(parent, cand)
 
 
 def replay_ops(
     trace: Trace,
-    mode: Literal["top", "leaf"] = "top",
+    mode: SelectionMode | str = SelectionMode.TOP,
     *,
     rank: int | None = None,
     within: Iterable[int] | None = None,

@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from engine.errors import TraceError
-from engine.graph._tree import any_marked_ancestor, parent_positions
-from engine.graph.calltree import rank_ops, resolve_rank
+from engine.errors import TraceError, reject_unknown_fields
 from engine.graph.replayset import replay_mask
+from engine.trace.columns import where
 from engine.trace.model import PHASES
+from engine.trace.ranks import of_rank, rank_ops, resolve_rank
+from engine.trace.tree import any_marked_ancestor, parent_positions
 
 if TYPE_CHECKING:
     from engine.trace.model import Trace
@@ -118,10 +119,7 @@ def selection_from_dict(d: dict[str, Any]) -> Selection:
     """Build a Selection from a JSON object; unknown keys and bad values raise TraceError."""
     if not isinstance(d, dict):
         raise TraceError(f"a selection must be a JSON object, not {type(d).__name__}")
-    known = {f.name for f in fields(Selection)}
-    unknown = sorted(set(d) - known)
-    if unknown:
-        raise TraceError(f"unknown selection field(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    reject_unknown_fields(d, {f.name for f in fields(Selection)}, "selection")
     kw = dict(d)
     if kw.get("time_window_us") is not None and isinstance(kw["time_window_us"], list):
         if len(kw["time_window_us"]) != 2:
@@ -184,8 +182,7 @@ def _match_module(ops: pd.DataFrame, module: str) -> np.ndarray:
 def _time_zero(trace: Trace, ops: pd.DataFrame, rank: int) -> float:
     ev = trace.events
     if len(ev) and "ts_us" in ev.columns:
-        if "rank" in ev.columns:
-            ev = ev[ev["rank"].to_numpy() == rank]
+        ev = of_rank(ev, rank)
         if len(ev):
             return float(np.nanmin(ev["ts_us"].to_numpy(dtype=float)))
     return float(np.nanmin(ops["k_ts_us"].to_numpy(dtype=float)))
@@ -205,15 +202,7 @@ def _match(trace: Trace, ops: pd.DataFrame, sel: Selection, rank: int) -> np.nda
         hit &= np.isin(ids, want)
     if sel.name_pattern is not None:
         rx = _compile(sel.name_pattern, "name_pattern")
-        name = ops["name"]
-        if isinstance(name.dtype, pd.CategoricalDtype):
-            table = np.fromiter(
-                (rx.search(str(c)) is not None for c in name.cat.categories), dtype=bool, count=len(name.cat.categories)
-            )
-            codes = name.cat.codes.to_numpy()
-            hit &= np.where(codes >= 0, table[np.maximum(codes, 0)], False)
-        else:
-            hit &= name.astype(str).str.contains(rx, regex=True).to_numpy()
+        hit &= where(ops["name"], lambda s: s != "" and rx.search(s) is not None)
     if sel.module is not None:
         hit &= _match_module(ops, sel.module)
     if sel.phase is not None:
@@ -239,10 +228,7 @@ def _match(trace: Trace, ops: pd.DataFrame, sel: Selection, rank: int) -> np.nda
 
 
 def _tensor_table(trace: Trace, rank: int) -> pd.DataFrame:
-    t = trace.tensors
-    if len(t) and "rank" in t.columns:
-        t = t[t["rank"].to_numpy() == rank]
-    return t
+    return of_rank(trace.tensors, rank)
 
 
 def _empty_tensors(role: str) -> pd.DataFrame:

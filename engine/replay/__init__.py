@@ -17,8 +17,30 @@ Coverage definitions (ReplayResult.coverage):
     by_category  {category: {selected, replayed, substituted, skipped}}
 """
 
-from engine.replay.config import ReplayConfig
-from engine.replay.executor import ReplaySession, replay
-from engine.replay.result import ReplayResult
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["ReplayConfig", "ReplayResult", "ReplaySession", "replay"]
+# Lazy (PEP 562): `engine.replay.config` and `.result` need no torch, and the CLI reads the
+# config defaults at start-up for every command; only the executor imports torch.
+_LAZY = {
+    "ReplayConfig": "engine.replay.config",
+    "ReplayResult": "engine.replay.result",
+    "OpStatus": "engine.replay.result",
+    "ReplaySession": "engine.replay.executor",
+    "replay": "engine.replay.executor",
+}
+
+if TYPE_CHECKING:
+    from engine.replay.config import ReplayConfig
+    from engine.replay.executor import ReplaySession, replay
+    from engine.replay.result import OpStatus, ReplayResult
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'engine.replay' has no attribute {name!r}")
+
+
+__all__ = ["OpStatus", "ReplayConfig", "ReplayResult", "ReplaySession", "replay"]

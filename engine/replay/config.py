@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from engine.errors import TraceError
+from engine.graph.replayset import SelectionMode
 
 _DEVICE = re.compile(r"^(cpu|cuda|cuda:\d+)$")
 
@@ -42,7 +42,7 @@ class ReplayConfig:
     device: str = "cpu"
     warmup: int = 1
     iters: int = 5
-    mode: Literal["top", "leaf"] = "top"
+    mode: SelectionMode = SelectionMode.TOP
     streams: bool = True
     host_gaps: bool = False
     lazy: bool | str = "auto"
@@ -71,8 +71,7 @@ class ReplayConfig:
                 raise TraceError(f"replay {name} must be a non-negative integer, not {v!r}")
         if self.iters < 1:
             raise TraceError(f"replay iters must be at least 1, not {self.iters}")
-        if self.mode not in ("top", "leaf"):
-            raise TraceError(f"replay mode must be 'top' or 'leaf', not {self.mode!r}")
+        self.mode = SelectionMode.parse(self.mode)
         if self.lazy not in (True, False, "auto"):
             raise TraceError(f"replay lazy must be true, false or 'auto', not {self.lazy!r}")
         if self.num_threads is not None and (

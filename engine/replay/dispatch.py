@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from engine.replay.accel import ACCELERATOR_OPS
+from engine.replay.accel import remap as accel_remap
 from engine.replay.collectives import is_collective
 from engine.replay.reasons import SkipReason
 
@@ -258,30 +260,12 @@ def _sub_conv(target: str, transposed: bool, has_bias: bool):
         bias = ("rec", 2) if has_bias else ("const", None)
         if transposed:
             pad, outpad, stride, dil, groups = 2 + b, 3 + b, 4 + b, 5 + b, 6 + b
-            pos = [
-                ("rec", 0),
-                ("rec", 1),
-                bias,
-                ("rec", stride),
-                ("rec", pad),
-                ("rec", dil),
-                ("const", True),
-                ("rec", outpad),
-                ("rec", groups),
-            ]
+            tail = [("const", True), ("rec", outpad)]
         else:
             pad, stride, dil, groups = 2 + b, 3 + b, 4 + b, 5 + b
-            pos = [
-                ("rec", 0),
-                ("rec", 1),
-                bias,
-                ("rec", stride),
-                ("rec", pad),
-                ("rec", dil),
-                ("const", False),
-                ("const", [0]),
-                ("rec", groups),
-            ]
+            tail = [("const", False), ("const", [0])]
+        # aten::convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+        pos = [("rec", 0), ("rec", 1), bias, ("rec", stride), ("rec", pad), ("rec", dil), *tail, ("rec", groups)]
         return Resolved(
             overload=ov,
             positional=pos,
@@ -323,6 +307,10 @@ def resolve(name: str, schema: str, types: list[str], device: str) -> Resolved:
     if is_collective(name):
         raise DispatchError(f"collective {name}", SkipReason.COLLECTIVE_SINGLE_PROCESS)
     on_gpu = device.startswith("cuda")
+    if name in ACCELERATOR_OPS:
+        remapped = accel_remap(name, on_gpu)
+        if remapped is not None:
+            return remapped
     if not on_gpu and name in SUBSTITUTIONS:
         return SUBSTITUTIONS[name](None, len(types))
     if on_gpu and name in SUBSTITUTIONS_ON_CUDA:
@@ -349,6 +337,13 @@ def resolve(name: str, schema: str, types: list[str], device: str) -> Resolved:
         st = arg_types.get(i)
         if st is not None and t != "None" and not _kind_ok(t, st):
             raise DispatchError(f"recorded argument {i} of type {t} does not fit '{st}' of {target._schema.name}")
+    if not on_gpu:  # pinned host memory needs an accelerator: a CPU replay allocates plain memory
+        args = target._schema.arguments
+        for j, a in enumerate(args[: len(positional)]):
+            if a.name == "pin_memory":
+                positional[j] = ("const", False if not str(a.type).startswith("Optional") else None)
+        if "pin_memory" in keywords:
+            keywords["pin_memory"] = ("const", None)
     return Resolved(overload=target, positional=positional, keywords=keywords, arg_types=arg_types)
 
 

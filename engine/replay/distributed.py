@@ -55,6 +55,18 @@ class DistConfig:
         if not (isinstance(self.timeout_s, (int, float)) and 0 < self.timeout_s <= 86_400):
             raise TraceError(f"collective timeout must be between 0 and 86400 s, not {self.timeout_s!r}")
 
+    def to_json(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> DistConfig:
+        """Inverse of `to_json` (unknown keys are an error naming them)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        extra = set(d) - names
+        if extra:
+            raise TraceError(f"unknown distributed replay settings: {sorted(extra)}")
+        return cls(**d)
+
 
 def plan_ranks(trace, dist: DistConfig) -> tuple[int, dict[int, int]]:
     """(world size, {process rank: recorded rank to replay})."""
@@ -138,3 +150,29 @@ def config_from_json(d: dict, out_dir: Path | None) -> ReplayConfig:
     d["out_dir"] = out_dir
     d.setdefault("metrics", False)
     return ReplayConfig(**d)
+
+
+def rank_inputs(paths: Sequence[str | os.PathLike], ranks: Sequence[int], bench_dir: str | None = None) -> dict:
+    """What a distributed run of a loaded trace (or of a composed benchmark folder) takes:
+    {"paths": files, "ranks": recorded ranks}. A composed folder gives its `rank_<r>.et.json`."""
+    import re
+
+    if bench_dir:
+        files = sorted(Path(bench_dir).glob("rank_*.et.json*"))
+        rs = [int(m.group(1)) for f in files if (m := re.match(r"rank_(\d+)\.", f.name))]
+        return {"paths": [str(f) for f in files], "ranks": rs}
+    return {"paths": [str(p) for p in paths], "ranks": sorted(int(r) for r in ranks)}
+
+
+def capture_rank_medians(paths: Sequence[str | os.PathLike]) -> dict[int, float]:
+    """{rank: unprofiled median step ms} from the `*_rank<r>_meta.json` files next to `paths`."""
+    out: dict[int, float] = {}
+    for folder in {Path(p).parent for p in paths}:
+        for m in folder.glob("*_meta.json"):
+            try:
+                meta = jsonio.loads(m.read_bytes())
+            except (OSError, ValueError):
+                continue
+            if isinstance(meta, dict) and isinstance(meta.get("rank"), int) and meta.get("median_ms"):
+                out[meta["rank"]] = float(meta["median_ms"])
+    return out

@@ -26,10 +26,21 @@ from engine.progress import Progress, report
 from engine.replay.commstats import breakdown, executed_collectives
 from engine.replay.config import ReplayConfig
 from engine.replay.memory import available_bytes, estimate, skip_oversized
-from engine.replay.plan import OpStep, Plan, build_plan
+from engine.replay.plan import Plan, build_plan
 from engine.replay.reasons import SkipReason
-from engine.replay.result import ReplayResult, coverage_report
-from engine.replay.tensors import StorageManager, empty_like_rec
+from engine.replay.result import OpStatus, PerOpRow, ReplayResult, coverage_report
+from engine.replay.steps import (
+    _busy_wait_ns,
+    _make_call_step,
+    _make_step,
+    _profile_iteration,
+    _skip_step,
+    _with_lazy,
+    _with_stream,
+    _with_waits,
+)
+from engine.replay.tensors import StorageManager
+from engine.trace.ranks import of_rank, ranks_of
 
 
 def _target_device(cfg: ReplayConfig) -> str:
@@ -44,176 +55,10 @@ def _rank_ops(trace, rank):
         raise TraceError("trace has no execution-trace operators to replay (Kineto-only trace?)")
     if rank is None:
         rank = int(ops["rank"].min())
-    sub = ops[ops["rank"] == rank]
+    sub = of_rank(ops, rank)
     if len(sub) == 0:
-        raise TraceError(f"trace has no operators on rank {rank}; ranks: {sorted(set(ops['rank'].tolist()))}")
+        raise TraceError(f"trace has no operators on rank {rank}; ranks: {ranks_of(ops)}")
     return sub, rank
-
-
-def _make_step(st: OpStep, env: list, device: str, failures: dict, steps: list) -> Callable[[], None]:
-    """The closure that runs one op (see module docstring)."""
-    assert st.resolved is not None  # only resolved steps get a runnable closure
-    ov = st.resolved.overload
-    pos_t = st.pos
-    kw_t = st.kw
-    pfix = [(p, slot) for w, p, sub, slot in st.fixups if w == "p" and sub is None]
-    psub = [(p, sub, slot) for w, p, sub, slot in st.fixups if w == "p" and sub is not None]
-    kfix = [(k, slot) for w, k, sub, slot in st.fixups if w == "k" and sub is None]
-    ksub = [(k, sub, slot) for w, k, sub, slot in st.fixups if w == "k" and sub is not None]
-    plists = sorted({p for p, _, _ in psub})
-    klists = sorted({k for k, _, _ in ksub})
-    single = len(ov._schema.returns) == 1
-    outs = st.outs
-    rel = st.release
-    synth_cache: dict[int, torch.Tensor] = {}
-
-    def synth(slot, rec):
-        t = synth_cache.get(slot)
-        if t is None:
-            t = empty_like_rec(rec, device)
-            if rec.numel == 0 or rec.dtype == "uint8":
-                synth_cache[slot] = t  # e.g. cudnn reserve space: keep one
-        return t
-
-    def synthesize_outputs() -> None:
-        for _, _, slot, rec in outs:
-            env[slot] = empty_like_rec(rec, device)
-        for s in rel:
-            env[s] = None
-
-    def run() -> None:
-        a = pos_t.copy()
-        for p, slot in pfix:
-            a[p] = env[slot]
-        if psub:
-            for p in plists:
-                a[p] = list(a[p])
-            for p, sub, slot in psub:
-                a[p][sub] = env[slot]
-        if kw_t:
-            kw = kw_t.copy()
-            for k, slot in kfix:
-                kw[k] = env[slot]
-            if ksub:
-                for k in klists:
-                    kw[k] = list(kw[k])
-                for k, sub, slot in ksub:
-                    kw[k][sub] = env[slot]
-        else:
-            kw = kw_t
-        try:
-            res = ov(*a, **kw)
-        except Exception as exc:  # noqa: BLE001 -- any op failure is recorded, never fatal
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            failures[st.index] = f"op {st.op_id} {st.name}: {type(exc).__name__}: {msg[:300]}"
-            synthesize_outputs()
-            steps[st.index] = synthesize_outputs
-            return
-        if outs:
-            r = (res,) if single else res
-            for p, sub, slot, rec in outs:
-                if 0 <= p < len(r):
-                    v = r[p]
-                    if sub is not None:
-                        v = v[sub] if isinstance(v, (list, tuple)) and sub < len(v) else None
-                    env[slot] = v if isinstance(v, torch.Tensor) else synth(slot, rec)
-                else:
-                    env[slot] = synth(slot, rec)
-        for s in rel:
-            env[s] = None
-
-    return run
-
-
-def _make_call_step(st: OpStep, env: list, device: str, failures: dict, steps: list) -> Callable[[], None]:
-    """A prepared closure (collective or custom rebuild). A collective's error is fatal (a
-    distributed run must come down, never continue out of step); a custom op's is recorded."""
-    call, outs, rel = st.call, st.outs, st.release
-    fatal = st.coll is not None
-
-    def synthesize_outputs() -> None:
-        for _, _, slot, rec in outs:
-            env[slot] = empty_like_rec(rec, device)
-        for s in rel:
-            env[s] = None
-
-    def run() -> None:
-        if fatal:
-            res = call()
-        else:
-            try:
-                res = call()
-            except Exception as exc:  # noqa: BLE001 - recorded like any op failure
-                msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                failures[st.index] = f"op {st.op_id} {st.name}: {type(exc).__name__}: {msg[:300]}"
-                synthesize_outputs()
-                steps[st.index] = synthesize_outputs
-                return
-        for p, sub, slot, rec in outs:
-            v = res[p] if isinstance(res, (list, tuple)) and 0 <= p < len(res) else None
-            if sub is not None:
-                v = v[sub] if isinstance(v, (list, tuple)) and sub < len(v) else None
-            env[slot] = v if isinstance(v, torch.Tensor) else empty_like_rec(rec, device)
-        for s in rel:
-            env[s] = None
-
-    return run
-
-
-def _with_waits(fn, backend, waits: list[int]):
-    def run() -> None:
-        for w in waits:
-            backend.wait(w)
-        fn()
-
-    return run
-
-
-def _skip_step(st: OpStep, env: list) -> Callable[[], None]:
-    rel = st.release
-
-    def run() -> None:
-        for s in rel:
-            env[s] = None
-
-    return run
-
-
-def _with_lazy(fn, mats, drops, env, store: StorageManager, gen):
-    def run() -> None:
-        for e in mats:
-            env[e.slot] = store.standalone(e, gen)
-        fn()
-        for s in drops:
-            env[s] = None
-
-    return run
-
-
-def _with_stream(fn, stream, waits):
-    def run() -> None:
-        for w in waits:
-            stream.wait_stream(w)
-        with torch.cuda.stream(stream):
-            fn()
-
-    return run
-
-
-def _with_label(fn, label: str):
-    rf = torch.profiler.record_function
-
-    def run() -> None:
-        with rf(label):
-            fn()
-
-    return run
-
-
-def _busy_wait_ns(ns: int) -> None:
-    end = time.perf_counter_ns() + ns
-    while time.perf_counter_ns() < end:
-        pass
 
 
 def replay(
@@ -391,7 +236,7 @@ class ReplaySession:
                 )
             steps.append(fn)
         self.steps = steps
-        self.gaps = _host_gaps(plan) if config.host_gaps else None
+        self.gaps = measured_host_gaps(plan) if config.host_gaps else None
         cuda = device.startswith("cuda")
         dev_sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
         backend = self.collectives
@@ -493,26 +338,23 @@ class ReplaySession:
             self.env[i] = None
         self.store.release()
         coverage, skipped = coverage_report(plan.steps, self.failures)
-        per_op = []
+        per_op: list[PerOpRow] = []
         op_ns = self.op_ns
         for k, st in enumerate(plan.steps):
             dur = statistics.median(row[k] for row in op_ns) / 1e3 if op_ns else 0.0
             status = (
-                "skipped"
+                OpStatus.SKIPPED
                 if (st.reason or st.index in self.failures)
-                else ("substituted" if st.resolved is not None and st.resolved.substituted else "replayed")
+                else (
+                    OpStatus.SUBSTITUTED if st.resolved is not None and st.resolved.substituted else OpStatus.REPLAYED
+                )
             )
-            per_op.append(
-                {
-                    "op_id": st.op_id,
-                    "name": st.name,
-                    "category": st.category,
-                    "phase": st.phase,
-                    "dur_us": round(dur, 3),
-                    "status": status,
-                    **({"collective": st.coll.kind.value} if st.coll is not None else {}),
-                }
+            row = PerOpRow(
+                op_id=st.op_id, name=st.name, category=st.category, phase=st.phase, dur_us=round(dur, 3), status=status
             )
+            if st.coll is not None:
+                row["collective"] = st.coll.kind.value
+            per_op.append(row)
         metrics: dict[str, Any] = {"samples": {}, "summary": {}}
         if self._sampler is not None:
             self.stop_metrics()
@@ -563,28 +405,21 @@ def _meta_threads(trace) -> int | None:
     """The capture's intra-op thread count: from trace meta, else from the `<name>_meta.json`
     written by `mystique capture` next to the ET file. Thread count dominates CPU step time
     (2 threads on a loaded 2-core machine can be 10x slower than 1), so it must match."""
-    import os
-
-    from engine import jsonio
-
     meta = trace.meta or {}
     v = meta.get("num_threads") or (meta.get("capture") or {}).get("num_threads")
     if isinstance(v, int) and v > 0:
         return v
+    from engine.capture.meta import meta_for
+
     for src in meta.get("sources") or []:
-        path = str(src.get("path") or "").split("!", 1)[0]
-        base = os.path.basename(path)
-        if src.get("kind") != "execution_trace" or "_et.json" not in base:
+        if src.get("kind") != "execution_trace" or not src.get("path"):
             continue
-        cand = os.path.join(os.path.dirname(path), base.split("_et.json", 1)[0] + "_meta.json")
-        if os.path.isfile(cand):
-            try:
-                with open(cand, "rb") as f:
-                    v = jsonio.loads(f.read()).get("num_threads")
-            except (OSError, jsonio.JSONDecodeError, AttributeError):
-                continue
-            if isinstance(v, int) and v > 0:
-                return v
+        try:
+            v = (meta_for(src["path"], loose=False) or {}).get("num_threads")
+        except TraceError:  # an unreadable meta only means "no thread count"
+            continue
+        if isinstance(v, int) and v > 0:
+            return v
     return None
 
 
@@ -609,7 +444,7 @@ def _sampler(config: ReplayConfig, device: str):
     return MetricsSampler(interval_s=0.02, device=device)
 
 
-def _host_gaps(plan: Plan) -> list[int]:
+def measured_host_gaps(plan: Plan) -> list[int]:
     """Original CPU time (ns) between the end of op k-1 and the start of op k (linked Kineto)."""
     out = [0] * len(plan.steps)
     prev_end = None
@@ -643,45 +478,6 @@ def source_of(trace, rank) -> dict:
     if derived:
         out["derived_from"] = sorted(set(derived))
     return out
-
-
-def _profile_iteration(plan: Plan, steps, config: ReplayConfig, sync) -> str:
-    """One extra labelled iteration under torch.profiler; returns the gzipped Chrome trace path."""
-    import contextlib
-    import gzip
-    import os
-    import shutil
-
-    from torch.profiler import ProfilerActivity, profile
-
-    labelled = [_with_label(fn, f"et:{st.op_id}:{st.name}") for fn, st in zip(steps, plan.steps)]
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if config.is_cuda else [])
-    out_dir = config.out_dir
-    assert out_dir is not None  # the caller profiles only with an output folder
-    out_dir.mkdir(parents=True, exist_ok=True)
-    raw = out_dir / "replay_kineto.json"
-    with profile(activities=acts) as prof, torch.profiler.record_function("ReplayIteration#0"):
-        for fn in labelled:
-            fn()
-        sync()
-    from engine.outdir import atomic_copy
-
-    gz = out_dir / "replay_kineto.json.gz"
-    try:
-        try:
-            prof.export_chrome_trace(str(raw))
-        except (OSError, RuntimeError) as exc:
-            raise TraceError(f"cannot write the replay's Kineto trace: {exc}".splitlines()[0], raw) from None
-
-        def _gzip(src, dst):
-            with gzip.GzipFile(fileobj=dst, mode="wb") as z:
-                shutil.copyfileobj(src, z)
-
-        atomic_copy(raw, gz, _gzip)  # a failed write keeps the previous trace
-    finally:
-        with contextlib.suppress(OSError):
-            os.remove(raw)
-    return str(gz)
 
 
 __all__ = ["ReplaySession", "replay"]

@@ -11,7 +11,7 @@ the device (their consumers then skip too) with a clear reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from engine.replay.plan import Plan
 from engine.replay.reasons import SkipReason
@@ -27,12 +27,7 @@ class MemoryEstimate:
     externals_bytes: int
 
     def to_dict(self) -> dict:
-        return {
-            "eager_peak_bytes": self.eager_peak_bytes,
-            "lazy_peak_bytes": self.lazy_peak_bytes,
-            "available_bytes": self.available_bytes,
-            "externals_bytes": self.externals_bytes,
-        }
+        return asdict(self)
 
 
 def available_bytes(device: str) -> int:
@@ -113,7 +108,7 @@ def skip_oversized(plan: Plan, available: int) -> int:
                 n += 1
     if n:
         # drop externals only the skipped ops used, and recompute lifetimes
-        from engine.replay.plan import _lifetimes
+        from engine.replay.plan import lifetimes
 
         used = {s for st in plan.steps if st.runnable for s in st.in_slots}
         for slot in [s for s in plan.externals if s not in used]:
@@ -123,7 +118,7 @@ def skip_oversized(plan: Plan, available: int) -> int:
                 continue
             for _, _, slot, _ in st.outs:
                 plan.produced_bytes[slot] = 0
-        _lifetimes(plan.steps, plan.externals)
+        lifetimes(plan.steps, plan.externals)
     return n
 
 

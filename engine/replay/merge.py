@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
+from typing import cast
 
-from engine.replay.result import ReplayResult
+from engine.replay.result import Coverage, ReplayResult, SkippedOp
 
 _SUM_KEYS = ("selected", "replayed", "substituted", "skipped", "selected_compute", "replayed_compute")
 
@@ -89,11 +90,14 @@ def merge(
     return ReplayResult(
         iteration_ms=iters,
         per_op=(rank_docs[slowest].get("per_op") or []) if rank_docs else [],
-        coverage=merge_coverage([d.get("coverage") or {} for d in rank_docs]),
+        coverage=cast(Coverage, merge_coverage([d.get("coverage") or {} for d in rank_docs])),
         device=first.get("device", "cpu"),
         kineto_path=first.get("kineto_path"),
         paths=paths,
-        skipped_ops=[dict(s, rank=r) for r, d in enumerate(rank_docs) for s in (d.get("skipped_ops") or [])][:200],
+        skipped_ops=cast(
+            list[SkippedOp],
+            [dict(s, rank=r) for r, d in enumerate(rank_docs) for s in (d.get("skipped_ops") or [])][:200],
+        ),
         config={**(first.get("config") or {}), "rank": None, "world_size": world_size, "slowest_rank": slowest},
         warnings=sorted({w for d in rank_docs for w in (d.get("warnings") or [])}),
         collectives=merge_collectives([d.get("collectives") or {} for d in rank_docs]),

@@ -366,7 +366,7 @@ def build_plan(
             produced[(rec.tensor_id, rec.storage_id)] = slot
             slot_rec[slot] = rec
             produced_bytes[slot] = 0 if rec.storage_id in in_storages else rec.nbytes()
-    _lifetimes(steps, externals)
+    lifetimes(steps, externals)
     _async_waits(steps, sel, externals, slot_rec)
     return Plan(steps=steps, externals=externals, n_slots=n_slots, produced_bytes=produced_bytes)
 
@@ -425,7 +425,7 @@ def _copy(v):
     return list(v) if isinstance(v, list) else v
 
 
-def _lifetimes(steps: list[OpStep], externals: dict[int, External]) -> None:
+def lifetimes(steps: list[OpStep], externals: dict[int, External]) -> None:
     """Release each produced slot after its last reader (or right after its producer)."""
     last: dict[int, int] = {}
     for st in steps:

@@ -9,13 +9,13 @@ once (exit 2), with nothing started.
 from __future__ import annotations
 
 import json
-from typing import Literal
 
 from engine.errors import TraceError
+from engine.graph.replayset import SelectionMode
 from engine.replay.collectives import CollectiveCall, CollKind, collective_call, is_collective
 
 
-def rank_collectives(trace, rank: int, mode: Literal["top", "leaf"] = "top") -> list[CollectiveCall]:
+def rank_collectives(trace, rank: int, mode: SelectionMode | str = SelectionMode.TOP) -> list[CollectiveCall]:
     """The collectives a distributed replay of `rank` issues, in op order."""
     from engine.graph import replay_ops
     from engine.replay.plan import _param_comms_by_parent
@@ -119,7 +119,9 @@ def _splits_agree(a: CollectiveCall, b: CollectiveCall, ra: int, rb: int) -> boo
     return a.in_splits[rb] == b.out_splits[ra]
 
 
-def sequences(trace, ranks: list[int], mode: Literal["top", "leaf"] = "top") -> dict[int, list[CollectiveCall]]:
+def sequences(
+    trace, ranks: list[int], mode: SelectionMode | str = SelectionMode.TOP
+) -> dict[int, list[CollectiveCall]]:
     return {r: rank_collectives(trace, r, mode) for r in ranks}
 
 

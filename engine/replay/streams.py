@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from engine.replay.plan import Plan
+from engine.trace.ranks import of_rank
 
 _GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 _LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
@@ -30,8 +31,7 @@ def op_streams(trace, plan: Plan, rank: int | None = None) -> dict[int, int]:
     ev = trace.events
     if ev is None or len(ev) == 0:
         return {}
-    if rank is not None and "rank" in ev.columns:
-        ev = ev[ev["rank"] == rank]
+    ev = of_rank(ev, rank)
     gpu = ev[ev["cat"].astype(str).isin(_GPU_CATS) & ev["correlation"].notna() & ev["stream"].notna()]
     launch = ev[ev["cat"].astype(str).isin(_LAUNCH_CATS) & ev["correlation"].notna()]
     if len(gpu) == 0 or len(launch) == 0:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
@@ -345,20 +344,4 @@ def empty_like_rec(rec: TensorRec, device: str) -> torch.Tensor:
     """An uninitialized tensor with a recorded output's shape/dtype (for failed ops' outputs)."""
     return torch.empty_strided(
         tuple(int(s) for s in rec.shape), rec.stride_tuple(), dtype=rec.torch_dtype(), device=device
-    )
-
-
-def rec_from_value(value: Any, shape: Any, dtype: str) -> TensorRec | None:
-    """A TensorRec from a recorded value [tid, sid, offset, numel, itemsize, device] (fallback)."""
-    if not (isinstance(value, list) and len(value) >= 5 and all(isinstance(v, int) for v in value[:5])):
-        return None
-    return TensorRec(
-        tensor_id=value[0],
-        storage_id=value[1],
-        offset=value[2],
-        numel=value[3],
-        itemsize=value[4],
-        dtype=dtype,
-        shape=tuple(shape or ()),
-        strides=None,
     )

@@ -31,8 +31,8 @@ COMM_KERNEL = re.compile(
 
 def comm_mask(g: TaskGraph) -> np.ndarray:
     """GPU tasks that are collectives / p2p transfers."""
-    from engine.simulate import _cols
     from engine.simulate.graph import HOST_COMM
+    from engine.trace import columns as _cols
 
     gpu = g.tasks["gpu"].to_numpy()
     rank = g.tasks["rank"].to_numpy()

@@ -25,7 +25,7 @@ import math
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -139,13 +139,9 @@ class Curve:
         return self.a_us + np.asarray(w, np.float64) / self.rate
 
     def to_json(self) -> dict:
-        return {
-            "a_us": self.a_us,
-            "rate_per_us": self.rate,
-            "source": self.source,
-            "n": self.n,
-            "heldout_err_pct": self.heldout_err_pct,
-        }
+        out = asdict(self)
+        out["rate_per_us"] = out.pop("rate")  # the JSON key says the unit
+        return out
 
 
 def fit_curve(w: np.ndarray, t: np.ndarray) -> tuple[float, float] | None:

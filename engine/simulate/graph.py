@@ -37,8 +37,8 @@ from enum import Enum
 import numpy as np
 import pandas as pd
 
-from engine.simulate import _cols
 from engine.simulate.config import SimConfig
+from engine.trace import columns as _cols
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 # Kineto rows that mark something rather than occupy a thread or stream.

@@ -75,7 +75,7 @@ def predicted_events(g: TaskGraph, s: Schedule) -> pd.DataFrame:
 
 def step_spans(events: pd.DataFrame) -> pd.DataFrame:
     """ProfilerStep#N host spans (the iteration the trace measured), one row per step and rank."""
-    from engine.simulate import _cols
+    from engine.trace import columns as _cols
 
     m = _cols.where(events["name"], lambda s: s.startswith("ProfilerStep#")) & ~_cols.isin(
         events["cat"], ("kernel", "gpu_user_annotation")
@@ -126,7 +126,7 @@ def breakdown(g: TaskGraph, s: Schedule, window: tuple[float, float] | None = No
         comm = comm_mask(g)
         busy = gpu
     else:
-        from engine.simulate import _cols
+        from engine.trace import columns as _cols
 
         rx = re.compile(r"c10d::|nccl:|gloo:|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all")
         comm = (t["parent"].to_numpy() < 0) & _cols.where(t["name"], lambda s: bool(rx.search(s)))
@@ -158,7 +158,7 @@ def breakdown(g: TaskGraph, s: Schedule, window: tuple[float, float] | None = No
 
 def _shallow_work(t: pd.DataFrame) -> np.ndarray:
     """Host tasks that are work (not annotations) and whose ancestors are all annotations."""
-    from engine.simulate import _cols
+    from engine.trace import columns as _cols
 
     annot = _cols.isin(t["cat"], ("user_annotation", "python_function")) | _cols.where(
         t["name"], lambda s: s.startswith("ProfilerStep#")

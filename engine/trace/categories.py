@@ -30,6 +30,9 @@ import pandas as pd
 
 from engine.trace.model import CATEGORIES
 
+OP_NAME = re.compile(r"^[A-Za-z_]\w*::[A-Za-z_][\w.]*$")
+"""A dispatcher operator name, `namespace::op[.overload]` (what a replay can look up and run)."""
+
 _COMM = re.compile(
     r"all_?reduce|all_?gather|all_?to_?all|broadcast|reduce_?scatter|"
     r"(?<![a-z])(?:send|recv|isend|irecv|barrier)(?![a-z])|record_param_comms",

@@ -111,26 +111,31 @@ def dtype_of(type_str: str) -> str:
     return DTYPES.get(inner, "")
 
 
+def split_top_level(text: str, opening: str = "([{<", closing: str = ")]}>") -> list[str]:
+    """Parts of `text` between top-level commas, stripped (brackets in `opening`/`closing` nest).
+    The one splitter for ET type lists and operator schema argument lists."""
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
+    for ch in text:
+        if ch in opening:
+            depth += 1
+        elif ch in closing:
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    if cur and "".join(cur).strip():
+        out.append("".join(cur).strip())
+    return out
+
+
 @lru_cache(maxsize=4096)
 def split_list_type(type_str: str) -> tuple[str, ...]:
     """Element types of "GenericList[Tensor(float),Tensor(float)]" (top-level commas only)."""
     start = type_str.find("[")
     if start < 0 or not type_str.endswith("]"):
         return ()
-    body = type_str[start + 1 : -1]
-    parts: list[str] = []
-    cur: list[str] = []
-    depth = 0
-    for ch in body:
-        if ch in "([<":
-            depth += 1
-        elif ch in ")]>":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    if cur:
-        parts.append("".join(cur).strip())
-    return tuple(parts)
+    return tuple(split_top_level(type_str[start + 1 : -1], "([<", ")]>"))

@@ -31,8 +31,8 @@ import numpy as np
 import pandas as pd
 
 from engine import jsonio
-from engine.errors import TraceError
-from engine.trace._columns import fast_cat, sorted_positions
+from engine.errors import TraceError, malformed_as_trace_error
+from engine.trace.columns import fast_cat, sorted_positions
 from engine.trace.dtypes import dtype_of, split_list_type
 
 KNOWN_SCHEMAS = (
@@ -93,7 +93,7 @@ def tensor_kind(t) -> int:
     return 2 if t.startswith(_LIST_PREFIXES) else 0
 
 
-def _walk(rows: list, op_id: int, io: str, values, shapes, types, strides) -> None:
+def walk_tensors(rows: list, op_id: int, io: str, values, shapes, types, strides) -> None:
     """Append (op_id, io, arg, sub, value, type, shape, strides) for every tensor argument."""
     for i, t in enumerate(types):
         kind = tensor_kind(t)
@@ -160,7 +160,7 @@ def _tensor_frame(rows: list, rank: int) -> pd.DataFrame:
         -1, 5
     )
     return _tensor_table(
-        _ints(op_id, "q"),
+        as_ints(op_id, "q"),
         fast_cat(io, _IO_CATS),
         arg,
         sub,
@@ -188,10 +188,10 @@ def tensor_frame_flat(flat: list, op_id: np.ndarray, types: list, rank: int) -> 
     build, transpose and free; the int columns convert with `array.array`, and io and dtype
     come from codes instead of hashing 30k strings."""
     w = FLAT_WIDTH
-    io = pd.Categorical.from_codes(_ints(flat[0::w], "b"), categories=_IO_CATS)
+    io = pd.Categorical.from_codes(as_ints(flat[0::w], "b"), categories=_IO_CATS)
     labels = [dtype_of(t) for t in types]
     cats = list(dict.fromkeys(labels))
-    codes = _ints(flat[3::w], "i")
+    codes = as_ints(flat[3::w], "i")
     if cats != labels:  # types with one dtype name (e.g. two spellings): merge their codes
         codes = np.asarray([cats.index(lab) for lab in labels], dtype=np.int32)[codes]
     dtype = pd.Categorical.from_codes(codes, categories=cats)
@@ -200,7 +200,7 @@ def tensor_frame_flat(flat: list, op_id: np.ndarray, types: list, rank: int) -> 
         io,
         flat[1::w],
         flat[2::w],
-        [_ints(flat[6 + k :: w], "q") for k in range(5)],
+        [as_ints(flat[6 + k :: w], "q") for k in range(5)],
         flat[11::w],
         dtype,
         flat[4::w],
@@ -218,8 +218,8 @@ def _tensor_table(
             "op_id": op_id,
             "rank": np.full(n, rank, dtype=np.int32),
             "io": io,
-            "arg": _ints(arg, "i"),
-            "sub": _ints(sub, "i"),
+            "arg": as_ints(arg, "i"),
+            "sub": as_ints(sub, "i"),
             "tensor_id": v5[0],
             "storage_id": v5[1],
             "offset": v5[2],
@@ -238,7 +238,7 @@ def _tensor_table(
 _INT_TYPES = {"q": np.int64, "i": np.int32, "b": np.int8}
 
 
-def _ints(values, typecode: str) -> np.ndarray:
+def as_ints(values, typecode: str) -> np.ndarray:
     """int64 ("q"), int32 ("i") or int8 ("b") array of a sequence of Python ints.
 
     Why `array.array`: it converts a list of ints in one C loop without numpy's per-element type
@@ -256,14 +256,17 @@ def _devices(vals) -> list:
         return [v[5] if len(v) > 5 else "" for v in vals]
 
 
+# (io, types, values, shapes, strides) keys of a flat-layout node's inputs and outputs
+_FLAT_IO_KEYS = (
+    ("in", "input_types", "inputs", "input_shapes", "input_strides"),
+    ("out", "output_types", "outputs", "output_shapes", "output_strides"),
+)
+
+
 def parse_et(doc: dict, path: str, rank: int, warn: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(ops without phase/module/link columns, tensors) of one ET document."""
-    try:
+    with malformed_as_trace_error("execution trace", path):
         return _parse_et(doc, path, rank, warn)
-    except TraceError:
-        raise
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
-        raise TraceError(f"malformed execution trace ({type(exc).__name__}: {exc})", path) from None
 
 
 def _parse_et(doc: dict, path: str, rank: int, warn: list[str]):
@@ -284,27 +287,11 @@ def _parse_et(doc: dict, path: str, rank: int, warn: list[str]):
         return _ops_frame(cols, rank, path), _tensor_frame(trows, rank)
     if not chakra:  # the chakra fast path walks tensors in its own loop
         for node in nodes:
-            ity, oty = node.get("input_types"), node.get("output_types")
-            if ity:
-                _walk(
-                    trows,
-                    int(node["id"]),
-                    "in",
-                    node.get("inputs") or [],
-                    node.get("input_shapes"),
-                    ity,
-                    node.get("input_strides"),
-                )
-            if oty:
-                _walk(
-                    trows,
-                    int(node["id"]),
-                    "out",
-                    node.get("outputs") or [],
-                    node.get("output_shapes"),
-                    oty,
-                    node.get("output_strides"),
-                )
+            for io, t_key, v_key, sh_key, st_key in _FLAT_IO_KEYS:
+                types = node.get(t_key)
+                if types:
+                    values = node.get(v_key) or []
+                    walk_tensors(trows, int(node["id"]), io, values, node.get(sh_key), types, node.get(st_key))
     return _ops_frame(cols, rank, path), _tensor_frame(trows, rank)
 
 
@@ -329,7 +316,7 @@ def parse_et_typed(doc, path: str, rank: int, warn: list[str]):
             return None
         ids, names, parents, ins, outs, layouts, values, flat, ends, types = cols
         attrs = attr_columns(layouts, values, _SCALAR_COLS, _STD_ATTRS, _extra_json)
-        ids, parents, ends = _ints(ids, "q"), _ints(parents, "q"), _ints(ends, "q")
+        ids, parents, ends = as_ints(ids, "q"), as_ints(parents, "q"), as_ints(ends, "q")
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
         return None
     if attrs is None:
@@ -349,7 +336,7 @@ def _chakra_rows(nodes: list, trows: list) -> list | None:
     rows: list = []
     app = rows.append
     dumps = jsonio.dumps
-    walk = _walk
+    walk = walk_tensors
     for n in nodes:
         iv, ov = n["inputs"], n["outputs"]
         if type(iv) is not dict or type(ov) is not dict:
@@ -493,9 +480,9 @@ def _generic_columns(nodes: list, chakra: bool, path: str) -> tuple[tuple, list]
             outs[i] = dumps(ov).decode()
             ity, oty = iv.get("types"), ov.get("types")
             if ity:
-                _walk(trows, nid, "in", iv.get("values") or [], iv.get("shapes"), ity, iv.get("strides"))
+                walk_tensors(trows, nid, "in", iv.get("values") or [], iv.get("shapes"), ity, iv.get("strides"))
             if oty:
-                _walk(trows, nid, "out", ov.get("values") or [], ov.get("shapes"), oty, ov.get("strides"))
+                walk_tensors(trows, nid, "out", ov.get("values") or [], ov.get("shapes"), oty, ov.get("strides"))
             rest = {k: v for k, v in a.items() if k not in _SCALAR_ATTRS and v != ""}
         else:
             p = node.get("parent", -1)
@@ -511,9 +498,9 @@ def _generic_columns(nodes: list, chakra: bool, path: str) -> tuple[tuple, list]
                 {"values": ov, "shapes": osh or [], "types": oty or [], **({"strides": ost} if ost is not None else {})}
             ).decode()
             if ity:
-                _walk(trows, nid, "in", iv, ish, ity, ist)
+                walk_tensors(trows, nid, "in", iv, ish, ity, ist)
             if oty:
-                _walk(trows, nid, "out", ov, osh, oty, ost)
+                walk_tensors(trows, nid, "out", ov, osh, oty, ost)
             rest = {k: v for k, v in node.items() if k not in _FLAT_KNOWN}
         for k, col in zip(scalar, lists):
             v = get(k, -1)

@@ -151,11 +151,11 @@ def chakra_columns(doc):
 
     Why one loop: every node's structs are visited once, while they are still in cache, and the
     usual tensor argument (lists of equal length, a plain tensor) is handled inline rather than
-    by a call per argument list; anything else goes through `et._walk` / `et.walk_list`, so the
+    by a call per argument list; anything else goes through `et.walk_tensors` / `et.walk_list`, so the
     rows are the same as the general path's. Attribute names are grouped by layout (the tuple of
     names in order): nearly every node shares one, and `attr_columns` reads values per layout.
     """
-    from engine.trace.et import _walk, list_tensors, tensor_kind
+    from engine.trace.et import list_tensors, tensor_kind, walk_tensors
 
     nodes = doc.nodes
     n = len(nodes)
@@ -193,7 +193,7 @@ def chakra_columns(doc):
             nt = len(types)
             if len(vals) != nt or len(shapes) != nt or (st is not None and len(st) != nt):
                 rows: list = []
-                _walk(rows, nid, _IO_NAMES[io], vals, shapes, types, st)
+                walk_tensors(rows, nid, _IO_NAMES[io], vals, shapes, types, st)
                 if not _flatten(rows, ext, tcode):
                     return None
                 continue
@@ -241,7 +241,7 @@ _IO_NAMES = ("in", "out")
 
 
 def _flatten(rows: list, ext, tcode: dict) -> bool:
-    """Append `et._walk` rows to the flat tensor list (io and type as codes, shapes as tuples,
+    """Append `et.walk_tensors` rows to the flat tensor list (io and type as codes, shapes as tuples,
     () when not a list); False when a record does not have six elements."""
     for _, io, arg, sub, v, t, sh, st in rows:
         if len(v) != 6:
@@ -262,7 +262,7 @@ def attr_columns(layouts: dict, values: list, scalar_names: tuple[str, ...], std
     Why by layout: names are compared once per distinct layout and values are scattered
     column-wise, instead of building and probing a dict per node (2x faster on 14k nodes).
     """
-    from engine.trace.et import _ints
+    from engine.trace.et import as_ints
 
     n = len(values)
     scal = {k: np.full(n, -1, dtype=np.int64) for k in scalar_names}
@@ -272,12 +272,12 @@ def attr_columns(layouts: dict, values: list, scalar_names: tuple[str, ...], std
         pos = {name: j for j, name in enumerate(names)}  # a repeated name: the last one wins
         every = len(idx) == n  # one layout for all nodes: no gather, no scatter
         rows = values if every else list(map(values.__getitem__, idx))
-        where = None if every else _ints(idx, "q")
+        where = None if every else as_ints(idx, "q")
         for col in scalar_names:
             j = pos.get(col)
             if j is not None:
                 try:  # array.array takes ints (and bools, as 0/1 like the general path) only
-                    ints = _ints(list(map(itemgetter(j), rows)), "q")
+                    ints = as_ints(list(map(itemgetter(j), rows)), "q")
                 except (TypeError, OverflowError):  # float, str, None, out of range: general path
                     return None
                 if every:

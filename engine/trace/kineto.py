@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from engine.errors import TraceError
-from engine.trace._columns import fast_cat
+from engine.errors import TraceError, malformed_as_trace_error
+from engine.trace.columns import fast_cat
 
 _NA = -(1 << 63)
 _GPU_CATS = frozenset(("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "gpu_instr"))
@@ -53,12 +53,8 @@ def _as_int(v) -> int:
 
 def parse_kineto(doc: dict, path: str, rank: int, rank_fixed: bool) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """(events, flows, meta) of one Kineto document. `rank_fixed`: ignore distributedInfo.rank."""
-    try:
+    with malformed_as_trace_error("Kineto trace", path):
         return _parse(doc, path, rank, rank_fixed)
-    except TraceError:
-        raise
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
-        raise TraceError(f"malformed Kineto trace ({type(exc).__name__}: {exc})", path) from None
 
 
 def file_rank(doc: dict) -> tuple[int | None, int | None]:

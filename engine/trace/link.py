@@ -39,18 +39,11 @@ import numpy as np
 import pandas as pd
 
 from engine.trace.align import fill_gaps
+from engine.trace.columns import isin, where
 
 _HOST_CATS = ("cpu_op", "user_annotation")
 _GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 _RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver", "runtime")
-
-
-def _cat_mask(col: pd.Series, values) -> np.ndarray:
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        cats = col.cat.categories
-        hit = np.asarray([c in values for c in cats] + [False])
-        return hit[col.cat.codes.to_numpy()]
-    return col.isin(values).to_numpy()
 
 
 def _name_codes(a: pd.Series, b: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -67,12 +60,7 @@ def _not_an_op(name: str) -> bool:
 
 
 def eligible_mask(ops: pd.DataFrame) -> np.ndarray:
-    names = ops["name"]
-    cats = names.cat.categories if isinstance(names.dtype, pd.CategoricalDtype) else None
-    if cats is not None:
-        root = np.asarray([_not_an_op(str(c)) for c in cats] + [False])[names.cat.codes.to_numpy()]
-    else:
-        root = np.asarray([_not_an_op(str(n)) for n in names], dtype=bool)
+    root = where(ops["name"], _not_an_op)
     return (ops["rf_id"].to_numpy() >= 0) & ~root
 
 
@@ -161,7 +149,7 @@ def _by_offsets(
     return out
 
 
-def _enclosing(host_ts, host_end, host_key, q_ts, q_key) -> np.ndarray:
+def enclosing(host_ts, host_end, host_key, q_ts, q_key) -> np.ndarray:
     """Innermost host interval (same key) containing each query time; -1 if none."""
     nh = len(host_ts)
     out = np.full(len(q_ts), -1, dtype=np.int64)
@@ -225,7 +213,7 @@ def link(ops: pd.DataFrame, events: pd.DataFrame, warnings_out: list[str]) -> tu
     if n_ops == 0 or n_ev == 0:
         ops["k_ts_us"], ops["k_dur_us"], ops["gpu_dur_us"] = k_ts, k_dur, gpu
         return info, ev_op
-    host = _cat_mask(events["cat"], _HOST_CATS)
+    host = isin(events["cat"], _HOST_CATS)
     methods = set()
     mismatched = 0
     linked_ev = np.full(n_ops, -1, dtype=np.int64)  # event row linked to each op
@@ -284,7 +272,7 @@ def link(ops: pd.DataFrame, events: pd.DataFrame, warnings_out: list[str]) -> tu
     key = (ev_rank.astype(np.int64) << 40) + (pid_codes << 20) + tid_codes
     lh = h_all[ev_op_direct[h_all] >= 0]
     end = ts + dur
-    enc_h = _enclosing(ts[lh], end[lh], key[lh], ts[h_all], key[h_all])
+    enc_h = enclosing(ts[lh], end[lh], key[lh], ts[h_all], key[h_all])
     # (no linked host event at all: nothing encloses anything; indexing lh would fail)
     op_of_host = (
         np.where(enc_h >= 0, ev_op_direct[lh[np.maximum(enc_h, 0)]], -1) if len(lh) else np.full(len(h_all), -1)
@@ -293,8 +281,8 @@ def link(ops: pd.DataFrame, events: pd.DataFrame, warnings_out: list[str]) -> tu
     ev_op_row[h_all] = op_of_host
     ev_op_row[lh] = ev_op_direct[lh]
     # Runtime launches and GPU activity by correlation.
-    rt = np.flatnonzero(_cat_mask(events["cat"], _RUNTIME_CATS))
-    enc_rt = _enclosing(ts[lh], end[lh], key[lh], ts[rt], key[rt])
+    rt = np.flatnonzero(isin(events["cat"], _RUNTIME_CATS))
+    enc_rt = enclosing(ts[lh], end[lh], key[lh], ts[rt], key[rt])
     ev_op_row[rt] = np.where(enc_rt >= 0, ev_op_direct[lh[np.maximum(enc_rt, 0)]], -1) if len(lh) else -1
     ext = events["external_id"].to_numpy(dtype=np.int64, na_value=-1)
     loose = rt[(ev_op_row[rt] < 0) & (ext[rt] >= 0)]
@@ -305,7 +293,7 @@ def link(ops: pd.DataFrame, events: pd.DataFrame, warnings_out: list[str]) -> tu
         ok = found >= 0
         ev_op_row[loose[ok]] = ev_op_direct[lh[first][found[ok]]]
     corr = events["correlation"].to_numpy(dtype=np.int64, na_value=-1)
-    g = np.flatnonzero(_cat_mask(events["cat"], _GPU_CATS))
+    g = np.flatnonzero(isin(events["cat"], _GPU_CATS))
     info["gpu_events"] = len(g)
     if len(g) and len(rt):
         rt_c = (ev_rank[rt].astype(np.int64) << 40) + corr[rt]

@@ -3,7 +3,7 @@
 Steps: list the input files and read their raw bytes (size-checked, see safe_io) -> content
 hash -> Parquet cache hit? -> otherwise decompress/unpack, parse each document by *content*
 (ET: top-level `schema` + `nodes`; Kineto: `traceEvents`), assign ranks, concatenate per table,
-classify categories, annotate phases/modules (engine.graph.phases), link ET <-> Kineto per rank,
+classify categories, annotate phases/modules (engine.trace.phases), link ET <-> Kineto per rank,
 and store in the cache.
 
 Rank of a document: Kineto `distributedInfo.rank`, else a rank in the file name ("rank3",
@@ -38,6 +38,7 @@ from engine.trace.et_typed import TYPED_DOCS, decode_chakra
 from engine.trace.kineto import is_kineto, parse_kineto
 from engine.trace.model import PHASES, Trace
 from engine.trace.pairing import check_link, check_ranks, et_pid, kineto_pids
+from engine.trace.ranks import ranks_of
 
 LOADER_VERSION = "h1-2"  # h1-2: sources carry pid / rank_declared (pairing checks)
 _RANK_RE = (
@@ -117,7 +118,7 @@ def _empty_template():
 def _finish_ops(ops: pd.DataFrame) -> pd.DataFrame:
     ops["category"] = categorize(ops["name"])
     try:
-        from engine.graph.phases import annotate_phases
+        from engine.trace.phases import annotate_phases
     except ImportError:
         ops["phase"] = pd.Categorical(["other"] * len(ops), categories=list(PHASES))
         ops["module"] = pd.Categorical([""] * len(ops))
@@ -158,7 +159,7 @@ def _finish_ops(ops: pd.DataFrame) -> pd.DataFrame:
 def _phase_rules_version() -> str:
     """Cached tables carry phase/module columns, so a change of those rules must miss the cache."""
     try:
-        from engine.graph.phases import RULES_VERSION
+        from engine.trace.phases import RULES_VERSION
     except ImportError:
         return "none"
     return str(RULES_VERSION)
@@ -326,7 +327,7 @@ def _build(raws, digests, rank_arg, limit, key, progress) -> Trace:
         check_link(sources, link_info)
     events["op_id"] = pd.arrays.IntegerArray(np.where(op_id >= 0, op_id, 0), op_id < 0)
     kinds = sorted({s["kind"] for s in sources})
-    ranks = sorted({int(r) for r in ops["rank"].unique()} | {int(r) for r in events["rank"].unique()})
+    ranks = ranks_of(ops, events)
     schemas = [s["schema"] for s in sources if s["kind"] == "execution_trace"]
     meta = {
         "sources": sources,

@@ -143,10 +143,10 @@ class Trace:
 
     def op_row(self, op_id: int, rank: int | None = None) -> pd.Series:
         ops = self.ops
-        mask = ops["id"] == op_id
-        if rank is not None:
-            mask &= ops["rank"] == rank
-        rows = ops[mask]
+        from engine.trace.ranks import of_rank
+
+        ops = of_rank(ops, rank)
+        rows = ops[ops["id"] == op_id]
         if rows.empty:
             from engine.errors import TraceError
 

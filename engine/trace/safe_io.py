@@ -31,7 +31,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.errors import TraceError
+from engine.errors import TraceError, env_int
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 1 << 20
@@ -53,12 +53,8 @@ class Blob:
 
 def max_bytes() -> int:
     """The per-file (compressed and decompressed) size limit in bytes."""
-    env = os.environ.get("MYSTIQUE_MAX_BYTES", "").strip()
-    if env:
-        try:
-            return max(0, int(env))
-        except ValueError:
-            raise TraceError(f"MYSTIQUE_MAX_BYTES must be an integer, got {env!r}") from None
+    if os.environ.get("MYSTIQUE_MAX_BYTES", "").strip():
+        return env_int("MYSTIQUE_MAX_BYTES", 0, 0)
     from engine.sysinfo import available_memory_bytes
 
     avail = available_memory_bytes()
@@ -67,13 +63,7 @@ def max_bytes() -> int:
 
 def max_gzip_ratio() -> int:
     """Largest decompressed:compressed ratio accepted (`$MYSTIQUE_MAX_GZIP_RATIO`, default 128)."""
-    env = os.environ.get("MYSTIQUE_MAX_GZIP_RATIO", "").strip()
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            raise TraceError(f"MYSTIQUE_MAX_GZIP_RATIO must be an integer, got {env!r}") from None
-    return _DEFAULT_MAX_RATIO
+    return env_int("MYSTIQUE_MAX_GZIP_RATIO", _DEFAULT_MAX_RATIO, 1)
 
 
 def _human(n: float) -> str:
@@ -283,12 +273,3 @@ def expand(path: Path, raw: bytes, limit: int | None = None, sha256: str | None 
     if _is_tar(data):
         return _read_tar(data, disp, limit)
     return [Blob(disp, data, sha)]
-
-
-def read_path(path: str | os.PathLike, limit: int | None = None) -> list[Blob]:
-    """All trace documents behind one user-supplied path (file, gzip, tarball or directory)."""
-    limit = max_bytes() if limit is None else limit
-    out: list[Blob] = []
-    for f in list_files(path):
-        out.extend(expand(f, read_raw(f, limit), limit))
-    return out

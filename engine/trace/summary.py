@@ -36,6 +36,7 @@ import pandas as pd
 
 from engine.trace.categories import categorize
 from engine.trace.model import CATEGORIES, Trace
+from engine.trace.ranks import ranks_of
 
 KEYS = (
     "path",
@@ -86,7 +87,7 @@ def _object(trace: Trace, ops: pd.DataFrame, events: pd.DataFrame, src: dict | N
     kind = src["kind"] if src else meta.get("kind", "")
     if src is None and len(meta.get("sources", [])) == 1:
         src = meta["sources"][0]
-    ranks = sorted({int(r) for r in ops["rank"].unique()} | {int(r) for r in events["rank"].unique()})
+    ranks = ranks_of(ops, events)
     if events is not None and len(events):
         host = events[events["cat"].isin(["cpu_op", "user_annotation"])]
         end = (events["ts_us"] + events["dur_us"]).max()

@@ -15,15 +15,21 @@ from engine.workspace.catalog import Catalog, JobStatus
 
 
 def run_replay(job: dict, out_dir, progress) -> dict:
-    """params: paths (trace files), op_ids (or None), rank, config (ReplayConfig fields)."""
-    import resource
-
+    """params: paths (trace files), op_ids (or None), rank, config (ReplayConfig fields), and
+    optionally distributed (DistConfig fields: world_size, mirror_rank, timeout_s)."""
     from engine.replay import ReplayConfig, replay
     from engine.trace import load
 
     p = job["params"]
-    trace = load(*p["paths"], progress=lambda f, m: progress(0.05 * f, f"loading: {m}"))
     config = ReplayConfig(**{**p.get("config", {}), "out_dir": out_dir})
+    if p.get("distributed"):  # one process per rank (engine.replay.distributed), this worker waits
+        from engine.replay.distributed import DistConfig, replay_distributed
+
+        result = replay_distributed(
+            p["paths"], config=config, dist=DistConfig.from_json(p["distributed"]), out_dir=out_dir, progress=progress
+        )
+        return _summary(result, result.write(out_dir))
+    trace = load(*p["paths"], progress=lambda f, m: progress(0.05 * f, f"loading: {m}"))
     result = replay(
         trace,
         config=config,
@@ -31,7 +37,12 @@ def run_replay(job: dict, out_dir, progress) -> dict:
         rank=p.get("rank"),
         progress=lambda f, m: progress(0.05 + 0.95 * f, m),
     )
-    path = result.write(out_dir)
+    return _summary(result, result.write(out_dir))
+
+
+def _summary(result, path) -> dict:
+    import resource
+
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
         "result_path": str(path),
@@ -41,6 +52,7 @@ def run_replay(job: dict, out_dir, progress) -> dict:
             "kineto_path": result.kineto_path,
             "device": result.device,
             "worker_peak_rss_mb": round(peak_kb / 1024, 1),
+            "world_size": result.world_size,
         },
     }
 

@@ -266,7 +266,7 @@ def shard_tp(bench) -> dict:
     n = int(bench.spec.sharding.degree)
     nodes = bench.ranks[0]
     replay = set(bench.replay_ids[0])
-    params = set(bench.meta.get("_param_storages", ()))
+    params = set(bench.meta.get("param_storages", ()))
     pairs = _pairs(_linears(nodes, replay, params), _producers(nodes, replay))
     if not pairs:
         raise TraceError("tp sharding found no pair of consecutive linear layers (d -> h -> d) to split")

@@ -16,7 +16,7 @@ from engine.compose.nodes import is_defined, tensors_of
 from engine.errors import TraceError
 
 
-def _param_storages(trace) -> set[int]:
+def param_storages(trace) -> set[int]:
     """Storages of parameters and optimizer state: read by optimizer-phase ops and first seen
     as an op *input* (never produced in the step). Storage ids are recycled, so the second
     condition keeps activations/gradients that reuse an id out."""
@@ -39,7 +39,7 @@ def parameters(trace) -> list[tuple[int, int, str]]:
     the forward reads from outside that the optimizer also touches."""
     from engine.graph import replay_ops
 
-    params = _param_storages(trace)
+    params = param_storages(trace)
     ops, t = trace.ops, trace.tensors
     fwd = set(ops.loc[ops["phase"].astype(str) == "forward", "id"].astype(int))
     ids = [i for i in replay_ops(trace) if i in fwd]
@@ -58,7 +58,7 @@ def infer_batch(trace, path=None) -> int:
     """B: dim 0 of the first non-parameter external input of a forward op (module docstring)."""
     from engine.graph import replay_ops
 
-    params = _param_storages(trace)
+    params = param_storages(trace)
     t = trace.tensors
     ops = trace.ops
     fwd = set(ops.loc[ops["phase"].astype(str) == "forward", "id"].astype(int))
@@ -146,7 +146,7 @@ def scale_batch(bench, rank: int, scale: float, batch: int, params: set[int] | N
     """Scale the batch of `bench.ranks[rank]` in place; returns the meta report as a dict."""
     nodes = bench.ranks[rank]
     if params is None:
-        params = set(bench.meta.get("_param_storages", ()))
+        params = set(bench.meta.get("param_storages", ()))
     new_b = batch * scale
     if abs(new_b - round(new_b)) > 1e-9 or round(new_b) < 1:
         raise TraceError(f"batch scale {scale:g} gives a non-integer batch: {batch} x {scale:g} = {new_b:g}")

@@ -54,15 +54,19 @@ def insert_time(ev: pd.DataFrame, rank: int, at: float, length: float) -> pd.Dat
 def span_rows(ev: pd.DataFrame, head: int) -> np.ndarray:
     """Rows inside host event `head`'s span on its thread, plus GPU tasks they launched."""
     r = ev.iloc[head]
+    return _span_rows(ev, head, float(r["ts_us"]), float(r["ts_us"] + r["dur_us"]))
+
+
+def _span_rows(ev: pd.DataFrame, anchor: int, lo: float, hi: float) -> np.ndarray:
+    """Rows on `anchor`'s thread within [lo, hi], plus the GPU tasks they launched."""
+    r = ev.iloc[anchor]
     ts = ev["ts_us"].to_numpy(np.float64)
-    end = _end(ev)
     same = (
         (ev["rank"].to_numpy() == r["rank"])
         & (ev["pid"].astype(str).to_numpy() == str(r["pid"]))
         & (ev["tid"].astype(str).to_numpy() == str(r["tid"]))
     )
-    inside = same & (ts >= r["ts_us"]) & (end <= r["ts_us"] + r["dur_us"] + 1e-9)
-    rows = np.flatnonzero(inside)
+    rows = np.flatnonzero(same & (ts >= lo) & (_end(ev) <= hi + 1e-9))
     corr = ev["correlation"].to_numpy(dtype=np.float64, na_value=np.nan)
     cset = corr[rows][np.isfinite(corr[rows])]
     if len(cset):
@@ -201,20 +205,7 @@ class Layers(Edit):
 
     @staticmethod
     def _range_rows(ev: pd.DataFrame, anchor: int, lo: float, hi: float) -> np.ndarray:
-        r = ev.iloc[anchor]
-        ts = ev["ts_us"].to_numpy(np.float64)
-        same = (
-            (ev["rank"].to_numpy() == r["rank"])
-            & (ev["pid"].astype(str).to_numpy() == str(r["pid"]))
-            & (ev["tid"].astype(str).to_numpy() == str(r["tid"]))
-        )
-        rows = np.flatnonzero(same & (ts >= lo) & (_end(ev) <= hi + 1e-9))
-        corr = ev["correlation"].to_numpy(dtype=np.float64, na_value=np.nan)
-        cset = corr[rows][np.isfinite(corr[rows])]
-        if len(cset):
-            gpu = ev["cat"].astype(str).isin(GPU_CATS).to_numpy() & (ev["rank"].to_numpy() == r["rank"])
-            rows = np.union1d(rows, np.flatnonzero(gpu & np.isin(corr, cset)))
-        return rows
+        return _span_rows(ev, anchor, lo, hi)
 
     @staticmethod
     def _time_share(ev: pd.DataFrame, span_us: float) -> float:

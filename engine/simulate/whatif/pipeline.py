@@ -44,7 +44,7 @@ class Pipeline(Edit):
             raise bad("p2p_us", "must be >= 0")
 
     def apply(self, ctx) -> None:
-        from engine.simulate import _cols
+        from engine.trace import columns as _cols
 
         ev = ctx.predicted_events
         names = _cols.as_str(ev["name"])

@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from engine.simulate import _cols
 from engine.simulate.collectives import comm_mask
 from engine.simulate.graph import TaskGraph
+from engine.trace import columns as _cols
 
 GEMM_RX = re.compile(
     r"gemm|cutlass|xmma|cublas|matmul|aten::(addmm|mm|bmm|baddbmm|linear|matmul|conv|convolution|_convolution|cudnn_conv|mkldnn_conv)",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from engine.trace._columns import sorted_positions
+from engine.trace.columns import sorted_positions
 
 _RANK_SHIFT = np.int64(1) << np.int64(40)
 _MAX_DOUBLING = 64  # 2**64 levels: more than any tree; bounds the loop if parent links cycle

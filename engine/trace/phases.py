@@ -45,8 +45,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from engine.graph._tree import nearest_marked, parent_positions
+from engine.trace.columns import Distinct
 from engine.trace.model import PHASES
+from engine.trace.tree import nearest_marked, parent_positions
 
 # Bump when the rules below change: parse caches that store phase/module must include it in
 # their key (or recompute: annotate_phases takes ~5 ms on 14k nodes).
@@ -72,30 +73,9 @@ _PHASE_WORDS = {
 _RE_LABEL = re.compile(r"^(?:## .* ##|\[.*\]|nn\.Module: |ProfilerStep#|Optimizer\.)")
 
 
-class _Names:
-    """Distinct names and per-row codes: every string test runs once per distinct name."""
-
-    __slots__ = ("codes", "uniques")
-
-    def __init__(self, names: pd.Series):
-        if isinstance(names.dtype, pd.CategoricalDtype):
-            self.codes = names.cat.codes.to_numpy()
-            self.uniques = [str(c) for c in names.cat.categories]
-        else:
-            codes, uniq = pd.factorize(names, use_na_sentinel=True)
-            self.codes, self.uniques = codes, [str(u) for u in uniq]
-        if (self.codes < 0).any():  # missing names behave like ""
-            self.codes = np.where(self.codes < 0, len(self.uniques), self.codes)
-            self.uniques.append("")
-
-    def flag(self, fn) -> np.ndarray:
-        table = np.fromiter((bool(fn(u)) for u in self.uniques), dtype=bool, count=len(self.uniques))
-        return table[self.codes]
-
-
-def _is_label(ops: pd.DataFrame, names: _Names) -> np.ndarray:
+def _is_label(ops: pd.DataFrame, names: Distinct) -> np.ndarray:
     """Annotations: loader category "annotation", or record_function-style names without ':'."""
-    label = names.flag(lambda s: _RE_LABEL.match(s) is not None)
+    label = names.where(lambda s: _RE_LABEL.match(s) is not None)
     if "category" in ops.columns:
         cat = ops["category"]
         if isinstance(cat.dtype, pd.CategoricalDtype):
@@ -105,7 +85,7 @@ def _is_label(ops: pd.DataFrame, names: _Names) -> np.ndarray:
         else:
             label |= cat.to_numpy(dtype=object) == "annotation"
     if "scope" in ops.columns:
-        label |= (ops["scope"].to_numpy() == 7) & names.flag(lambda s: ":" not in s)
+        label |= (ops["scope"].to_numpy() == 7) & names.where(lambda s: ":" not in s)
     return label
 
 
@@ -122,18 +102,18 @@ def annotate_phases(ops: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     if n == 0:
         empty = pd.Series(pd.Categorical([], categories=PHASES), index=ops.index, name="phase")
         return empty, pd.Series(pd.Categorical([]), index=ops.index, name="module")
-    names = _Names(ops["name"])
+    names = Distinct(ops["name"])
     parent = parent_positions(ops)
     label = _is_label(ops, names)
     scope = ops["scope"].to_numpy(dtype=np.int64, na_value=-1) if "scope" in ops.columns else np.full(n, -1)
-    profiler_root = names.flag(lambda s: s.startswith("[pytorch|profiler|"))
-    step = names.flag(lambda s: s.startswith("ProfilerStep#"))
+    profiler_root = names.where(lambda s: s.startswith("[pytorch|profiler|"))
+    step = names.where(lambda s: s.startswith("ProfilerStep#"))
 
-    bw_mark = names.flag(lambda s: s.startswith(_BACKWARD_FN)) | (scope == 1)
-    bw_mark |= label & names.flag(lambda s: _RE_BACKWARD.search(s) is not None)
-    opt_mark = names.flag(lambda s: s.startswith(("Optimizer.step#", "Optimizer.zero_grad#")))
-    opt_mark |= label & names.flag(lambda s: _RE_OPTIMIZER.search(s) is not None)
-    fw_label = label & names.flag(lambda s: _RE_FORWARD.search(s) is not None or s.startswith("nn.Module: "))
+    bw_mark = names.where(lambda s: s.startswith(_BACKWARD_FN)) | (scope == 1)
+    bw_mark |= label & names.where(lambda s: _RE_BACKWARD.search(s) is not None)
+    opt_mark = names.where(lambda s: s.startswith(("Optimizer.step#", "Optimizer.zero_grad#")))
+    opt_mark |= label & names.where(lambda s: _RE_OPTIMIZER.search(s) is not None)
+    fw_label = label & names.where(lambda s: _RE_FORWARD.search(s) is not None or s.startswith("nn.Module: "))
     fw_mark = step | fw_label
     bw_mark &= ~profiler_root
     opt_mark &= ~profiler_root
@@ -174,13 +154,13 @@ def annotate_phases(ops: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     return phase, pd.Series(module, index=ops.index, name="module")
 
 
-def _modules(ops, names: _Names, parent, label, scope, is_bw, ranks) -> pd.Categorical:
+def _modules(ops, names: Distinct, parent, label, scope, is_bw, ranks) -> pd.Categorical:
     """Module label per row as a Categorical over the distinct names (codes, no string copies)."""
     has_child = np.zeros(len(parent), dtype=bool)
     has_child[parent[parent >= 0]] = True
-    mod_mark = label & has_child & names.flag(_is_module_label)  # a childless label scopes nothing
+    mod_mark = label & has_child & names.where(_is_module_label)  # a childless label scopes nothing
     near = nearest_marked(parent, mod_mark)
-    none = len(names.uniques)  # code for ""
+    none = len(names.values)  # code for ""
     code = np.where(near >= 0, names.codes[np.maximum(near, 0)], none).astype(np.int64)
     if "seq_id" in ops.columns:
         # Backward ops: module of the forward op sharing the nearest BACKWARD_FUNCTION's seq_id.
@@ -205,7 +185,7 @@ def _modules(ops, names: _Names, parent, label, scope, is_bw, ranks) -> pd.Categ
         take = is_bw[wrap] & (code[wrap] == none) & (code[kid] != none)
         code[wrap[take]] = code[kid[take]]
     used, inv = np.unique(code, return_inverse=True)
-    cats = [names.uniques[c] if c < none else "" for c in used]
+    cats = [names.values[c] if c < none else "" for c in used]
     if len(set(cats)) != len(cats):  # "" may also be a real name; merge duplicates
         return pd.Categorical(np.asarray(cats, dtype=object)[inv])
     return pd.Categorical.from_codes(inv.astype(np.int32), categories=cats)

@@ -1,0 +1,225 @@
+"""The closures of a replay's timed loop: one per op, built once (see executor's docstring).
+
+`_make_step` runs a resolved operator (templates copied, tensors patched in from the slot
+table, outputs stored, dead slots dropped; a failure is recorded and later iterations run the
+output synthesis instead); `_make_call_step` runs a prepared closure (a collective: its error is
+fatal so a distributed run comes down together; a custom rebuild: recorded like any op); the
+`_with_*` wrappers add lazy allocation, async-collective waits, CUDA streams and profiler labels.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+from engine.errors import TraceError
+from engine.replay.config import ReplayConfig
+from engine.replay.plan import OpStep, Plan
+from engine.replay.tensors import StorageManager, empty_like_rec
+
+
+def _make_step(st: OpStep, env: list, device: str, failures: dict, steps: list) -> Callable[[], None]:
+    """The closure that runs one op (see module docstring)."""
+    assert st.resolved is not None  # only resolved steps get a runnable closure
+    ov = st.resolved.overload
+    pos_t = st.pos
+    kw_t = st.kw
+    pfix = [(p, slot) for w, p, sub, slot in st.fixups if w == "p" and sub is None]
+    psub = [(p, sub, slot) for w, p, sub, slot in st.fixups if w == "p" and sub is not None]
+    kfix = [(k, slot) for w, k, sub, slot in st.fixups if w == "k" and sub is None]
+    ksub = [(k, sub, slot) for w, k, sub, slot in st.fixups if w == "k" and sub is not None]
+    plists = sorted({p for p, _, _ in psub})
+    klists = sorted({k for k, _, _ in ksub})
+    single = len(ov._schema.returns) == 1
+    outs = st.outs
+    rel = st.release
+    synth_cache: dict[int, torch.Tensor] = {}
+
+    def synth(slot, rec):
+        t = synth_cache.get(slot)
+        if t is None:
+            t = empty_like_rec(rec, device)
+            if rec.numel == 0 or rec.dtype == "uint8":
+                synth_cache[slot] = t  # e.g. cudnn reserve space: keep one
+        return t
+
+    def synthesize_outputs() -> None:
+        for _, _, slot, rec in outs:
+            env[slot] = empty_like_rec(rec, device)
+        for s in rel:
+            env[s] = None
+
+    def run() -> None:
+        a = pos_t.copy()
+        for p, slot in pfix:
+            a[p] = env[slot]
+        if psub:
+            for p in plists:
+                a[p] = list(a[p])
+            for p, sub, slot in psub:
+                a[p][sub] = env[slot]
+        if kw_t:
+            kw = kw_t.copy()
+            for k, slot in kfix:
+                kw[k] = env[slot]
+            if ksub:
+                for k in klists:
+                    kw[k] = list(kw[k])
+                for k, sub, slot in ksub:
+                    kw[k][sub] = env[slot]
+        else:
+            kw = kw_t
+        try:
+            res = ov(*a, **kw)
+        except Exception as exc:  # noqa: BLE001 -- any op failure is recorded, never fatal
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            failures[st.index] = f"op {st.op_id} {st.name}: {type(exc).__name__}: {msg[:300]}"
+            synthesize_outputs()
+            steps[st.index] = synthesize_outputs
+            return
+        if outs:
+            r = (res,) if single else res
+            for p, sub, slot, rec in outs:
+                if 0 <= p < len(r):
+                    v = r[p]
+                    if sub is not None:
+                        v = v[sub] if isinstance(v, (list, tuple)) and sub < len(v) else None
+                    env[slot] = v if isinstance(v, torch.Tensor) else synth(slot, rec)
+                else:
+                    env[slot] = synth(slot, rec)
+        for s in rel:
+            env[s] = None
+
+    return run
+
+
+def _make_call_step(st: OpStep, env: list, device: str, failures: dict, steps: list) -> Callable[[], None]:
+    """A prepared closure (collective or custom rebuild). A collective's error is fatal (a
+    distributed run must come down, never continue out of step); a custom op's is recorded."""
+    call, outs, rel = st.call, st.outs, st.release
+    fatal = st.coll is not None
+
+    def synthesize_outputs() -> None:
+        for _, _, slot, rec in outs:
+            env[slot] = empty_like_rec(rec, device)
+        for s in rel:
+            env[s] = None
+
+    def run() -> None:
+        if fatal:
+            res = call()
+        else:
+            try:
+                res = call()
+            except Exception as exc:  # noqa: BLE001 - recorded like any op failure
+                msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                failures[st.index] = f"op {st.op_id} {st.name}: {type(exc).__name__}: {msg[:300]}"
+                synthesize_outputs()
+                steps[st.index] = synthesize_outputs
+                return
+        for p, sub, slot, rec in outs:
+            v = res[p] if isinstance(res, (list, tuple)) and 0 <= p < len(res) else None
+            if sub is not None:
+                v = v[sub] if isinstance(v, (list, tuple)) and sub < len(v) else None
+            env[slot] = v if isinstance(v, torch.Tensor) else empty_like_rec(rec, device)
+        for s in rel:
+            env[s] = None
+
+    return run
+
+
+def _with_waits(fn, backend, waits: list[int]):
+    def run() -> None:
+        for w in waits:
+            backend.wait(w)
+        fn()
+
+    return run
+
+
+def _skip_step(st: OpStep, env: list) -> Callable[[], None]:
+    rel = st.release
+
+    def run() -> None:
+        for s in rel:
+            env[s] = None
+
+    return run
+
+
+def _with_lazy(fn, mats, drops, env, store: StorageManager, gen):
+    def run() -> None:
+        for e in mats:
+            env[e.slot] = store.standalone(e, gen)
+        fn()
+        for s in drops:
+            env[s] = None
+
+    return run
+
+
+def _with_stream(fn, stream, waits):
+    def run() -> None:
+        for w in waits:
+            stream.wait_stream(w)
+        with torch.cuda.stream(stream):
+            fn()
+
+    return run
+
+
+def _with_label(fn, label: str):
+    rf = torch.profiler.record_function
+
+    def run() -> None:
+        with rf(label):
+            fn()
+
+    return run
+
+
+def _busy_wait_ns(ns: int) -> None:
+    end = time.perf_counter_ns() + ns
+    while time.perf_counter_ns() < end:
+        pass
+
+
+def _profile_iteration(plan: Plan, steps, config: ReplayConfig, sync) -> str:
+    """One extra labelled iteration under torch.profiler; returns the gzipped Chrome trace path."""
+    import contextlib
+    import gzip
+    import os
+    import shutil
+
+    from torch.profiler import ProfilerActivity, profile
+
+    labelled = [_with_label(fn, f"et:{st.op_id}:{st.name}") for fn, st in zip(steps, plan.steps)]
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if config.is_cuda else [])
+    out_dir = config.out_dir
+    assert out_dir is not None  # the caller profiles only with an output folder
+    out_dir.mkdir(parents=True, exist_ok=True)
+    raw = out_dir / "replay_kineto.json"
+    with profile(activities=acts) as prof, torch.profiler.record_function("ReplayIteration#0"):
+        for fn in labelled:
+            fn()
+        sync()
+    from engine.outdir import atomic_copy
+
+    gz = out_dir / "replay_kineto.json.gz"
+    try:
+        try:
+            prof.export_chrome_trace(str(raw))
+        except (OSError, RuntimeError) as exc:
+            raise TraceError(f"cannot write the replay's Kineto trace: {exc}".splitlines()[0], raw) from None
+
+        def _gzip(src, dst):
+            with gzip.GzipFile(fileobj=dst, mode="wb") as z:
+                shutil.copyfileobj(src, z)
+
+        atomic_copy(raw, gz, _gzip)  # a failed write keeps the previous trace
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(raw)
+    return str(gz)

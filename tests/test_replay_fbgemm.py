@@ -1,0 +1,50 @@
+"""FBGEMM TBE ops of the committed dlrm_tbe sample: rebuilt with the `dlrm` extra, skipped naming
+the package without it."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from conftest import SAMPLES
+
+import engine.trace as T
+from engine.replay import ReplayConfig, replay
+
+TBE_OPS = {
+    "fbgemm::bounds_check_indices",
+    "fbgemm::split_embedding_codegen_lookup_sgd_function_pt2",
+    "fbgemm::split_embedding_backward_codegen_sgd_unweighted_pt2_wrapper",
+}
+
+
+def _trace():
+    d = SAMPLES / "dlrm_tbe"
+    return T.load(d / "dlrm_tbe_rank0_et.json.gz", d / "dlrm_tbe_rank0_kineto.json.gz")
+
+
+def test_without_fbgemm_the_skip_names_the_package(monkeypatch, cache_dir):
+    monkeypatch.setitem(sys.modules, "fbgemm_gpu", None)  # import fbgemm_gpu -> ImportError
+    res = replay(_trace(), config=ReplayConfig(warmup=0, iters=1, metrics=False))
+    skipped = {s["name"]: s for s in res.skipped_ops}
+    assert set(skipped) >= TBE_OPS
+    for name in TBE_OPS:
+        assert skipped[name]["reason"] == "operator library not installed"
+        assert "fbgemm-gpu-cpu==1.8.0" in skipped[name]["detail"]
+    assert res.coverage["by_reason"]["operator library not installed"] == len(TBE_OPS)
+
+
+def test_with_fbgemm_the_tbe_is_rebuilt_and_runs(cache_dir):
+    pytest.importorskip("fbgemm_gpu", reason="the dlrm extra (fbgemm-gpu-cpu==1.8.0) is not installed")
+    trace = _trace()
+    res = replay(trace, config=ReplayConfig(warmup=1, iters=2, metrics=False))
+    status = {p["name"]: p["status"] for p in res.per_op if p["name"].startswith("fbgemm::")}
+    assert status == dict.fromkeys(TBE_OPS, "replayed")
+    # only the collectives (single process here) are skipped: compute coverage is complete
+    assert set(res.coverage["by_reason"]) == {"collective (single-process replay)"}
+    assert res.coverage["compute_rate"] == 1.0
+    # the rebuilt lookup costs what the recorded one did, within an order of magnitude
+    ops = trace.ops.set_index("name")
+    rec_us = float(ops.loc["fbgemm::split_embedding_codegen_lookup_sgd_function_pt2", "k_dur_us"])
+    rep_us = next(p["dur_us"] for p in res.per_op if p["name"].endswith("lookup_sgd_function_pt2"))
+    assert rec_us / 10 < rep_us < rec_us * 10, (rec_us, rep_us)

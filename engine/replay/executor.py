@@ -1,7 +1,7 @@
 """Run a replay plan: warm-up, measured iterations, per-op times, optional profile and metrics.
 
 Timing fidelity is the point of the product, so the measured loop is a flat list of closures
-built once (`_make_step`): each closure copies a pre-built argument template, patches the
+built once (`make_step`): each closure copies a pre-built argument template, patches the
 tensors in from the slot table, calls the pre-resolved `OpOverload` and stores/drops slots.
 No name lookups, no JSON, no dict building in the loop. Iteration time is the wall time of the
 whole op sequence (plus the original's host gaps when asked), synchronized on CUDA.
@@ -30,14 +30,14 @@ from engine.replay.plan import Plan, build_plan
 from engine.replay.reasons import SkipReason
 from engine.replay.result import OpStatus, PerOpRow, ReplayResult, coverage_report
 from engine.replay.steps import (
-    _busy_wait_ns,
-    _make_call_step,
-    _make_step,
-    _profile_iteration,
-    _skip_step,
-    _with_lazy,
-    _with_stream,
-    _with_waits,
+    busy_wait_ns,
+    make_call_step,
+    make_step,
+    profile_iteration,
+    skip_step,
+    with_lazy,
+    with_stream,
+    with_waits,
 )
 from engine.replay.tensors import StorageManager
 from engine.trace.ranks import of_rank, ranks_of
@@ -221,19 +221,17 @@ class ReplaySession:
         self.n_streams = len(stream_map)
         for st in plan.steps:
             if not st.runnable:
-                fn = _skip_step(st, env)
+                fn = skip_step(st, env)
             elif st.call is not None:
-                fn = _make_call_step(st, env, device, self.failures, steps)
+                fn = make_call_step(st, env, device, self.failures, steps)
             else:
-                fn = _make_step(st, env, device, self.failures, steps)
+                fn = make_step(st, env, device, self.failures, steps)
             if st.waits and self.collectives is not None:
-                fn = _with_waits(fn, self.collectives, st.waits)
+                fn = with_waits(fn, self.collectives, st.waits)
             if lazy and (st.index in mats or st.index in drops):
-                fn = _with_lazy(fn, mats.get(st.index, []), drops.get(st.index, []), env, store, gen)
+                fn = with_lazy(fn, mats.get(st.index, []), drops.get(st.index, []), env, store, gen)
             if st.stream is not None and st.stream in stream_map:
-                fn = _with_stream(
-                    fn, stream_map[st.stream], [stream_map[w] for w in st.wait_streams if w in stream_map]
-                )
+                fn = with_stream(fn, stream_map[st.stream], [stream_map[w] for w in st.wait_streams if w in stream_map])
             steps.append(fn)
         self.steps = steps
         self.gaps = measured_host_gaps(plan) if config.host_gaps else None
@@ -269,7 +267,7 @@ class ReplaySession:
                 for k in range(n):
                     g = gaps[k] if gaps is not None else 0
                     if g:
-                        _busy_wait_ns(g)
+                        busy_wait_ns(g)
                         prev = pc()
                     steps[k]()
                     evs[k + 1].record()
@@ -286,7 +284,7 @@ class ReplaySession:
                 for k in range(n):
                     g = gaps[k]
                     if g:
-                        _busy_wait_ns(g)
+                        busy_wait_ns(g)
                         prev = pc()
                     steps[k]()
                     now = pc()
@@ -332,7 +330,7 @@ class ReplaySession:
         if et_src and et_src.get("path"):
             paths["et"] = str(et_src["path"])
         if config.profile and config.out_dir is not None:
-            kineto_path = _profile_iteration(plan, self.steps, config, self.sync)
+            kineto_path = profile_iteration(plan, self.steps, config, self.sync)
             paths["kineto"] = kineto_path
         for i in range(plan.n_slots):
             self.env[i] = None

@@ -185,7 +185,7 @@ def build_plan(
         from engine.replay.collectives import SkipCollectives
 
         collectives = SkipCollectives()
-    child_attrs = _param_comms_by_parent(ops)
+    child_attrs = param_comms_by_parent(ops)
     ids = {int(i) for i in replay_ids}
     code_ids = _trace_code_ops(ops, ids)
     ids.update(code_ids)
@@ -371,7 +371,7 @@ def build_plan(
     return Plan(steps=steps, externals=externals, n_slots=n_slots, produced_bytes=produced_bytes)
 
 
-def _param_comms_by_parent(ops: pd.DataFrame) -> dict[int, dict]:
+def param_comms_by_parent(ops: pd.DataFrame) -> dict[int, dict]:
     """{c10d op id: attrs of its record_param_comms child (+ `seq`)}: NCCL-era traces put the
     process group, split sizes and sequence number there."""
     if "attrs" not in ops.columns or len(ops) == 0:

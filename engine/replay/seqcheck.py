@@ -18,14 +18,14 @@ from engine.replay.collectives import CollectiveCall, CollKind, collective_call,
 def rank_collectives(trace, rank: int, mode: SelectionMode | str = SelectionMode.TOP) -> list[CollectiveCall]:
     """The collectives a distributed replay of `rank` issues, in op order."""
     from engine.graph import replay_ops
-    from engine.replay.plan import _param_comms_by_parent
+    from engine.replay.plan import param_comms_by_parent
     from engine.replay.selection import with_comm_records
 
     ops = trace.ops[trace.ops["rank"] == rank]
     ids = set(with_comm_records(ops, replay_ops(trace, mode, rank=rank)))
     sel = ops[ops["id"].isin(ids)].sort_values("id", kind="stable")
     sel = sel[sel["name"].astype(str).map(is_collective)]
-    child = _param_comms_by_parent(ops)
+    child = param_comms_by_parent(ops)
     out = []
     cols = [c for c in ("id", "name", "schema", "inputs", "outputs", "attrs") if c in sel.columns]
     for row in sel[cols].to_dict("records"):

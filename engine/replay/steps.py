@@ -1,8 +1,8 @@
 """The closures of a replay's timed loop: one per op, built once (see executor's docstring).
 
-`_make_step` runs a resolved operator (templates copied, tensors patched in from the slot
+`make_step` runs a resolved operator (templates copied, tensors patched in from the slot
 table, outputs stored, dead slots dropped; a failure is recorded and later iterations run the
-output synthesis instead); `_make_call_step` runs a prepared closure (a collective: its error is
+output synthesis instead); `make_call_step` runs a prepared closure (a collective: its error is
 fatal so a distributed run comes down together; a custom rebuild: recorded like any op); the
 `_with_*` wrappers add lazy allocation, async-collective waits, CUDA streams and profiler labels.
 """
@@ -20,7 +20,7 @@ from engine.replay.plan import OpStep, Plan
 from engine.replay.tensors import StorageManager, empty_like_rec
 
 
-def _make_step(st: OpStep, env: list, device: str, failures: dict, steps: list) -> Callable[[], None]:
+def make_step(st: OpStep, env: list, device: str, failures: dict, steps: list) -> Callable[[], None]:
     """The closure that runs one op (see module docstring)."""
     assert st.resolved is not None  # only resolved steps get a runnable closure
     ov = st.resolved.overload
@@ -95,7 +95,7 @@ def _make_step(st: OpStep, env: list, device: str, failures: dict, steps: list) 
     return run
 
 
-def _make_call_step(st: OpStep, env: list, device: str, failures: dict, steps: list) -> Callable[[], None]:
+def make_call_step(st: OpStep, env: list, device: str, failures: dict, steps: list) -> Callable[[], None]:
     """A prepared closure (collective or custom rebuild). A collective's error is fatal (a
     distributed run must come down, never continue out of step); a custom op's is recorded."""
     call, outs, rel = st.call, st.outs, st.release
@@ -130,7 +130,7 @@ def _make_call_step(st: OpStep, env: list, device: str, failures: dict, steps: l
     return run
 
 
-def _with_waits(fn, backend, waits: list[int]):
+def with_waits(fn, backend, waits: list[int]):
     def run() -> None:
         for w in waits:
             backend.wait(w)
@@ -139,7 +139,7 @@ def _with_waits(fn, backend, waits: list[int]):
     return run
 
 
-def _skip_step(st: OpStep, env: list) -> Callable[[], None]:
+def skip_step(st: OpStep, env: list) -> Callable[[], None]:
     rel = st.release
 
     def run() -> None:
@@ -149,7 +149,7 @@ def _skip_step(st: OpStep, env: list) -> Callable[[], None]:
     return run
 
 
-def _with_lazy(fn, mats, drops, env, store: StorageManager, gen):
+def with_lazy(fn, mats, drops, env, store: StorageManager, gen):
     def run() -> None:
         for e in mats:
             env[e.slot] = store.standalone(e, gen)
@@ -160,7 +160,7 @@ def _with_lazy(fn, mats, drops, env, store: StorageManager, gen):
     return run
 
 
-def _with_stream(fn, stream, waits):
+def with_stream(fn, stream, waits):
     def run() -> None:
         for w in waits:
             stream.wait_stream(w)
@@ -180,13 +180,13 @@ def _with_label(fn, label: str):
     return run
 
 
-def _busy_wait_ns(ns: int) -> None:
+def busy_wait_ns(ns: int) -> None:
     end = time.perf_counter_ns() + ns
     while time.perf_counter_ns() < end:
         pass
 
 
-def _profile_iteration(plan: Plan, steps, config: ReplayConfig, sync) -> str:
+def profile_iteration(plan: Plan, steps, config: ReplayConfig, sync) -> str:
     """One extra labelled iteration under torch.profiler; returns the gzipped Chrome trace path."""
     import contextlib
     import gzip

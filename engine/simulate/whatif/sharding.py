@@ -228,7 +228,7 @@ class Sharding(Edit):
                         "predicted_step_ms": step - emb_total / 1000 + max(per) / 1000,
                     }
                 )
-            rows.sort(key=lambda r: float(r["slowest_rank_ms"]))  # type: ignore[arg-type]
+            rows.sort(key=lambda r: float(r["slowest_rank_ms"]))  # type: ignore[arg-type]  # rows are plain dicts of floats
             ranking[str(n)] = rows
         ctx.report["sharding"] = {
             "tables": [

@@ -109,7 +109,7 @@ def parse_edit(data: Any, where: str) -> Edit:
         raise SpecError(f"{where}.kind", f"unknown edit kind {kind!r}; choose one of {sorted(EDITS)}")
     cls = EDITS[kind]
     hints = typing.get_type_hints(cls)
-    flds = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    flds = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]  # cls is a dataclass type (the registry holds only those)
     unknown = sorted(set(data) - set(flds) - {"kind"})
     if unknown:
         raise SpecError(f"{where}.{unknown[0]}", f"unknown field for edit {kind!r}; known: {sorted(flds)}")

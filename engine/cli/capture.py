@@ -20,7 +20,10 @@ def register(subparsers) -> None:
         description=__doc__.splitlines()[0],
     )
     p.add_argument(
-        "model", nargs="?", help="sample model: mlp, cnn, transformer, dlrm; multi-rank: ddp, dlrm_a2a, dlrm_tbe"
+        "model",
+        nargs="?",
+        help="sample model: mlp, cnn, transformer, dlrm; real libraries: gpt2_hf, resnet_tv; "
+        "multi-rank: ddp, dlrm_a2a, dlrm_tbe",
     )
     p.add_argument(
         "--world-size", type=int, default=2, help="ranks of a multi-rank sample (one process each, gloo; default 2)"
@@ -53,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.model in DIST_SAMPLES:
         return _run_dist(args)
+    from engine.capture import lib_models
+
     names = list(SAMPLE_MODELS) if args.all_samples else [args.model]
     if args.device.startswith("cuda"):
         import torch
@@ -62,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     results = []
     for name in names:
-        step_fn, config = build(name, args.device)
+        # real-library samples (transformers GPT-2, torchvision ResNet): engine.capture.lib_models
+        step_fn, config = (lib_models.build if name in lib_models.LIB_SAMPLES else build)(name, args.device)
         command = (
             f"mystique capture {name} --out {args.out} --steps {args.steps} --warmup {args.warmup} "
             f"--timing-steps {args.timing_steps} --device {args.device} --threads {args.threads}"

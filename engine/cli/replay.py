@@ -164,6 +164,11 @@ def _rank_files(p: Path) -> list[Path] | None:
 
 def run(args: argparse.Namespace) -> int:
     traces = list(args.trace)
+    p0 = Path(traces[0])
+    if len(traces) == 1 and p0.is_dir() and (p0 / "spec.json").is_file() and any(p0.glob("rank_*.et.json*")):
+        from engine.compose.marker import check_folder
+
+        check_folder(p0)  # an interrupted compose is not replayed (distributed or rank by rank)
     multi = _rank_files(Path(traces[0])) if len(traces) == 1 else None
     distributed = (
         len(traces) > 1 or args.world_size is not None or args.mirror_rank is not None or (multi and args.rank is None)

@@ -346,10 +346,17 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
         meta["batch_size"] = spec.batch_size or infer_batch(
             traces[spec.segments[0].source], paths[spec.segments[0].source]
         )
-    if spec.batch_scale != 1.0:
+    dp = spec.sharding is not None and spec.sharding.kind == "dp"
+    if spec.batch_scale != 1.0 and not dp:  # dp applies batch_scale / degree in one step
         report(progress, 0.65, f"scaling batch x{spec.batch_scale:g}")
         scale_batch(bench, 0, spec.batch_scale, meta["batch_size"])
     if spec.dtype is not None:
+        from engine.compose.meta_check import propagate
+        from engine.compose.transforms.dtype import _failures
+
+        # ops that already fail on meta tensors with the recorded dtypes are not the change's fault
+        base = propagate(bench.ranks[0], bench.replay_ids[0], mutate=False, strict=False)
+        meta["_dtype_baseline_failures"] = _failures(base)
         change_dtype(bench, 0, spec.dtype)
     if spec.sharding is not None:
         report(progress, 0.8, f"sharding ({spec.sharding.kind})")

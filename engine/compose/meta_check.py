@@ -134,7 +134,7 @@ class _Runner:
         happens to equal B, e.g. 10 classes at batch 10, is left alone)."""
         out = list(shp)
         for i, d in enumerate(out):
-            if d in self.S and d > 1:
+            if d in self.S and (d > 1 or (i == 0 and self.batch == 1)):  # batch 1 leads as a dim of 1
                 out[i] = self.scaled(d, node)
                 break
         return out
@@ -162,19 +162,92 @@ def _call_args(node, res, values, types, tensors) -> tuple[list, dict]:
 
 
 def _size_candidates(sizes: list, S: set, batch: int | None, s: float) -> list[list]:
-    ints = [i for i, x in enumerate(sizes) if isinstance(x, int) and x > 1]
+    """Size lists to try for a view/reshape/expand, most likely first.
+
+    Batch 1 is special: every dim is a multiple of 1, and scaling any one of them keeps numel
+    equal to the scaled input's, so the first try wins even when it is the sequence or hidden
+    dim. A batch-1 trace keeps its batch as a size entry of 1 (or inside a -1), so those come
+    first, then the sizes unchanged, and only then other dims (a flattened B*T)."""
     cands = []
+    if batch == 1:
+        for i, x in enumerate(sizes):
+            if x == 1:
+                c = list(sizes)
+                c[i] = round(s)
+                cands.append(c)
+        cands.append(list(sizes))
+    ints = [i for i, x in enumerate(sizes) if isinstance(x, int) and x > 1]
     in_s = [i for i in ints if sizes[i] in S]
-    if in_s:
+    if in_s:  # the batch leads: the first dim known to carry it alone, then all of them
+        c = list(sizes)
+        c[in_s[0]] = round(c[in_s[0]] * s)
+        cands.append(c)
         cands.append([round(x * s) if i in in_s else x for i, x in enumerate(sizes)])
-    singles = in_s + [i for i in ints if i not in in_s and batch and sizes[i] % batch == 0]
-    for i in singles:
+    guesses = [i for i in ints if i not in in_s and batch and sizes[i] % batch == 0]
+    for k, i in enumerate(in_s + guesses):
+        if k == len(in_s) and list(sizes) not in cands:
+            # unchanged before guessing: a factory op (empty([64]) for BatchNorm's saved mean)
+            # accepts any size, so a guessed "multiple of the batch" would always win there
+            cands.append(list(sizes))
         c = list(sizes)
         c[i] = round(c[i] * s)
         if c not in cands:
             cands.append(c)
-    cands.append(list(sizes))
+    if list(sizes) not in cands:
+        cands.append(list(sizes))
     return [c for c in cands if all(not isinstance(x, float) for x in c)]
+
+
+_RESHAPES = ("view", "reshape", "_unsafe_view", "_reshape_alias")
+
+
+def _layout_candidate(new_in: list, old_in: list, sizes: list, s: float) -> list | None:
+    """The size list a reshape of the scaled input needs, from element order alone.
+
+    A reshape keeps the order of elements, so the block of elements *inside* the scaled input
+    dim (the product of the dims after it) is a suffix of the output; the output dim just
+    before that suffix (or the one the block ends inside) is where the scaled dim went. This is
+    what decides a batch-1 trace, where every dim is a multiple of the batch and numel alone
+    cannot tell the batch from the sequence or hidden dim."""
+    if len(new_in) != len(old_in) or any(not isinstance(x, int) or x < 0 for x in sizes):
+        return None
+    diff = [i for i, (a, b) in enumerate(zip(new_in, old_in)) if a != b]
+    if len(diff) != 1:
+        return None
+    p = diff[0]
+    old = int(old_in[p])
+    if any(x == 0 for x in sizes):
+        return None
+    inner = 1
+    for d in old_in[p + 1 :]:
+        inner *= int(d)
+    b, suffix = len(sizes), 1
+    while suffix < inner and b > 0:  # sizes[b:] is the block inside the scaled dim
+        b -= 1
+        suffix *= int(sizes[b])
+    if suffix > inner:
+        k = b  # the block ends inside sizes[b]: the scaled dim was merged into it
+    elif suffix != inner:
+        return None
+    else:
+        j, prod = b, 1  # sizes[j:b] is the scaled dim split up (leading dims of 1 included)
+        while j > 0 and prod * int(sizes[j - 1]) <= old and (prod < old or sizes[j - 1] == 1):
+            j -= 1
+            prod *= int(sizes[j])
+        if prod != old:
+            return None
+        if j < b:
+            k = j  # the outermost piece carries the batch
+        elif b < len(sizes):
+            k = b  # a dim of 1 was dropped: the batch merges into the next dim out
+        else:
+            return None
+    c = list(sizes)
+    v = c[k] * s
+    if abs(v - round(v)) > 1e-9:
+        return None
+    c[k] = round(v)
+    return c
 
 
 def _run(res, node, ins, types, tensors, sizes_at=None, sizes=None):
@@ -285,7 +358,18 @@ def propagate(
         try:
             if size_arg is not None:
                 err = None
-                for cand in _size_candidates(ins["values"][size_arg], run.S, batch, scale):
+                cands = _size_candidates(ins["values"][size_arg], run.S, batch, scale)
+                t0 = tensors.get(0)
+                if (
+                    base in _RESHAPES
+                    and isinstance(t0, torch.Tensor)
+                    and orig_shapes
+                    and isinstance(orig_shapes[0], list)
+                ):
+                    lay = _layout_candidate(list(t0.shape), orig_shapes[0], ins["values"][size_arg], scale)
+                    if lay is not None:
+                        cands = [lay] + [c for c in cands if c != lay]
+                for cand in cands:
                     try:
                         out = _run(res, node, ins, types, tensors, size_arg, cand)
                     except (RuntimeError, ValueError, TypeError, IndexError, AssertionError) as e:

@@ -145,6 +145,15 @@ class ReplaySession:
                 )
         _skip_orphans(plan)
         self.lazy, self.est, self.progress = lazy, est, progress
+        from engine.replay.memory import rss_bound
+
+        self.rss_bound = rss_bound(
+            est.lazy_peak_bytes if lazy else est.eager_peak_bytes,
+            len(plan.steps),
+            profile=bool(config.profile and config.out_dir is not None),
+            metrics=config.metrics,
+            rss_now=None,
+        )
         self.n_threads = config.num_threads or _meta_threads(trace)
         self.iter_ms: list[float] = []
         self.gpu_iter_ms: list[float] = []
@@ -373,6 +382,7 @@ class ReplaySession:
                 **self.est_initial.to_dict(),
                 "lazy": self.lazy,
                 "planned_peak_bytes": self.est.lazy_peak_bytes if self.lazy else self.est.eager_peak_bytes,
+                "rss_bound_bytes": self.rss_bound,  # upper bound of the process's peak RSS (memory.rss_bound)
             },
             config={
                 "warmup": config.warmup,

@@ -120,3 +120,30 @@ def skip_oversized(plan: Plan, available: int) -> int:
                 plan.produced_bytes[slot] = 0
         lifetimes(plan.steps, plan.externals)
     return n
+
+
+# Process-level peak (RSS) bound: what the replay adds to the process on top of the tensors the
+# plan holds. Measured (benchmarks/memory.py, README table) on every sample and shared ET:
+# peak RSS - RSS before the run was 1.3-1.6x the planned tensor peak without profiling (allocator
+# rounding, op-internal temporaries such as matmul/conv workspaces, oneDNN primitive caches),
+# plus ~75 MiB when the Kineto profiler runs (its libraries and event buffers) and ~8 MiB for the
+# metrics sampler. The constants below are those figures rounded up so the bound holds.
+TENSOR_FACTOR = 2.0
+FIXED_BYTES = 64 << 20
+PROFILER_BYTES = 160 << 20
+PROFILER_BYTES_PER_OP = 8 << 10
+METRICS_BYTES = 32 << 20
+
+
+def rss_bound(planned_peak_bytes: int, n_ops: int, *, profile: bool, metrics: bool, rss_now: int | None) -> int:
+    """Upper bound of the replay process's peak RSS (CPU replays; on CUDA the tensors live on the
+    device and this bounds host memory only loosely)."""
+    from engine.sysinfo import rss_bytes
+
+    base = rss_now if rss_now is not None else (rss_bytes() or 0)
+    extra = int(TENSOR_FACTOR * planned_peak_bytes) + FIXED_BYTES
+    if profile:
+        extra += PROFILER_BYTES + PROFILER_BYTES_PER_OP * n_ops
+    if metrics:
+        extra += METRICS_BYTES
+    return int(base + extra)

@@ -96,9 +96,16 @@ def shard_dp(bench) -> dict:
     scale = bench.spec.batch_scale
     global_batch = round(batch * scale)
     if global_batch % n:
-        raise TraceError(f"dp degree {n} does not divide the batch {global_batch}")
-    # the spec's batch_scale was applied already; scale the (global) batch down to B/N
-    scale_batch(bench, 0, 1.0 / n, global_batch)
+        raise TraceError(
+            f"dp degree {n} does not divide the batch {global_batch}; "
+            f"set batch_scale to a multiple of {n} / {batch} (each rank runs batch / degree samples)"
+        )
+    # per-rank batch = traced batch x batch_scale / N, in one scaling step (compose leaves
+    # batch_scale to us): with batch_scale == N every rank keeps the traced shapes, which is what
+    # makes DP of a batch-1 trace possible
+    per_rank = scale / n
+    if abs(per_rank - 1.0) > 1e-12:
+        scale_batch(bench, 0, per_rank, batch)
     params = bench.meta.get("_params", [])
     if not params:
         raise TraceError("dp sharding found no parameters (tensors the optimizer updates) in the trace")

@@ -80,9 +80,37 @@ class Shard:
         }
 
 
-def find_tables(nodes: list[dict], replay_ids) -> list[Table]:
+def find_tables(nodes: list[dict], replay_ids, tbe_info: list | None = None) -> list[Table]:
+    """Tables of `aten::embedding_bag` lookups, else of FBGEMM TBE lookups (engine.compose.shard.tbe;
+    `tbe_info` collects what was recovered from each TBE op)."""
     want = set(replay_ids)
     fwds = [n for n in nodes if n["id"] in want and n["name"] in FWD]
+    if not fwds:
+        from engine.compose.shard.tbe import tables_from_tbe, tbe_ops
+
+        tbes = tbe_ops(nodes, want)
+        if tbes:
+            top = max((max(v[0], v[1]) for n in nodes for _, _, _, _, v in tensors_of(n) if is_defined(v)), default=0)
+            fresh = _Fresh(top + 1)
+            out: list[Table] = []
+            for n in tbes:
+                for fwd, bwd, info in tables_from_tbe(n, fresh, len(out)):
+                    a = fwd["inputs"]
+                    out.append(
+                        Table(
+                            index=len(out),
+                            fwd=fwd,
+                            bwd=bwd,
+                            rows=a["shapes"][0][0],
+                            dim=a["shapes"][0][1],
+                            itemsize=int(a["values"][0][4]),
+                            lookups=a["shapes"][1][0],
+                            batch=a["shapes"][2][0],
+                        )
+                    )
+                    if tbe_info is not None:
+                        tbe_info.append(info)
+            return out
     bwds = [n for n in nodes if n["id"] in want and n["name"] in BWD]
     tables = []
     for i, f in enumerate(fwds):
@@ -284,7 +312,8 @@ def shard_embeddings(bench, path) -> dict:
     sh = bench.spec.sharding
     n_ranks, plan = int(sh.ranks), sh.plan
     nodes, replay = bench.ranks[0], bench.replay_ids[0]
-    tables = find_tables(nodes, replay)
+    tbe_info: list = []
+    tables = find_tables(nodes, replay, tbe_info)
     if not tables:
         raise TraceError(f"no embedding tables to shard in {path}", path)
     shards = plan_shards(tables, plan, n_ranks)
@@ -359,6 +388,18 @@ def shard_embeddings(bench, path) -> dict:
         "max_cost": max(p["cost"] for p in per_rank.values()),
         "note": "per-rank ETs hold the sharded embedding stage; dense layers are not included",
     }
+    if tbe_info:
+        info["tbe"] = {
+            "ops": sorted({x["tbe_node"] for x in tbe_info}),
+            "tables": tbe_info,
+            "note": "tables recovered from FBGEMM TBE lookups; each shard runs as aten::embedding_bag "
+            "(sum pooling) forward + _embedding_bag_backward (engine.compose.shard.tbe)",
+        }
+        if not all(x["exact_dims"] for x in tbe_info):
+            bench.meta["warnings"].append(
+                "TBE tables of different dims: per-table dims/rows are approximated as equal (the ET "
+                "does not record D_offsets)"
+            )
     bench.meta["sharding"] = info
     return info
 

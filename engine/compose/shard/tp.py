@@ -27,6 +27,32 @@ from engine.compose.transforms.scale import prune_to_replay
 from engine.errors import TraceError
 
 _LINEAR_OPS = ("aten::linear",)
+# addmm(bias, x, W) with a parameter W of shape [in, out]: GPT-2's Conv1D (and other libraries'
+# hand-written linears) never call aten::linear
+_ADDMM_OPS = ("aten::addmm",)
+# ops an activation may pass through between a column- and a row-parallel layer: elementwise
+# math on the hidden activation (GPT-2's gelu_new is mul/pow/add/tanh) and reshapes of it
+_PASS_THROUGH = frozenset(
+    f"aten::{x}"
+    for x in (
+        "mul",
+        "mul_",
+        "add",
+        "add_",
+        "sub",
+        "div",
+        "pow",
+        "tanh_",
+        "view",
+        "reshape",
+        "_unsafe_view",
+        "gelu_",
+        "erf",
+        "exp",
+        "neg",
+        "square",
+    )
+)
 _ELEMENTWISE = frozenset(
     f"aten::{x}"
     for x in (
@@ -58,12 +84,20 @@ class Linear:
     input_shape: list[int]
     input: tuple[int, int]
     output: tuple[int, int] | None
+    out_dim: int = 0  # weight dim holding the output features (linear: 0; addmm's [in, out] weight: 1)
 
 
 def _linears(nodes: list[dict], replay: set[int], params: set[int]) -> list[Linear]:
     out = []
     for n in nodes:
-        if n["id"] not in replay or n.get("_phase") != "forward" or n["name"] not in _LINEAR_OPS:
+        if n["id"] not in replay or n.get("_phase") != "forward":
+            continue
+        if n["name"] in _ADDMM_OPS:
+            lin = _addmm_linear(n, params)
+            if lin is not None:
+                out.append(lin)
+            continue
+        if n["name"] not in _LINEAR_OPS:
             continue
         ins = {
             arg: (v, get_slot(n["inputs"], "shapes", arg, None))
@@ -87,6 +121,51 @@ def _linears(nodes: list[dict], replay: set[int], params: set[int]) -> list[Line
             )
         )
     return out
+
+
+def _addmm_linear(n: dict, params: set[int]) -> Linear | None:
+    """addmm(bias [out], x [N, in], W [in, out]) with W a parameter: a linear layer."""
+    ins = {
+        arg: (v, get_slot(n["inputs"], "shapes", arg, None))
+        for io, _, arg, sub, v in tensors_of(n)
+        if io == "in" and sub is None and is_defined(v)
+    }
+    w, x, b = ins.get(2), ins.get(1), ins.get(0)
+    if not w or not x or w[0][1] not in params or len(w[1]) != 2 or len(x[1]) != 2 or x[1][1] != w[1][0]:
+        return None
+    outs = [v for io, _, _, sub, v in tensors_of(n) if io == "out" and sub is None and is_defined(v)]
+    return Linear(
+        node_id=n["id"],
+        weight=(w[0][0], w[0][1]),
+        bias=(b[0][0], b[0][1]) if b and b[0][1] in params and len(b[1]) == 1 else None,
+        shape=(int(w[1][1]), int(w[1][0])),
+        input_shape=list(x[1]),
+        input=(x[0][0], x[0][1]),
+        output=(outs[0][0], outs[0][1]) if outs else None,
+        out_dim=1,
+    )
+
+
+def _reaches(key: tuple, target: tuple, made: dict[tuple, dict], hops: int = 0) -> bool:
+    """Does `key` derive from `target` through pass-through ops only, every other tensor input
+    being a scalar-sized constant or itself derived from `target`?"""
+    if key == target:
+        return True
+    prod = made.get(key)
+    if prod is None or hops > 24 or (prod["name"] not in _ELEMENTWISE and prod["name"] not in _PASS_THROUGH):
+        return False
+    ins = [
+        (v, get_slot(prod["inputs"], "shapes", arg, None))
+        for io, _, arg, sub, v in tensors_of(prod)
+        if io == "in" and sub is None and is_defined(v)
+    ]
+    found = False
+    for v, shp in ins:
+        if _reaches((v[0], v[1]), target, made, hops + 1):
+            found = True
+        elif math.prod(shp or [1]) > 1:
+            return False  # mixes in another activation (a residual): the split would not hold
+    return found
 
 
 def _producers(nodes: list[dict], replay: set[int]) -> dict[tuple, dict]:
@@ -117,6 +196,11 @@ def _pairs(linears: list[Linear], made: dict[tuple, dict]) -> list[tuple[Linear,
                 break
             key, hops = (ins[0][0], ins[0][1]), hops + 1
         col = by_output.get(key)
+        if col is None:  # a longer path: reshapes and elementwise math with several inputs
+            col = next(
+                (c for c in linears if c is not row and c.output is not None and _reaches(row.input, c.output, made)),
+                None,
+            )
         if (
             col is not None
             and col is not row
@@ -194,10 +278,10 @@ def shard_tp(bench) -> dict:
                     f"tp degree {n} does not divide the {'output' if dim == 0 else 'input'} features "
                     f"({lin.shape[dim]}) of linear node {lin.node_id}"
                 )
-        seeds[col.weight] = 0
+        seeds[col.weight] = col.out_dim
         if col.bias is not None:
             seeds[col.bias] = 0
-        seeds[row.weight] = 1
+        seeds[row.weight] = 1 - row.out_dim
     _optimizer_state(nodes, replay, seeds)
     rep = propagate(
         nodes, bench.replay_ids[0], scale=1.0 / n, seeds=seeds, mutate=True, params=params, label=f"tp degree {n}"

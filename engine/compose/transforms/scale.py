@@ -122,6 +122,8 @@ def batch_seeds(nodes: list[dict], replay_ids, batch: int, params: set[int]) -> 
     # inputs flattened outside the step (targets of shape [B*T]) carry the batch too
     flat = {batch}
     for shp in primary:
+        if len(shp) > 2:  # only token-like [B, T] inputs flatten to [B*T] targets; a product over
+            continue  # image/activation dims ([B, C, H, W] -> B*C) would seed BatchNorm's [C] buffers
         prod = batch
         for d in shp[1:]:
             prod *= int(d)

@@ -1,0 +1,192 @@
+"""FBGEMM table-batched embeddings (TBE) seen as the per-table lookups embedding sharding plans.
+
+Why: TorchRec/FBGEMM models run all of a rank's tables in one op
+(`fbgemm::split_embedding_codegen_lookup_*_function*`: flat weights of sum(rows x dim), one
+indices and one offsets tensor of T x B + 1 entries), so the per-table `aten::embedding_bag`
+search found nothing to shard. The ET records shapes, not the D_offsets / weights_offsets
+contents, so the tables are recovered from the op's arguments: T = len(D_offsets) - 1 tables
+of dim total_D / T (exact when max_D x T == total_D, i.e. all dims equal, as TorchRec groups
+tables of one dim into one TBE), rows = weights / (T x dim), B = (len(offsets) - 1) / T,
+lookups = len(indices) / T (an even split: per-table pooling factors are not recorded).
+
+A sharded rank then runs its shards as `aten::embedding_bag` (sum pooling) forward and
+`aten::_embedding_bag_backward`: the same lookup and gradient math per table that the TBE kernel
+fuses, in portable ops every replay machine has (a rank's subset of tables is a different TBE
+launch than any the trace recorded). `meta["sharding"]["tbe"]` says so.
+"""
+
+from __future__ import annotations
+
+from engine.compose.nodes import is_defined
+
+TBE_FWD_PREFIX = "fbgemm::split_embedding_codegen_lookup_"
+_EB_SCHEMA = (
+    "aten::embedding_bag.padding_idx(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq, "
+    "int mode, bool sparse, Tensor? per_sample_weights, bool include_last_offset, int? padding_idx) -> "
+    "(Tensor, Tensor, Tensor, Tensor)"
+)
+_EBB_SCHEMA = (
+    "aten::_embedding_bag_backward(Tensor grad, Tensor indices, Tensor offsets, Tensor offset2bag, "
+    "Tensor bag_size, Tensor maximum_indices, SymInt num_weights, bool scale_grad_by_freq, int mode, "
+    "bool sparse, Tensor? per_sample_weights, int padding_idx=-1) -> Tensor"
+)
+
+
+def _attrs(schema: str) -> list[dict]:
+    from engine.compose.nodes import make_attrs
+
+    return make_attrs(op_schema=schema)
+
+
+def _t(ids, numel: int, itemsize: int) -> list:
+    return [ids[0], ids[1], 0, int(numel), int(itemsize), "cpu"]
+
+
+def tbe_ops(nodes: list[dict], want: set) -> list[dict]:
+    return [n for n in nodes if n["id"] in want and n["name"].startswith(TBE_FWD_PREFIX)]
+
+
+def _args(n: dict) -> dict | None:
+    """weights / D_offsets / total_D / max_D / indices / offsets of a TBE lookup node, by position
+    of the recorded lookup function: (placeholder, [dev_weights, ...], D_offsets, total_D, max_D,
+    hash_size_cumsum, total_hash_size_bits, indices, offsets, ...)."""
+    ins = n["inputs"]
+    vals, shapes = ins["values"], ins["shapes"]
+    try:
+        w = vals[1][0] if isinstance(vals[1], list) and vals[1] and isinstance(vals[1][0], list) else None
+        w_shape = shapes[1][0]
+        d_off, total_d, max_d = shapes[2], vals[3], vals[4]
+        idx, off = vals[7], vals[8]
+        idx_shape, off_shape = shapes[7], shapes[8]
+    except (IndexError, TypeError):
+        return None
+    if not (w and is_defined(w) and isinstance(total_d, int) and isinstance(max_d, int)):
+        return None
+    if not (d_off and idx_shape and off_shape):
+        return None
+    return {
+        "weight": w,
+        "weight_numel": int(w_shape[0]) if w_shape else int(w[3]),
+        "tables": int(d_off[0]) - 1,
+        "total_d": total_d,
+        "max_d": max_d,
+        "indices": idx,
+        "lookups": int(idx_shape[0]),
+        "offsets": off,
+        "offsets_len": int(off_shape[0]),
+    }
+
+
+def tables_from_tbe(n: dict, fresh, start_index: int) -> list[tuple[dict, dict, dict]]:
+    """[(fwd node, bwd node, info)] per table of one TBE lookup (module docstring)."""
+    a = _args(n)
+    if a is None or a["tables"] < 1:
+        return []
+    T = a["tables"]
+    dim = a["total_d"] // T
+    rows = a["weight_numel"] // max(1, T * dim)
+    batch = (a["offsets_len"] - 1) // T
+    lookups = a["lookups"] // T
+    itemsize = int(a["weight"][4])
+    wtype = next((t for t in n["inputs"]["types"][1:2] if isinstance(t, str)), "")
+    wtype = "Tensor(float)" if "Half" not in wtype and "BFloat16" not in wtype else wtype.split(",")[0]
+    out = []
+    for t in range(T):
+        w, i, o = (fresh(), fresh()), (fresh(), fresh()), (fresh(), fresh())
+        pooled, o2b, bag, mx = ((fresh(), fresh()) for _ in range(4))
+        fwd = {
+            "id": -1,
+            "name": "aten::embedding_bag",
+            "ctrl_deps": n["ctrl_deps"],
+            "inputs": {
+                "values": [
+                    _t(w, rows * dim, itemsize),
+                    _t(i, lookups, 8),
+                    _t(o, batch, 8),
+                    False,
+                    0,
+                    False,
+                    "<None>",
+                    False,
+                    "<None>",
+                ],
+                "shapes": [[rows, dim], [lookups], [batch], [], [], [], [], [], []],
+                "types": [wtype, "Tensor(long int)", "Tensor(long int)", "Bool", "Int", "Bool", "None", "Bool", "None"],
+                "strides": [[dim, 1], [1], [1], [], [], [], [], [], []],
+            },
+            "outputs": {
+                "values": [_t(pooled, batch * dim, itemsize), _t(o2b, 0, 8), _t(bag, batch, 8), _t(mx, batch, 8)],
+                "shapes": [[batch, dim], [0], [batch], [batch]],
+                "types": [wtype, "Tensor(long int)", "Tensor(long int)", "Tensor(long int)"],
+                "strides": [[dim, 1], [1], [1], [1]],
+            },
+            "attrs": _attrs(_EB_SCHEMA),
+            "_phase": "forward",
+            "_tbe": n["name"],
+        }
+        g = (fresh(), fresh())
+        bwd = {
+            "id": -1,
+            "name": "aten::_embedding_bag_backward",
+            "ctrl_deps": n["ctrl_deps"],
+            "inputs": {
+                "values": [
+                    _t(g, batch * dim, itemsize),
+                    _t(i, lookups, 8),
+                    _t(o, batch, 8),
+                    _t(o2b, 0, 8),
+                    _t(bag, batch, 8),
+                    _t(mx, batch, 8),
+                    rows,
+                    False,
+                    0,
+                    False,
+                    "<None>",
+                    -1,
+                ],
+                "shapes": [[batch, dim], [lookups], [batch], [0], [batch], [batch], [], [], [], [], [], []],
+                "types": [
+                    wtype,
+                    "Tensor(long int)",
+                    "Tensor(long int)",
+                    "Tensor(long int)",
+                    "Tensor(long int)",
+                    "Tensor(long int)",
+                    "Int",
+                    "Bool",
+                    "Int",
+                    "Bool",
+                    "None",
+                    "Int",
+                ],
+                "strides": [[dim, 1], [1], [1], [1], [1], [1], [], [], [], [], [], []],
+            },
+            "outputs": {
+                "values": [_t((fresh(), fresh()), rows * dim, itemsize)],
+                "shapes": [[rows, dim]],
+                "types": [wtype],
+                "strides": [[dim, 1]],
+            },
+            "attrs": _attrs(_EBB_SCHEMA),
+            "_phase": "backward",
+            "_tbe": n["name"],
+        }
+        out.append(
+            (
+                fwd,
+                bwd,
+                {
+                    "tbe_node": n["id"],
+                    "table": start_index + t,
+                    "rows": rows,
+                    "dim": dim,
+                    "lookups": lookups,
+                    "batch": batch,
+                    "exact_dims": a["max_d"] * T == a["total_d"],
+                },
+            )
+        )
+    return out
+
+
+__all__ = ["TBE_FWD_PREFIX", "tables_from_tbe", "tbe_ops"]

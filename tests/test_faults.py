@@ -1,0 +1,474 @@
+"""Fault injection and hostile inputs: one test per numbered item of issue 16.
+
+Each test drives the CLI in a subprocess (exit code 2, one line on stderr naming the file and
+the problem, no traceback, the previous result intact) and the API where there is one. Faults
+are real where the machine allows: `ulimit -v` (address space), `ulimit -f` (file size: a
+"full disk" for the writer, since Python ignores SIGXFSZ and write() then fails with EFBIG), a
+FIFO, a SIGKILLed run, a second process holding the output folder. Every test here failed on
+main at 4eb7f39 (before the hardening) and passes after; the module docstring of each says how
+it failed then.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, SAMPLES
+
+from engine.errors import TraceError
+
+MLP_ET = SAMPLES / "mlp" / "mlp_et.json.gz"
+CNN = SAMPLES / "cnn"
+DDP = SAMPLES / "ddp"
+
+
+def cli(*args, cache: Path, timeout: float = 180, pre: str = "") -> subprocess.CompletedProcess:
+    """`mystique ARGS` in a fresh process (optionally after shell `pre`, e.g. a ulimit)."""
+    cmd = [sys.executable, "-m", "engine.cli.main", *map(str, args)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MYSTIQUE_CACHE_DIR": str(cache)}
+    if pre:
+        return subprocess.run(
+            ["bash", "-c", f"{pre}; exec {shlex.join(cmd)}"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=ROOT,
+            env=env,
+        )
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+
+
+def one_line_error(r: subprocess.CompletedProcess, *needles: str) -> str:
+    """Exit 2, exactly one stderr line (profiler chatter aside), no traceback, with `needles`."""
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith(("USDT:", "STAGE:"))]
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert len(lines) == 1, lines
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+def _replay_ok(out: Path, cache: Path, trace=MLP_ET) -> bytes:
+    r = cli("replay", trace, "--out", out, "--iters", "1", "--warmup", "0", "--no-profile", cache=cache)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return (out / "replay.json").read_bytes()
+
+
+# 1 -------------------------------------------------------------------------------------------
+def test_1_compose_refuses_oversized_before_building(tmp_path, cache_dir):
+    """Was: `repeat: 1000000000` built nodes until memory ran out, 100,000 embedding ranks spun."""
+    from engine.compose import compose, spec_from_dict
+    from engine.compose.limits import ComposeLimits
+
+    spec = spec_from_dict({"sources": [str(MLP_ET)], "segments": [{"selection": {}, "repeat": 1_000_000_000}]})
+    t0 = time.perf_counter()
+    with pytest.raises(TraceError, match=r"composition too large: [\d,]+ nodes > limit 2,000,000") as e:
+        compose(spec)
+    assert time.perf_counter() - t0 < 60 and "1,000,000,000" in str(e.value)
+    small = spec_from_dict({"sources": [str(MLP_ET)], "segments": [{"selection": {}, "repeat": 2}]})
+    with pytest.raises(TraceError, match="nodes > limit 100"):
+        compose(small, limits=ComposeLimits(max_nodes=100))
+    assert ComposeLimits.from_json({"max_nodes": 7}).max_nodes == 7
+    # CLI: embedding sharding over 100,000 ranks, and one source listed 1,000 times with repeat
+    spec_f = tmp_path / "ranks.json"
+    spec_f.write_text(
+        json.dumps(
+            {
+                "sources": [str(SAMPLES / "dlrm" / "dlrm_et.json.gz")],
+                "segments": [{"selection": {}}],
+                "sharding": {"kind": "embedding", "plan": "table", "ranks": 100_000},
+            }
+        )
+    )
+    one_line_error(
+        cli("compose", spec_f, "--out", tmp_path / "o1", cache=cache_dir, timeout=60),
+        str(spec_f),
+        "100,000 ranks exceeds the limit of 1,024",
+    )
+    many = tmp_path / "many.json"
+    many.write_text(
+        json.dumps(
+            {
+                "sources": [str(MLP_ET)] * 1000,
+                "segments": [{"selection": {}, "source": i, "repeat": 100} for i in range(1000)],
+            }
+        )
+    )
+    one_line_error(cli("compose", many, "--out", tmp_path / "o2", cache=cache_dir, timeout=120), "nodes > limit")
+    assert not (tmp_path / "o2" / "rank_0.et.json").exists()
+
+
+# 2 -------------------------------------------------------------------------------------------
+def test_2_result_writes_checked_early_atomic_and_one_line(tmp_path, cache_dir):
+    """Was: a file-valued/unwritable/full --out raised a traceback after the whole run, and a
+    failed re-run truncated the previous good replay.json."""
+    out = tmp_path / "out"
+    good = _replay_ok(out, cache_dir)
+    # --out is a file: refused before the run, in one line
+    f = tmp_path / "file"
+    f.write_text("x")
+    t0 = time.perf_counter()
+    one_line_error(
+        cli("replay", MLP_ET, "--out", f, "--iters", "50", "--no-profile", cache=cache_dir), str(f), "not a folder"
+    )
+    assert time.perf_counter() - t0 < 60
+    # "disk full" for the writer (ulimit -f 12 KiB): the re-run fails in one line and the previous
+    # replay.json is byte-for-byte intact, with no temporary file left beside it
+    assert len(good) > 12 * 1024
+    r = cli(
+        "replay",
+        MLP_ET,
+        "--out",
+        out,
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+        "--no-profile",
+        cache=cache_dir,
+        pre="ulimit -f 12",
+    )
+    one_line_error(r, str(out / "replay.json"), "cannot write", "previous file is kept")
+    assert (out / "replay.json").read_bytes() == good
+    assert sorted(p.name for p in out.iterdir()) == ["replay.json"]
+    # API: ReplayResult.write into a file-valued folder
+    from engine.replay.result import ReplayResult
+
+    res = ReplayResult(iteration_ms=[1.0], per_op=[], coverage={}, device="cpu")
+    with pytest.raises(TraceError, match="not a folder"):
+        res.write(f)
+    code = (
+        "import resource,sys; from engine.replay.result import ReplayResult; from engine.errors import TraceError\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))\n"
+        "r = ReplayResult(iteration_ms=[1.0]*2000, per_op=[], coverage={}, device='cpu')\n"
+        f"try:\n    r.write({str(out)!r})\nexcept TraceError as e:\n    print('ERR', e); sys.exit(2)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert p.returncode == 2 and "cannot write" in p.stdout, p.stdout + p.stderr
+    assert (out / "replay.json").read_bytes() == good
+
+
+def test_2_readonly_tmpfs_out(tmp_path, cache_dir):
+    """A read-only or full file system as --out (a real tmpfs when this machine lets us mount)."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,ro", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs CAP_SYS_ADMIN); the ulimit -f test covers a full disk")
+    try:
+        one_line_error(
+            cli("replay", MLP_ET, "--out", mnt / "o", "--no-profile", cache=cache_dir), "read-only file system"
+        )
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+# 3 -------------------------------------------------------------------------------------------
+def test_3_et_paired_with_another_ranks_kineto(tmp_path, cache_dir):
+    """Was: IndexError traceback in info, replay --kineto and compare."""
+    from engine.trace import load
+
+    et, k1 = DDP / "ddp_rank0_et.json.gz", DDP / "ddp_rank1_kineto.json.gz"
+    with pytest.raises(TraceError, match="different ranks") as e:
+        load(et, k1)
+    assert e.value.path == str(k1) and "ET rank 0" in str(e.value) and "Kineto rank 1" in str(e.value)
+    assert load(et, DDP / "ddp_rank0_kineto.json.gz").meta["link"]["link_rate"] > 0.9  # the real pair links
+    for args in (
+        ("info", et, k1),
+        ("replay", et, "--kineto", k1, "--out", tmp_path / "r", "--iters", "1", "--no-profile"),
+        ("compare", et, k1, tmp_path / "r"),
+    ):
+        one_line_error(cli(*args, cache=cache_dir), str(k1), "not the partner", "rank 0", "rank 1", "ET ops")
+    assert not (tmp_path / "r" / "replay.json").exists()
+    # same rank number, another process: mlp's ET with the cnn capture's Kineto trace
+    one_line_error(cli("info", MLP_ET, CNN / "cnn_kineto.json.gz", cache=cache_dir), "another process", "ET ops occur")
+
+
+# 4 -------------------------------------------------------------------------------------------
+def test_4_interrupted_compose_is_not_replayed(tmp_path, cache_dir):
+    """Was: after a kill at rank 3 the folder replayed its first ranks with exit 0."""
+    from engine.compose import compose, export, spec_from_dict
+    from engine.compose.marker import MARKER, check_folder
+
+    spec = spec_from_dict(
+        {
+            "sources": [str(SAMPLES / "dlrm" / "dlrm_et.json.gz")],
+            "segments": [{"selection": {}}],
+            "sharding": {"kind": "embedding", "plan": "table", "ranks": 4},
+        }
+    )
+    out = tmp_path / "bench"
+    export(compose(spec), out)
+    marker = json.loads((out / MARKER).read_text())
+    assert marker["world_size"] == 4 and sorted(marker["ranks"]) == ["0", "1", "2", "3"]
+    assert check_folder(out)["complete"] is True
+    # what a kill while writing rank 3 leaves: ranks 0-2, no marker (it is written last)
+    (out / MARKER).unlink()
+    (out / "rank_3.et.json").unlink()
+    with pytest.raises(TraceError, match=r"no COMPLETE\.json"):
+        check_folder(out)
+    one_line_error(cli("replay", out, "--iters", "1", "--no-profile", cache=cache_dir), str(out), "3 rank file(s)")
+    # a marker whose rank list disagrees with the files on disk
+    export(compose(spec), out)
+    (out / "rank_2.et.json").unlink()
+    one_line_error(cli("replay", out, "--no-profile", cache=cache_dir), "missing ranks [2]")
+
+
+# 5 -------------------------------------------------------------------------------------------
+def test_5_second_writer_on_the_same_out_is_refused(tmp_path, cache_dir):
+    """Was: two runs sharing --out raced (a crash or a silent overwrite)."""
+    out = tmp_path / "out"
+    good = _replay_ok(out, cache_dir)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys,time; from engine.outdir import OutputLock\n"
+            f"with OutputLock({str(out)!r}, 'test holder'):\n    print('locked', flush=True); time.sleep(120)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        r = cli("replay", MLP_ET, "--out", out, "--iters", "1", "--no-profile", cache=cache_dir)
+        one_line_error(r, str(out), "another mystique run", f"pid {holder.pid}")
+        spec = tmp_path / "s.json"
+        spec.write_text(json.dumps({"sources": [str(MLP_ET)], "segments": [{"selection": {}}]}))
+        one_line_error(cli("compose", spec, "--out", out, cache=cache_dir), "another mystique run")
+        from engine.replay.result import ReplayResult
+
+        with pytest.raises(TraceError, match="another mystique run"):
+            ReplayResult(iteration_ms=[1.0], per_op=[], coverage={}, device="cpu").write(out)
+        assert (out / "replay.json").read_bytes() == good
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+# 6 -------------------------------------------------------------------------------------------
+def test_6_memory_rlimit_bomb_and_estimate(tmp_path, cache_dir):
+    """Was: each read reserved a quarter of RAM (MemoryError under ulimit -v 3 GB), a gzip bomb
+    was inflated whole (RSS > its size), and the memory budget ignored rlimits."""
+    # (a) loads under an address-space limit close to what torch itself maps
+    r = cli("info", "--no-cache", MLP_ET, cache=cache_dir, pre="ulimit -v 3000000")
+    assert r.returncode == 0, r.stderr[-1500:]
+    # (b) gzip bombs (one member of 256 MiB, and 1 GiB in 1,024 members) refused after bounded inflation
+    one = tmp_path / "bomb1.json.gz"
+    z = gzip.GzipFile(one, "wb", compresslevel=1)
+    chunk = b" " * (1 << 20)
+    for _ in range(256):
+        z.write(chunk)
+    z.close()
+    multi = tmp_path / "bomb2.json.gz"
+    member = gzip.compress(b" " * (1 << 20))
+    multi.write_bytes(member * 1024)
+    for bomb in (one, multi):
+        code = (
+            "import resource,sys; from engine.trace import load; from engine.errors import TraceError\n"
+            f"try:\n    load({str(bomb)!r}, use_cache=False)\nexcept TraceError as e:\n    print('ERR', e)\n"
+            "print('MAXRSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+        )
+        p = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "MYSTIQUE_CACHE_DIR": str(cache_dir)},
+        )
+        assert "ERR" in p.stdout and "gzip bomb" in p.stdout, p.stdout + p.stderr[-1500:]
+        maxrss_mib = int(p.stdout.split("MAXRSS")[1]) / 1024
+        assert maxrss_mib < 600, f"{bomb.name}: peak RSS {maxrss_mib:.0f} MiB while refusing the bomb"
+    one_line_error(cli("info", multi, cache=cache_dir), str(multi), "gzip bomb")
+    # (c) the memory budget honours rlimits
+    code = (
+        "import resource; from engine.replay.memory import available_bytes\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (6 << 30, resource.RLIM_INFINITY))\n"
+        "print(available_bytes('cpu'))"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert 0 < int(p.stdout) < 6 << 30, p.stdout + p.stderr
+    # (d) the replay's peak-RSS estimate bounds the measured peak (VmHWM reset before the run)
+    code = (
+        "import engine.trace as T, json; from engine.replay import ReplayConfig, replay\n"
+        f"tr = T.load({str(CNN / 'cnn_et.json.gz')!r})\n"
+        "open('/proc/self/clear_refs', 'w').write('5')\n"
+        f"res = replay(tr, config=ReplayConfig(warmup=1, iters=2, profile=True, out_dir={str(tmp_path / 'm')!r}))\n"
+        "hwm = [int(l.split()[1]) * 1024 for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
+        "print(json.dumps({'bound': res.memory['rss_bound_bytes'], 'peak': hwm}))"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "MYSTIQUE_CACHE_DIR": str(cache_dir)},
+    )
+    d = json.loads(p.stdout.strip().splitlines()[-1])
+    assert d["bound"] >= d["peak"], d
+
+
+# 9 -------------------------------------------------------------------------------------------
+def test_9_spec_and_input_loading(tmp_path, cache_dir):
+    """Was: a FIFO spec hung forever, a folder spec raised a traceback, a null per_op row
+    crashed compare."""
+    from engine.compose import load_spec
+
+    fifo = tmp_path / "spec.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(TraceError, match="not a regular file"):
+        load_spec(fifo)
+    one_line_error(cli("compose", fifo, "--out", tmp_path / "o", cache=cache_dir, timeout=60), str(fifo), "FIFO")
+    one_line_error(cli("compose", tmp_path, "--out", tmp_path / "o", cache=cache_dir), str(tmp_path), "is a folder")
+    dangling = tmp_path / "gone.json"
+    dangling.symlink_to(tmp_path / "nowhere.json")
+    one_line_error(cli("compose", dangling, "--out", tmp_path / "o", cache=cache_dir), "not found")
+    if os.geteuid() != 0:  # root reads any file: a mode-000 spec is unreadable only for others
+        locked = tmp_path / "locked.json"
+        locked.write_text("{}")
+        locked.chmod(0)
+        one_line_error(cli("compose", locked, "--out", tmp_path / "o", cache=cache_dir), "permission denied")
+    out = tmp_path / "r"
+    _replay_ok(out, cache_dir)
+    doc = json.loads((out / "replay.json").read_text())
+    doc["per_op"][3] = None
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "replay.json").write_text(json.dumps(doc))
+    one_line_error(cli("compare", MLP_ET, bad, cache=cache_dir), str(bad / "replay.json"), "per_op[3] is null")
+    from engine.compare.inputs import load_replay_json
+
+    with pytest.raises(TraceError, match=r"per_op\[3\] is null"):
+        load_replay_json(bad)
+
+
+# 10 ------------------------------------------------------------------------------------------
+def test_10_compare_refuses_mismatched_stale_and_leftover(tmp_path, cache_dir, shared_traces):
+    """Was: compare accepted another trace's replay (exit 0, huge error), a killed run's folder,
+    a Kineto-only leftover, and a GPU original vs a CPU replay without a word."""
+    from engine.compare import compare
+    from engine.compare.inputs import load_replay_json
+    from engine.trace import load
+
+    out = tmp_path / "r"
+    _replay_ok(out, cache_dir)
+    doc = json.loads((out / "replay.json").read_text())
+    assert doc["source"]["traces"][0]["sha256"] == __import__("hashlib").sha256(MLP_ET.read_bytes()).hexdigest()
+    # a replay of another trace
+    one_line_error(cli("compare", CNN, out, cache=cache_dir), "replay of another trace")
+    with pytest.raises(TraceError, match="replay of another trace"):
+        compare(load(CNN / "cnn_et.json.gz"), load_replay_json(out))
+    assert cli("compare", SAMPLES / "mlp", out, cache=cache_dir).returncode == 0
+    # a Kineto-only leftover
+    left = tmp_path / "left"
+    left.mkdir()
+    r = cli("replay", MLP_ET, "--out", left, "--iters", "1", "--warmup", "0", cache=cache_dir)
+    assert r.returncode == 0
+    (left / "replay.json").unlink()
+    one_line_error(cli("compare", MLP_ET, left, cache=cache_dir), str(left), "no replay.json")
+    # a run killed mid-way leaves its RUNNING marker: the older replay.json there is stale
+    killed = tmp_path / "killed"
+    _replay_ok(killed, cache_dir)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MYSTIQUE_CACHE_DIR": str(cache_dir)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli.main", "replay", str(MLP_ET), "--out", str(killed), "--iters", "100000"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 90
+    while not (killed / ".mystique-running.json").exists() and time.time() < deadline:
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    one_line_error(cli("compare", MLP_ET, killed, cache=cache_dir), "stale replay folder", "interrupted")
+    # a GPU original against a CPU replay: a warning
+    lin = shared_traces / "param_linear" / "linear_et.json.gz"
+    gout = tmp_path / "lin"
+    _replay_ok(gout, cache_dir, trace=lin)
+    r = cli("compare", lin, shared_traces / "param_linear" / "linear_kineto.json.gz", gout, cache=cache_dir)
+    assert r.returncode == 0, r.stderr[-1500:]
+    assert "device mismatch: the original ran on cuda, the replay on cpu" in r.stdout
+
+
+# 7 -------------------------------------------------------------------------------------------
+def test_7_dtype_validated_by_meta_run_and_slow_dtype_warned(tmp_path, cache_dir):
+    """Was: bf16 on GPT-2 composed "ok" and failed at replay (new_zeros/to kept dtype=float, so a
+    matmul met fp32 and bf16); bf16 convolutions on CPU ran for minutes with no warning."""
+    from engine.compose import compose, spec_from_dict
+    from engine.compose.transforms.dtype import validate
+
+    gpt2 = SAMPLES / "gpt2_hf" / "gpt2_hf_et.json.gz"
+    bench = compose(spec_from_dict({"sources": [str(gpt2)], "segments": [{"selection": {}}], "dtype": "bf16"}))
+    dt = next(t for t in bench.meta["transforms"] if t["kind"] == "dtype")
+    assert dt["meta_check"]["checked"] > 300
+    # the original bug, re-injected: one aten::to keeps dtype=float (6), so a later op meets fp32
+    # and bf16 operands; the meta run refuses it, naming the op
+    node = next(n for n in bench.ranks[0] if n["name"] == "aten::to" and n["inputs"]["values"][1] == 15)
+    node["inputs"]["values"][1] = 6
+    with pytest.raises(TraceError, match=r"dtype bf16: \d+ op\(s\) fail with the new dtypes .*aten::"):
+        validate(bench, 0, "bf16")
+    # CLI: a CPU bf16 composition of a CNN warns before anything runs
+    spec = tmp_path / "r.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "sources": [str(SAMPLES / "resnet_tv" / "resnet_tv_et.json.gz")],
+                "segments": [{"selection": {}}],
+                "dtype": "bf16",
+            }
+        )
+    )
+    r = cli("compose", spec, "--out", tmp_path / "o", cache=cache_dir)
+    assert r.returncode == 0, r.stderr[-1500:]
+    assert "warning: dtype bf16 on cpu: 40 convolution(s) will run on slow reference kernels" in r.stdout
+
+
+# 8 -------------------------------------------------------------------------------------------
+def test_8_transforms_on_real_library_models():
+    """Was: batch scaling of GPT-2 (batch 1) scaled the sequence/hidden dim, TP found no linear
+    pair (GPT-2's Conv1D is addmm), embedding sharding found no table in an FBGEMM TBE model."""
+    from engine.compose import compose, spec_from_dict
+
+    gpt2 = str(SAMPLES / "gpt2_hf" / "gpt2_hf_et.json.gz")
+    b2 = compose(spec_from_dict({"sources": [gpt2], "segments": [{"selection": {}}], "batch_scale": 2}))
+    t = next(x for x in b2.meta["transforms"] if x["kind"] == "batch_scale")
+    assert (t["batch"], t["new_batch"]) == (1, 2)
+    emb = next(n for n in b2.ranks[0] if n["name"] == "aten::embedding")
+    assert emb["inputs"]["shapes"][1] == [2, 64]  # [batch, seq]: the batch doubled, not seq 64
+    assert emb["outputs"]["shapes"][0] == [2, 64, 128]  # hidden 128 untouched
+    tp = compose(
+        spec_from_dict({"sources": [gpt2], "segments": [{"selection": {}}], "sharding": {"kind": "tp", "degree": 2}})
+    )
+    pairs = tp.meta["sharding"]["pairs"]
+    assert [(p["column"]["weight"], p["row"]["weight"]) for p in pairs] == [([512, 128], [128, 512])] * 2
+    assert len(tp.meta["sharding"]["collectives"]) == 4
+    tbe = str(SAMPLES / "dlrm_tbe" / "dlrm_tbe_rank0_et.json.gz")
+    for plan in ("table", "row", "greedy"):
+        b = compose(
+            spec_from_dict(
+                {
+                    "sources": [tbe],
+                    "segments": [{"selection": {}}],
+                    "sharding": {"kind": "embedding", "plan": plan, "ranks": 4},
+                }
+            )
+        )
+        sh = b.meta["sharding"]
+        assert [(x["rows"], x["dim"]) for x in sh["tables"]] == [(12500, 64), (12500, 64)]
+        assert sh["tbe"]["tables"][0]["exact_dims"] is True and b.world_size == 4
+        assert sum(s["lookups"] for s in sh["shards"]) == sh["original_lookups"]

@@ -277,8 +277,9 @@ def test_6_memory_rlimit_bomb_and_estimate(tmp_path, cache_dir):
     for bomb in (one, multi):
         code = (
             "import resource,sys; from engine.trace import load; from engine.errors import TraceError\n"
+            "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
             f"try:\n    load({str(bomb)!r}, use_cache=False)\nexcept TraceError as e:\n    print('ERR', e)\n"
-            "print('MAXRSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+            "print('MAXRSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)\n"
         )
         p = subprocess.run(
             [sys.executable, "-c", code],
@@ -290,7 +291,8 @@ def test_6_memory_rlimit_bomb_and_estimate(tmp_path, cache_dir):
         )
         assert "ERR" in p.stdout and "gzip bomb" in p.stdout, p.stdout + p.stderr[-1500:]
         maxrss_mib = int(p.stdout.split("MAXRSS")[1]) / 1024
-        assert maxrss_mib < 600, f"{bomb.name}: peak RSS {maxrss_mib:.0f} MiB while refusing the bomb"
+        # growth of the peak during the load alone (imports differ between environments)
+        assert maxrss_mib < 600, f"{bomb.name}: peak RSS grew {maxrss_mib:.0f} MiB while refusing the bomb"
     one_line_error(cli("info", multi, cache=cache_dir), str(multi), "gzip bomb")
     # (c) the memory budget honours rlimits
     code = (

@@ -134,7 +134,14 @@ def test_p4_graph_is_a_readable_hierarchy_on_resnet(ui, shared_traces):
     fig = _chart(at, "explore_graph")
     nodes = [t for t in fig["data"] if "markers" in t.get("mode", "") and t.get("customdata")]
     n_nodes = sum(len(t["customdata"]) for t in nodes)
-    assert 1 < n_nodes <= NODE_BUDGET
+    # exactly the engine's top-level hierarchy of the whole trace, within the shared budget
+    from engine.figures.hierarchy import build_hierarchy_model
+    from engine.graph import data_deps
+    from engine.trace import load
+
+    tr = load(d / "resnet_et.json.gz", d / "resnet_kineto.json.gz")
+    model = build_hierarchy_model(tr.ops, data_deps(tr), None, NODE_BUDGET)
+    assert 1 < n_nodes == len(model.nodes) <= NODE_BUDGET
     assert all(t.get("text") for t in nodes)  # labelled
     crumbs = [b for b in at.button if b.key and b.key.startswith("explore_graph_crumb_")]
     assert len(crumbs) >= 2

@@ -207,21 +207,7 @@ def run_distributed(args: argparse.Namespace, files: list[Path]) -> int:
     if files[0].parent.joinpath("spec.json").is_file():
         metas.append(_spec_meta(files[0].parent / "spec.json"))
     threads = args.threads or next((m["num_threads"] for m in metas if isinstance(m.get("num_threads"), int)), None)
-    cfg = ReplayConfig(
-        device=args.device,
-        warmup=args.warmup,
-        iters=args.iters,
-        mode=args.mode,
-        streams=not args.no_streams,
-        host_gaps=args.host_gaps,
-        lazy=True if args.lazy else "auto",
-        profile=not args.no_profile,
-        out_dir=out,
-        allow_trace_code=args.allow_trace_code,
-        num_threads=threads,
-        metrics=False,
-        replay_mode=args.replay_mode,
-    )
+    cfg = _config(args, ReplayConfig, out, threads, metrics=False)
     dcfg = DistConfig(
         world_size=args.world_size, mirror_rank=args.mirror_rank, timeout_s=args.timeout, check=not args.no_check
     )
@@ -301,10 +287,9 @@ def run_single(args: argparse.Namespace, trace_arg: str) -> int:
     return 0
 
 
-def _run_one(args, T, ReplayConfig, replay, rank, paths, meta, name, out) -> dict:
-    """Replay one rank into `out` (locked by the caller); prints the text report; returns the summary."""
-    threads = args.threads or (meta.get("num_threads") if isinstance(meta.get("num_threads"), int) else None)
-    cfg = ReplayConfig(
+def _config(args, ReplayConfig, out: Path, threads: int | None, **extra):
+    """The ReplayConfig the CLI flags describe (one place for both the distributed and per-rank paths)."""
+    return ReplayConfig(
         device=args.device,
         warmup=args.warmup,
         iters=args.iters,
@@ -317,7 +302,14 @@ def _run_one(args, T, ReplayConfig, replay, rank, paths, meta, name, out) -> dic
         allow_trace_code=args.allow_trace_code,
         num_threads=threads,
         replay_mode=args.replay_mode,
+        **extra,
     )
+
+
+def _run_one(args, T, ReplayConfig, replay, rank, paths, meta, name, out) -> dict:
+    """Replay one rank into `out` (locked by the caller); prints the text report; returns the summary."""
+    threads = args.threads or (meta.get("num_threads") if isinstance(meta.get("num_threads"), int) else None)
+    cfg = _config(args, ReplayConfig, out, threads)
     with progress_bar(f"replay {name}", enabled=not args.json) as cb:
         trace = T.load(*paths, progress=None)
         ranks_present = set(trace.ops["rank"].astype(int).tolist()) if trace.has_et else set()

@@ -64,7 +64,10 @@ class SimResult:
 
 def predicted_events(g: TaskGraph, s: Schedule) -> pd.DataFrame:
     """The task rows with simulated ts/dur (original columns kept, `ev` renumbered if copied)."""
-    ev = g.tasks.drop(columns=["lane", "gpu", "parent", "sp", "ep", "launcher", "_scale"], errors="ignore").copy()
+    from engine.simulate.graph import take_rows
+
+    src = g.source.drop(columns=["_scale"], errors="ignore")
+    ev = take_rows(src, g.tasks["row"].to_numpy(), None)
     start = s.task_start(g)
     ev["ts_us"] = g.t0_us + start
     ev["dur_us"] = s.task_end(g) - start

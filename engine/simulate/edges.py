@@ -21,12 +21,15 @@ HOST_COMM = ("gloo:", "nccl:", "mpi:", "ucc:")
 _NO_STREAM = -(1 << 62)  # stream code of a lane whose tid is not an integer (never matches)
 
 
-def build_edges(g: TaskGraph, cfg: SimConfig, events: pd.DataFrame) -> None:
-    """All inferred cross-lane edges except collectives (collectives.py), in a fixed order."""
+def build_edges(g: TaskGraph, cfg: SimConfig, events: pd.DataFrame, sync_rows: np.ndarray | None = None) -> None:
+    """All inferred cross-lane edges except collectives (collectives.py), in a fixed order.
+    `sync_rows`: the rows of `events` in Kineto's `cuda_sync` category, when known."""
     if len(g.tasks) and g.tasks["gpu"].to_numpy().any():
+        if sync_rows is None:
+            sync_rows = np.flatnonzero(_cols.isin(events["cat"], ("cuda_sync",)))
         launch_edges(g, cfg)
-        sync_edges(g, cfg, events)
-        event_wait_edges(g, events)
+        sync_edges(g, cfg, _sync_cs(events, sync_rows, "Stream Sync"))
+        event_wait_edges(g, _sync_cs(events, sync_rows, "Stream Wait Event"))
     host_comm_edges(g, cfg)
     inter_thread_edges(g, cfg)
 
@@ -159,14 +162,16 @@ def host_comm_edges(g: TaskGraph, cfg: SimConfig) -> None:
         g.add_edges(ep[gidx][ok], k[ok], g.pt_time[k[ok]] - end_t[ok], EdgeKind.SYNC)
 
 
-def _sync_cs(events: pd.DataFrame, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(rank, correlation, stream) of the Kineto `cuda_sync` rows called `name` that have a
-    stream and a correlation id (numpy arrays; no DataFrame is copied)."""
-    rows = np.flatnonzero(_cols.isin(events["cat"], ("cuda_sync",)))
+SyncEvents = tuple[np.ndarray, np.ndarray, np.ndarray]  # rank, correlation, stream
+
+
+def _sync_cs(events: pd.DataFrame, rows: np.ndarray, name: str) -> SyncEvents:
+    """(rank, correlation, stream) of the `cuda_sync` rows (`rows` of `events`) called `name`
+    that have a stream and a correlation id (numpy arrays; no DataFrame is copied)."""
     if len(rows):
         rows = rows[_cols.isin(events["name"].iloc[rows], (name,))]
-    stream = events["stream"].to_numpy(dtype=np.float64, na_value=np.nan)[rows]
-    corr = events["correlation"].to_numpy(dtype=np.float64, na_value=np.nan)[rows]
+    stream = events["stream"].iloc[rows].to_numpy(dtype=np.float64, na_value=np.nan)
+    corr = events["correlation"].iloc[rows].to_numpy(dtype=np.float64, na_value=np.nan)
     ok = np.isfinite(stream) & np.isfinite(corr)
     rank = events["rank"].to_numpy(np.int64)[rows]
     return rank[ok], corr[ok].astype(np.int64), stream[ok].astype(np.int64)
@@ -183,7 +188,7 @@ def _lane_stream(g: TaskGraph) -> np.ndarray:
     return out
 
 
-def sync_edges(g: TaskGraph, cfg: SimConfig, events: pd.DataFrame) -> None:
+def sync_edges(g: TaskGraph, cfg: SimConfig, stream_syncs: SyncEvents) -> None:
     """GPU->CPU: a sync call's return waits for the last GPU task of each stream that ended
     before it returned (weight = the original post-wait time, capped at the call's own
     segment, so a GPU that finished long before the call does not delay it). A Kineto
@@ -198,7 +203,7 @@ def sync_edges(g: TaskGraph, cfg: SimConfig, events: pd.DataFrame) -> None:
     corr = _corr(t)
     rank = t["rank"].to_numpy(np.int64)
     want = np.full(len(sidx), -1, np.int64)
-    cs_rank, cs_corr, cs_stream = _sync_cs(events, "Stream Sync")
+    cs_rank, cs_corr, cs_stream = stream_syncs
     pos_s = cs_stream >= 0
     if pos_s.any():
         cs_stream = cs_stream[pos_s]
@@ -231,7 +236,7 @@ def sync_edges(g: TaskGraph, cfg: SimConfig, events: pd.DataFrame) -> None:
         g.add_edges(np.concatenate(src_l), np.concatenate(dst_l), np.concatenate(w_l), EdgeKind.SYNC)
 
 
-def event_wait_edges(g: TaskGraph, events: pd.DataFrame) -> None:
+def event_wait_edges(g: TaskGraph, waits: SyncEvents) -> None:
     """GPU->GPU across streams: cudaEventRecord -> cudaStreamWaitEvent.
 
     A Kineto "Stream Wait Event" (rank, correlation, stream s) names its cudaStreamWaitEvent
@@ -240,7 +245,7 @@ def event_wait_edges(g: TaskGraph, events: pd.DataFrame) -> None:
     -> the first task launched on s after W (its start); weight min(0, original gap), so the
     wait never delays more than the original ordering did.
     """
-    c_rank, c_corr, c_stream = _sync_cs(events, "Stream Wait Event")
+    c_rank, c_corr, c_stream = waits
     if not len(c_rank):
         return
     t = g.tasks

@@ -141,15 +141,15 @@ def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
     return d.codes, d.values
 
 
-def _lane_ids(tasks: pd.DataFrame, gpu: np.ndarray) -> tuple[np.ndarray, pd.DataFrame]:
+def _lane_ids(cols: dict, gpu: np.ndarray) -> tuple[np.ndarray, pd.DataFrame]:
     """Lane of every task: one per (rank, host/GPU, pid, tid), ordered rank, host first, pid, tid.
 
     Why a packed integer key: the lane is a 4-part key over every row; packing the parts' codes
     into one int64 and marking the present keys in a dense table (or np.unique when the key space
     is sparse) avoids hashing tuples or strings per row."""
-    pid_c, pid_u = _codes(tasks["pid"])
-    tid_c, tid_u = _codes(tasks["tid"])
-    rank = tasks["rank"].to_numpy(np.int64)
+    pid_c, pid_u = _codes(pd.Series(cols["pid"], copy=False))
+    tid_c, tid_u = _codes(pd.Series(cols["tid"], copy=False))
+    rank = np.asarray(cols["rank"], dtype=np.int64)
     r0 = int(rank.min())
     npid, ntid = len(pid_u) + 1, len(tid_u) + 1
     key = (((rank - r0) * 2 + gpu) * npid + pid_c) * ntid + tid_c
@@ -161,20 +161,23 @@ def _lane_ids(tasks: pd.DataFrame, gpu: np.ndarray) -> tuple[np.ndarray, pd.Data
         codes = (np.cumsum(present) - 1)[key]
     else:
         uniq, codes = np.unique(key, return_inverse=True)
-    tid_l = uniq % ntid
-    pid_l = (uniq // ntid) % npid
+    pid_s = np.asarray(pid_u, dtype=object)[(uniq // ntid) % npid]
+    tid_s = np.asarray(tid_u, dtype=object)[uniq % ntid]
     rg = uniq // (ntid * npid)
-    pid_s = np.asarray(pid_u, dtype=object)[pid_l]
-    tid_s = np.asarray(tid_u, dtype=object)[tid_l]
-    lanes = pd.DataFrame(
-        {"lane": np.arange(len(uniq)), "rank": rg // 2 + r0, "gpu": (rg % 2).astype(bool), "pid": pid_s, "tid": tid_s}
-    )
+    l_rank, l_gpu = rg // 2 + r0, (rg % 2).astype(bool)
     # stable lane order: rank, host before GPU, then pid/tid text
-    order = np.lexsort((tid_s, pid_s, lanes["gpu"].to_numpy(), lanes["rank"].to_numpy()))
+    order = np.lexsort((tid_s, pid_s, l_gpu, l_rank))
     remap = np.empty(len(order), np.int64)
     remap[order] = np.arange(len(order))
-    lanes = lanes.iloc[order].reset_index(drop=True)
-    lanes["lane"] = np.arange(len(lanes))
+    lanes = pd.DataFrame(
+        {
+            "lane": np.arange(len(order)),
+            "rank": l_rank[order],
+            "gpu": l_gpu[order],
+            "pid": pid_s[order],
+            "tid": tid_s[order],
+        }
+    )
     return remap[codes], lanes
 
 
@@ -182,33 +185,38 @@ def _lane_ids(tasks: pd.DataFrame, gpu: np.ndarray) -> tuple[np.ndarray, pd.Data
 TASK_COLUMNS = ("rank", "cat", "name", "pid", "tid", "ts_us", "dur_us", "correlation", "op_id", "_scale")
 
 
-def task_rows(events: pd.DataFrame) -> np.ndarray:
-    """Rows of an events table that occupy a thread or stream (markers and bad times dropped)."""
+def task_rows(events: pd.DataFrame, cat: _cols.Distinct | None = None) -> np.ndarray:
+    """Rows of an events table that occupy a thread or stream (markers and bad times dropped);
+    `cat`: the events' category column as Distinct, when the caller has it."""
     ts = events["ts_us"].to_numpy(np.float64)
     dur = events["dur_us"].to_numpy(np.float64)
-    ok = np.isfinite(ts) & np.isfinite(dur) & (dur >= 0) & ~_cols.isin(events["cat"], MARKER_CATS)
-    return np.flatnonzero(ok)
+    marker = (cat or _cols.Distinct(events["cat"])).where(lambda c: c in MARKER_CATS)
+    return np.flatnonzero(np.isfinite(ts) & np.isfinite(dur) & (dur >= 0) & ~marker)
 
 
-def take_rows(events: pd.DataFrame, rows: np.ndarray, columns=None, **extra: np.ndarray) -> pd.DataFrame:
-    """`events.iloc[rows]` (fresh index) restricted to `columns`, plus `extra` columns, built in
-    one DataFrame construction. Why by hand: pandas' take and column inserts cost ~1 ms per
-    column at 75k rows; a categorical is its codes, a nullable integer its data and mask."""
+def take_columns(events: pd.DataFrame, rows: np.ndarray, columns=None) -> dict:
+    """The `columns` of `events.iloc[rows]` as arrays (rows ascending). Why by hand: pandas'
+    take and column inserts cost ~1 ms per column at 75k rows; a categorical is its codes, a
+    nullable integer its data and mask, and all rows is the columns themselves."""
     cols = [c for c in (events.columns if columns is None else columns) if c in events.columns]
-    whole = len(rows) == len(events)  # rows are ascending: all of them is the identity
+    whole = len(rows) == len(events)  # ascending rows, as many as the table: the identity
     data: dict = {}
     for c in cols:
         arr = events[c].array
         if whole:
             data[c] = arr
         elif isinstance(arr, pd.Categorical):
-            data[c] = pd.Categorical.from_codes(arr.codes[rows], dtype=arr.dtype)
+            data[c] = pd.Categorical.from_codes(arr.codes[rows], dtype=arr.dtype, validate=False)
         elif isinstance(arr, pd.arrays.IntegerArray | pd.arrays.FloatingArray | pd.arrays.BooleanArray):
             data[c] = type(arr)(arr._data[rows], arr._mask[rows])
         else:
             data[c] = arr.take(rows)
-    data.update(extra)
-    return pd.DataFrame(data, copy=False)
+    return data
+
+
+def take_rows(events: pd.DataFrame, rows: np.ndarray, columns=None) -> pd.DataFrame:
+    """`events.iloc[rows]` with a fresh index, restricted to `columns` (see take_columns)."""
+    return pd.DataFrame(take_columns(events, rows, columns), copy=False)
 
 
 def build_graph(events: pd.DataFrame, config: SimConfig | None = None) -> TaskGraph:
@@ -217,14 +225,15 @@ def build_graph(events: pd.DataFrame, config: SimConfig | None = None) -> TaskGr
     from engine.simulate.collectives import collective_edges
 
     cfg = config or SimConfig()
-    rows = task_rows(events)
-    tasks = take_rows(events, rows, TASK_COLUMNS)
-    n = len(tasks)
-    cat_text = _cols.Distinct(tasks["cat"])
+    ev_cat = _cols.Distinct(events["cat"])
+    rows = task_rows(events, ev_cat)
+    data = take_columns(events, rows, TASK_COLUMNS)
+    n = len(rows)
+    cat_text = _cols.Distinct(pd.Series(data["cat"], copy=False))
     gpu = cat_text.where(lambda c: c in GPU_CATS)
-    lane, lanes = _lane_ids(tasks, gpu) if n else (np.zeros(0, np.int64), _empty_lanes())
-    ts = tasks["ts_us"].to_numpy(np.float64)
-    dur = tasks["dur_us"].to_numpy(np.float64)
+    lane, lanes = _lane_ids(data, gpu) if n else (np.zeros(0, np.int64), _empty_lanes())
+    ts = np.asarray(data["ts_us"], dtype=np.float64)
+    dur = np.asarray(data["dur_us"], dtype=np.float64)
     t0 = float(ts.min()) if n else 0.0
     rel = ts - t0
 
@@ -253,8 +262,8 @@ def build_graph(events: pd.DataFrame, config: SimConfig | None = None) -> TaskGr
 
     parent = _host_parents(pt_task, pt_end, pt_lane, gpu, n)
     pt_owner = _owners(pt_task, pt_end, first, gpu, parent)
-    graph_cols = {"row": rows, "lane": lane, "gpu": gpu, "parent": parent, "sp": sp, "ep": ep}
-    tasks = take_rows(tasks, np.arange(n), None, **graph_cols)  # all rows: the columns, no copy
+    data.update(row=rows, lane=lane, gpu=gpu, parent=parent, sp=sp, ep=ep)
+    tasks = pd.DataFrame(data, copy=False)
 
     g = TaskGraph(
         tasks=tasks,
@@ -276,7 +285,7 @@ def build_graph(events: pd.DataFrame, config: SimConfig | None = None) -> TaskGr
         warnings=[],
         text_cache={"cat": cat_text},
     )
-    edges.build_edges(g, cfg, events)
+    edges.build_edges(g, cfg, events, np.flatnonzero(ev_cat.where(lambda c: c == "cuda_sync")))
     collective_edges(g)
     return g
 
@@ -324,7 +333,7 @@ def _host_parents(pt_task, pt_end, pt_lane, gpu, n) -> np.ndarray:
     depth = np.cumsum(step)
     starts = np.flatnonzero(~pt_end & host_pt)
     d = depth[starts]
-    small = -32768 < d.min() and d.max() < 32767
+    small = d.min() > -32768 and d.max() < 32767
     o = np.argsort(d.astype(np.int16) if small else d, kind="stable")  # small ints: radix sort
     ds, ss = d[o], starts[o]
     span = len(pt_task) + 1
@@ -340,10 +349,11 @@ def _host_parents(pt_task, pt_end, pt_lane, gpu, n) -> np.ndarray:
 
 def _owners(pt_task, pt_end, first, gpu, parent) -> np.ndarray:
     """Task owning the segment that ends at each point (-1 = idle)."""
-    prev_task = np.roll(pt_task, 1)
-    prev_end = np.roll(pt_end, 1)
-    own = np.where(prev_end, parent[prev_task], prev_task) if len(pt_task) else pt_task.copy()
+    own = np.empty(len(pt_task), np.int64)
+    if len(pt_task):
+        prev_task, prev_end = pt_task[:-1], pt_end[:-1]
+        own[1:] = np.where(prev_end, parent[prev_task], prev_task)
     on_gpu = gpu[pt_task]
-    own = np.where(on_gpu, np.where(pt_end, pt_task, -1), own)
+    own[on_gpu] = np.where(pt_end[on_gpu], pt_task[on_gpu], -1)
     own[first] = -1
-    return own.astype(np.int64)
+    return own

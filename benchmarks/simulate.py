@@ -86,21 +86,10 @@ def reproduction() -> dict:
 
 
 def _capture(model: str, out: Path, **overrides) -> Path:
-    from engine.capture.api import capture
-    from engine.capture.models import build
+    from engine.capture.api import capture_sample
 
-    step, cfg = build(model, "cpu", **overrides)
-    capture(
-        step,
-        out_dir=out,
-        name=model,
-        steps=STEPS,
-        warmup=3,
-        timing_steps=3,
-        device="cpu",
-        model_name=model,
-        model_config=cfg,
-        threads=1,
+    capture_sample(
+        model, overrides=overrides, out_dir=out, steps=STEPS, warmup=3, timing_steps=3, device="cpu", threads=1
     )
     return out
 
@@ -143,8 +132,13 @@ WHATIFS = {
 class _Timed:
     """A sample step that records its thread CPU time (the capture calls it like the step)."""
 
-    def __init__(self, step):
-        self.step, self.model, self.cpu_ms = step, step.model, []
+    def __init__(self) -> None:
+        self.step, self.model, self.cpu_ms = None, None, []
+
+    def wrap(self, step):
+        """`capture_sample(wrap=...)`: time `step` (keeping its model for the module labels)."""
+        self.step, self.model = step, step.model
+        return self
 
     def __call__(self):
         t0 = time.thread_time()
@@ -161,26 +155,22 @@ def _cpu_ratio(model: str, over: dict, rounds: int, steps: int = 5) -> dict:
     random (see the fresh-capture rounds), while a single-threaded step's thread CPU time only
     counts the cycles it ran. Profiled steps, because the trace the prediction starts from was
     profiled too (per-op profiler overhead is part of every recorded op)."""
-    from engine.capture.api import capture
-    from engine.capture.models import build
+    from engine.capture.api import capture_sample
 
     tmp = Path(tempfile.mkdtemp(prefix="simcpu_"))
     times: dict[str, list[float]] = {"base": [], "variant": []}
     for i in range(rounds):
         order = ["base", "variant"] if i % 2 == 0 else ["variant", "base"]
         for k in order:
-            step, cfg = build(model, "cpu", **(over if k == "variant" else {}))
-            timed = _Timed(step)
-            capture(
-                timed,
+            timed = _Timed()
+            capture_sample(
+                model,
+                overrides=over if k == "variant" else None,
+                wrap=timed.wrap,
                 out_dir=tmp / f"{k}{i}",
-                name=model,
                 steps=steps,
                 warmup=2,
                 timing_steps=1,
-                device="cpu",
-                model_name=model,
-                model_config=cfg,
                 threads=1,
             )
             times[k].extend(timed.cpu_ms[-steps:])
@@ -299,31 +289,6 @@ def speed(runs: int = 7) -> dict:
     return out
 
 
-def _replay_cpu_ms(traces: dict, rounds: int = 7) -> dict:
-    """Thread-CPU ms per iteration of each trace's replay, every round, run alternately (ABBA)."""
-    from engine.replay import ReplayConfig
-    from engine.replay.executor import ReplaySession
-
-    cfg = ReplayConfig(warmup=0, iters=1, metrics=False, num_threads=1)
-    sessions = {k: ReplaySession(t, config=cfg) for k, t in traces.items()}
-    times: dict = {k: [] for k in sessions}
-    for s in sessions.values():
-        s.__enter__()
-    try:
-        for s in sessions.values():
-            s.run_iteration(measured=False)
-        order = list(sessions.items())
-        for i in range(rounds):
-            for k, s in order if i % 2 == 0 else order[::-1]:
-                t0 = time.thread_time()
-                s.run_iteration(measured=True)
-                times[k].append((time.thread_time() - t0) * 1000)
-    finally:
-        for s in reversed(list(sessions.values())):
-            s.__exit__(None, None, None)
-    return times
-
-
 PRED_TIE_REL = 1e-3  # predicted gaps under 0.1 % are below the embedding model's resolution
 
 
@@ -375,6 +340,7 @@ def sharding(ranks=(2, 3, 4, 8), plans=("table", "row", "column", "greedy"), rou
         tie there is no noise allowance.
     """
     from engine.compose import compose, export, spec_from_dict
+    from engine.compose.measure import alternate
     from engine.simulate import simulate
     from engine.simulate.whatif.sharding import EmbeddingModel, Shard, rank_us, tables_from_trace
 
@@ -410,7 +376,9 @@ def sharding(ranks=(2, 3, 4, 8), plans=("table", "row", "column", "greedy"), rou
                 traces[f"{plan}/{r}"] = _load(p)
         names = {g[0]: "≡".join(g) for g in groups.values()}
         merged = [names[p] for p in names if "≡" in names[p]]
-        t = _replay_cpu_ms(traces, rounds)
+        # thread-CPU ms per iteration of each trace's replay, every round, run alternately (ABBA)
+        runs = alternate(traces, rounds, warmup=1, clock=time.thread_time)
+        t = {k: r["runs_ms"] for k, r in runs.items()}
         per_round = {p: [max(t[f"{p}/{r}"][i] for r in range(n)) for i in range(rounds)] for p in pred}
         meas = {p: statistics.median(v) for p, v in per_round.items()}
         best = min(pred.values())

@@ -164,8 +164,8 @@ def _warm_imports() -> None:
     import plotly.graph_objects as go
     import plotly.io as pio
 
-    import engine.figures.hierarchy  # noqa: F401
-    import engine.figures.timeline  # noqa: F401
+    import engine.figures.hierarchy
+    import engine.figures.timeline
     import engine.graph  # noqa: F401
 
     # plotly builds each trace type's validators on first use (~0.5 s for Scatter + Bar)
@@ -191,6 +191,19 @@ def _prefetch_worker(q) -> None:
             _prefetch_views(paths, min_dur)
         except Exception:  # noqa: BLE001 - the page reports errors when it builds the view itself
             pass
+        finally:
+            q.task_done()
+
+
+def wait_prefetched(timeout_s: float = 120.0) -> bool:
+    """Block until the background worker has nothing queued or running (tests); False on timeout."""
+    import time
+
+    q = _PREFETCH.get("q")
+    end = time.monotonic() + timeout_s
+    while q is not None and q.unfinished_tasks and time.monotonic() < end:
+        time.sleep(0.05)
+    return q is None or not q.unfinished_tasks
 
 
 def _prefetch_views(paths: tuple[str, ...], min_dur: float) -> None:

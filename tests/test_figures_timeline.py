@@ -158,3 +158,44 @@ def test_search_highlights_hits(simple):
         assert (op[match] == 1.0).all() and (op[~match] < 0.5).all()
         hits += int(match.sum())
     assert hits == int((simple.events["name"].astype(str) == "cudaLaunchKernel").sum()) > 0
+
+
+def test_layout_once_then_windows_slice_it(control):
+    """The dashboard lays a trace out once (`lay_out`, cached per trace) and every window is a
+    slice of it: the same events, rows and lanes as laying the window out from scratch, and an
+    event keeps its sub-row whatever the window (the layout never jumps)."""
+    from engine.figures.timeline import default_window, lay_out
+
+    ev = control.events
+    laid = lay_out(ev)
+    assert len(laid) == len(ev) and laid["sub"].between(0, 6).all()
+    lo, hi = default_window(ev)
+    for view in (TimelineView(start_us=lo, end_us=hi), TimelineView(start_us=lo, end_us=lo + 500.0, min_dur_us=2.0)):
+        a = prepare(ev, view).set_index("ev").sort_index()
+        b = prepare(ev, view, laid=laid).set_index("ev").sort_index()
+        assert len(a) > 0 and a.index.equals(b.index)
+        assert (a["y"] == b["y"]).all() and (a["lane"] == b["lane"]).all()
+        assert a.attrs["lanes"] == b.attrs["lanes"]
+        whole = laid.set_index("ev")["sub"]
+        assert (b["sub"] == whole.loc[b.index]).all()
+
+
+def test_level_of_detail_skips_bars_nobody_can_see(control):
+    """Over budget, only events at least MIN_BAR_PX wide at the window's scale get a bar (a
+    sub-pixel bar cannot be seen or hovered but costs the browser a DOM element); the rest are
+    counted in the grey grouped bars."""
+    from engine.figures.timeline import BAR_LIMIT, MIN_BAR_PX, PLOT_PX, default_window
+
+    ev = control.events
+    lo, hi = default_window(ev)
+    fig = timeline_figure(ev, TimelineView(start_us=lo, end_us=hi))
+    meta = fig.layout.meta
+    origin = float(ev["ts_us"].min())
+    rel = ev["ts_us"] - origin
+    in_window = ev[(rel + ev["dur_us"] >= lo) & (rel <= hi)]
+    assert len(in_window) > BAR_LIMIT and meta["drawn"] + meta["grouped"] == len(in_window)
+    wide = int((in_window["dur_us"] * PLOT_PX / (hi - lo) >= MIN_BAR_PX).sum())
+    assert meta["drawn"] == min(BAR_LIMIT, wide) > 0
+    for tr in fig.data:
+        if tr.name != "grouped short events":
+            assert (np.asarray(tr.x, float) * PLOT_PX / (hi - lo) >= MIN_BAR_PX).all()

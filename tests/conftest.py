@@ -82,6 +82,28 @@ def manifest(shared_traces) -> list[dict]:
     return json.loads((shared_traces / "MANIFEST.json").read_text())
 
 
+@pytest.fixture(scope="module")
+def load_shared(shared_traces, tmp_path_factory):
+    """`load_shared(*relative_paths)`: a trace from ../shared/traces, parsed through a parse cache
+    of its own (a developer's cache never answers for the code under test)."""
+    from engine.trace import load
+
+    def loader(*rel: str):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("MYSTIQUE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+            return load(*(shared_traces / r for r in rel))
+
+    return loader
+
+
+@pytest.fixture(scope="module")
+def simple_add(load_shared):
+    """HTA's simple-add benchmark (ET + Kineto): small, one GPU, golden counts in MANIFEST."""
+    return load_shared(
+        "hta_simple_add/benchmark_simple_add_et.json.gz", "hta_simple_add/benchmark_simple_add_trace.json.gz"
+    )
+
+
 @pytest.fixture()
 def cache_dir(tmp_path, monkeypatch) -> Path:
     """A private parse cache so tests never read a stale cache from the developer's tree."""

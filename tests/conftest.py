@@ -40,6 +40,37 @@ def shared_available() -> bool:
 _DESELECTED_SHARED: list[str] = []
 
 
+# ET files of every layout the loader reads (torch ET 1.0.x on one and two GPUs, a linear model,
+# chakra 0.0.4): a test taking `shared_et` runs once per file; `sample_et`: once per own sample
+SHARED_ETS = (
+    "param_resnet/resnet_et.json.gz",
+    "param_resnet_2gpu/resnet_2gpu_et.json.gz",
+    "param_linear/linear_et.json.gz",
+    "hta_simple_add/benchmark_simple_add_et.json.gz",
+    "chakra_1.0.2/1.0.2-chakra.0.0.4.json.gz",
+)
+SAMPLE_ETS = ("mlp", "cnn", "transformer", "dlrm")
+
+
+def pytest_generate_tests(metafunc):
+    for name, values in (("shared_et", SHARED_ETS), ("sample_et", SAMPLE_ETS)):
+        if name in metafunc.fixturenames:
+            metafunc.parametrize(name, values, indirect=True)
+
+
+@pytest.fixture()
+def shared_et(request, shared_traces) -> Path:
+    return shared_traces / request.param
+
+
+@pytest.fixture()
+def sample_et(request) -> Path:
+    path = SAMPLES / request.param / f"{request.param}_et.json.gz"
+    if not path.exists():
+        pytest.skip(f"sample trace {path} not captured yet (run `make samples`)")
+    return path
+
+
 def pytest_collection_modifyitems(config, items):
     no_gpu = pytest.mark.skip(reason="needs a CUDA device; none is available here")
     keep, shared_layer = [], []

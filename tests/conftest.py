@@ -63,12 +63,22 @@ def shared_et(request, shared_traces) -> Path:
     return shared_traces / request.param
 
 
-@pytest.fixture()
-def sample_et(request) -> Path:
-    path = SAMPLES / request.param / f"{request.param}_et.json.gz"
+def _sample_path(name: str) -> Path:
+    path = SAMPLES / name / f"{name}_et.json.gz"
     if not path.exists():
         pytest.skip(f"sample trace {path} not captured yet (run `make samples`)")
     return path
+
+
+@pytest.fixture()
+def sample_et(request) -> Path:
+    return _sample_path(request.param)
+
+
+@pytest.fixture(scope="session")
+def sample_path():
+    """`sample_path(name)`: the ET of our own sample capture `name` (the test skips without it)."""
+    return _sample_path
 
 
 def pytest_collection_modifyitems(config, items):

@@ -111,6 +111,29 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                 tr.write_line(f"{r.outcome.upper():7} {r.nodeid} ({r.duration:.1f} s)")
 
 
+def et_node(i: int, parent: int, name: str = "aten::add", **fields) -> dict:
+    """A minimal flat-layout ET node without tensors, for hand-built traces (`fields` override)."""
+    return {
+        "name": name,
+        "id": i,
+        "rf_id": i,
+        "parent": parent,
+        "fw_parent": 0,
+        "seq_id": -1,
+        "scope": 0,
+        "tid": 1,
+        "fw_tid": 0,
+        "op_schema": "",
+        "inputs": [],
+        "input_shapes": [],
+        "input_types": [],
+        "outputs": [],
+        "output_shapes": [],
+        "output_types": [],
+        **fields,
+    }
+
+
 @pytest.fixture(scope="session")
 def shared_traces() -> Path:
     if not (SHARED_TRACES / "MANIFEST.json").exists():

@@ -30,7 +30,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -195,12 +195,9 @@ def rank_us(shards: list[Shard], n: int, model: EmbeddingModel) -> list[float]:
     return per
 
 
-@register
+@register("sharding")
 @dataclass(kw_only=True, slots=True)
 class Sharding(Edit):
-    kind: ClassVar[str] = "sharding"
-    stage: ClassVar[str] = "graph"
-    assumptions: ClassVar[str] = __doc__.split("Assumptions: ", 1)[1].strip().replace("\n", " ")
     ranks: tuple[int, ...] = (2, 4)
     plans: tuple[str, ...] = ("table", "row", "column", "greedy")
 

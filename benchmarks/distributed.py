@@ -24,7 +24,6 @@ Targets: each error <= 10 %, geomean <= 5 %.
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 import tempfile
@@ -33,15 +32,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from engine.compare.fidelity import geomean_error, iqr_over_median, step_errors  # noqa: E402 -- after sys.path
 
 SAMPLES = ("ddp", "dlrm_a2a", "dlrm_tbe")
-
-
-def _iqr(xs: list[float]) -> float:
-    if len(xs) < 4:
-        return (max(xs) - min(xs)) / statistics.median(xs) if xs else float("nan")
-    q = statistics.quantiles(xs, n=4)
-    return (q[2] - q[0]) / statistics.median(xs)
 
 
 def worker(args) -> int:
@@ -111,11 +104,9 @@ def worker(args) -> int:
             "original_ms": round(o_med, 3),
             "captured_ms": max(captured),
             "replay_ms": round(r_med, 3),
-            "error": abs(r_med - o_med) / o_med,
-            "signed_error": (r_med - o_med) / o_med,
-            "paired_error": statistics.median(b / a for a, b in zip(job_o, job_r)) - 1.0,
-            "noise_iqr": _iqr(job_o),
-            "replay_noise_iqr": _iqr(job_r),
+            **step_errors(job_o, job_r),
+            "noise_iqr": iqr_over_median(job_o),
+            "replay_noise_iqr": iqr_over_median(job_r),
             "original_steps_ms": [round(x, 3) for x in job_o],
             "replay_iters_ms": [round(x, 3) for x in job_r],
             "per_rank_original_ms": [round(statistics.median(r["orig"]), 3) for r in allr],
@@ -210,8 +201,7 @@ def main(argv=None) -> int:
             records.append(run_sample(s, rounds=rounds, per_round=per_round, warmup=warmup, tmp=Path(tmp)))
         if args.scale_ranks:
             scale = scale_run(args.scale_ranks, Path(tmp))
-    errors = [max(r["error"], 1e-6) for r in records]
-    geo = math.exp(sum(math.log(e) for e in errors) / len(errors)) if errors else float("nan")
+    geo = geomean_error(r["error"] for r in records)
     print(
         f"{'sample':<10} {'original_ms':>11} {'captured_ms':>11} {'replay_ms':>9} {'error':>7} {'paired':>7} "
         f"{'noise(IQR)':>10} {'coverage':>9} {'coll=trace':>10}"

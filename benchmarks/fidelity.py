@@ -20,7 +20,6 @@ model and `geomean_error` (fraction); fidelity_cuda.json for --device cuda. Targ
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 import tempfile
@@ -30,34 +29,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from engine import jsonio  # noqa: E402 -- after sys.path
+from engine.compare.fidelity import geomean_error, iqr_over_median, step_errors  # noqa: E402 -- after sys.path
 
 MODELS = ("mlp", "cnn", "transformer", "dlrm")
 
 
-def _iqr_over_median(xs: list[float]) -> float:
-    if len(xs) < 4:
-        return (max(xs) - min(xs)) / statistics.median(xs) if xs else float("nan")
-    q = statistics.quantiles(xs, n=4)
-    return (q[2] - q[0]) / statistics.median(xs)
-
-
 def _capture_fresh(name: str, device: str, tmp: Path, threads: int) -> Path:
-    from engine.capture.api import capture
-    from engine.capture.models import build
+    from engine.capture.api import capture_sample
 
-    step_fn, config = build(name, device)
-    capture(
-        step_fn,
-        out_dir=tmp / name,
-        name=name,
-        steps=1,
-        warmup=3,
-        timing_steps=10,
-        device=device,
-        model_name=name,
-        model_config=config,
-        threads=threads,
-    )
+    capture_sample(name, out_dir=tmp / name, steps=1, warmup=3, timing_steps=10, device=device, threads=threads)
     return tmp / name
 
 
@@ -146,14 +126,11 @@ def run_model(
         "original_ms": round(o_med, 3),
         "captured_ms": meta.get("median_ms"),
         "replay_ms": round(r_med, 3),
-        "error": abs(r_med - o_med) / o_med,
-        "signed_error": (r_med - o_med) / o_med,
-        # paired estimate: median over adjacent (original, replay) pairs of replay/original - 1
-        "paired_error": statistics.median(r_ / o_ for o_, r_ in zip(orig, rep)) - 1.0,
+        **step_errors(orig, rep),
         "min_error": (min(rep) - min(orig)) / min(orig),
-        "noise_iqr": _iqr_over_median(orig),
+        "noise_iqr": iqr_over_median(orig),
         "noise_round_spread": (max(orig_rounds) - min(orig_rounds)) / o_med,
-        "replay_noise_iqr": _iqr_over_median(rep),
+        "replay_noise_iqr": iqr_over_median(rep),
         "original_steps_ms": [round(x, 3) for x in orig],
         "replay_iters_ms": [round(x, 3) for x in rep],
         "coverage": {
@@ -209,8 +186,7 @@ def main(argv=None) -> int:
             )
             records.append(rec)
             sys.stdout.flush()
-    errors = [max(r["error"], 1e-6) for r in records]
-    geo = math.exp(sum(math.log(e) for e in errors) / len(errors)) if errors else float("nan")
+    geo = geomean_error(r["error"] for r in records)
     print(
         f"{'model':<12} {'original_ms':>11} {'captured_ms':>11} {'replay_ms':>9} {'error':>7} "
         f"{'paired':>7} {'noise(IQR)':>10} {'noise(rounds)':>13} {'coverage':>9}  cpu% orig/replay"

@@ -76,7 +76,8 @@ try:
             entry["hash"], tuple(entry["paths"]), spec_text, SimConfig().to_json()
         )
         status.update(
-            label=f"Simulated {res['tasks']:,} tasks at {res['tasks_per_s'] / 1e6:.2f} M tasks/s", state="complete"
+            label=f"Simulated {res['tasks']:,} tasks at {res['tasks_per_s'] / 1e6:.2f} M tasks/s (graph build + schedule)",
+            state="complete",
         )
 except (TraceError, ValueError) as exc:
     st.error(str(exc))

@@ -8,7 +8,7 @@ import shlex
 
 import pytest
 
-from engine.capture import CaptureSession, capture, read_meta
+from engine.capture import CaptureSession, capture, capture_sample, read_meta
 from engine.capture.models import SAMPLE_MODELS, build
 from engine.cli.main import build_parser, main
 from engine.errors import TraceError
@@ -47,19 +47,15 @@ def _attr(node: dict, key: str):
 @pytest.fixture(scope="module")
 def small_mlp(tmp_path_factory):
     out = tmp_path_factory.mktemp("cap")
-    step, cfg = build("mlp", "cpu", batch=32, in_features=64, hidden=64, classes=16)
-    res = capture(
-        step,
+    return capture_sample(
+        "mlp",
+        overrides=dict(batch=32, in_features=64, hidden=64, classes=16),
         out_dir=out,
-        name="mlp",
         steps=2,
         warmup=1,
         timing_steps=5,
-        model_name="mlp",
-        model_config=cfg,
         command="test",
     )
-    return res
 
 
 def test_files_and_meta_keys(small_mlp):
@@ -169,19 +165,7 @@ def test_every_sample_model_captures_on_cpu_and_links(name, tmp_path, cache_dir)
     """A fresh CPU capture of each full-size sample model links ET <-> Kineto at >= 99%."""
     from engine.trace import load
 
-    step, cfg = build(name, "cpu")
-    res = capture(
-        step,
-        out_dir=tmp_path,
-        name=name,
-        steps=1,
-        warmup=1,
-        timing_steps=2,
-        model_name=name,
-        model_config=cfg,
-        command="test",
-        threads=1,
-    )
+    res = capture_sample(name, out_dir=tmp_path, steps=1, warmup=1, timing_steps=2, command="test", threads=1)
     trace = load(res.et_path, res.kineto_path)
     link = trace.meta["link"]
     assert link["link_rate"] >= 0.99, link

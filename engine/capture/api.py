@@ -28,6 +28,7 @@ Two forms:
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import gzip
 import os
@@ -38,7 +39,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,41 @@ class CaptureConfig:
     def total_steps(self) -> int:
         # +1: the profiler's own warm-up step (schedule warmup=1) before the recorded steps
         return self.warmup + self.timing_steps + 1 + self.steps
+
+
+def add_session_arguments(p: argparse.ArgumentParser) -> None:
+    """The capture phases' flags, shared by `mystique capture` and the per-rank entry point of a
+    multi-rank capture, so both read their defaults from `CaptureConfig` (`session_arguments`
+    turns the parsed flags back into `capture` keywords)."""
+    d = {f.name: f.default for f in fields(CaptureConfig)}
+    p.add_argument("--steps", type=int, default=d["steps"], help=f"recorded (profiled) steps (default {d['steps']})")
+    p.add_argument(
+        "--warmup", type=int, default=d["warmup"], help=f"warm-up steps before timing (default {d['warmup']})"
+    )
+    p.add_argument(
+        "--timing-steps",
+        type=int,
+        default=d["timing_steps"],
+        help=f"unprofiled timed steps (default {d['timing_steps']})",
+    )
+    p.add_argument("--device", default=d["device"], help=f"cpu or cuda[:N] (default {d['device']})")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (default 1: stable step times on a shared machine; 0 = torch's default)",
+    )
+
+
+def session_arguments(a: argparse.Namespace) -> dict[str, Any]:
+    """`capture` keywords from the flags of `add_session_arguments` (`--threads 0`: torch's default)."""
+    return {
+        "steps": a.steps,
+        "warmup": a.warmup,
+        "timing_steps": a.timing_steps,
+        "device": a.device,
+        "threads": a.threads or None,
+    }
 
 
 @dataclass(kw_only=True, slots=True)
@@ -375,6 +411,28 @@ def capture(step_fn: Callable[[], Any], *, module: Any = None, **session: Any) -
             cap.step()
     assert runner.result is not None  # set when the session finished all its steps
     return runner.result
+
+
+def capture_sample(
+    model: str,
+    *,
+    overrides: dict[str, Any] | None = None,
+    wrap: Callable[[Any], Callable[[], Any]] | None = None,
+    **session: Any,
+) -> CaptureResult:
+    """Build sample `model` (ours, engine.capture.models, or a real-library one, lib_models) and
+    capture it; its config goes into meta as `model_config`, so the meta says what was run.
+
+    `overrides` replace config fields; `wrap(step)` returns what is run instead of the step (a
+    benchmark times the steps this way; keep the step's `.model` for the module labels);
+    `session` as for `capture` (`name` defaults to `model`).
+    """
+    from engine.capture import lib_models, models
+
+    build = lib_models.build if model in lib_models.LIB_SAMPLES else models.build
+    step_fn, config = build(model, session.get("device", "cpu"), **(overrides or {}))
+    session.setdefault("name", model)
+    return capture(wrap(step_fn) if wrap else step_fn, model_name=model, model_config=config, **session)
 
 
 def environment(device: str) -> dict[str, Any]:

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.capture.models import SEED, MLPConfig, SampleStep, mlp_stack
+from engine.capture.models import SEED, DLRMConfig, MLPConfig, SampleStep, mlp_stack
 
 DIST_SAMPLES = ("ddp", "dlrm_a2a", "dlrm_tbe")
 FBGEMM_PACKAGE = "fbgemm-gpu-cpu==1.8.0"
@@ -42,15 +42,11 @@ class DDPConfig(MLPConfig):
 
 
 @dataclass(kw_only=True, slots=True)
-class DistDLRMConfig:
+class DistDLRMConfig(DLRMConfig):
+    """The DLRM sample's model with a smaller per-rank batch and smaller tables (sharded across ranks)."""
+
     batch: int = 256  # per rank
-    dense_features: int = 13
     table_rows: tuple[int, ...] = (20_000, 10_000, 5_000, 2_000)
-    embedding_dim: int = 64
-    pooling: int = 20
-    bottom: tuple[int, ...] = (512, 256)
-    top: tuple[int, ...] = (512, 256)
-    lr: float = 0.05
 
 
 class _Dense(nn.Module):

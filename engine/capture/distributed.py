@@ -119,15 +119,13 @@ def _builder(spec: str):
 
 def main(argv: list[str] | None = None) -> int:
     """One rank (run by the launcher or torchrun)."""
+    from engine.capture.api import add_session_arguments
+
     p = argparse.ArgumentParser(prog="python -m engine.capture.distributed")
     p.add_argument("--model", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--name", default=None)
-    p.add_argument("--steps", type=int, default=1)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--timing-steps", type=int, default=20)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=1)
+    add_session_arguments(p)
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--command", default=None, help="the command recorded in the meta files")
     a = p.parse_args(argv)
@@ -137,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
         import torch.distributed as dist
 
-        from engine.capture.api import capture
+        from engine.capture.api import capture, session_arguments
 
         rank, world = init_from_env(a.device, a.timeout)
         step_fn, config = _builder(a.model)(rank, world)
@@ -147,14 +145,10 @@ def main(argv: list[str] | None = None) -> int:
             step_fn,
             out_dir=a.out,
             name=name,
-            steps=a.steps,
-            warmup=a.warmup,
-            timing_steps=a.timing_steps,
-            device=a.device,
             model_name=a.model,
             model_config=config,
             command=command,
-            threads=a.threads or None,
+            **session_arguments(a),
         )
         meta = dict(res.meta)
         meta.update(rank=rank, world_size=world, dist_backend=dist.get_backend())

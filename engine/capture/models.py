@@ -18,7 +18,7 @@ benchmarks) so the phase of every operator is recoverable from the trace.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import torch
@@ -60,19 +60,31 @@ class SampleStep:
         return loss.detach()
 
 
+@dataclass(kw_only=True, slots=True)
+class _SampleConfig:
+    """Base of the sample configs: every `int` field (sizes, counts) must be a positive int.
+
+    A zero or negative size would build a model whose captured step is empty or fails deep in
+    torch; checking the annotation keeps a new field from being left out of the check.
+    """
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.type in ("int", int) and (not isinstance(v, int) or v <= 0):
+                raise ValueError(f"{type(self).__name__}.{f.name} must be a positive int, got {v!r}")
+
+
 # --------------------------------------------------------------------------------------------
 # MLP
 @dataclass(kw_only=True, slots=True)
-class MLPConfig:
+class MLPConfig(_SampleConfig):
     batch: int = 256
     in_features: int = 512
     hidden: int = 1024
     layers: int = 3
     classes: int = 512
     lr: float = 0.01
-
-    def __post_init__(self) -> None:
-        _positive(self, "batch", "in_features", "hidden", "layers", "classes")
 
 
 class MLP(nn.Module):
@@ -88,17 +100,14 @@ class MLP(nn.Module):
 
 def _build_mlp(device: torch.device, c: MLPConfig) -> SampleStep:
     g = _gen()
-    model = MLP(c).to(device)
-    x = torch.randn(c.batch, c.in_features, generator=g).to(device)
-    y = torch.randint(0, c.classes, (c.batch,), generator=g).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=c.lr, momentum=0.9, foreach=True)
-    return SampleStep("mlp", model, opt, (x,), y, F.cross_entropy)
+    model = MLP(c)
+    return _classifier_step("mlp", device, model, torch.randn(c.batch, c.in_features, generator=g), c, g)
 
 
 # --------------------------------------------------------------------------------------------
 # CNN (ResNet-style basic blocks)
 @dataclass(kw_only=True, slots=True)
-class CNNConfig:
+class CNNConfig(_SampleConfig):
     batch: int = 10
     image: int = 32
     width: int = 32
@@ -106,9 +115,6 @@ class CNNConfig:
     blocks_per_stage: int = 1
     classes: int = 10
     lr: float = 0.05
-
-    def __post_init__(self) -> None:
-        _positive(self, "batch", "image", "width", "stages", "blocks_per_stage", "classes")
 
 
 class BasicBlock(nn.Module):
@@ -150,17 +156,27 @@ class ResNetSmall(nn.Module):
 
 def _build_cnn(device: torch.device, c: CNNConfig) -> SampleStep:
     g = _gen()
-    model = ResNetSmall(c).to(device)
-    x = torch.randn(c.batch, 3, c.image, c.image, generator=g).to(device)
-    y = torch.randint(0, c.classes, (c.batch,), generator=g).to(device)
+    model = ResNetSmall(c)
+    return _classifier_step("cnn", device, model, torch.randn(c.batch, 3, c.image, c.image, generator=g), c, g)
+
+
+def _classifier_step(name: str, device: torch.device, model: nn.Module, x: torch.Tensor, c: Any, g) -> SampleStep:
+    """The MLP and CNN samples' shared tail: class labels, SGD with momentum, cross-entropy.
+
+    The model is built (global RNG) before `x` and the labels are drawn from `g`, in that
+    order, so the samples' weights and inputs stay what the committed sample traces were
+    captured with.
+    """
+    y = torch.randint(0, c.classes, (c.batch,), generator=g)
+    model = model.to(device)
     opt = torch.optim.SGD(model.parameters(), lr=c.lr, momentum=0.9, foreach=True)
-    return SampleStep("cnn", model, opt, (x,), y, F.cross_entropy)
+    return SampleStep(name, model, opt, (x.to(device),), y.to(device), F.cross_entropy)
 
 
 # --------------------------------------------------------------------------------------------
 # Transformer (GPT-style decoder)
 @dataclass(kw_only=True, slots=True)
-class TransformerConfig:
+class TransformerConfig(_SampleConfig):
     batch: int = 3
     seq: int = 128
     vocab: int = 2048
@@ -171,7 +187,7 @@ class TransformerConfig:
     lr: float = 3e-4
 
     def __post_init__(self) -> None:
-        _positive(self, "batch", "seq", "vocab", "d_model", "heads", "layers", "mlp_ratio")
+        _SampleConfig.__post_init__(self)
         if self.d_model % self.heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
 
@@ -235,7 +251,7 @@ def _build_transformer(device: torch.device, c: TransformerConfig) -> SampleStep
 # --------------------------------------------------------------------------------------------
 # DLRM-style recommendation model
 @dataclass(kw_only=True, slots=True)
-class DLRMConfig:
+class DLRMConfig(_SampleConfig):
     batch: int = 1024
     dense_features: int = 13
     table_rows: tuple[int, ...] = (100_000, 40_000, 10_000, 2_000)
@@ -246,7 +262,7 @@ class DLRMConfig:
     lr: float = 0.05
 
     def __post_init__(self) -> None:
-        _positive(self, "batch", "dense_features", "embedding_dim", "pooling")
+        _SampleConfig.__post_init__(self)
         if not self.table_rows or min(self.table_rows) <= 0:
             raise ValueError(f"table_rows must be positive sizes, got {self.table_rows!r}")
 
@@ -322,10 +338,3 @@ def build(name: str, device: str | torch.device = "cpu", **overrides: Any) -> tu
 
 def _gen() -> torch.Generator:
     return torch.Generator().manual_seed(SEED)
-
-
-def _positive(cfg: Any, *names: str) -> None:
-    for n in names:
-        v = getattr(cfg, n)
-        if not isinstance(v, int) or v <= 0:
-            raise ValueError(f"{type(cfg).__name__}.{n} must be a positive int, got {v!r}")

@@ -14,6 +14,8 @@ from engine.errors import TraceError
 
 
 def register(subparsers) -> None:
+    from engine.capture.api import add_session_arguments  # lazy: the API module pulls in the metrics sampler
+
     p = subparsers.add_parser(
         "capture",
         help="capture a sample workload: ET + Kineto + step times + metrics",
@@ -30,23 +32,14 @@ def register(subparsers) -> None:
     )
     p.add_argument("--all-samples", action="store_true", help="capture all four sample models")
     p.add_argument("--out", required=True, help="output folder (one sub-folder per model)")
-    p.add_argument("--steps", type=int, default=1, help="recorded (profiled) steps (default 1)")
-    p.add_argument("--warmup", type=int, default=3, help="warm-up steps before timing (default 3)")
-    p.add_argument("--timing-steps", type=int, default=20, help="unprofiled timed steps (default 20)")
-    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="torch intra-op threads (default 1: stable step times on a shared machine; 0 = torch's default)",
-    )
+    add_session_arguments(p)
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.capture.api import capture
-    from engine.capture.models import SAMPLE_MODELS, build
+    from engine.capture.api import capture_sample, session_arguments
+    from engine.capture.models import SAMPLE_MODELS
 
     if args.all_samples == bool(args.model):
         raise TraceError("give exactly one of MODEL or --all-samples")
@@ -56,8 +49,6 @@ def run(args: argparse.Namespace) -> int:
 
     if args.model in DIST_SAMPLES:
         return _run_dist(args)
-    from engine.capture import lib_models
-
     names = list(SAMPLE_MODELS) if args.all_samples else [args.model]
     if args.device.startswith("cuda"):
         import torch
@@ -67,27 +58,9 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     results = []
     for name in names:
-        # real-library samples (transformers GPT-2, torchvision ResNet): engine.capture.lib_models
-        step_fn, config = (lib_models.build if name in lib_models.LIB_SAMPLES else build)(name, args.device)
-        command = (
-            f"mystique capture {name} --out {args.out} --steps {args.steps} --warmup {args.warmup} "
-            f"--timing-steps {args.timing_steps} --device {args.device} --threads {args.threads}"
-        )
+        command = f"mystique capture {name} --out {args.out} {_session_flags(args)}"
         with progress_bar(f"capture {name}", enabled=not args.json) as cb:
-            res = capture(
-                step_fn,
-                out_dir=out / name,
-                name=name,
-                steps=args.steps,
-                warmup=args.warmup,
-                timing_steps=args.timing_steps,
-                device=args.device,
-                progress=cb,
-                model_name=name,
-                model_config=config,
-                command=command,
-                threads=args.threads or None,
-            )
+            res = capture_sample(name, out_dir=out / name, progress=cb, command=command, **session_arguments(args))
         results.append(
             {
                 "model": name,
@@ -115,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_dist(args: argparse.Namespace) -> int:
     """A multi-rank sample: one process per rank, files `<model>_rank<r>_*` in OUT/<model>/."""
+    from engine.capture.api import session_arguments
     from engine.capture.distributed import capture_distributed
 
     if args.world_size < 1:
@@ -125,17 +99,10 @@ def _run_dist(args: argparse.Namespace) -> int:
             world_size=args.world_size,
             out_dir=Path(args.out) / args.model,
             name=args.model,
-            steps=args.steps,
-            warmup=args.warmup,
-            timing_steps=args.timing_steps,
-            device=args.device,
-            threads=args.threads or None,
             progress=cb,
-            command=(
-                f"mystique capture {args.model} --world-size {args.world_size} --out {args.out} --steps {args.steps} "
-                f"--warmup {args.warmup} --timing-steps {args.timing_steps} --device {args.device} "
-                f"--threads {args.threads}"
-            ),
+            command=f"mystique capture {args.model} --world-size {args.world_size} --out {args.out} "
+            + _session_flags(args),
+            **session_arguments(args),
         )
     if args.json:
         print_json(res)
@@ -145,3 +112,11 @@ def _run_dist(args: argparse.Namespace) -> int:
             f"{args.model}: {args.world_size} ranks, median step {per}; job (slowest rank) {res['job_median_ms']:.2f} ms"
         )
     return 0
+
+
+def _session_flags(args: argparse.Namespace) -> str:
+    """The capture-phase flags as typed, for the command recorded in the meta files."""
+    return (
+        f"--steps {args.steps} --warmup {args.warmup} --timing-steps {args.timing_steps} "
+        f"--device {args.device} --threads {args.threads}"
+    )

@@ -75,7 +75,9 @@ def run(args: argparse.Namespace) -> int:
         + (f"  (measured {m:.3f} ms, error {data['error_pct']:+.2f} %)" if m else "")
     )
     print(
-        f"tasks: {data['tasks']}  edges: {sum(data['edges'].values())}  simulated at {data['tasks_per_s'] / 1e6:.2f} M tasks/s"
+        f"tasks: {data['tasks']}  edges: {sum(data['edges'].values())}  "
+        f"simulated at {data['tasks_per_s'] / 1e6:.2f} M tasks/s ({data['tasks_per_s_measures']}; "
+        f"scheduler alone {data['tasks_per_s_schedule'] / 1e6:.2f} M tasks/s)"
     )
     print("breakdown (ms): " + ", ".join(f"{k} {v:.3f}" for k, v in data["breakdown"].items()))
     for key in ("sharding", "dp"):

@@ -31,16 +31,15 @@ COMM_KERNEL = re.compile(
 
 def comm_mask(g: TaskGraph) -> np.ndarray:
     """GPU tasks that are collectives / p2p transfers."""
-    from engine.simulate.graph import HOST_COMM
-    from engine.trace import columns as _cols
+    from engine.simulate.edges import HOST_COMM
 
     gpu = g.tasks["gpu"].to_numpy()
     rank = g.tasks["rank"].to_numpy()
     # host backend ops are the transfer only on ranks without GPU work (gloo on CPU); with a GPU
     # the host "nccl:*" op is just the enqueue and the kernel is the collective
     cpu_ranks = ~np.isin(rank, np.unique(rank[gpu]))
-    return (gpu & _cols.where(g.tasks["name"], lambda s: bool(COMM_KERNEL.search(s)))) | (
-        ~gpu & cpu_ranks & _cols.where(g.tasks["name"], lambda s: s.startswith(HOST_COMM))
+    return (gpu & g.text("name").where(lambda s: bool(COMM_KERNEL.search(s)))) | (
+        ~gpu & cpu_ranks & g.text("name").where(lambda s: s.startswith(HOST_COMM))
     )
 
 
@@ -59,11 +58,11 @@ def collective_edges(g: TaskGraph) -> None:
     sub = sub.sort_values(["rank", "ts_us"], kind="stable")
     sub["nth"] = sub.groupby(["rank", "name"], observed=True).cumcount()
     nranks = t["rank"].nunique()
-    launcher = t["launcher"].to_numpy() if "launcher" in t else np.full(len(t), -1)
+    launcher = g.launcher
     sp = t["sp"].to_numpy()
     ep = t["ep"].to_numpy()
     lane_first = set(g.lane_ptr[:-1].tolist())
-    launch_w = t["launch_w"].to_numpy() if "launch_w" in t else np.zeros(len(t))
+    launch_w = g.launch_w
     src_l, dst_l, w_l = [], [], []
     unmatched = 0
     ends = t["ts_us"].to_numpy(np.float64) + t["dur_us"].to_numpy(np.float64)

@@ -1,0 +1,346 @@
+"""Cross-lane dependency rules of the task graph (see graph.py for the lanes and points).
+
+Every rule is whole-array numpy: matching by packed integer keys and `searchsorted`, loops only
+over lanes or (rank, stream) groups, so the cost grows with the events, not with events x
+syncs. Each inferred edge gets the weight that reproduces the original timing when nothing
+changes (a kernel's launch latency, a sync's post-wait time).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from engine.simulate.config import SimConfig
+from engine.simulate.graph import RUNTIME_CATS, EdgeKind, TaskGraph
+from engine.trace import columns as _cols
+
+HOST_COMM = ("gloo:", "nccl:", "mpi:", "ucc:")
+_NO_STREAM = -(1 << 62)  # stream code of a lane whose tid is not an integer (never matches)
+
+
+def build_edges(g: TaskGraph, cfg: SimConfig, events: pd.DataFrame, sync_rows: np.ndarray | None = None) -> None:
+    """All inferred cross-lane edges except collectives (collectives.py), in a fixed order.
+    `sync_rows`: the rows of `events` in Kineto's `cuda_sync` category, when known."""
+    if len(g.tasks) and g.tasks["gpu"].to_numpy().any():
+        if sync_rows is None:
+            sync_rows = np.flatnonzero(_cols.isin(events["cat"], ("cuda_sync",)))
+        launch_edges(g, cfg)
+        sync_edges(g, cfg, _sync_cs(events, sync_rows, "Stream Sync"))
+        event_wait_edges(g, _sync_cs(events, sync_rows, "Stream Wait Event"))
+    host_comm_edges(g, cfg)
+    inter_thread_edges(g, cfg)
+
+
+def _key(rank: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    return rank.astype(np.int64) * (1 << 40) + corr.astype(np.int64)
+
+
+def _lookup(keys: np.ndarray, wanted: np.ndarray, last: bool = False) -> np.ndarray:
+    """Position in `keys` (any order) of each wanted key, -1 when absent; the first (or last)
+    position among equal keys."""
+    o = np.argsort(keys, kind="stable")
+    sk = keys[o]
+    pos = np.searchsorted(sk, wanted, side="right" if last else "left") - (1 if last else 0)
+    pc = np.clip(pos, 0, max(len(sk) - 1, 0))
+    hit = (pos >= 0) & (pos < len(sk)) & (sk[pc] == wanted) if len(sk) else np.zeros(len(wanted), bool)
+    return np.where(hit, o[pc] if len(sk) else -1, -1)
+
+
+def _corr(t: pd.DataFrame) -> np.ndarray:
+    return t["correlation"].to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def launch_edges(g: TaskGraph, cfg: SimConfig) -> None:
+    """CPU->GPU: runtime call start -> GPU task start, matched by (rank, correlation id).
+
+    A kernel that started within `stream_bound_gap_us` of its stream predecessor's end was held
+    by the stream: its launch latency is capped at the typical (median) latency of launch-bound
+    kernels, so a faster stream lets it start earlier. A launch-bound kernel keeps its own
+    latency, and its gap after the predecessor is capped at the typical stream gap.
+    """
+    t = g.tasks
+    corr = _corr(t)
+    rank = t["rank"].to_numpy(np.int64)
+    gpu = t["gpu"].to_numpy()
+    host_rt = ~gpu & g.text("cat").where(lambda c: c in RUNTIME_CATS) & np.isfinite(corr)
+    hidx = np.flatnonzero(host_rt)
+    gidx = np.flatnonzero(gpu & np.isfinite(corr))
+    pos = _lookup(_key(rank[hidx], corr[hidx]), _key(rank[gidx], corr[gidx]))
+    hit = pos >= 0
+    gidx, lidx = gidx[hit], hidx[pos[hit]]
+    _queue_edges(g, cfg, gidx, lidx, EdgeKind.LAUNCH)
+    unlinked = int(gpu.sum()) - len(gidx)
+    if unlinked:
+        g.warnings.append(
+            f"{unlinked} GPU task(s) have no launching runtime call in the trace; they keep their stream gaps"
+        )
+
+
+def _queue_edges(g: TaskGraph, cfg: SimConfig, gidx: np.ndarray, lidx: np.ndarray, kind: EdgeKind) -> None:
+    """Edges launcher start -> queued task start (GPU kernels, host collectives on comm threads)."""
+    t = g.tasks
+    sp = t["sp"].to_numpy()
+    sp_g, sp_l = sp[gidx], sp[lidx]
+    s_k = g.pt_time[sp_g]
+    lat = s_k - g.pt_time[sp_l]
+    first = np.zeros(len(g.pt_d) + 1, bool)
+    first[g.lane_ptr[:-1]] = True
+    has_prev = ~first[sp_g]
+    gap = np.where(has_prev, s_k - g.pt_time[np.maximum(sp_g - 1, 0)], np.inf)
+    bound = gap <= cfg.stream_bound_gap_us
+    typ_lat = float(np.median(lat[~bound])) if (~bound).any() else (float(np.median(lat)) if len(lat) else 0.0)
+    typ_gap = float(np.median(gap[bound])) if bound.any() else cfg.stream_bound_gap_us
+    w = np.where(bound, np.minimum(lat, max(typ_lat, 0.0)), lat)
+    lb = ~bound & has_prev
+    g.pt_d[sp_g[lb]] = np.minimum(gap[lb], typ_gap)
+    g.launcher[gidx] = lidx
+    g.launch_w[gidx] = w
+    g.add_edges(sp_l, sp_g, w, kind)
+
+
+def _lane_search(g: TaskGraph, lane: np.ndarray, times: np.ndarray, side: str) -> np.ndarray:
+    """Per query, the index of searchsorted(times of `lane`'s points, time, side) as a global
+    point index (lane_ptr[lane+1] when past the lane's end). One searchsorted per distinct lane."""
+    out = np.empty(len(lane), np.int64)
+    for ln in np.unique(lane):
+        m = lane == ln
+        a, b = g.lane_ptr[ln], g.lane_ptr[ln + 1]
+        out[m] = a + np.searchsorted(g.pt_time[a:b], times[m], side=side)  # type: ignore[call-overload]  # side is "left"/"right"
+    return out
+
+
+def host_comm_edges(g: TaskGraph, cfg: SimConfig) -> None:
+    """Host collectives run by a backend thread (gloo:all_reduce, ...), enqueued by c10d:: calls.
+
+    Enqueue: the k-th backend collective of a rank is queued by its k-th c10d:: collective call
+    (the order both threads see; when the counts differ, the latest c10d:: call before it) and
+    is then treated like a kernel and its launch (`_queue_edges`). Completion: no trace records
+    where the caller waited, so the caller's first point at or after the collective's original
+    end depends on that end (heuristic: pessimistic when the caller had slack).
+    """
+    t = g.tasks
+    gpu = t["gpu"].to_numpy()
+    rank = t["rank"].to_numpy()
+    cpu_ranks = ~np.isin(rank, np.unique(rank[gpu]))  # with a GPU, kernels are the collectives
+    names = g.text("name")
+    comm = ~gpu & cpu_ranks & names.where(lambda s: s.startswith(HOST_COMM))
+    if not comm.any():
+        return
+    c10d = ~gpu & names.where(lambda s: s.startswith("c10d::") and "wait" not in s)
+    ts = t["ts_us"].to_numpy(np.float64)
+    lane = t["lane"].to_numpy()
+    g_l, l_l = [], []
+    for r in np.unique(rank[comm]):
+        ci = np.flatnonzero(comm & (rank == r))
+        ci = ci[np.argsort(ts[ci], kind="stable")]
+        qi = np.flatnonzero(c10d & (rank == r))
+        qi = qi[np.argsort(ts[qi], kind="stable")]
+        if not len(qi):
+            continue
+        if len(qi) == len(ci):
+            pick = qi
+        else:
+            pos = np.searchsorted(ts[qi], ts[ci], side="right") - 1
+            ok = pos >= 0
+            ci, pick = ci[ok], qi[pos[ok]]
+        diff = lane[pick] != lane[ci]
+        g_l.append(ci[diff])
+        l_l.append(pick[diff])
+    if not g_l:
+        return
+    gidx, lidx = np.concatenate(g_l), np.concatenate(l_l)
+    _queue_edges(g, cfg, gidx, lidx, EdgeKind.INTER_THREAD)
+    # completion: caller lane's first point at/after the collective's end
+    ep = t["ep"].to_numpy()
+    end_t = g.pt_time[ep[gidx]]
+    k = _lane_search(g, lane[lidx], end_t, "left")
+    ok = k < g.lane_ptr[lane[lidx] + 1]
+    if ok.any():
+        g.add_edges(ep[gidx][ok], k[ok], g.pt_time[k[ok]] - end_t[ok], EdgeKind.SYNC)
+
+
+SyncEvents = tuple[np.ndarray, np.ndarray, np.ndarray]  # rank, correlation, stream
+
+
+def _sync_cs(events: pd.DataFrame, rows: np.ndarray, name: str) -> SyncEvents:
+    """(rank, correlation, stream) of the `cuda_sync` rows (`rows` of `events`) called `name`
+    that have a stream and a correlation id (numpy arrays; no DataFrame is copied)."""
+    if len(rows):
+        rows = rows[_cols.isin(events["name"].iloc[rows], (name,))]
+    stream = events["stream"].iloc[rows].to_numpy(dtype=np.float64, na_value=np.nan)
+    corr = events["correlation"].iloc[rows].to_numpy(dtype=np.float64, na_value=np.nan)
+    ok = np.isfinite(stream) & np.isfinite(corr)
+    rank = events["rank"].to_numpy(np.int64)[rows]
+    return rank[ok], corr[ok].astype(np.int64), stream[ok].astype(np.int64)
+
+
+def _lane_stream(g: TaskGraph) -> np.ndarray:
+    """Stream number of every lane (its tid as an integer), _NO_STREAM when it is not one."""
+    out = np.full(len(g.lanes), _NO_STREAM, np.int64)
+    for i, tid in enumerate(g.lanes["tid"]):
+        try:
+            out[i] = int(str(tid))
+        except ValueError:
+            pass
+    return out
+
+
+def sync_edges(g: TaskGraph, cfg: SimConfig, stream_syncs: SyncEvents) -> None:
+    """GPU->CPU: a sync call's return waits for the last GPU task of each stream that ended
+    before it returned (weight = the original post-wait time, capped at the call's own
+    segment, so a GPU that finished long before the call does not delay it). A Kineto
+    "Stream Sync" event with the call's correlation id limits the wait to that stream."""
+    t = g.tasks
+    rx = re.compile(cfg.sync_regex)
+    is_sync = (~t["gpu"].to_numpy()) & g.text("cat").where(lambda c: c in RUNTIME_CATS)
+    is_sync &= g.text("name").where(lambda s: bool(rx.search(s)))
+    sidx = np.flatnonzero(is_sync)
+    if not len(sidx):
+        return
+    corr = _corr(t)
+    rank = t["rank"].to_numpy(np.int64)
+    want = np.full(len(sidx), -1, np.int64)
+    cs_rank, cs_corr, cs_stream = stream_syncs
+    pos_s = cs_stream >= 0
+    if pos_s.any():
+        cs_stream = cs_stream[pos_s]
+        fin = np.isfinite(corr[sidx])
+        ck = _key(cs_rank[pos_s], cs_corr[pos_s])
+        pos = _lookup(ck, _key(rank[sidx[fin]], corr[sidx[fin]]), last=True)  # the last event wins
+        want[fin] = np.where(pos >= 0, cs_stream[np.maximum(pos, 0)], -1)
+    ep_s = t["ep"].to_numpy()[sidx]
+    ce = g.pt_time[ep_s]
+    lanes = g.lanes
+    lane_stream = _lane_stream(g)
+    src_l, dst_l, w_l = [], [], []
+    for lane in np.flatnonzero(lanes["gpu"].to_numpy()):
+        lr = int(lanes["rank"].iat[lane])
+        a, b = g.lane_ptr[lane], g.lane_ptr[lane + 1]
+        ends = np.flatnonzero(g.pt_end[a:b]) + a
+        if not len(ends):
+            continue
+        sel = (rank[sidx] == lr) & ((want < 0) | (want == lane_stream[lane]))
+        if not sel.any():
+            continue
+        k = np.searchsorted(g.pt_time[ends], ce[sel] + 1e-6, side="right") - 1
+        ok = k >= 0
+        src = ends[k[ok]]
+        dst = ep_s[sel][ok]
+        src_l.append(src)
+        dst_l.append(dst)
+        w_l.append(np.minimum(g.pt_time[dst] - g.pt_time[src], g.pt_d[dst]))
+    if src_l:
+        g.add_edges(np.concatenate(src_l), np.concatenate(dst_l), np.concatenate(w_l), EdgeKind.SYNC)
+
+
+def event_wait_edges(g: TaskGraph, waits: SyncEvents) -> None:
+    """GPU->GPU across streams: cudaEventRecord -> cudaStreamWaitEvent.
+
+    A Kineto "Stream Wait Event" (rank, correlation, stream s) names its cudaStreamWaitEvent
+    call W. The event waited for is the latest cudaEventRecord on W's thread at or before W
+    (time R). Edge: the GPU task launched last before R on another stream of the rank (its end)
+    -> the first task launched on s after W (its start); weight min(0, original gap), so the
+    wait never delays more than the original ordering did.
+    """
+    c_rank, c_corr, c_stream = waits
+    if not len(c_rank):
+        return
+    t = g.tasks
+    names = g.text("name")
+    rank = t["rank"].to_numpy(np.int64)
+    corr = _corr(t)
+    sp, ep = t["sp"].to_numpy(), t["ep"].to_numpy()
+    lane = t["lane"].to_numpy()
+    # the wait call of each event (first task with that rank and correlation)
+    wcall = np.flatnonzero(names.where(lambda s: s == "cudaStreamWaitEvent") & np.isfinite(corr))
+    pos = _lookup(_key(rank[wcall], corr[wcall]), _key(c_rank, c_corr))
+    ok = pos >= 0
+    wi, c_rank, c_stream = wcall[pos[ok]], c_rank[ok], c_stream[ok]
+    wt = g.pt_time[sp[wi]]
+    # the latest cudaEventRecord on the wait's lane starting at or before it
+    rec = np.flatnonzero(names.where(lambda s: s == "cudaEventRecord"))
+    rec_sp = np.sort(sp[rec])
+    j = np.searchsorted(rec_sp, _lane_search(g, lane[wi], wt, "right"), side="left") - 1
+    jc = np.maximum(j, 0)
+    has = (j >= 0) & (len(rec_sp) > 0)
+    if len(rec_sp):
+        has &= rec_sp[jc] >= g.lane_ptr[lane[wi]]
+    rt = np.where(has, g.pt_time[rec_sp[jc]] if len(rec_sp) else 0.0, np.nan)
+    # GPU tasks with a launcher, grouped by (rank, stream), ordered by launch time then index
+    gi = np.flatnonzero(t["gpu"].to_numpy() & (g.launcher >= 0))
+    lt = g.pt_time[sp[g.launcher[gi]]]
+    g_stream = _lane_stream(g)[lane[gi]]
+    src = np.full(len(wi), -1, np.int64)
+    src_t = np.full(len(wi), -np.inf)
+    dst = np.full(len(wi), -1, np.int64)
+    for r, s in {(int(a), int(b)) for a, b in zip(rank[gi], g_stream)}:
+        m = (rank[gi] == r) & (g_stream == s)
+        o = np.lexsort((gi[m], lt[m]))
+        gm, ltm = gi[m][o], lt[m][o]
+        q = has & (c_rank == r)
+        # after: on s, the first launched after the wait
+        qa = q & (c_stream == s)
+        p = np.searchsorted(ltm, wt[qa], side="right")
+        okp = p < len(ltm)
+        dst[np.flatnonzero(qa)[okp]] = gm[p[okp]]
+        # before: on another stream, the last launched before the record (ties: lowest index)
+        qb = q & (c_stream != s)
+        p = np.searchsorted(ltm, rt[qb], side="left") - 1
+        okp = p >= 0
+        p0 = np.searchsorted(ltm, ltm[p[okp]], side="left")
+        cand_t, cand = ltm[p0], gm[p0]
+        at = np.flatnonzero(qb)[okp]
+        better = (cand_t > src_t[at]) | ((cand_t == src_t[at]) & (cand < src[at]))
+        src[at[better]] = cand[better]
+        src_t[at[better]] = cand_t[better]
+    keep = (src >= 0) & (dst >= 0)
+    if keep.any():
+        s_pt, d_pt = ep[src[keep]], sp[dst[keep]]
+        g.add_edges(s_pt, d_pt, np.minimum(0.0, g.pt_time[d_pt] - g.pt_time[s_pt]), EdgeKind.EVENT_WAIT)
+
+
+def inter_thread_edges(g: TaskGraph, cfg: SimConfig) -> None:
+    """Host thread -> host thread, by a gap heuristic (no trace records the hand-off itself).
+
+    A point that ends a segment of at least `thread_block_us` is where a thread woke up (after
+    idling or blocking). It depends on the latest point of another thread of the same rank
+    strictly earlier and at most `thread_window_us` earlier (strictly, so edges never form a
+    cycle), with the original gap as weight; equal times: the later lane in lane order.
+    """
+    lanes = g.lanes
+    host = np.flatnonzero(~lanes["gpu"].to_numpy())
+    if not len(host):
+        return
+    lane_rank = lanes["rank"].to_numpy()
+    if np.unique(lane_rank[host], return_counts=True)[1].max() < 2:
+        return
+    npt = len(g.pt_d)
+    lane_of_pt = np.repeat(np.arange(len(lanes)), np.diff(g.lane_ptr))
+    first = np.zeros(npt, bool)
+    first[g.lane_ptr[:-1][g.lane_ptr[:-1] < npt]] = True
+    cand = np.flatnonzero((g.pt_d >= cfg.thread_block_us) & ~first & ~lanes["gpu"].to_numpy()[lane_of_pt])
+    if not len(cand):
+        return
+    t_c = g.pt_time[cand]
+    c_lane = lane_of_pt[cand]
+    c_rank = lane_rank[c_lane]
+    best = np.full(len(cand), -1, np.int64)
+    best_t = np.full(len(cand), -np.inf)
+    for ln in host:
+        q = np.flatnonzero((c_rank == lane_rank[ln]) & (c_lane != ln))
+        if not len(q):
+            continue
+        a, b = g.lane_ptr[ln], g.lane_ptr[ln + 1]
+        k = a + np.searchsorted(g.pt_time[a:b], t_c[q], side="left") - 1
+        ok = k >= a
+        q, k = q[ok], k[ok]
+        tk = g.pt_time[k]
+        better = (tk >= t_c[q] - cfg.thread_window_us) & (tk >= best_t[q])
+        best[q[better]] = k[better]
+        best_t[q[better]] = tk[better]
+    hit = best >= 0
+    if hit.any():
+        g.add_edges(best[hit], cand[hit], t_c[hit] - best_t[hit], EdgeKind.INTER_THREAD)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.compose.meta_check import propagate
-from engine.compose.nodes import external_reads, tensors_of
+from engine.compose.nodes import external_reads, is_defined, tensors_of
 from engine.errors import TraceError
 
 

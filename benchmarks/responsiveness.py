@@ -154,39 +154,24 @@ def main() -> int:
         "note": "AppTest measures the server side of a page run (no browser drawing); shared, noisy CPUs",
         "command": "python benchmarks/responsiveness.py",
     }
-    rows = [
-        (
-            "Explore ResNet cold: first render (load + page)",
-            result["explore_resnet"]["cold"]["first_render_s"],
-            "s",
-            "< 3",
-        ),
-        ("  of which load through Traces page", result["explore_resnet"]["cold"]["load_s"], "s", ""),
-        ("  of which Explore page run", result["explore_resnet"]["cold"]["explore_s"], "s", ""),
-        (
-            "Explore ResNet warm: first render (load + page)",
-            result["explore_resnet"]["warm"]["first_render_s"],
-            "s",
-            "< 1",
-        ),
-        ("  of which Explore page run", result["explore_resnet"]["warm"]["explore_s"], "s", ""),
-        ("Explore ResNet rerun (same session)", result["explore_resnet"]["warm"]["rerun_s"], "s", ""),
+    cold, warm = result["explore_resnet"]["cold"], result["explore_resnet"]["warm"]
+
+    def pair(a: str, b: str) -> str:
+        return f"{figs[a]} / {figs[b]}"
+
+    rows = [  # (measure, value, unit, target)
+        ("Explore ResNet cold: first render (load + page)", cold["first_render_s"], "s", "< 3"),
+        ("  of which load through Traces page", cold["load_s"], "s", ""),
+        ("  of which Explore page run", cold["explore_s"], "s", ""),
+        ("Explore ResNet warm: first render (load + page)", warm["first_render_s"], "s", "< 1"),
+        ("  of which Explore page run", warm["explore_s"], "s", ""),
+        ("Explore ResNet rerun (same session)", warm["rerun_s"], "s", ""),
         ("ResNet graph: model build", figs["resnet_graph_model_s"], "s", ""),
         ("ResNet graph: figure + JSON", figs["resnet_graph_figure_s"], "s", ""),
-        (
-            "ResNet graph: nodes drawn / DAG nodes",
-            f"{figs['resnet_graph_nodes_drawn']} / {figs['resnet_dag_nodes']}",
-            "",
-            "",
-        ),
+        ("ResNet graph: nodes drawn / DAG nodes", pair("resnet_graph_nodes_drawn", "resnet_dag_nodes"), "", ""),
         ("ResNet graph: JSON payload", figs["resnet_graph_json_mb"], "MB", ""),
         ("hta control timeline: build", figs["control_timeline_build_s"], "s", ""),
-        (
-            "hta control timeline: X events / points",
-            f"{figs['control_x_events']} / {figs['control_timeline_points']}",
-            "",
-            "",
-        ),
+        ("hta control timeline: X events / points", pair("control_x_events", "control_timeline_points"), "", ""),
         ("hta control timeline: JSON payload", figs["control_timeline_json_mb"], "MB", ""),
     ]
     print(f"{'measure':52s} {'value':>14s} {'unit':4s} target")

@@ -21,7 +21,9 @@ import errno
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from engine.errors import TraceError
 
@@ -61,19 +63,7 @@ def prepare(out: str | os.PathLike) -> Path:
         raise TraceError("output path (or one of its parents) is a file, not a folder", p) from None
     except OSError as exc:
         raise TraceError(f"cannot create the output folder: {_why(exc)}", p) from None
-    fd, probe = -1, None
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".probe-", dir=p)
-        os.write(fd, b"x" * 4096)
-        os.fsync(fd)
-    except OSError as exc:
-        raise TraceError(f"cannot write in the output folder: {_why(exc)}", p) from None
-    finally:
-        if fd >= 0:
-            os.close(fd)
-        if probe is not None:
-            with contextlib.suppress(OSError):
-                os.remove(probe)
+    _through_temp(p, ".probe-", lambda fh: fh.write(b"x" * 4096), None, "cannot write in the output folder: {}", p)
     return p
 
 
@@ -81,57 +71,56 @@ def atomic_write(path: str | os.PathLike, data: bytes | str) -> Path:
     """Write `data` to `path` through a temporary sibling + fsync + rename; on failure the
     previous file is untouched and a one-line TraceError names the file."""
     p = Path(path)
-    if isinstance(data, str):
-        data = data.encode()
-    fd, tmp = -1, None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-        os.fchmod(fd, _MODE)
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        os.fsync(fd)
-        os.close(fd)
-        fd = -1
-        os.replace(tmp, p)
-        tmp = None
-    except OSError as exc:
-        raise TraceError(f"cannot write: {_why(exc)} (any previous file is kept)", p) from None
-    finally:
-        if fd >= 0:
-            os.close(fd)
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
+    raw = data.encode() if isinstance(data, str) else data
+    _through_temp(p.parent, f".{p.name}.", lambda fh: fh.write(raw), p, _KEPT, p)
     return p
 
 
 def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike, transform=None) -> Path:
     """Stream `src` (optionally through `transform(src_fh, dst_fh)`) into `dst` atomically."""
     p = Path(dst)
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-        os.fchmod(fd, _MODE)
-        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
+
+    def fill(out: BinaryIO) -> None:
+        with open(src, "rb") as inp:
             if transform is None:
                 import shutil
 
                 shutil.copyfileobj(inp, out)
             else:
                 transform(inp, out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, p)
-        tmp = None
+
+    _through_temp(p.parent, f".{p.name}.", fill, p, _KEPT, p)
+    return p
+
+
+_KEPT = "cannot write: {} (any previous file is kept)"
+
+
+def _through_temp(
+    folder: Path, prefix: str, fill: Callable[[BinaryIO], object], dest: Path | None, failure: str, names: Path
+) -> None:
+    """Write a new temporary file in `folder` with `fill(fh)` and fsync it; then rename it onto
+    `dest` (readers see the old file or the whole new one, never a part) or, with no `dest`,
+    remove it (a probe that proves the folder writable). The temporary file never outlives a
+    failure; an OSError becomes a one-line TraceError, `failure` with the reason, naming `names`."""
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp" if dest else "", dir=folder)
+        with os.fdopen(fd, "wb") as fh:
+            if dest is not None:
+                os.fchmod(fd, _MODE)
+            fill(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if dest is not None:
+            os.replace(tmp, dest)
+            tmp = None
     except OSError as exc:
-        raise TraceError(f"cannot write: {_why(exc)} (any previous file is kept)", p) from None
+        raise TraceError(failure.format(_why(exc)), names) from None
     finally:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.remove(tmp)
-    return p
 
 
 def holds_lock(out: str | os.PathLike) -> bool:

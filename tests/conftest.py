@@ -40,6 +40,47 @@ def shared_available() -> bool:
 _DESELECTED_SHARED: list[str] = []
 
 
+# ET files of every layout the loader reads (torch ET 1.0.x on one and two GPUs, a linear model,
+# chakra 0.0.4): a test taking `shared_et` runs once per file; `sample_et`: once per own sample
+SHARED_ETS = (
+    "param_resnet/resnet_et.json.gz",
+    "param_resnet_2gpu/resnet_2gpu_et.json.gz",
+    "param_linear/linear_et.json.gz",
+    "hta_simple_add/benchmark_simple_add_et.json.gz",
+    "chakra_1.0.2/1.0.2-chakra.0.0.4.json.gz",
+)
+SAMPLE_ETS = ("mlp", "cnn", "transformer", "dlrm")
+
+
+def pytest_generate_tests(metafunc):
+    for name, values in (("shared_et", SHARED_ETS), ("sample_et", SAMPLE_ETS)):
+        if name in metafunc.fixturenames:
+            metafunc.parametrize(name, values, indirect=True)
+
+
+@pytest.fixture()
+def shared_et(request, shared_traces) -> Path:
+    return shared_traces / request.param
+
+
+def _sample_path(name: str) -> Path:
+    path = SAMPLES / name / f"{name}_et.json.gz"
+    if not path.exists():
+        pytest.skip(f"sample trace {path} not captured yet (run `make samples`)")
+    return path
+
+
+@pytest.fixture()
+def sample_et(request) -> Path:
+    return _sample_path(request.param)
+
+
+@pytest.fixture(scope="session")
+def sample_path():
+    """`sample_path(name)`: the ET of our own sample capture `name` (the test skips without it)."""
+    return _sample_path
+
+
 def pytest_collection_modifyitems(config, items):
     no_gpu = pytest.mark.skip(reason="needs a CUDA device; none is available here")
     keep, shared_layer = [], []
@@ -70,6 +111,29 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                 tr.write_line(f"{r.outcome.upper():7} {r.nodeid} ({r.duration:.1f} s)")
 
 
+def et_node(i: int, parent: int, name: str = "aten::add", **fields) -> dict:
+    """A minimal flat-layout ET node without tensors, for hand-built traces (`fields` override)."""
+    return {
+        "name": name,
+        "id": i,
+        "rf_id": i,
+        "parent": parent,
+        "fw_parent": 0,
+        "seq_id": -1,
+        "scope": 0,
+        "tid": 1,
+        "fw_tid": 0,
+        "op_schema": "",
+        "inputs": [],
+        "input_shapes": [],
+        "input_types": [],
+        "outputs": [],
+        "output_shapes": [],
+        "output_types": [],
+        **fields,
+    }
+
+
 @pytest.fixture(scope="session")
 def shared_traces() -> Path:
     if not (SHARED_TRACES / "MANIFEST.json").exists():
@@ -80,6 +144,28 @@ def shared_traces() -> Path:
 @pytest.fixture(scope="session")
 def manifest(shared_traces) -> list[dict]:
     return json.loads((shared_traces / "MANIFEST.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def load_shared(shared_traces, tmp_path_factory):
+    """`load_shared(*relative_paths)`: a trace from ../shared/traces, parsed through a parse cache
+    of its own (a developer's cache never answers for the code under test)."""
+    from engine.trace import load
+
+    def loader(*rel: str):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("MYSTIQUE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+            return load(*(shared_traces / r for r in rel))
+
+    return loader
+
+
+@pytest.fixture(scope="module")
+def simple_add(load_shared):
+    """HTA's simple-add benchmark (ET + Kineto): small, one GPU, golden counts in MANIFEST."""
+    return load_shared(
+        "hta_simple_add/benchmark_simple_add_et.json.gz", "hta_simple_add/benchmark_simple_add_trace.json.gz"
+    )
 
 
 @pytest.fixture()

@@ -17,13 +17,6 @@ SAMPLES = ROOT / "sample_traces"
 EXAMPLES = ROOT / "examples"
 
 
-def _sample(name: str) -> Path:
-    p = SAMPLES / name / f"{name}_et.json.gz"
-    if not p.exists():
-        pytest.skip(f"sample trace {p} missing (regenerate with `mystique capture --all-samples`)")
-    return p
-
-
 def _build(tmp_path, spec: dict, name: str):
     bench = compose(spec_from_dict(spec))
     res = export(bench, tmp_path / name)
@@ -36,8 +29,8 @@ def _replay(path: Path):
     return replay(et.load(path, use_cache=False), config=ReplayConfig(warmup=0, iters=1, metrics=False, num_threads=1))
 
 
-def test_segment_inputs_from_outside_are_synthesized(tmp_path, cache_dir):
-    mlp = _sample("mlp")
+def test_segment_inputs_from_outside_are_synthesized(tmp_path, cache_dir, sample_path):
+    mlp = sample_path("mlp")
     bench, paths = _build(
         tmp_path, {"sources": [str(mlp)], "segments": [{"selection": {"module": "nn.Module: body.2"}}]}, "body2"
     )
@@ -84,8 +77,8 @@ def test_examples_load_validate_and_match_replay_rule(tmp_path, cache_dir, examp
         assert replay_ops(t) == sorted(bench.replay_ids[int(r)])
 
 
-def test_repeat_chains_layer_outputs_into_inputs(tmp_path, cache_dir):
-    tx = _sample("transformer")
+def test_repeat_chains_layer_outputs_into_inputs(tmp_path, cache_dir, sample_path):
+    tx = sample_path("transformer")
     seg = {"selection": {"module": "nn.Module: blocks.0"}, "label": "layer"}
     b1, p1 = _build(tmp_path, {"sources": [str(tx)], "segments": [dict(seg, repeat=1)]}, "k1")
     b4, p4 = _build(tmp_path, {"sources": [str(tx)], "segments": [dict(seg, repeat=4)]}, "k4")
@@ -105,8 +98,8 @@ def test_repeat_chains_layer_outputs_into_inputs(tmp_path, cache_dir):
     assert (per_op >= 1).all()
 
 
-def test_batch_scale_rewrites_shapes_and_sizes(tmp_path, cache_dir):
-    mlp = _sample("mlp")
+def test_batch_scale_rewrites_shapes_and_sizes(tmp_path, cache_dir, sample_path):
+    mlp = sample_path("mlp")
     bench, paths = _build(tmp_path, {"sources": [str(mlp)], "segments": [{"selection": {}}], "batch_scale": 2}, "x2")
     info = bench.meta["transforms"][0]
     assert info["batch"] == 256 and info["new_batch"] == 512 and info["mismatches"] == []
@@ -116,8 +109,8 @@ def test_batch_scale_rewrites_shapes_and_sizes(tmp_path, cache_dir):
     assert (1024, 512) in shapes  # weights keep their shape
 
 
-def test_dtype_bf16_keeps_integer_tensors(tmp_path, cache_dir):
-    tx = _sample("transformer")
+def test_dtype_bf16_keeps_integer_tensors(tmp_path, cache_dir, sample_path):
+    tx = sample_path("transformer")
     _bench, paths = _build(
         tmp_path,
         {"sources": [str(tx)], "segments": [{"selection": {"module": "nn.Module: blocks.0"}}], "dtype": "bf16"},
@@ -134,8 +127,8 @@ def test_dtype_bf16_keeps_integer_tensors(tmp_path, cache_dir):
     assert res.coverage["replayed"] == res.coverage["selected"]
 
 
-def test_data_parallel_halves_batch_and_buckets_gradients(tmp_path, cache_dir):
-    mlp = _sample("mlp")
+def test_data_parallel_halves_batch_and_buckets_gradients(tmp_path, cache_dir, sample_path):
+    mlp = sample_path("mlp")
     bench, paths = _build(
         tmp_path,
         {"sources": [str(mlp)], "segments": [{"selection": {}}], "sharding": {"kind": "dp", "degree": 2}},
@@ -155,12 +148,12 @@ def test_data_parallel_halves_batch_and_buckets_gradients(tmp_path, cache_dir):
     assert res.coverage["by_reason"] == {"collective (single-process replay)": len(sh["buckets"])}
 
 
-def test_dp_degree_must_divide_batch(cache_dir):
+def test_dp_degree_must_divide_batch(cache_dir, sample_path):
     with pytest.raises(TraceError, match="dp degree 3 does not divide the batch 256"):
         compose(
             spec_from_dict(
                 {
-                    "sources": [str(_sample("mlp"))],
+                    "sources": [str(sample_path("mlp"))],
                     "segments": [{"selection": {}}],
                     "sharding": {"kind": "dp", "degree": 3},
                 }

@@ -13,16 +13,6 @@ from engine.cli.main import main as cli
 from engine.compose import compose, load_spec, save_spec, spec_from_dict
 from engine.errors import TraceError
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT / "sample_traces"
-
-
-def _sample(name: str) -> Path:
-    p = SAMPLES / name / f"{name}_et.json.gz"
-    if not p.exists():
-        pytest.skip(f"sample trace {p} missing (regenerate with `mystique capture --all-samples`)")
-    return p
-
 
 def _write(tmp_path: Path, spec: dict, name: str = "spec.json") -> Path:
     p = tmp_path / name
@@ -30,8 +20,8 @@ def _write(tmp_path: Path, spec: dict, name: str = "spec.json") -> Path:
     return p
 
 
-def test_spec_round_trip_and_relative_sources(tmp_path):
-    src = _sample("mlp")
+def test_spec_round_trip_and_relative_sources(tmp_path, sample_path):
+    src = sample_path("mlp")
     spec = {
         "version": 1,
         "sources": [os.path.relpath(src, tmp_path)],
@@ -89,8 +79,8 @@ def test_not_json_and_missing_file(tmp_path):
     "case",
     ["unknown_ids", "empty_selection", "negative_repeat", "breaking_scale", "no_embeddings", "non_integer_batch"],
 )
-def test_bad_specs_cli_exit_2(tmp_path, capsys, case):
-    mlp, tx = _sample("mlp"), _sample("transformer")
+def test_bad_specs_cli_exit_2(tmp_path, capsys, case, sample_path):
+    mlp, tx = sample_path("mlp"), sample_path("transformer")
     base = {"version": 1, "sources": [str(mlp)], "segments": [{"selection": {}}]}
     expect = {
         "unknown_ids": ({"segments": [{"selection": {"ids": [987654321]}}]}, "unknown ET node ids"),
@@ -122,8 +112,8 @@ def test_bad_specs_cli_exit_2(tmp_path, capsys, case):
             compose(load_spec(p))
 
 
-def test_breaking_scale_names_the_node(tmp_path):
-    tx = _sample("transformer")
+def test_breaking_scale_names_the_node(tmp_path, sample_path):
+    tx = sample_path("transformer")
     spec = spec_from_dict({"sources": [str(tx)], "segments": [{"selection": {}}], "batch_size": 128, "batch_scale": 2})
     with pytest.raises(TraceError) as e:
         compose(spec)

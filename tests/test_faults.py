@@ -32,20 +32,25 @@ CNN = SAMPLES / "cnn"
 DDP = SAMPLES / "ddp"
 
 
-def cli(*args, cache: Path, timeout: float = 180, pre: str = "") -> subprocess.CompletedProcess:
-    """`mystique ARGS` in a fresh process (optionally after shell `pre`, e.g. a ulimit)."""
-    cmd = [sys.executable, "-m", "engine.cli.main", *map(str, args)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MYSTIQUE_CACHE_DIR": str(cache)}
+def _run(cmd: list[str], *, cache: Path | None, timeout: float, pre: str = "") -> subprocess.CompletedProcess:
+    """`cmd` in a fresh process at the repo root (optionally after shell `pre`, e.g. a ulimit):
+    its rlimits and peak RSS are its own; `cache`: a private parse cache."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if cache is not None:
+        env["MYSTIQUE_CACHE_DIR"] = str(cache)
     if pre:
-        return subprocess.run(
-            ["bash", "-c", f"{pre}; exec {shlex.join(cmd)}"],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=ROOT,
-            env=env,
-        )
+        cmd = ["bash", "-c", f"{pre}; exec {shlex.join(cmd)}"]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+
+
+def cli(*args, cache: Path, timeout: float = 180, pre: str = "") -> subprocess.CompletedProcess:
+    """`mystique ARGS` in a fresh process."""
+    return _run([sys.executable, "-m", "engine.cli.main", *map(str, args)], cache=cache, timeout=timeout, pre=pre)
+
+
+def python(code: str, *, cache: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Python `code` in a fresh process."""
+    return _run([sys.executable, "-c", code], cache=cache, timeout=timeout)
 
 
 def one_line_error(r: subprocess.CompletedProcess, *needles: str) -> str:
@@ -154,7 +159,7 @@ def test_2_result_writes_checked_early_atomic_and_one_line(tmp_path, cache_dir):
         "r = ReplayResult(iteration_ms=[1.0]*2000, per_op=[], coverage={}, device='cpu')\n"
         f"try:\n    r.write({str(out)!r})\nexcept TraceError as e:\n    print('ERR', e); sys.exit(2)\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    p = python(code)
     assert p.returncode == 2 and "cannot write" in p.stdout, p.stdout + p.stderr
     assert (out / "replay.json").read_bytes() == good
 
@@ -282,14 +287,7 @@ def test_6_memory_rlimit_bomb_and_estimate(tmp_path, cache_dir):
             f"try:\n    load({str(bomb)!r}, use_cache=False)\nexcept TraceError as e:\n    print('ERR', e)\n"
             "print('MAXRSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)\n"
         )
-        p = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            timeout=120,
-            env={**os.environ, "PYTHONPATH": str(ROOT), "MYSTIQUE_CACHE_DIR": str(cache_dir)},
-        )
+        p = python(code, cache=cache_dir)
         assert "ERR" in p.stdout and "gzip bomb" in p.stdout, p.stdout + p.stderr[-1500:]
         maxrss_mib = int(p.stdout.split("MAXRSS")[1]) / 1024
         # growth of the peak during the load alone (imports differ between environments)
@@ -301,7 +299,7 @@ def test_6_memory_rlimit_bomb_and_estimate(tmp_path, cache_dir):
         "resource.setrlimit(resource.RLIMIT_AS, (6 << 30, resource.RLIM_INFINITY))\n"
         "print(available_bytes('cpu'))"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    p = python(code, timeout=60)
     assert 0 < int(p.stdout) < 6 << 30, p.stdout + p.stderr
     # (d) the replay's peak-RSS estimate bounds the measured peak (VmHWM reset before the run)
     code = (
@@ -312,14 +310,7 @@ def test_6_memory_rlimit_bomb_and_estimate(tmp_path, cache_dir):
         "hwm = [int(l.split()[1]) * 1024 for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
         "print(json.dumps({'bound': res.memory['rss_bound_bytes'], 'peak': hwm}))"
     )
-    p = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "MYSTIQUE_CACHE_DIR": str(cache_dir)},
-    )
+    p = python(code, cache=cache_dir, timeout=300)
     d = json.loads(p.stdout.strip().splitlines()[-1])
     assert d["bound"] >= d["peak"], d
 

@@ -9,27 +9,9 @@ from engine.figures import breakdown
 from engine.figures import compare as cfig
 
 
-def load_shared(tmp_path_factory, shared, *rel):
-    from engine.trace import load
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MYSTIQUE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        return load(*(shared / r for r in rel))
-
-
 @pytest.fixture(scope="module")
-def alexnet(shared_traces, tmp_path_factory):
-    return load_shared(tmp_path_factory, shared_traces, "hta_alexnet/benchmark_result_2869224_1695835535_trace.json.gz")
-
-
-@pytest.fixture(scope="module")
-def simple(shared_traces, tmp_path_factory):
-    return load_shared(
-        tmp_path_factory,
-        shared_traces,
-        "hta_simple_add/benchmark_simple_add_et.json.gz",
-        "hta_simple_add/benchmark_simple_add_trace.json.gz",
-    )
+def alexnet(load_shared):
+    return load_shared("hta_alexnet/benchmark_result_2869224_1695835535_trace.json.gz")
 
 
 def _golden(manifest, path):
@@ -64,8 +46,8 @@ def test_gpu_idle_is_span_minus_union_of_busy(alexnet):
     assert breakdown.idle_figure(idle).data[0].name == "busy"
 
 
-def test_op_time_and_top_ops_on_a_linked_trace(simple):
-    ops = simple.ops
+def test_op_time_and_top_ops_on_a_linked_trace(simple_add):
+    ops = simple_add.ops
     by_cat = breakdown.op_time_by(ops, "category")
     leaves = ops[ops["n_children"] == 0]
     assert by_cat["total_us"].sum() == pytest.approx(leaves["k_dur_us"].fillna(0).sum())
@@ -74,14 +56,14 @@ def test_op_time_and_top_ops_on_a_linked_trace(simple):
     assert list(top[col]) == sorted(ops[col].dropna().nlargest(5), reverse=True)
 
 
-def test_compare_figures(alexnet, simple):
-    fig = cfig.aligned_timelines(alexnet.events, simple.events, ("alexnet", "simple"))
+def test_compare_figures(alexnet, simple_add):
+    fig = cfig.aligned_timelines(alexnet.events, simple_add.events, ("alexnet", "simple"))
     assert {tr.xaxis for tr in fig.data} == {"x", "x2"} and fig.layout.xaxis.matches == "x2"
     first_row = [tr for tr in fig.data if tr.xaxis == "x"]
     assert sum(len(tr.x) for tr in first_row) == len(alexnet.events)
     from engine.compare import compare
 
-    diff = compare(alexnet, simple, labels=("alexnet", "simple"))
+    diff = compare(alexnet, simple_add, labels=("alexnet", "simple"))
     bars = cfig.time_by_bars(diff.by_category, "cat", "dur_us_a", "dur_us_b", ("alexnet", "simple"))
     assert [tr.name for tr in bars.data] == ["alexnet", "simple"]
     curves = {"u": np.linspace(0, 1, 5), "cpu_util_pct_original": np.ones(5), "cpu_util_pct_replay": np.zeros(5)}

@@ -9,33 +9,19 @@ import pytest
 from engine.figures.graph import GraphView, build_graph_model, graph_figure, layered_layout
 
 
-def load_shared(tmp_path_factory, shared, *rel):
-    from engine.trace import load
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MYSTIQUE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        return load(*(shared / r for r in rel))
-
-
 @pytest.fixture(scope="module")
-def resnet(shared_traces, tmp_path_factory):
+def resnet(load_shared):
     from engine.graph import data_deps
 
-    trace = load_shared(tmp_path_factory, shared_traces, "param_resnet/resnet_et.json.gz")
+    trace = load_shared("param_resnet/resnet_et.json.gz")
     return trace, data_deps(trace)
 
 
 @pytest.fixture(scope="module")
-def simple(shared_traces, tmp_path_factory):
+def simple(simple_add):
     from engine.graph import data_deps
 
-    trace = load_shared(
-        tmp_path_factory,
-        shared_traces,
-        "hta_simple_add/benchmark_simple_add_et.json.gz",
-        "hta_simple_add/benchmark_simple_add_trace.json.gz",
-    )
-    return trace, data_deps(trace)
+    return simple_add, data_deps(simple_add)
 
 
 def test_layered_layout_x_is_topological_generation(resnet):

@@ -8,24 +8,6 @@ from engine.figures.graph import GraphView, build_graph_model
 from engine.figures.selection import selected_keys, selection_to_node_ids
 
 
-def load_shared(tmp_path_factory, shared, *rel):
-    from engine.trace import load
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MYSTIQUE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        return load(*(shared / r for r in rel))
-
-
-@pytest.fixture(scope="module")
-def simple(shared_traces, tmp_path_factory):
-    return load_shared(
-        tmp_path_factory,
-        shared_traces,
-        "hta_simple_add/benchmark_simple_add_et.json.gz",
-        "hta_simple_add/benchmark_simple_add_trace.json.gz",
-    )
-
-
 def _points(*keys, **extra):
     return {
         "selection": {
@@ -38,11 +20,11 @@ def _points(*keys, **extra):
     }
 
 
-def test_graph_group_keys_expand_to_members(simple):
+def test_graph_group_keys_expand_to_members(simple_add):
     from engine.graph import data_deps
 
-    dag = data_deps(simple)
-    model = build_graph_model(simple.ops, dag, GraphView(collapse="depth", depth=0))
+    dag = data_deps(simple_add)
+    model = build_graph_model(simple_add.ops, dag, GraphView(collapse="depth", depth=0))
     key = max(model.groups, key=lambda k: len(model.groups[k]))
     single = next(i for i in dag.nodes if i not in model.groups[key])
     ids = selection_to_node_ids(_points(key, single, key), "graph", groups=model.groups)
@@ -55,8 +37,8 @@ def test_box_selection_with_float_customdata():
     assert selection_to_node_ids(event, "graph", groups={}) == [7, 9]
 
 
-def test_timeline_cpu_op_and_kernel_map_to_et_ops(simple):
-    ev, ops = simple.events, simple.ops
+def test_timeline_cpu_op_and_kernel_map_to_et_ops(simple_add):
+    ev, ops = simple_add.events, simple_add.ops
     cpu = ev[(ev["cat"].astype(str) == "cpu_op") & (ev["name"].astype(str) == "aten::uniform_")].iloc[0]
     # the ET node with the same external/record-function id (this trace links by external id)
     expect = sorted(ops[ops["rf_id"] == int(cpu["external_id"])]["id"].astype(int))

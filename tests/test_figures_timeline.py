@@ -8,31 +8,13 @@ import pytest
 from engine.figures.timeline import TimelineView, prepare, timeline_figure
 
 
-def load_shared(tmp_path_factory, shared, *rel):
-    from engine.trace import load
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MYSTIQUE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        return load(*(shared / r for r in rel))
-
-
 @pytest.fixture(scope="module")
-def simple(shared_traces, tmp_path_factory):
-    return load_shared(
-        tmp_path_factory,
-        shared_traces,
-        "hta_simple_add/benchmark_simple_add_et.json.gz",
-        "hta_simple_add/benchmark_simple_add_trace.json.gz",
-    )
+def control(load_shared):
+    return load_shared("hta_trace_diff/control.json.gz")
 
 
-@pytest.fixture(scope="module")
-def control(shared_traces, tmp_path_factory):
-    return load_shared(tmp_path_factory, shared_traces, "hta_trace_diff/control.json.gz")
-
-
-def test_bars_are_microsecond_exact(simple):
-    ev = simple.events
+def test_bars_are_microsecond_exact(simple_add):
+    ev = simple_add.events
     fig = timeline_figure(ev)
     origin = float(ev["ts_us"].min())
     assert fig.layout.meta["origin_us"] == origin and fig.layout.meta["bars"] is True
@@ -47,16 +29,16 @@ def test_bars_are_microsecond_exact(simple):
     assert seen == len(ev)  # every X event drawn once
 
 
-def test_kernels_sit_on_gpu_stream_lanes(simple):
-    laid = prepare(simple.events)
+def test_kernels_sit_on_gpu_stream_lanes(simple_add):
+    laid = prepare(simple_add.events)
     kernels = laid[laid["cat"].astype(str) == "kernel"]
     assert len(kernels) == 4  # MANIFEST: 4 kernels
     assert kernels["lane"].str.startswith("GPU ").all()
     assert laid[laid["cat"].astype(str) == "cpu_op"]["lane"].str.startswith("CPU ").all()
 
 
-def test_window_and_min_duration_filter(simple):
-    ev = simple.events
+def test_window_and_min_duration_filter(simple_add):
+    ev = simple_add.events
     origin = float(ev["ts_us"].min())
     span = float((ev["ts_us"] + ev["dur_us"]).max()) - origin
     view = TimelineView(start_us=span * 0.25, end_us=span * 0.75, min_dur_us=5.0)
@@ -68,8 +50,8 @@ def test_window_and_min_duration_filter(simple):
     assert sorted(laid["ev"]) == sorted(expect["ev"])
 
 
-def test_nested_events_stack_in_sub_rows(simple):
-    laid = prepare(simple.events)
+def test_nested_events_stack_in_sub_rows(simple_add):
+    laid = prepare(simple_add.events)
     lane = laid[laid["lane"].str.startswith("CPU ")]
     top = lane[lane["sub"] == 0]
     # sub-row 0 events of one lane never overlap each other
@@ -79,8 +61,8 @@ def test_nested_events_stack_in_sub_rows(simple):
     assert lane["sub"].max() >= 1
 
 
-def test_flow_arrow_from_launch_to_its_kernel(simple):
-    ev = simple.events
+def test_flow_arrow_from_launch_to_its_kernel(simple_add):
+    ev = simple_add.events
     launch = ev[ev["name"].astype(str) == "cudaLaunchKernel"].iloc[0]
     fig = timeline_figure(ev, flow_from=int(launch["ev"]))
     assert len(fig.layout.annotations) == 1
@@ -90,10 +72,10 @@ def test_flow_arrow_from_launch_to_its_kernel(simple):
     assert arrow.ax == float(launch["ts_us"]) - origin and arrow.x == float(kernel["ts_us"]) - origin
 
 
-def test_hover_shows_the_duration_not_the_end(simple):
+def test_hover_shows_the_duration_not_the_end(simple_add):
     """Issue 13 problem 2: a horizontal bar's hover `%{x}` is its end (base + x); the tooltip read
     "dur 5435 µs" for a 1,096 µs op. The duration now comes from customdata (fails on 4eb7f39)."""
-    ev = simple.events
+    ev = simple_add.events
     fig = timeline_figure(ev)
     by_ev = ev.set_index("ev")
     for tr in fig.data:
@@ -144,8 +126,8 @@ def test_big_trace_stays_interactive_bars(control):
     assert int(kernel["ev"]) in drawn
 
 
-def test_search_highlights_hits(simple):
-    fig = timeline_figure(simple.events, search="cudaLaunch")
+def test_search_highlights_hits(simple_add):
+    fig = timeline_figure(simple_add.events, search="cudaLaunch")
     hits = 0
     for tr in fig.data:
         names = np.asarray(tr.customdata, dtype=object)[:, 4]
@@ -153,4 +135,4 @@ def test_search_highlights_hits(simple):
         match = np.array(["cudalaunch" in n.lower() for n in names])
         assert (op[match] == 1.0).all() and (op[~match] < 0.5).all()
         hits += int(match.sum())
-    assert hits == int((simple.events["name"].astype(str) == "cudaLaunchKernel").sum()) > 0
+    assert hits == int((simple_add.events["name"].astype(str) == "cudaLaunchKernel").sum()) > 0

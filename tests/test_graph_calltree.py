@@ -17,23 +17,6 @@ from engine.errors import TraceError
 from engine.graph import call_tree, descendants, leaves, replay_ops, roots
 from engine.trace import load
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED_ETS = [
-    "param_resnet/resnet_et.json.gz",
-    "param_resnet_2gpu/resnet_2gpu_et.json.gz",
-    "param_linear/linear_et.json.gz",
-    "hta_simple_add/benchmark_simple_add_et.json.gz",
-    "chakra_1.0.2/1.0.2-chakra.0.0.4.json.gz",
-]
-SAMPLES = ["mlp", "cnn", "transformer", "dlrm"]
-
-
-def _sample_path(name: str) -> Path:
-    path = ROOT / "sample_traces" / name / f"{name}_et.json.gz"
-    if not path.exists():
-        pytest.skip(f"sample trace {path} not captured yet (run `make samples`)")
-    return path
-
 
 @pytest.fixture(scope="module")
 def resnet(shared_traces):
@@ -97,11 +80,9 @@ def _reference_top_replay(nodes: list[dict]) -> set[int]:
     return chosen
 
 
-@pytest.mark.parametrize("rel", SHARED_ETS)
-def test_replay_ops_match_reference_rule(shared_traces, rel):
-    path = shared_traces / rel
-    tr = load(path, use_cache=False)
-    assert set(replay_ops(tr)) == _reference_top_replay(_raw_nodes(path))
+def test_replay_ops_match_reference_rule(shared_et):
+    tr = load(shared_et, use_cache=False)
+    assert set(replay_ops(tr)) == _reference_top_replay(_raw_nodes(shared_et))
 
 
 def test_resnet_replay_counts(resnet):
@@ -135,21 +116,22 @@ def _ancestors_map(trace):
     return anc
 
 
-@pytest.mark.parametrize("which", [pytest.param("shared", marks=pytest.mark.shared), *SAMPLES])
-def test_replay_never_includes_op_and_ancestor(request, which):
-    if which == "shared":
-        shared = request.getfixturevalue("shared_traces")
-        paths = [shared / r for r in SHARED_ETS]
-    else:
-        paths = [_sample_path(which)]
-    for p in paths:
-        tr = load(p, use_cache=False)
-        anc = _ancestors_map(tr)
-        for mode in ("top", "leaf"):
-            chosen = set(replay_ops(tr, mode))
-            assert chosen, p
-            bad = [i for i in chosen if chosen.intersection(anc(i))]
-            assert not bad, (p.name, mode, bad[:5])
+def _assert_never_op_and_ancestor(p: Path) -> None:
+    tr = load(p, use_cache=False)
+    anc = _ancestors_map(tr)
+    for mode in ("top", "leaf"):
+        chosen = set(replay_ops(tr, mode))
+        assert chosen, p
+        bad = [i for i in chosen if chosen.intersection(anc(i))]
+        assert not bad, (p.name, mode, bad[:5])
+
+
+def test_replay_never_includes_op_and_ancestor(sample_et):
+    _assert_never_op_and_ancestor(sample_et)
+
+
+def test_replay_never_includes_op_and_ancestor_shared(shared_et):
+    _assert_never_op_and_ancestor(shared_et)
 
 
 def test_call_tree_shape_and_attrs(resnet):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import networkx as nx
 import pytest
@@ -12,23 +11,6 @@ from engine.errors import TraceError
 from engine.graph import call_tree, data_deps, replay_ops
 from engine.graph.deps import mutated_args
 from engine.trace import load
-
-ROOT = Path(__file__).resolve().parents[1]
-SHARED_ETS = [
-    "param_resnet/resnet_et.json.gz",
-    "param_resnet_2gpu/resnet_2gpu_et.json.gz",
-    "param_linear/linear_et.json.gz",
-    "hta_simple_add/benchmark_simple_add_et.json.gz",
-    "chakra_1.0.2/1.0.2-chakra.0.0.4.json.gz",
-]
-SAMPLES = ["mlp", "cnn", "transformer", "dlrm"]
-
-
-def _sample_path(name: str) -> Path:
-    path = ROOT / "sample_traces" / name / f"{name}_et.json.gz"
-    if not path.exists():
-        pytest.skip(f"sample trace {path} not captured yet (run `make samples`)")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -111,9 +93,8 @@ def test_tiny_capture_view_and_inplace_ordering(tiny):
     assert not nx.has_path(g, total, add_)
 
 
-@pytest.mark.parametrize("rel", SHARED_ETS)
-def test_shared_traces_deps_are_dags(shared_traces, rel):
-    tr = load(shared_traces / rel, use_cache=False)
+def test_shared_traces_deps_are_dags(shared_et):
+    tr = load(shared_et, use_cache=False)
     for mode in ("top", "leaf"):
         g = data_deps(tr, mode=mode)
         assert nx.is_directed_acyclic_graph(g)
@@ -122,9 +103,8 @@ def test_shared_traces_deps_are_dags(shared_traces, rel):
         assert {k for *_, k in g.edges(data="kind")} <= {"raw", "war", "waw"}
 
 
-@pytest.mark.parametrize("name", SAMPLES)
-def test_sample_traces_deps_are_dags(name):
-    tr = load(_sample_path(name), use_cache=False)
+def test_sample_traces_deps_are_dags(sample_et):
+    tr = load(sample_et, use_cache=False)
     g = data_deps(tr)
     assert nx.is_directed_acyclic_graph(g)
     assert g.number_of_edges() >= g.number_of_nodes() // 2

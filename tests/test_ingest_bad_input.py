@@ -13,6 +13,7 @@ import tarfile
 import uuid
 
 import pytest
+from conftest import et_node
 
 from engine.cli.main import main
 from engine.errors import TraceError
@@ -23,27 +24,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _et(nodes) -> bytes:
     return json.dumps({"schema": "1.0.1", "pid": 1, "time": "", "start_ts": 0, "finish_ts": 1, "nodes": nodes}).encode()
-
-
-def _node(i, parent, name="aten::add"):
-    return {
-        "name": name,
-        "id": i,
-        "rf_id": i,
-        "parent": parent,
-        "fw_parent": 0,
-        "seq_id": -1,
-        "scope": 0,
-        "tid": 1,
-        "fw_tid": 0,
-        "op_schema": "",
-        "inputs": [],
-        "input_shapes": [],
-        "input_types": [],
-        "outputs": [],
-        "output_shapes": [],
-        "output_types": [],
-    }
 
 
 def _tar(path, members) -> None:
@@ -67,7 +47,7 @@ def _link_member(name, target, kind) -> tuple:
 
 
 ESCAPE = f"h1_escape_{uuid.uuid4().hex}"
-GOOD = _et([_node(2, 1, "[pytorch|profiler|execution_trace|thread]"), _node(3, 2)])
+GOOD = _et([et_node(2, 1, "[pytorch|profiler|execution_trace|thread]"), et_node(3, 2)])
 
 
 def _case(tmp_path, name: str):
@@ -96,11 +76,11 @@ def _case(tmp_path, name: str):
         return f, "not an execution trace or Kineto trace"
     if name == "dangling_parent":
         f = p / "d.json"
-        f.write_bytes(_et([_node(2, 1), _node(3, 99)]))
+        f.write_bytes(_et([et_node(2, 1), et_node(3, 99)]))
         return f, "dangling parent: node 3 points to missing node 99"
     if name == "cycle":
         f = p / "c.json"
-        f.write_bytes(_et([_node(2, 1), _node(3, 4), _node(4, 5), _node(5, 3)]))
+        f.write_bytes(_et([et_node(2, 1), et_node(3, 4), et_node(4, 5), et_node(5, 3)]))
         return f, "cycle in parent links"
     if name == "empty":
         f = p / "e.json"

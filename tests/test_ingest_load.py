@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import et_node
 
 from engine.cli.main import main
 from engine.trace import CATEGORIES, load, summarize
@@ -308,28 +309,8 @@ def test_et_without_rank_adopts_the_kineto_rank(tmp_path, shared_traces, cache_d
 
 
 def _tiny_et_and_kineto(tmp_path, kineto_names):
-    nodes = [
-        {
-            "name": "[pytorch|profiler|execution_trace|thread]",
-            "id": 2,
-            "rf_id": 0,
-            "parent": 1,
-            "fw_parent": 0,
-            "seq_id": -1,
-            "scope": 7,
-            "tid": 1,
-            "fw_tid": 0,
-            "op_schema": "",
-            "inputs": [],
-            "input_shapes": [],
-            "input_types": [],
-            "outputs": [],
-            "output_shapes": [],
-            "output_types": [],
-        }
-    ]
-    for i, name in enumerate(["aten::mm", "aten::relu", "aten::sum"], start=3):
-        nodes.append({**nodes[0], "name": name, "id": i, "rf_id": i * 10, "parent": 2, "scope": 0})
+    nodes = [et_node(2, 1, "[pytorch|profiler|execution_trace|thread]", rf_id=0, scope=7)]
+    nodes += [et_node(i, 2, name, rf_id=i * 10) for i, name in enumerate(["aten::mm", "aten::relu", "aten::sum"], 3)]
     et = tmp_path / "tiny_et.json"
     et.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4x", "nodes": nodes}))
     events = [

@@ -156,27 +156,10 @@ def test_aliasing_views_share_one_storage(tmp_path, cache_dir):
     add_ = "aten::add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)"
     a = [1, 7, 0, 4, 4, "cpu"]
     b = [2, 7, 4, 4, 4, "cpu"]  # second half of storage 7
-    n1 = _node(
-        10,
-        "aten::add_",
-        add_,
-        [a, a, 1],
-        [[4], [4], []],
-        ["Tensor(float)", "Tensor(float)", "Int"],
-        [a],
-        [[4]],
-        ["Tensor(float)"],
-    )
-    n2 = _node(
-        11,
-        "aten::add_",
-        add_,
-        [b, b, 1],
-        [[4], [4], []],
-        ["Tensor(float)", "Tensor(float)", "Int"],
-        [b],
-        [[4]],
-        ["Tensor(float)"],
+    f32 = "Tensor(float)"
+    n1, n2 = (
+        _node(i, "aten::add_", add_, [t, t, 1], [[4], [4], []], [f32, f32, "Int"], [t], [[4]], [f32])
+        for i, t in ((10, a), (11, b))
     )
     trace = T.load(_write_et(tmp_path / "alias_et.json.gz", [n1, n2]))
     plan = build_plan(trace.ops, [10, 11], device="cpu", allow_trace_code=False)

@@ -9,7 +9,7 @@ A tensor value is `[tensor_id, storage_id, offset, numel, itemsize, device]`; te
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pandas as pd
@@ -190,11 +190,28 @@ def is_defined(value: list) -> bool:
     return value[1] != 0 or value[3] != 0
 
 
+def external_reads(nodes: Iterable[dict]) -> Iterator[tuple[dict, tuple[int, int], int | None, list]]:
+    """(node, (tensor, storage) key, list index or None, value) for every read of a tensor that
+    no earlier node of `nodes` produced, in node order: what must exist before the nodes run
+    (the replay materializes it; a batch-scale transform looks for the batch among it)."""
+    produced: set = set()
+    for n in nodes:
+        for io, _, _, sub, v in tensors_of(n):
+            if not is_defined(v):
+                continue
+            key = (v[0], v[1])
+            if io == "out":
+                produced.add(key)
+            elif key not in produced:
+                yield n, key, sub, v
+
+
 __all__ = [
     "ROOT_ID",
     "ROOT_NAME",
     "attr",
     "empty_io",
+    "external_reads",
     "get_slot",
     "is_defined",
     "is_tensor_value",

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import jsonio
-from engine.compose.nodes import ROOT_NAME, is_defined, tensors_of
+from engine.compose.nodes import ROOT_NAME, external_reads
 from engine.errors import TraceError
 
 _NODE_KEYS = ("id", "name", "ctrl_deps", "inputs", "outputs", "attrs")
@@ -63,17 +63,9 @@ def validate_et(src: str | os.PathLike | dict, *, meta: bool = True, strict: boo
             problems.append(f"node {n['id']} ctrl_deps {p} does not exist")
     # data deps: over the replay set (highest rebuildable node per call path)
     replay = _replay_ids(nodes, ids)
-    produced: set = set()
     external: dict = {}
-    for n in sorted((ids[i] for i in replay), key=lambda x: x["id"]):
-        for io, _, _, _, v in tensors_of(n):
-            if not is_defined(v):
-                continue
-            key = (v[0], v[1])
-            if io == "out":
-                produced.add(key)
-            elif key not in produced:
-                external.setdefault(key, n["id"])
+    for n, key, _, _ in external_reads(sorted((ids[i] for i in replay), key=lambda x: x["id"])):
+        external.setdefault(key, n["id"])
     report: dict[str, Any] = {
         "path": path,
         "nodes": len(nodes),

@@ -295,6 +295,30 @@ def build_graph_model(ops: pd.DataFrame, dag: nx.DiGraph, view: GraphView | None
     return GraphModel(nodes=nodes, edges=sorted(edges, key=str), groups=groups, collapse=mode)
 
 
+def edge_segments(
+    x: np.ndarray, y: np.ndarray, src: np.ndarray, dst: np.ndarray, dtype: type = np.float64
+) -> tuple[np.ndarray, np.ndarray]:
+    """Polyline coordinates drawing every edge src[i] -> dst[i] between node positions (x, y):
+    segments separated by NaN gaps, so thousands of edges are one plotly trace, not one each."""
+    ex: np.ndarray = np.full(3 * len(src), np.nan, dtype=dtype)
+    ey: np.ndarray = np.full(3 * len(src), np.nan, dtype=dtype)
+    ex[0::3], ex[1::3] = x[src], x[dst]
+    ey[0::3], ey[1::3] = y[src], y[dst]
+    return ex, ey
+
+
+_DEP_LINE = dict(width=0.6, color="rgba(150,150,170,0.45)")
+
+
+def _markers(go, part: pd.DataFrame, name: str, marker: dict, *, hover: bool = True):
+    """A WebGL marker trace for the nodes in `part` (click selection reads `customdata` = key);
+    `hover`: show the nodes' hover text (an overlay ring shows none, the node below has it)."""
+    tips = dict(text=part["hover"], hovertemplate="%{text}<extra></extra>") if hover else dict(hoverinfo="skip")
+    return go.Scattergl(
+        x=part["x"], y=part["y"], mode="markers", name=name, customdata=part["key"].tolist(), marker=marker, **tips
+    )
+
+
 def graph_figure(
     model: GraphModel, color_by: str = "category", *, highlight: list | None = None, height: int = 560
 ) -> go.Figure:
@@ -308,73 +332,27 @@ def graph_figure(
     nx_, ny_ = nodes["x"].to_numpy(float), nodes["y"].to_numpy(float)
     src = np.fromiter((index[a] for a, _ in model.edges), dtype=np.int64, count=len(model.edges))
     dst = np.fromiter((index[b] for _, b in model.edges), dtype=np.int64, count=len(model.edges))
-    ex = np.full(3 * len(src), np.nan, dtype=np.float32)  # generations and half-slots: exact in float32
-    ey = np.full(3 * len(src), np.nan, dtype=np.float32)
-    ex[0::3], ex[1::3] = nx_[src], nx_[dst]
-    ey[0::3], ey[1::3] = ny_[src], ny_[dst]
     fig = go.Figure()
+    # generations and half-slots: exact in float32 (half the JSON of float64)
+    ex, ey = edge_segments(nx_, ny_, src, dst, np.float32)
     fig.add_trace(
-        go.Scattergl(
-            x=ex,
-            y=ey,
-            mode="lines",
-            hoverinfo="skip",
-            name="data deps",
-            line=dict(width=0.6, color="rgba(150,150,170,0.45)"),
-            showlegend=False,
-        )
+        go.Scattergl(x=ex, y=ey, mode="lines", hoverinfo="skip", name="data deps", line=_DEP_LINE, showlegend=False)
     )
     size = np.clip(6 + 2 * np.log2(nodes["n_ops"].to_numpy(float)), 6, 22)
     if color_by == "time":
-        fig.add_trace(
-            go.Scattergl(
-                x=nodes["x"],
-                y=nodes["y"],
-                mode="markers",
-                name="ops",
-                customdata=nodes["key"].tolist(),
-                text=nodes["hover"],
-                hovertemplate="%{text}<extra></extra>",
-                marker=dict(
-                    size=size,
-                    color=np.log10(1 + nodes["time_us"].to_numpy(float)),
-                    colorscale="Viridis",
-                    showscale=True,
-                    colorbar=dict(title="log10 µs"),
-                ),
-            )
-        )
+        log_us = np.log10(1 + nodes["time_us"].to_numpy(float))
+        scale = dict(color=log_us, colorscale="Viridis", showscale=True, colorbar=dict(title="log10 µs"))
+        fig.add_trace(_markers(go, nodes, "ops", dict(size=size, **scale)))
     else:
         palette = CATEGORY_COLORS if color_by == "category" else PHASE_COLORS
         for value, part in nodes.groupby(color_by, sort=True, observed=True):
-            idx = part.index.to_numpy()
-            fig.add_trace(
-                go.Scattergl(
-                    x=part["x"],
-                    y=part["y"],
-                    mode="markers",
-                    name=str(value),
-                    customdata=part["key"].tolist(),
-                    text=part["hover"],
-                    hovertemplate="%{text}<extra></extra>",
-                    marker=dict(
-                        size=size[idx], color=palette.get(str(value), "#999999"), line=dict(width=0.5, color="#222")
-                    ),
-                )
-            )
+            color = palette.get(str(value), "#999999")
+            marker = dict(size=size[part.index.to_numpy()], color=color, line=dict(width=0.5, color="#222"))
+            fig.add_trace(_markers(go, part, str(value), marker))
     if highlight:
         hl = nodes[nodes["key"].isin(set(highlight))]
-        fig.add_trace(
-            go.Scattergl(
-                x=hl["x"],
-                y=hl["y"],
-                mode="markers",
-                name="selected",
-                customdata=hl["key"].tolist(),
-                hoverinfo="skip",
-                marker=dict(size=16, color="rgba(0,0,0,0)", line=dict(width=2.5, color="#ffd166")),
-            )
-        )
+        ring = dict(size=16, color="rgba(0,0,0,0)", line=dict(width=2.5, color="#ffd166"))
+        fig.add_trace(_markers(go, hl, "selected", ring, hover=False))
     fig.update_layout(
         height=height,
         margin=dict(l=10, r=10, t=30, b=10),

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from engine.figures.graph import CATEGORY_COLORS, PHASE_COLORS, GraphModel, layered_layout
+from engine.figures.graph import CATEGORY_COLORS, PHASE_COLORS, GraphModel, edge_segments, layered_layout
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -276,11 +276,9 @@ def hierarchy_figure(
         pick = [e for e, v in zip(model.edges, w) if (v > lo or lo == 0) and v <= hi]
         if not pick:
             continue
-        ex = np.full(3 * len(pick), np.nan)
-        ey = np.full(3 * len(pick), np.nan)
         src = np.array([index[a] for a, _ in pick])
         dst = np.array([index[b] for _, b in pick])
-        ex[0::3], ex[1::3], ey[0::3], ey[1::3] = x[src], x[dst], y[src], y[dst]
+        ex, ey = edge_segments(x, y, src, dst)
         fig.add_trace(
             go.Scatter(
                 x=ex,

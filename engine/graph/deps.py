@@ -233,6 +233,13 @@ def dep_edges(acc: pd.DataFrame, produced: pd.DataFrame | None = None) -> pd.Dat
     wkey = key[wi]  # sorted: groups ascending, versions ascending within a group
     srcs, dsts, tids, sids, kinds = [], [], [], [], []
 
+    def add(src: np.ndarray, dst: np.ndarray, tensor: np.ndarray, storage: np.ndarray, kind: DepKind) -> None:
+        srcs.append(src)
+        dsts.append(dst)
+        tids.append(tensor)
+        sids.append(storage)
+        kinds.append(np.full(len(src), _KINDS.index(kind), np.int8))
+
     def lookup(want: np.ndarray) -> np.ndarray:
         pos = np.searchsorted(wkey, want)
         hit = pos < len(wkey)
@@ -243,27 +250,15 @@ def dep_edges(acc: pd.DataFrame, produced: pd.DataFrame | None = None) -> pd.Dat
     # raw: reader of version v <- the writer that made version v
     wr = lookup(key[ri])
     ok = wr >= 0
-    srcs.append(op[wr[ok]])
-    dsts.append(op[ri[ok]])
-    tids.append(tn[ri[ok]])
-    sids.append(st[ri[ok]])
-    kinds.append(np.zeros(ok.sum(), np.int8))
+    add(op[wr[ok]], op[ri[ok]], tn[ri[ok]], st[ri[ok]], DepKind.RAW)
     # war: writer of version v+1 <- reader of version v
     nx_w = lookup(key[ri] + 1)
     ok = nx_w >= 0
-    srcs.append(op[ri[ok]])
-    dsts.append(op[nx_w[ok]])
-    tids.append(tn[nx_w[ok]])
-    sids.append(st[ri[ok]])
-    kinds.append(np.ones(ok.sum(), np.int8))
+    add(op[ri[ok]], op[nx_w[ok]], tn[nx_w[ok]], st[ri[ok]], DepKind.WAR)
     # waw: writer of version k <- writer of version k-1
     pw = lookup(key[wi] - 1)
     ok = pw >= 0
-    srcs.append(op[pw[ok]])
-    dsts.append(op[wi[ok]])
-    tids.append(tn[wi[ok]])
-    sids.append(st[wi[ok]])
-    kinds.append(np.full(ok.sum(), 2, np.int8))
+    add(op[pw[ok]], op[wi[ok]], tn[wi[ok]], st[wi[ok]], DepKind.WAW)
     if produced is not None and len(produced) and len(ri):
         # raw by tensor: reader <- the latest earlier op that output that exact tensor (tensor ids
         # are reused after a tensor dies, so a producer counts only with the same storage)
@@ -277,11 +272,7 @@ def dep_edges(acc: pd.DataFrame, produced: pd.DataFrame | None = None) -> pd.Dat
         pos = np.searchsorted(pk[porder], rk, side="left") - 1  # strictly earlier producer
         cand = porder[np.maximum(pos, 0)]
         ok = (pos >= 0) & (p_tn[cand] == tn[ri]) & (p_st[cand] == st[ri])
-        srcs.append(p_op[cand[ok]])
-        dsts.append(op[ri[ok]])
-        tids.append(tn[ri[ok]])
-        sids.append(st[ri[ok]])
-        kinds.append(np.zeros(ok.sum(), np.int8))
+        add(p_op[cand[ok]], op[ri[ok]], tn[ri[ok]], st[ri[ok]], DepKind.RAW)
     src, dst = np.concatenate(srcs), np.concatenate(dsts)
     tid, sid, kind = np.concatenate(tids), np.concatenate(sids), np.concatenate(kinds)
     keep = src != dst

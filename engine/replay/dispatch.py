@@ -206,26 +206,28 @@ def _layout(target, rec_names: list[str] | None, n_rec: int) -> tuple[list, dict
 
 
 # --- device substitutions -------------------------------------------------------------------
+def _substitute(target: str, into: str, positional: list[tuple[str, Any]], **more: Any) -> Resolved:
+    """Replay device-library op `target` as the portable `aten::<into>`, every argument positional."""
+    return Resolved(
+        overload=getattr(torch.ops.aten, into).default,
+        positional=positional,
+        keywords={},
+        arg_types={},
+        substituted=f"{target} -> aten::{into}",
+        **more,
+    )
+
+
 def _sub_bn(target: str):
     def make(rec_names, n_rec):
-        ov = torch.ops.aten.native_batch_norm.default
         # cudnn/miopen_batch_norm(input, weight, bias, running_mean, running_var, training, factor, eps)
-        pos = [("rec", 0), ("rec", 1), ("rec", 2), ("rec", 3), ("rec", 4), ("rec", 5), ("rec", 6), ("rec", 7)]
-        return Resolved(
-            overload=ov,
-            positional=pos,
-            keywords={},
-            arg_types={},
-            substituted=f"{target} -> aten::native_batch_norm",
-            out_map=[0, 1, 2, -1],
-        )
+        return _substitute(target, "native_batch_norm", [("rec", i) for i in range(8)], out_map=[0, 1, 2, -1])
 
     return make
 
 
 def _sub_bn_backward(target: str):
     def make(rec_names, n_rec):
-        ov = torch.ops.aten.native_batch_norm_backward.default
         # (input, grad_output, weight, running_mean, running_var, save_mean, save_var[invstd], eps, ...)
         pos = [
             ("rec", 1),
@@ -239,20 +241,13 @@ def _sub_bn_backward(target: str):
             ("rec", 7),
             ("const", [True, True, True]),
         ]
-        return Resolved(
-            overload=ov,
-            positional=pos,
-            keywords={},
-            arg_types={},
-            substituted=f"{target} -> aten::native_batch_norm_backward",
-        )
+        return _substitute(target, "native_batch_norm_backward", pos)
 
     return make
 
 
 def _sub_conv(target: str, transposed: bool, has_bias: bool):
     def make(rec_names, n_rec):
-        ov = torch.ops.aten.convolution.default
         # cudnn_convolution(self, weight, padding, stride, dilation, groups, ...)
         # cudnn_convolution_transpose(self, weight, padding, output_padding, stride, dilation, groups, ...)
         # miopen_convolution(self, weight, bias, padding, stride, dilation, groups, ...)
@@ -266,14 +261,7 @@ def _sub_conv(target: str, transposed: bool, has_bias: bool):
             tail = [("const", False), ("const", [0])]
         # aten::convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
         pos = [("rec", 0), ("rec", 1), bias, ("rec", stride), ("rec", pad), ("rec", dil), *tail, ("rec", groups)]
-        return Resolved(
-            overload=ov,
-            positional=pos,
-            keywords={},
-            arg_types={},
-            substituted=f"{target} -> aten::convolution",
-            extra={"zero_outpad": not transposed},
-        )
+        return _substitute(target, "convolution", pos, extra={"zero_outpad": not transposed})
 
     return make
 

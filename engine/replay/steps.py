@@ -20,6 +20,28 @@ from engine.replay.plan import OpStep, Plan
 from engine.replay.tensors import StorageManager, empty_like_rec
 
 
+def _synthesizer(st: OpStep, env: list, device: str) -> Callable[[], None]:
+    """What runs in place of a failed op: empty outputs of the recorded shapes, dead slots
+    dropped, so the ops after it still find tensors of the right shapes."""
+    outs, rel = st.outs, st.release
+
+    def synthesize_outputs() -> None:
+        for _, _, slot, rec in outs:
+            env[slot] = empty_like_rec(rec, device)
+        for s in rel:
+            env[s] = None
+
+    return synthesize_outputs
+
+
+def _fail(st: OpStep, exc: Exception, failures: dict, steps: list, synthesize: Callable[[], None]) -> None:
+    """Record an op's failure (one line) and make this and every later iteration synthesize its outputs."""
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    failures[st.index] = f"op {st.op_id} {st.name}: {type(exc).__name__}: {msg[:300]}"
+    synthesize()
+    steps[st.index] = synthesize
+
+
 def make_step(st: OpStep, env: list, device: str, failures: dict, steps: list) -> Callable[[], None]:
     """The closure that runs one op (see module docstring)."""
     assert st.resolved is not None  # only resolved steps get a runnable closure
@@ -27,11 +49,11 @@ def make_step(st: OpStep, env: list, device: str, failures: dict, steps: list) -
     pos_t = st.pos
     kw_t = st.kw
     pfix = [(p, slot) for w, p, sub, slot in st.fixups if w == "p" and sub is None]
-    psub = [(p, sub, slot) for w, p, sub, slot in st.fixups if w == "p" and sub is not None]
     kfix = [(k, slot) for w, k, sub, slot in st.fixups if w == "k" and sub is None]
-    ksub = [(k, sub, slot) for w, k, sub, slot in st.fixups if w == "k" and sub is not None]
-    plists = sorted({p for p, _, _ in psub})
-    klists = sorted({k for k, _, _ in ksub})
+    # tensors inside list arguments (torch.cat's inputs, foreach ops), in the positional list
+    # (0) or the keyword dict (1) of the call
+    inner = [(int(w == "k"), key, sub, slot) for w, key, sub, slot in st.fixups if sub is not None]
+    lists = list(dict.fromkeys((w, key) for w, key, _, _ in inner))
     single = len(ov._schema.returns) == 1
     outs = st.outs
     rel = st.release
@@ -45,39 +67,28 @@ def make_step(st: OpStep, env: list, device: str, failures: dict, steps: list) -
                 synth_cache[slot] = t  # e.g. cudnn reserve space: keep one
         return t
 
-    def synthesize_outputs() -> None:
-        for _, _, slot, rec in outs:
-            env[slot] = empty_like_rec(rec, device)
-        for s in rel:
-            env[s] = None
+    synthesize_outputs = _synthesizer(st, env, device)
 
     def run() -> None:
         a = pos_t.copy()
         for p, slot in pfix:
             a[p] = env[slot]
-        if psub:
-            for p in plists:
-                a[p] = list(a[p])
-            for p, sub, slot in psub:
-                a[p][sub] = env[slot]
         if kw_t:
             kw = kw_t.copy()
             for k, slot in kfix:
                 kw[k] = env[slot]
-            if ksub:
-                for k in klists:
-                    kw[k] = list(kw[k])
-                for k, sub, slot in ksub:
-                    kw[k][sub] = env[slot]
         else:
             kw = kw_t
+        if inner:  # copy each list first: the step's template must never change
+            call = (a, kw)
+            for w, key in lists:
+                call[w][key] = list(call[w][key])
+            for w, key, sub, slot in inner:
+                call[w][key][sub] = env[slot]
         try:
             res = ov(*a, **kw)
         except Exception as exc:  # noqa: BLE001 -- any op failure is recorded, never fatal
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            failures[st.index] = f"op {st.op_id} {st.name}: {type(exc).__name__}: {msg[:300]}"
-            synthesize_outputs()
-            steps[st.index] = synthesize_outputs
+            _fail(st, exc, failures, steps, synthesize_outputs)
             return
         if outs:
             r = (res,) if single else res
@@ -101,11 +112,7 @@ def make_call_step(st: OpStep, env: list, device: str, failures: dict, steps: li
     call, outs, rel = st.call, st.outs, st.release
     fatal = st.coll is not None
 
-    def synthesize_outputs() -> None:
-        for _, _, slot, rec in outs:
-            env[slot] = empty_like_rec(rec, device)
-        for s in rel:
-            env[s] = None
+    synthesize_outputs = _synthesizer(st, env, device)
 
     def run() -> None:
         if fatal:
@@ -114,10 +121,7 @@ def make_call_step(st: OpStep, env: list, device: str, failures: dict, steps: li
             try:
                 res = call()
             except Exception as exc:  # noqa: BLE001 - recorded like any op failure
-                msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                failures[st.index] = f"op {st.op_id} {st.name}: {type(exc).__name__}: {msg[:300]}"
-                synthesize_outputs()
-                steps[st.index] = synthesize_outputs
+                _fail(st, exc, failures, steps, synthesize_outputs)
                 return
         for p, sub, slot, rec in outs:
             v = res[p] if isinstance(res, (list, tuple)) and 0 <= p < len(res) else None

@@ -8,9 +8,10 @@ Each measurement is cached by (op, shapes, dtype, device, threads) in
 fits the curve of costmodel.py on a training set of shapes and reports the error on held-out
 shapes (every third size), and writes `curves_<device>.json`, which the simulator uses when a
 trace has too few ops of a family to fit its own curve. Embedding lookups get their own
-four-term model `t = a + b * lookups * dim + c * rows * dim + e * lookups` (lookup traffic,
-the table-sized dense gradient, and per-lookup index work such as the backward's sort; row reuse makes the lookup term sub-linear in practice, which the
-fitted b absorbs), fitted separately for forward and backward.
+model `t = a + b * lookups * dim + c * rows * dim + e * lookups + f * max(0, table bytes - knee)`
+(lookup traffic, the table-sized dense gradient, per-lookup index work such as the backward's
+sort, and the extra cost of tables beyond the caches' reach: costmodel.embedding_features),
+fitted separately for forward and backward on tables up to 400k rows.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.simulate.costmodel import cache_dir, fit_curve
+from engine.simulate.costmodel import cache_dir, fit_curve, fit_embedding
 
 # (m, k, n) of the timed matmuls: small to mid-size, square and skewed
 GEMM_SIZES = [
@@ -35,7 +36,10 @@ GEMM_SIZES = [
 ]  # fmt: skip
 MEM_SIZES = [2**k for k in range(10, 23)]
 EMB_SHAPES = [
-    (r, d, lk) for r in (2_000, 10_000, 50_000, 100_000) for d in (16, 32, 64) for lk in (5_000, 20_000, 40_000)
+    (r, d, lk)
+    for r in (2_000, 10_000, 50_000, 100_000, 200_000, 400_000)
+    for d in (16, 32, 64)
+    for lk in (5_000, 20_000, 40_000)
 ]
 
 
@@ -110,38 +114,21 @@ def measure(device: str = "cpu", threads: int = 1, progress=None) -> dict[str, l
         def fwd(emb=emb, idx=idx, off=off) -> float:
             return _time(lambda: emb(idx, off))
 
-        def bwd(emb=emb, idx=idx, off=off) -> float:
-            grad = torch.ones_like(emb(idx, off))
-
-            def step():
-                emb.weight.grad = None
-                torch.autograd.grad(emb(idx, off), emb.weight, grad)
-
-            return max(_time(step) - fwd(emb, idx, off), 1.0)
+        def bwd(emb=emb, idx=idx, off=off, rows=rows) -> float:
+            # the op itself, as the trace records it and the replay runs it: through autograd the
+            # same backward costs 0.3-0.7 ms more per call (graph and grad bookkeeping), which
+            # would charge every extra shard of a plan for work its replay never does
+            w = emb.weight.detach()
+            out, o2b, bag_size, max_idx = torch.ops.aten._embedding_bag(w, idx, off, False, 0, False, None, False, -1)
+            grad = torch.ones_like(out)
+            op = torch.ops.aten._embedding_bag_backward
+            return _time(lambda: op(grad, idx, off, o2b, bag_size, max_idx, rows, False, 0, False, None, -1))
 
         out["embedding_fwd"].append({"lookups": lk, "dim": dim, "rows": rows, "t_us": get(key + "|fwd", fwd)})
-        out["embedding_bwd"].append({"lookups": lk, "dim": dim, "rows": rows, "t_us": get(key + "|bwd", bwd)})
+        out["embedding_bwd"].append({"lookups": lk, "dim": dim, "rows": rows, "t_us": get(key + "|bwd_op", bwd)})
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(cache, indent=1))
     return out
-
-
-def fit_embedding(rows: list[dict]) -> tuple[np.ndarray, float | None]:
-    """(a, b, c, e) of t = a + b*L*D + c*R*D + e*L by least squares of relative error; held-out error %."""
-    L = np.array([r["lookups"] * r["dim"] for r in rows], np.float64)
-    R = np.array([r["rows"] * r["dim"] for r in rows], np.float64)
-    n_lk = np.array([r["lookups"] for r in rows], np.float64)
-    t = np.array([r["t_us"] for r in rows], np.float64)
-    X = np.stack([np.ones_like(L), L, R, n_lk], 1)
-
-    def fit(mask):
-        coef, *_ = np.linalg.lstsq(X[mask] / t[mask, None], np.ones(mask.sum()), rcond=None)
-        return np.maximum(coef, 0.0)
-
-    every = np.arange(len(t)) % 3 == 2
-    held = fit(~every)
-    err = float(np.mean(np.abs(X[every] @ held / t[every] - 1)) * 100) if every.any() else None
-    return fit(np.ones(len(t), bool)), err
 
 
 def calibrate(device: str = "cpu", threads: int = 1, progress=None) -> dict[str, Any]:
@@ -159,16 +146,7 @@ def calibrate(device: str = "cpu", threads: int = 1, progress=None) -> dict[str,
         full = fit_curve(w, t)
         if full is not None:
             curves[fam] = {"a_us": full[0], "rate_per_us": full[1], "n": len(w), "heldout_err_pct": err}
-    emb = {}
-    for kind in ("embedding_fwd", "embedding_bwd"):
-        coef, err = fit_embedding(data[kind])
-        emb[kind] = {
-            "a_us": coef[0],
-            "b_us_per_elem": coef[1],
-            "c_us_per_row_elem": coef[2],
-            "e_us_per_lookup": coef[3],
-            "heldout_err_pct": err,
-        }
+    emb = {kind: fit_embedding(data[kind]) for kind in ("embedding_fwd", "embedding_bwd")}
     out = {"curves": curves, "embedding": emb, "device": device, "threads": threads}
     cpath = cache_dir() / f"curves_{device.replace(':', '_')}.json"
     cpath.write_text(json.dumps(curves, indent=1))

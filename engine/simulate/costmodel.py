@@ -232,3 +232,86 @@ def curves_from_samples(samples: pd.DataFrame, device: str = "cpu") -> dict[str,
         else:
             out[fam] = Curve(a_us=0.0, rate=1.0, source="proportional", n=len(s))
     return out
+
+
+# ---- embedding lookups ----
+EMB_TERMS = (
+    "a_us",
+    "b_us_per_elem",
+    "c_us_per_row_elem",
+    "e_us_per_lookup",
+    "f_us_per_byte_above_knee",
+    "g_us_per_missed_elem",
+)
+EMB_ITEMSIZE = 4  # float32 tables (the samples'); the knee term is in bytes
+
+
+def embedding_features(rows, dim, lookups, knee_bytes: float, cache_bytes: float = math.inf) -> np.ndarray:
+    """Terms of the embedding model, B = R*D*4 bytes (the table, and the backward's dense gradient):
+
+        t = a + b*L*D + c*R*D + e*L + f*B*[B > knee] + g*L*D*max(0, 1 - cache/B)
+
+    Why the last term: a lookup gathers (and its gradient scatters) one row at a random place;
+    the share of the table beyond `cache` bytes misses the caches, so the per-lookup cost grows
+    with the table (measured forward, 20k lookups x 64: 0.27 ms at 2k rows, 0.8 ms at 50k).
+    Without it the model charges a small row shard's lookups like a whole table's and prefers
+    plans with fewer, bigger shards than the measured fastest.
+
+    Why the step: the backward's dense gradient is a fresh rows x dim buffer every step. glibc
+    serves buffers above its mmap threshold (at most 32 MiB) with fresh pages, so every byte of
+    such a buffer also pays a page fault and zeroing: the per-element cost roughly doubles past
+    the threshold (measured on this machine: 0.9-1.1 ns per row x dim element at 100k-120k x 64
+    rows, 2.2-2.3 ns at 128k-800k x 64). A single linear row term fitted on small tables
+    under-predicts big ones 2-3x; the knee is fitted (calibrate.py) since allocators differ."""
+    r = np.asarray(rows, np.float64)
+    d = np.asarray(dim, np.float64)
+    lk = np.asarray(lookups, np.float64)
+    b = r * d * EMB_ITEMSIZE
+    above = np.where(b > knee_bytes, b, 0.0)
+    missed = lk * d * np.maximum(0.0, 1.0 - cache_bytes / np.maximum(b, 1.0))
+    return np.stack(np.broadcast_arrays(np.ones_like(b * lk), lk * d, r * d, lk, above, missed), -1)
+
+
+EMB_KNEES = tuple(float(2**e) * 2**20 for e in range(3, 9))  # candidate knees: 8 .. 256 MiB
+EMB_CACHES = tuple(float(2**e) * 2**20 for e in range(-2, 5))  # candidate cache sizes: 0.25 .. 16 MiB
+
+
+def fit_embedding(
+    rows: list[dict], knees: tuple[float, ...] = EMB_KNEES, caches: tuple[float, ...] = EMB_CACHES
+) -> dict:
+    """Embedding model per direction from microbenchmarks {rows, dim, lookups, t_us}: the (knee,
+    cache) pair of the grids with the lowest training error, non-negative terms by least squares
+    of relative error; `heldout_err_pct` on every third shape, fitted without them."""
+    R = np.array([r["rows"] for r in rows], np.float64)
+    D = np.array([r["dim"] for r in rows], np.float64)
+    L = np.array([r["lookups"] for r in rows], np.float64)
+    t = np.array([r["t_us"] for r in rows], np.float64)
+    every = np.arange(len(t)) % 3 == 2
+
+    def fit(kc: tuple[float, float], mask: np.ndarray) -> np.ndarray:
+        X = embedding_features(R[mask], D[mask], L[mask], *kc) / t[mask, None]
+        coef = np.zeros(X.shape[1])
+        use = np.ones(X.shape[1], bool)
+        for _ in range(X.shape[1]):  # drop negative terms one at a time (a small NNLS)
+            c, *_ = np.linalg.lstsq(X[:, use], np.ones(mask.sum()), rcond=None)
+            if (c >= 0).all():
+                coef[use] = c
+                break
+            use[np.flatnonzero(use)[np.argmin(c)]] = False
+        return coef
+
+    def err(coef: np.ndarray, kc: tuple[float, float], mask: np.ndarray) -> float:
+        pred = embedding_features(R[mask], D[mask], L[mask], *kc) @ coef
+        return float(np.mean(np.abs(pred / t[mask] - 1)) * 100)
+
+    every_shape = np.ones(len(t), bool)
+    grid = [(k, c) for k in knees for c in caches]
+    best = min(grid, key=lambda kc: err(fit(kc, every_shape), kc, every_shape))
+    held = err(fit(best, ~every), best, every) if every.any() else None
+    coef = fit(best, every_shape)
+    return {
+        **dict(zip(EMB_TERMS, (float(c) for c in coef))),
+        "knee_bytes": best[0],
+        "cache_bytes": best[1],
+        "heldout_err_pct": held,
+    }

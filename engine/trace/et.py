@@ -263,6 +263,23 @@ _FLAT_IO_KEYS = (
 )
 
 
+def _io_json(nodes: list, types: str, values: str, shapes: str, strides: str) -> list[str]:
+    """Per node, the JSON of its inputs or outputs (the keys of one `_FLAT_IO_KEYS` row) as the
+    ops table stores them: values, shapes, types, and strides when the trace has them."""
+    dumps = jsonio.dumps
+    return [
+        dumps(
+            {
+                "values": n[values],
+                "shapes": n[shapes],
+                "types": n[types],
+                **({"strides": n[strides]} if strides in n else {}),
+            }
+        ).decode()
+        for n in nodes
+    ]
+
+
 def parse_et(doc: dict, path: str, rank: int, warn: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(ops without phase/module/link columns, tensors) of one ET document."""
     with malformed_as_trace_error("execution trace", path):
@@ -397,28 +414,7 @@ def _fast_columns_or_none(nodes: list, chakra: bool, trows: list):
         names = [n["name"] for n in nodes]
         attrs = nodes
         parents = np.asarray([n["parent"] for n in nodes], dtype=np.int64)
-        ins = [
-            dumps(
-                {
-                    "values": n["inputs"],
-                    "shapes": n["input_shapes"],
-                    "types": n["input_types"],
-                    **({"strides": n["input_strides"]} if "input_strides" in n else {}),
-                }
-            ).decode()
-            for n in nodes
-        ]
-        outs = [
-            dumps(
-                {
-                    "values": n["outputs"],
-                    "shapes": n["output_shapes"],
-                    "types": n["output_types"],
-                    **({"strides": n["output_strides"]} if "output_strides" in n else {}),
-                }
-            ).decode()
-            for n in nodes
-        ]
+        ins, outs = (_io_json(nodes, *keys[1:]) for keys in _FLAT_IO_KEYS)
         extra = [
             dumps(r).decode() if r else "{}"
             for r in ({k: v for k, v in n.items() if k not in _FLAT_KNOWN} for n in nodes)

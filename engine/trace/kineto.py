@@ -111,7 +111,8 @@ def _parse(doc: dict, path: str, rank: int, rank_fixed: bool):
             ts_l.append(float(e.get("ts", 0.0)))
             dur_l.append(float(e.get("dur", 0.0) or 0.0))
             dev_l.append(ai(args.get("device", pid)) if cat in _GPU_CATS else NA)
-            # Inlined fast path (ints or absent); anything else goes through _as_int.
+            # Inlined fast path (ints or absent); anything else goes through _as_int. Unrolled on
+            # purpose: a loop over (key, list) pairs made these six columns ~35% slower per event.
             v = args.get("stream", NA)
             stream_l.append(v if type(v) is int else ai(v))
             v = args.get("correlation", NA)

@@ -29,6 +29,7 @@ from typing import Any
 
 from engine.compose.nodes import ROOT_ID, is_defined, label_node, make_attrs, root_node, set_attr, set_slot, tensors_of
 from engine.errors import TraceError
+from engine.simulate.whatif.sharding import Shard as TableShard
 
 LOOKUP_ROWS = 2.0
 FWD = ("aten::embedding_bag", "aten::_embedding_bag", "aten::_embedding_bag_forward_only")
@@ -57,12 +58,10 @@ class Table:
 
 
 @dataclass(kw_only=True, slots=True)
-class Shard:
-    table: int
-    rank: int
-    rows: int
-    dim: int
-    lookups: int
+class Shard(TableShard):
+    """A shard as the sharding what-if predicts it (table, rank, rows, dim, lookups), placed in
+    its table (first row and column) and with the cost the planner gave it."""
+
     row0: int = 0
     col0: int = 0
     cost: float = 0.0

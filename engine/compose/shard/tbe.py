@@ -17,6 +17,8 @@ launch than any the trace recorded). `meta["sharding"]["tbe"]` says so.
 
 from __future__ import annotations
 
+import math
+
 from engine.compose.nodes import is_defined
 
 TBE_FWD_PREFIX = "fbgemm::split_embedding_codegen_lookup_"
@@ -40,6 +42,44 @@ def _attrs(schema: str) -> list[dict]:
 
 def _t(ids, numel: int, itemsize: int) -> list:
     return [ids[0], ids[1], 0, int(numel), int(itemsize), "cpu"]
+
+
+_LONG = "Tensor(long int)"
+_SCALAR_TYPES = {bool: "Bool", int: "Int", str: "None"}  # str: only "<None>" here
+
+
+def _tensor(ids, shape: list[int], itemsize: int, type_: str) -> tuple:
+    """(value, shape, type, strides) of a contiguous tensor argument."""
+    strides = [shape[1], 1] if len(shape) == 2 else [1]
+    return _t(ids, math.prod(shape), itemsize), shape, type_, strides
+
+
+def _long(ids, n: int) -> tuple:
+    return _tensor(ids, [n], 8, _LONG)
+
+
+def _scalar(v) -> tuple:
+    return v, [], _SCALAR_TYPES[type(v)], []
+
+
+def _node(name: str, tbe: dict, schema: str, phase: str, inputs: list[tuple], outputs: list[tuple]) -> dict:
+    """An ET node standing in for one table of TBE lookup `tbe`; arguments as (value, shape,
+    type, strides) tuples, each argument's four facts side by side."""
+
+    def io(args: list[tuple]) -> dict:
+        values, shapes, types, strides = (list(c) for c in zip(*args))
+        return {"values": values, "shapes": shapes, "types": types, "strides": strides}
+
+    return {
+        "id": -1,
+        "name": name,
+        "ctrl_deps": tbe["ctrl_deps"],
+        "inputs": io(inputs),
+        "outputs": io(outputs),
+        "attrs": _attrs(schema),
+        "_phase": phase,
+        "_tbe": tbe["name"],
+    }
 
 
 def tbe_ops(nodes: list[dict], want: set) -> list[dict]:
@@ -94,83 +134,38 @@ def tables_from_tbe(n: dict, fresh, start_index: int) -> list[tuple[dict, dict, 
     for t in range(T):
         w, i, o = (fresh(), fresh()), (fresh(), fresh()), (fresh(), fresh())
         pooled, o2b, bag, mx = ((fresh(), fresh()) for _ in range(4))
-        fwd = {
-            "id": -1,
-            "name": "aten::embedding_bag",
-            "ctrl_deps": n["ctrl_deps"],
-            "inputs": {
-                "values": [
-                    _t(w, rows * dim, itemsize),
-                    _t(i, lookups, 8),
-                    _t(o, batch, 8),
-                    False,
-                    0,
-                    False,
-                    "<None>",
-                    False,
-                    "<None>",
-                ],
-                "shapes": [[rows, dim], [lookups], [batch], [], [], [], [], [], []],
-                "types": [wtype, "Tensor(long int)", "Tensor(long int)", "Bool", "Int", "Bool", "None", "Bool", "None"],
-                "strides": [[dim, 1], [1], [1], [], [], [], [], [], []],
-            },
-            "outputs": {
-                "values": [_t(pooled, batch * dim, itemsize), _t(o2b, 0, 8), _t(bag, batch, 8), _t(mx, batch, 8)],
-                "shapes": [[batch, dim], [0], [batch], [batch]],
-                "types": [wtype, "Tensor(long int)", "Tensor(long int)", "Tensor(long int)"],
-                "strides": [[dim, 1], [1], [1], [1]],
-            },
-            "attrs": _attrs(_EB_SCHEMA),
-            "_phase": "forward",
-            "_tbe": n["name"],
-        }
-        g = (fresh(), fresh())
-        bwd = {
-            "id": -1,
-            "name": "aten::_embedding_bag_backward",
-            "ctrl_deps": n["ctrl_deps"],
-            "inputs": {
-                "values": [
-                    _t(g, batch * dim, itemsize),
-                    _t(i, lookups, 8),
-                    _t(o, batch, 8),
-                    _t(o2b, 0, 8),
-                    _t(bag, batch, 8),
-                    _t(mx, batch, 8),
-                    rows,
-                    False,
-                    0,
-                    False,
-                    "<None>",
-                    -1,
-                ],
-                "shapes": [[batch, dim], [lookups], [batch], [0], [batch], [batch], [], [], [], [], [], []],
-                "types": [
-                    wtype,
-                    "Tensor(long int)",
-                    "Tensor(long int)",
-                    "Tensor(long int)",
-                    "Tensor(long int)",
-                    "Tensor(long int)",
-                    "Int",
-                    "Bool",
-                    "Int",
-                    "Bool",
-                    "None",
-                    "Int",
-                ],
-                "strides": [[dim, 1], [1], [1], [1], [1], [1], [], [], [], [], [], []],
-            },
-            "outputs": {
-                "values": [_t((fresh(), fresh()), rows * dim, itemsize)],
-                "shapes": [[rows, dim]],
-                "types": [wtype],
-                "strides": [[dim, 1]],
-            },
-            "attrs": _attrs(_EBB_SCHEMA),
-            "_phase": "backward",
-            "_tbe": n["name"],
-        }
+
+        # indices, offsets, offset2bag, bag_size, max_indices: named by both nodes (each node gets
+        # its own lists, so one can be edited alone)
+        index_args = [(i, lookups), (o, batch), (o2b, 0), (bag, batch), (mx, batch)]
+        # embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode=sum, sparse,
+        #               per_sample_weights, include_last_offset, padding_idx)
+        fwd = _node(
+            "aten::embedding_bag",
+            n,
+            _EB_SCHEMA,
+            "forward",
+            [
+                _tensor(w, [rows, dim], itemsize, wtype),
+                *(_long(*a) for a in index_args[:2]),
+                *map(_scalar, (False, 0, False, "<None>", False, "<None>")),
+            ],
+            [_tensor(pooled, [batch, dim], itemsize, wtype), *(_long(*a) for a in index_args[2:])],
+        )
+        # _embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, max_indices,
+        #                         num_weights, scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx)
+        bwd = _node(
+            "aten::_embedding_bag_backward",
+            n,
+            _EBB_SCHEMA,
+            "backward",
+            [
+                _tensor((fresh(), fresh()), [batch, dim], itemsize, wtype),
+                *(_long(*a) for a in index_args),
+                *map(_scalar, (rows, False, 0, False, "<None>", -1)),
+            ],
+            [_tensor((fresh(), fresh()), [rows, dim], itemsize, wtype)],
+        )
         out.append(
             (
                 fwd,

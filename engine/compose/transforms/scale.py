@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.compose.meta_check import propagate
-from engine.compose.nodes import is_defined, tensors_of
+from engine.compose.nodes import external_reads, tensors_of
 from engine.errors import TraceError
 
 
@@ -89,28 +89,20 @@ def infer_batch(trace, path=None) -> int:
 def batch_seeds(nodes: list[dict], replay_ids, batch: int, params: set[int]) -> set[tuple[int, int]]:
     """External (never produced) non-parameter tensors whose dim 0 is the batch."""
     want = set(replay_ids)
-    produced: set = set()
     seeds: set = set()
     seen: set = set()
     # when phases are known, the model's inputs are never first read by an optimizer op
     # (phase labels of backward vs forward are not reliable enough to use: param's resnet
     # computes its loss under a backward label)
     phased = any(n.get("_phase") == "forward" for n in nodes if n["id"] in want)
-    for n in nodes:
-        if n["id"] not in want:
+    for n, key, sub, v in external_reads(n for n in nodes if n["id"] in want):
+        if key in seen or v[1] in params:
             continue
-        for io, _, _, sub, v in tensors_of(n):
-            if not is_defined(v):
-                continue
-            key = (v[0], v[1])
-            if io == "out":
-                produced.add(key)
-            elif key not in produced and key not in seen and v[1] not in params:
-                seen.add(key)
-                # tensors first passed inside a list (DDP buffer broadcast, foreach optimizers)
-                # are parameters/buffers, not the model's batch
-                if (not phased or n.get("_phase") != "optimizer") and sub is None:
-                    seeds.add(key)
+        seen.add(key)
+        # tensors first passed inside a list (DDP buffer broadcast, foreach optimizers)
+        # are parameters/buffers, not the model's batch
+        if (not phased or n.get("_phase") != "optimizer") and sub is None:
+            seeds.add(key)
     shapes: dict = {}
     for n in nodes:
         if n["id"] in want:

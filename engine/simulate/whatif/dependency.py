@@ -1,37 +1,30 @@
-"""Extra dependencies between tasks (e.g. to model a new synchronisation)."""
+"""Extra dependencies between tasks (e.g. to model a new synchronisation).
+
+Assumptions: the n-th task named like `after` must end (plus `delay_us`) before the n-th task
+named like `before` starts; an impossible order is reported as a dependency cycle
+"""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 
 from engine.simulate.graph import EdgeKind
-from engine.simulate.whatif.spec import Edit, bad, register
+from engine.simulate.whatif.spec import Edit, bad, check_regex, register
 
 
-@register
+@register("dependency")
 @dataclass(kw_only=True, slots=True)
 class Dependency(Edit):
-    kind: ClassVar[str] = "dependency"
-    stage: ClassVar[str] = "graph"
-    assumptions: ClassVar[str] = (
-        "the n-th task named like `after` must end (plus `delay_us`) before the n-th task named like "
-        "`before` starts; an impossible order is reported as a dependency cycle"
-    )
     after: str
     before: str
     occurrence: int = 0
     delay_us: float = 0.0
 
     def __post_init__(self) -> None:
-        for f in ("after", "before"):
-            try:
-                re.compile(getattr(self, f))
-            except re.error as exc:
-                raise bad(f, f"not a valid regex ({exc})") from None
+        check_regex("after", self.after)
+        check_regex("before", self.before)
         if self.occurrence < 0:
             raise bad("occurrence", "must be >= 0")
 

@@ -58,8 +58,6 @@ def scale_shape(shape: tuple[int, ...], targets: set[int], scale: float, once: b
 
 @dataclass(kw_only=True, slots=True)
 class DimScale(Edit):
-    stage: ClassVar[str] = "graph"
-    assumptions: ClassVar[str] = __doc__.split("Assumptions: ", 1)[1].strip().replace("\n", " ")
     once: ClassVar[bool] = True  # batch: one axis per tensor; hidden: every matching axis
     scale: float
     size: int
@@ -136,14 +134,13 @@ class DimScale(Edit):
         )
 
 
-@register
+@register("batch")
 @dataclass(kw_only=True, slots=True)
 class Batch(DimScale):
-    kind: ClassVar[str] = "batch"
+    """Scale the batch: one axis per tensor (the first whose size matches)."""
 
 
-@register
+@register("hidden")
 @dataclass(kw_only=True, slots=True)
 class Hidden(DimScale):
-    kind: ClassVar[str] = "hidden"
     once: ClassVar[bool] = False

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 
 from engine.simulate.collectives import comm_mask
-from engine.simulate.whatif.spec import Edit, SpecError, bad, register
+from engine.simulate.whatif.spec import Edit, SpecError, bad, check_between, register
 
 KINDS = {
     "all_reduce": (re.compile(r"all_?reduce", re.IGNORECASE), lambda n: 2 * (n - 1), lambda n: 2 * (n - 1) / n),
@@ -41,19 +40,15 @@ def kind_of(name: str) -> str:
     return "all_reduce"
 
 
-@register
+@register("data_parallel")
 @dataclass(kw_only=True, slots=True)
 class DataParallel(Edit):
-    kind: ClassVar[str] = "data_parallel"
-    stage: ClassVar[str] = "graph"
-    assumptions: ClassVar[str] = __doc__.split("Assumptions: ", 1)[1].strip().replace("\n", " ")
     ranks: int
     from_ranks: int | None = None
     alpha_us: float | None = None
 
     def __post_init__(self) -> None:
-        if self.ranks < 1 or self.ranks > 1_000_000:
-            raise bad("ranks", f"must be between 1 and 1000000, got {self.ranks}")
+        check_between("ranks", self.ranks, 1, 1_000_000)
         if self.from_ranks is not None and self.from_ranks < 2:
             raise bad("from_ranks", "must be >= 2 (the trace's collectives must span ranks to calibrate)")
         if self.alpha_us is not None and self.alpha_us < 0:

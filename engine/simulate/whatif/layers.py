@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from engine.simulate.whatif.spec import Edit, bad, register
+from engine.simulate.whatif.spec import Edit, check_between, check_regex, register
 
 OPT_SPAN = re.compile(r"^## optimizer ##$|^Optimizer\.step")
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -125,22 +125,15 @@ def param_share(trace: Any, ev: pd.DataFrame, rows: np.ndarray) -> float | None:
     return float(sizes.loc[mine].sum()) / total if total > 0 else None
 
 
-@register
+@register("layers", stage="events")
 @dataclass(kw_only=True, slots=True)
 class Layers(Edit):
-    kind: ClassVar[str] = "layers"
-    stage: ClassVar[str] = "events"
-    assumptions: ClassVar[str] = __doc__.split("Assumptions: ", 1)[1].strip().replace("\n", " ")
     module: str
     copies: int = 1
 
     def __post_init__(self) -> None:
-        try:
-            re.compile(self.module)
-        except re.error as exc:
-            raise bad("module", f"not a valid regex ({exc})") from None
-        if self.copies < 1 or self.copies > 1000:
-            raise bad("copies", f"must be between 1 and 1000, got {self.copies}")
+        check_regex("module", self.module)
+        check_between("copies", self.copies, 1, 1000)
 
     def apply(self, ctx) -> None:
         ev = ctx.events.reset_index(drop=True)

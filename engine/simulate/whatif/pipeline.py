@@ -16,30 +16,24 @@ are not amortised differently); activations fit in memory; no interleaving (virt
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 
-from engine.simulate.whatif.spec import Edit, SpecError, bad, register
+from engine.simulate.whatif.spec import Edit, SpecError, bad, check_between, register
 
 SPANS = {"forward": "## forward ##", "backward": "## backward ##", "optimizer": "## optimizer ##"}
 
 
-@register
+@register("pipeline", stage="result")
 @dataclass(kw_only=True, slots=True)
 class Pipeline(Edit):
-    kind: ClassVar[str] = "pipeline"
-    stage: ClassVar[str] = "result"
-    assumptions: ClassVar[str] = __doc__.split("Assumptions: ", 1)[1].strip().replace("\n", " ")
     stages: int
     microbatches: int
     p2p_us: float = 0.0
 
     def __post_init__(self) -> None:
-        if not 1 <= self.stages <= 4096:
-            raise bad("stages", f"must be between 1 and 4096, got {self.stages}")
-        if not 1 <= self.microbatches <= 1_000_000:
-            raise bad("microbatches", f"must be between 1 and 1000000, got {self.microbatches}")
+        check_between("stages", self.stages, 1, 4096)
+        check_between("microbatches", self.microbatches, 1, 1_000_000)
         if self.p2p_us < 0:
             raise bad("p2p_us", "must be >= 0")
 

@@ -4,13 +4,15 @@ Tables come from the ET (`embedding_bag` forward: weight rows x dim, lookups = i
 its backward is matched through the index tensor) with their measured forward and backward
 times. A shard (rows', dim', lookups') costs
 
-    t = s * (a + b * lookups' * dim' + c * rows' * dim' + e * lookups')   per direction (fwd, bwd)
+    t = s * (a + b*L*D + c*R*D + e*L + f*B*[B > knee] + g*L*D*max(0, 1 - cache/B))
 
-(lookup traffic, the table-sized dense gradient, per-lookup index work such as the backward's
-sort of the indices; the reuse term: repeated rows are absorbed in b). (a, b, c, e) come from
-embedding microbenchmarks on this machine (calibrate.py) when they exist, else b = 1, c = 0
-forward and c = 1 backward, e = 0; s is fitted so the model matches the trace's own tables
-(the device the trace ran on).
+(L lookups, R rows, D dim, B = R*D*4 bytes) per direction (fwd, bwd): lookup traffic, the
+table-sized dense gradient, per-lookup index work such as the backward's sort, fresh pages for
+gradient buffers past the allocator's mmap threshold, and lookups that miss the caches in big
+shards (costmodel.embedding_features; repeated rows are absorbed in b).
+(a, b, c, e, f, g, knee, cache) come from embedding microbenchmarks on this machine (calibrate.py) when
+they exist, else b = 1, c = 0 forward and c = 1 backward, the rest 0; s is fitted so the model
+matches the trace's own tables (the device the trace ran on).
 
 Plans (a registry, same meaning as engine/compose/shard): table (whole tables round-robin),
 row (every table split row-wise in N, lookups ~1/N each), column (dim/N per rank, all lookups),
@@ -27,12 +29,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from engine.simulate.costmodel import cache_dir
+from engine.simulate.costmodel import EMB_TERMS, cache_dir, embedding_features
 from engine.simulate.whatif.spec import Edit, SpecError, bad, register
 
 FWD = ("aten::embedding_bag",)
@@ -82,41 +84,44 @@ def tables_from_trace(trace: Any) -> list[Table]:
 
 @dataclass(kw_only=True, slots=True)
 class EmbeddingModel:
-    coef: dict[str, np.ndarray]  # fwd/bwd -> (a, b, c, e)
+    coef: dict[str, np.ndarray]  # fwd/bwd -> the EMB_TERMS coefficients (a, b, c, e, f)
     scale: dict[str, float]
     source: str
+    knee: dict[str, float] = field(default_factory=lambda: {"fwd": math.inf, "bwd": math.inf})
+    cache: dict[str, float] = field(default_factory=lambda: {"fwd": math.inf, "bwd": math.inf})
+
+    def unscaled_us(self, k: str, rows: int, dim: int, lookups: int) -> float:
+        return float(self.coef[k] @ embedding_features(rows, dim, lookups, self.knee[k], self.cache[k]))
 
     def shard_us(self, rows: int, dim: int, lookups: int) -> float:
-        x = np.array([1.0, lookups * dim, rows * dim, lookups])
-        return sum(self.scale[k] * float(self.coef[k] @ x) for k in ("fwd", "bwd"))
+        return sum(self.scale[k] * self.unscaled_us(k, rows, dim, lookups) for k in ("fwd", "bwd"))
 
     @classmethod
     def fit(cls, tables: list[Table], device: str = "cpu") -> EmbeddingModel:
-        coef = {"fwd": np.array([0.0, 1.0, 0.0, 0.0]), "bwd": np.array([0.0, 1.0, 1.0, 0.0])}
+        coef = {"fwd": np.zeros(len(EMB_TERMS)), "bwd": np.zeros(len(EMB_TERMS))}
+        coef["fwd"][1] = coef["bwd"][1] = coef["bwd"][2] = 1.0  # lookup traffic; dense gradient
+        knee = {"fwd": math.inf, "bwd": math.inf}
+        cache = {"fwd": math.inf, "bwd": math.inf}
         source = "default"
         p = cache_dir() / f"embedding_{device}.json"
         if p.exists():
             try:
                 d = json.loads(p.read_text())
-                coef = {
-                    k: np.array(
-                        [
-                            d[f"embedding_{k}"][c]
-                            for c in ("a_us", "b_us_per_elem", "c_us_per_row_elem", "e_us_per_lookup")
-                        ]
-                    )
-                    for k in ("fwd", "bwd")
-                }
+                coef = {k: np.array([d[f"embedding_{k}"].get(c, 0.0) for c in EMB_TERMS]) for k in ("fwd", "bwd")}
+                knee = {k: float(d[f"embedding_{k}"].get("knee_bytes", math.inf)) for k in ("fwd", "bwd")}
+                cache = {k: float(d[f"embedding_{k}"].get("cache_bytes", math.inf)) for k in ("fwd", "bwd")}
                 source = "microbench"
-            except (OSError, ValueError, KeyError):
+            except (OSError, ValueError, KeyError, AttributeError):
                 pass
+        model = cls(coef=coef, scale={"fwd": 1.0, "bwd": 1.0}, source=source, knee=knee, cache=cache)
         scale = {}
         for k in ("fwd", "bwd"):
-            m = np.array([coef[k] @ np.array([1.0, t.lookups * t.dim, t.rows * t.dim, t.lookups]) for t in tables])
+            m = np.array([model.unscaled_us(k, t.rows, t.dim, t.lookups) for t in tables])
             y = np.array([t.fwd_us if k == "fwd" else t.bwd_us for t in tables])
             ok = np.isfinite(y) & (m > 0) & (y > 0)
             scale[k] = float(np.sum(m[ok] / y[ok]) / np.sum((m[ok] / y[ok]) ** 2)) if ok.any() else 0.0
-        return cls(coef=coef, scale=scale, source=source)
+        model.scale = scale
+        return model
 
 
 def _split(n: int, k: int) -> list[int]:
@@ -190,12 +195,9 @@ def rank_us(shards: list[Shard], n: int, model: EmbeddingModel) -> list[float]:
     return per
 
 
-@register
+@register("sharding")
 @dataclass(kw_only=True, slots=True)
 class Sharding(Edit):
-    kind: ClassVar[str] = "sharding"
-    stage: ClassVar[str] = "graph"
-    assumptions: ClassVar[str] = __doc__.split("Assumptions: ", 1)[1].strip().replace("\n", " ")
     ranks: tuple[int, ...] = (2, 4)
     plans: tuple[str, ...] = ("table", "row", "column", "greedy")
 

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import sys
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from engine.errors import TraceError
 
@@ -37,7 +40,7 @@ class SpecError(TraceError):
 
 
 class Edit:
-    """Base of all edits. Subclasses are kw_only slotted dataclasses registered with @register.
+    """Base of all edits. Subclasses are kw_only slotted dataclasses registered with @register(kind).
 
     `stage`: "events" edits rewrite the events table before the graph is built (structure);
     "graph" edits change the built graph's segment lengths or edges (cost); "result" edits
@@ -53,11 +56,25 @@ class Edit:
 
 
 EDITS: dict[str, type[Edit]] = {}
+E = TypeVar("E", bound=Edit)
 
 
-def register(cls: type[Edit]) -> type[Edit]:
-    EDITS[cls.kind] = cls
-    return cls
+def register(kind: str, stage: str = "graph") -> Callable[[type[E]], type[E]]:
+    """Class decorator: enter an edit dataclass in `EDITS` as `kind`, applied at `stage`.
+
+    Its `assumptions` are the last paragraph of its module's docstring, after "Assumptions: ":
+    the module documents the model once, for readers and for the simulation report alike."""
+
+    def enter(cls: type[E]) -> type[E]:
+        doc = sys.modules[cls.__module__].__doc__ or ""
+        if "Assumptions: " not in doc:
+            raise TypeError(f"{cls.__module__} docstring lacks the 'Assumptions: ' paragraph of edit {kind!r}")
+        cls.kind, cls.stage = kind, stage
+        cls.assumptions = doc.split("Assumptions: ", 1)[1].strip().replace("\n", " ")
+        EDITS[kind] = cls
+        return cls
+
+    return enter
 
 
 def _check_type(value: Any, tp: Any, where: str) -> Any:
@@ -132,6 +149,20 @@ def parse_edit(data: Any, where: str) -> Edit:
 def bad(field_name: str, problem: str) -> ValueError:
     """Raised inside an edit's __post_init__: `field: problem` (the parser adds the edit path)."""
     return ValueError(f"{field_name}: {problem}")
+
+
+def check_between(field_name: str, value: int, lo: int, hi: int) -> None:
+    """An edit's count field within [lo, hi] (the bounds keep a typo from scheduling a huge graph)."""
+    if not lo <= value <= hi:
+        raise bad(field_name, f"must be between {lo} and {hi}, got {value}")
+
+
+def check_regex(field_name: str, pattern: str) -> None:
+    """A name-selecting field compiles as a regex (found when the spec is read, not mid-simulation)."""
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise bad(field_name, f"not a valid regex ({exc})") from None
 
 
 @dataclass(kw_only=True, slots=True)

@@ -1,27 +1,23 @@
-"""Speed-up factors by category or name regex."""
+"""Speed-up factors by category or name regex.
+
+Assumptions: selected tasks' own time is divided by `factor` (host tasks: their self time,
+children keep theirs; GPU tasks: their duration; communication: bandwidth-bound, so the whole
+duration); launch latencies, gaps and dependencies are unchanged
+"""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 
 from engine.simulate.whatif.selectors import SELECTORS, select
-from engine.simulate.whatif.spec import Edit, bad, register
+from engine.simulate.whatif.spec import Edit, bad, check_regex, register
 
 
-@register
+@register("speedup")
 @dataclass(kw_only=True, slots=True)
 class Speedup(Edit):
-    kind: ClassVar[str] = "speedup"
-    stage: ClassVar[str] = "graph"
-    assumptions: ClassVar[str] = (
-        "selected tasks' own time is divided by `factor` (host tasks: their self time, children keep "
-        "theirs; GPU tasks: their duration; communication: bandwidth-bound, so the whole duration); "
-        "launch latencies, gaps and dependencies are unchanged"
-    )
     factor: float
     category: str | None = None
     name: str | None = None
@@ -32,10 +28,7 @@ class Speedup(Edit):
         if self.category is not None and self.category not in SELECTORS:
             raise bad("category", f"unknown category {self.category!r}; choose one of {sorted(SELECTORS)}")
         if self.name is not None:
-            try:
-                re.compile(self.name)
-            except re.error as exc:
-                raise bad("name", f"not a valid regex ({exc})") from None
+            check_regex("name", self.name)
         if self.category is None and self.name is None:
             raise bad("category", "give a category or a name regex (or both)")
 

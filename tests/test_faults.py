@@ -15,6 +15,7 @@ import gzip
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -374,7 +375,7 @@ def test_10_compare_refuses_mismatched_stale_and_leftover(tmp_path, cache_dir, s
     one_line_error(cli("compare", MLP_ET, left, cache=cache_dir), str(left), "no replay.json")
     # a run killed mid-way leaves its RUNNING marker: the older replay.json there is stale
     killed = tmp_path / "killed"
-    _replay_ok(killed, cache_dir)
+    shutil.copytree(out, killed)  # a good earlier result in the folder the killed run reuses
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MYSTIQUE_CACHE_DIR": str(cache_dir)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "engine.cli.main", "replay", str(MLP_ET), "--out", str(killed), "--iters", "100000"],

@@ -123,6 +123,7 @@ def test_p3_big_trace_timeline_is_one_interactive_bar_timeline(ui, shared_traces
     assert fig["layout"]["meta"]["grouped"] == 0 or fig["layout"]["meta"]["drawn"] > 0
 
 
+@pytest.mark.perf  # also bounds a drill-down step's wall time
 def test_p4_graph_is_a_readable_hierarchy_on_resnet(ui, shared_traces):
     """4eb7f39: a flat 600/1500-node Scattergl tangle without labels, different budgets on
     Explore and Compose, no search or drill-down (no `explore_graph_search` widget)."""

@@ -34,6 +34,7 @@ def test_without_fbgemm_the_skip_names_the_package(monkeypatch, cache_dir):
     assert res.coverage["by_reason"]["operator library not installed"] == len(TBE_OPS)
 
 
+@pytest.mark.perf  # bounds the rebuilt lookup's measured time
 def test_with_fbgemm_the_tbe_is_rebuilt_and_runs(cache_dir):
     pytest.importorskip("fbgemm_gpu", reason="the dlrm extra (fbgemm-gpu-cpu==1.8.0) is not installed")
     trace = _trace()

@@ -37,3 +37,4 @@ try:
     st.navigation(PAGES).run()
 finally:
     state.save_settings()
+    state.flush_prefetch()

@@ -6,7 +6,8 @@ torchvision ResNet-18; dlrm_tbe: DLRM with FBGEMM TBE, a 2-rank capture) this co
     gpt2_hf    x1, batch x2, DP 2 (global batch x2: one sample per rank), TP 2, bf16
     resnet_tv  x1, batch x2, DP 2, bf16
     dlrm_tbe   embedding table / row / greedy over 4 ranks (tables from both recorded ranks'
-               TBE lookups), greedy at batch x2, greedy at bf16
+               TBE lookups), greedy at batch x2, greedy at bf16; the whole step (dense MLPs,
+               TBE, all_to_all) at bf16, replayed on 2 ranks mirroring the composed rank 0
 
 exports each, replays it (one rank in process; several ranks with `mystique replay DIR
 --world-size N`, one process per rank with real gloo collectives) and prints coverage (replayed /
@@ -71,8 +72,12 @@ COMPOSITIONS: dict[str, dict[str, dict]] = {
         "embedding greedy x4": _emb("greedy"),
         "greedy x4, batch x2": _emb("greedy", batch_scale=2),
         "greedy x4, bf16": _emb("greedy", dtype="bf16"),
+        "bf16 (whole step)": {**_one("dlrm_tbe", dtype="bf16"), "sources": TBE[:1]},
     },
 }
+# one-rank compositions of a multi-rank capture: every rank replays the composed rank 0 (its
+# all_to_all, all_reduce and broadcast need their peers): `--world-size N --mirror-rank 0`
+MIRROR = {("dlrm_tbe", "bf16 (whole step)"): 2}
 
 
 from engine.errors import TraceError  # noqa: E402 (after the sys.path insert)
@@ -106,8 +111,9 @@ def _compose(spec: dict, out: Path) -> dict:
     }
 
 
-def _replay_dist(folder: Path, world: int, out: Path, iters: int) -> dict:
+def _replay_dist(folder: Path, world: int, out: Path, iters: int, mirror: bool = False) -> dict:
     cmd = [sys.executable, "-m", "engine.cli.main", "replay", str(folder), "--world-size", str(world)]
+    cmd += ["--mirror-rank", "0"] if mirror else []
     cmd += ["--warmup", "1", "--iters", str(iters), "--no-profile", "--out", str(out), "--json"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
@@ -185,7 +191,11 @@ def main() -> int:
                     print(f"{sample} {label}: {row['error']}", file=sys.stderr)
                     continue
                 t0 = time.perf_counter()
-                if row["world_size"] > 1:
+                mirror = MIRROR.get((sample, label))
+                if mirror:
+                    row.update(world_size=mirror, mirror_rank=0)
+                    row.update(_replay_dist(folder, mirror, folder.with_suffix(".out"), args.iters, mirror=True))
+                elif row["world_size"] > 1:
                     row.update(_replay_dist(folder, row["world_size"], folder.with_suffix(".out"), args.iters))
                 else:
                     row.update(_replay_one(folder, args.iters))

@@ -10,9 +10,9 @@ measured peak. Prints a Markdown table and writes benchmarks/results/memory.json
 Traces of more than --big-ops nodes (the shared param_resnet ETs: three ResNet-50 training steps
 at batch 32 x 224 x 224, 14k nodes, whose replay on one CPU core is minutes of convolution work
 per iteration) run a bounded replay: no warm-up, one measured iteration, no profiling, one torch
-thread (two threads stall at every barrier on a loaded 2-core machine). Every
-iteration allocates the same tensors, so the peak is reached in the first; the bound is computed
-for the configuration that runs (rss_bound's profiling term is left out with the profiling).
+thread (two threads stall at every barrier on a loaded 2-core machine). Every iteration
+allocates the same tensors, so the first should reach the peak; the bound is computed for the
+configuration that runs (rss_bound's profiling term is left out with the profiling).
 
     .venv/bin/python benchmarks/memory.py [--only NAME ...] [--timeout S]
 """
@@ -79,7 +79,7 @@ def _runs(r: dict) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", nargs="*", default=None)
-    ap.add_argument("--timeout", type=float, default=540)
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per trace")
     ap.add_argument("--big-ops", type=int, default=5000, help="ET nodes above which the replay is bounded")
     args = ap.parse_args()
     rows = []

@@ -47,20 +47,24 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="fresh-capture rounds per what-if")
     ap.add_argument("--shard-rounds", type=int, default=31, help="interleaved replay rounds per sharding case")
     ap.add_argument("--no-fresh", action="store_true", help="skip the fresh-capture what-if rounds")
+    ap.add_argument("--whatifs", nargs="*", default=None, help="only these what-ifs (merged into earlier results)")
     ap.add_argument("--tables", action="store_true", help="print the README tables from the results JSON and exit")
     args = ap.parse_args(argv)
     if args.tables:
         print(tables.render(json.loads(RESULTS.read_text())))
         return 0
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     sections = {
         "reproduction": reproduction,
-        "whatif": lambda: whatif(args.rounds, fresh=not args.no_fresh),
+        "whatif": lambda: {
+            **(results.get("whatif", {}) if args.whatifs else {}),
+            **whatif(args.rounds, fresh=not args.no_fresh, names=args.whatifs),
+        },
         "speed": speed,
         "sharding": lambda: sharding(rounds=args.shard_rounds),
         "dp": dp,
         "costmodel": costmodel,
     }
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     for name, fn in sections.items():
         if args.only and name not in args.only:
             continue

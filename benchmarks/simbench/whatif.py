@@ -103,7 +103,7 @@ def _measured_ratio(model: str, over: dict, rounds: int, steps: int = 5) -> dict
     }
 
 
-def whatif(rounds: int = 3, measure_rounds: int = 4, fresh: bool = True) -> dict:
+def whatif(rounds: int = 3, measure_rounds: int = 4, fresh: bool = True, names=None) -> dict:
     """Predicted/measured ratio of each what-if, on two clocks.
 
     prediction: the bundled sample trace (a quiet capture) simulated with the edit, over the same
@@ -116,6 +116,8 @@ def whatif(rounds: int = 3, measure_rounds: int = 4, fresh: bool = True) -> dict
     out: dict = {}
     tmp = Path(os.environ.get("MYSTIQUE_SIM_CAPTURES") or tempfile.mkdtemp(prefix="simwhatif_"))
     for name, (model, over, edits) in WHATIFS.items():
+        if names and name not in names:
+            continue
         sample = pair(SAMPLES / model, model)
         base = simulate(sample)
         pred = simulate(sample, {"version": 1, "edits": edits})

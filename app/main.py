@@ -15,7 +15,7 @@ import streamlit as st  # noqa: E402 -- after the sys.path fix above
 
 from app import state  # noqa: E402 -- after the sys.path fix above
 
-st.set_page_config(page_title="mystique-studio", page_icon="🧬", layout="wide")
+st.set_page_config(page_title="mystique-studio", page_icon=":material/biotech:", layout="wide")
 state.ensure_started()
 if err := st.session_state.pop("_start_error", None):
     st.warning(err)
@@ -23,15 +23,18 @@ if pending := st.session_state.pop("_pending_current", None):
     state.make_current(pending)
 state.restore_settings()
 
+# Material icons ship with Streamlit's own font, so they render where no emoji font is installed
+# (headless chromium on a server showed the emoji as empty boxes).
 PAGES = [
-    st.Page(str(ROOT / "pages" / "traces.py"), title="Traces", icon="📂", default=True),
-    st.Page(str(ROOT / "pages" / "explore.py"), title="Explore", icon="🔎"),
-    st.Page(str(ROOT / "pages" / "compose.py"), title="Compose", icon="🧩"),
-    st.Page(str(ROOT / "pages" / "replay.py"), title="Replay", icon="▶️"),
-    st.Page(str(ROOT / "pages" / "compare.py"), title="Compare", icon="⚖️"),
-    st.Page(str(ROOT / "pages" / "whatif.py"), title="What-if", icon="🔮"),
+    st.Page(str(ROOT / "pages" / "traces.py"), title="Traces", icon=":material/folder_open:", default=True),
+    st.Page(str(ROOT / "pages" / "explore.py"), title="Explore", icon=":material/search:"),
+    st.Page(str(ROOT / "pages" / "compose.py"), title="Compose", icon=":material/extension:"),
+    st.Page(str(ROOT / "pages" / "replay.py"), title="Replay", icon=":material/play_arrow:"),
+    st.Page(str(ROOT / "pages" / "compare.py"), title="Compare", icon=":material/compare_arrows:"),
+    st.Page(str(ROOT / "pages" / "whatif.py"), title="What-if", icon=":material/online_prediction:"),
 ]
 try:
     st.navigation(PAGES).run()
 finally:
     state.save_settings()
+    state.flush_prefetch()

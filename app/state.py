@@ -115,6 +115,110 @@ def save_settings() -> None:
             pass
 
 
+def prefetch(paths) -> None:
+    """Ask for the first Explore views of a trace (operator graph at the top, default timeline
+    window) to be built in the background once this run ends (`flush_prefetch`).
+
+    Why: the first render of Explore was all server work (data dependencies, hierarchy, layout,
+    figure) plus one-off imports; done while the user still reads the Traces page, the Explore
+    click finds it in the caches. Same cached functions, same arguments as the page: a page that
+    asks while the worker computes waits on Streamlit's per-key lock instead of computing twice.
+    Off with MYSTIQUE_PREFETCH=0."""
+    if os.environ.get("MYSTIQUE_PREFETCH", "1") == "0":
+        return
+    sticky = st.session_state.get("_sticky", {})
+    min_dur = st.session_state.get("t_min_dur", sticky.get("t_min_dur", 0.0))
+    req = (tuple(str(p) for p in paths), float(min_dur or 0.0))
+    pending = st.session_state.setdefault("_prefetch", [])
+    if req not in pending:
+        pending.append(req)
+
+
+def flush_prefetch() -> None:
+    """After a page ran: hand this run's prefetch requests to the background worker."""
+    pending = st.session_state.pop("_prefetch", None)
+    if pending:
+        q = _prefetch_queue()
+        for req in pending:
+            q.put(req)
+
+
+_PREFETCH: dict = {}
+_PREFETCH_LOCK = threading.Lock()
+
+
+def _prefetch_queue():
+    """One daemon worker per server process (it first imports what Explore needs: networkx,
+    plotly's trace validators, the figure modules, about a second on a loaded machine)."""
+    import queue
+
+    with _PREFETCH_LOCK:
+        if "q" not in _PREFETCH:
+            _PREFETCH["q"] = q = queue.Queue()
+            threading.Thread(target=_prefetch_worker, args=(q,), name="mystique-prefetch", daemon=True).start()
+        return _PREFETCH["q"]
+
+
+def _warm_imports() -> None:
+    import networkx  # noqa: F401 -- imported for its side effect: loaded once, early
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    import engine.figures.hierarchy
+    import engine.figures.timeline
+    import engine.graph  # noqa: F401
+
+    # plotly builds each trace type's validators on first use (~0.5 s for Scatter + Bar)
+    fig = go.Figure(
+        [
+            go.Scatter(x=[0, 1], y=[0, 1], mode="markers+text", text=["a", "b"], customdata=[[0], [1]]),
+            go.Scatter(x=[0, 1, None], y=[0, 1, None], mode="lines", line=dict(width=1), hoverinfo="skip"),
+            go.Bar(base=[0.0], x=[1.0], y=[0], orientation="h", text=["a"], customdata=[[0, "a"]], width=0.85),
+        ]
+    )
+    fig.update_layout(xaxis=dict(range=[0, 1]), yaxis=dict(fixedrange=True), legend=dict(orientation="h"))
+    pio.to_json(fig.to_dict(), validate=False)
+
+
+def _prefetch_worker(q) -> None:
+    try:
+        _warm_imports()
+    except Exception:  # noqa: BLE001 - an optimisation only: the page imports what it needs itself
+        pass
+    while True:
+        paths, min_dur = q.get()
+        try:
+            _prefetch_views(paths, min_dur)
+        except Exception:  # noqa: BLE001 - the page reports errors when it builds the view itself
+            pass
+        finally:
+            q.task_done()
+
+
+def wait_prefetched(timeout_s: float = 120.0) -> bool:
+    """Block until the background worker has nothing queued or running (tests); False on timeout."""
+    import time
+
+    q = _PREFETCH.get("q")
+    end = time.monotonic() + timeout_s
+    while q is not None and q.unfinished_tasks and time.monotonic() < end:
+        time.sleep(0.05)
+    return q is None or not q.unfinished_tasks
+
+
+def _prefetch_views(paths: tuple[str, ...], min_dur: float) -> None:
+    """The calls pages/explore.py makes on its first render of each view, in the same form."""
+    from engine.trace.ranks import ranks_of
+
+    trace = load_paths(paths)
+    rank = (ranks_of(trace.ops, trace.events) or [0])[0]
+    if trace.has_et:
+        hierarchy_fig(paths, rank, None, "category", (), "", 560)
+    if trace.has_kineto:
+        w = default_window(paths, rank)
+        timeline_fig(paths, rank, float(w[0]), float(w[1]), float(min_dur), None, "")
+
+
 def _plain(v):
     import copy
 
@@ -160,6 +264,7 @@ def add_trace(name: str, paths: list[str]) -> dict:
     }
     traces()[name] = entry
     st.session_state.setdefault("current", name)
+    prefetch(entry["paths"])
     try:
         catalog().put_trace(name, entry)
     except Exception:  # noqa: BLE001 - the trace stays loaded in the session
@@ -258,6 +363,8 @@ def _restore() -> bool:
             st.session_state[f"_saved_{k}"] = _plain(settings[f"session.{k}"])
     if st.session_state.get("current") not in traces():
         st.session_state["current"] = next(iter(traces()), None)
+    if st.session_state.get("current"):
+        prefetch(traces()[st.session_state["current"]]["paths"])  # reload: its views are ready sooner
     if missing:
         st.session_state["_start_error"] = "workspace traces whose files are gone: " + ", ".join(missing)
     return bool(traces())
@@ -457,6 +564,15 @@ def graph_panel(
     return sorted({int(i) for k in sel_keys for i in model.groups[k]}), changed
 
 
+@st.cache_resource(max_entries=8, show_spinner="Laying out the timeline…")
+def timeline_layout(paths: tuple[str, ...], rank: int | None):
+    """Lanes, colours and nesting sub-rows of one rank's events, once per trace (every window,
+    filter and click then costs a slice: `engine.figures.timeline.lay_out`)."""
+    from engine.figures.timeline import lay_out
+
+    return lay_out(load_paths(paths).events, rank)
+
+
 @st.cache_resource(max_entries=32, show_spinner=False)
 def timeline_fig(
     paths: tuple[str, ...],
@@ -471,21 +587,39 @@ def timeline_fig(
 
     trace = load_paths(paths)
     view = TimelineView(start_us=start_us, end_us=end_us, min_dur_us=min_dur_us, rank=rank)
-    return timeline_figure(trace.events, view, flow_from=flow_from, search=search, shapes=op_shapes(paths))
+    return timeline_figure(
+        trace.events,
+        view,
+        flow_from=flow_from,
+        search=search,
+        shapes=op_shapes(paths),
+        laid=timeline_layout(paths, rank),
+    )
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
 def op_shapes(paths: tuple[str, ...]) -> dict[int, str]:
-    """ET op id -> "in: 64×3×224×224 float32, ..." for timeline hovers (ops linked to events)."""
+    """ET op id -> "in: 64×3×224×224 float32, ..." for timeline hovers (ops linked to events).
+    Shapes are formatted once per distinct shape (a trace has tens, over 10k tensor rows)."""
     trace = load_paths(paths)
     t = getattr(trace, "tensors", None)
     if t is None or len(t) == 0:
         return {}
     t = t[t["io"].astype(str) == "in"]
-    dims = t["shape"].map(lambda s: "×".join(str(int(x)) for x in s) if isinstance(s, tuple) else str(s))
-    label = dims + " " + t["dtype"].astype(str)
+    text: dict = {}
+
+    def fmt(s) -> str:
+        try:
+            hit = text.get(s)
+        except TypeError:  # unhashable (a nested list): format it each time
+            return str(s)
+        if hit is None:
+            hit = text[s] = "×".join(str(int(x)) for x in s) if isinstance(s, tuple) else str(s)
+        return hit
+
+    label = [f"{fmt(s)} {d}" for s, d in zip(t["shape"].tolist(), t["dtype"].astype(str).tolist())]
     out: dict[int, str] = {}
-    for op, lab in zip(t["op_id"].to_numpy().tolist(), label.tolist()):
+    for op, lab in zip(t["op_id"].to_numpy().tolist(), label):
         cur = out.get(op)
         if cur is None:
             out[op] = "in: " + lab

@@ -69,6 +69,13 @@ def _run(content_hash: str, paths: tuple[str, ...], spec_json: str, cfg_json: st
     return base.to_json(), res.to_json(), res.predicted.events, trace.events
 
 
+def edits_in(spec: str) -> bool:
+    try:
+        return bool(json.loads(spec).get("edits"))
+    except (ValueError, AttributeError):
+        return True  # a bad spec fails in _run with its own message
+
+
 entry = state.traces()[name]
 try:
     with st.status("Simulating…", expanded=False) as status:
@@ -93,11 +100,12 @@ c[1].metric(
     None if base["error_pct"] is None else f"{base['error_pct']:+.2f} % vs measured",
     delta_color="off",
 )
-c[2].metric(
+change_pct = 100 * (res["predicted_iteration_ms"] / base["predicted_iteration_ms"] - 1)
+c[2].metric(  # no badge without edits; an unchanged step is neither good nor bad (grey)
     "predicted with edits",
     f"{res['predicted_iteration_ms']:.3f}",
-    f"{100 * (res['predicted_iteration_ms'] / base['predicted_iteration_ms'] - 1):+.1f} %",
-    delta_color="inverse",
+    f"{change_pct:+.1f} %" if edits_in(spec_text) else None,
+    delta_color="inverse" if abs(change_pct) >= 0.05 else "off",
 )
 c[3].metric("tasks / edges", f"{res['tasks']:,} / {sum(res['edges'].values()):,}")
 for w in res["warnings"]:

@@ -123,6 +123,7 @@ def test_p3_big_trace_timeline_is_one_interactive_bar_timeline(ui, shared_traces
     assert fig["layout"]["meta"]["grouped"] == 0 or fig["layout"]["meta"]["drawn"] > 0
 
 
+@pytest.mark.perf  # also bounds a drill-down step's wall time
 def test_p4_graph_is_a_readable_hierarchy_on_resnet(ui, shared_traces):
     """4eb7f39: a flat 600/1500-node Scattergl tangle without labels, different budgets on
     Explore and Compose, no search or drill-down (no `explore_graph_search` widget)."""
@@ -347,3 +348,47 @@ def test_analysis_views_breakdown_kernels_critical_path_ranks_metrics(ui):
     _ok(at)
     fig = _chart(at, "explore_timeline")
     assert any(t.get("name") == "CPU %" for t in fig["data"]) and fig["layout"].get("xaxis2")
+
+
+def test_explore_views_are_prefetched_and_reruns_recompute_nothing(ui, monkeypatch):
+    """Responsiveness (issue 13 goal: first Explore render < 3 s cold, < 1 s warm): after a load
+    the first graph and timeline views are built in the background, so opening Explore builds
+    nothing, and a timeline rerun (here a new duration filter) slices the trace's cached layout
+    instead of laying 100k events out again. Before: both views were built inside the Explore
+    run, and every window/filter change redid the whole layout (lane labels, a stack walk)."""
+    import engine.figures.hierarchy as hier
+    import engine.figures.timeline as tl
+    from app import state
+
+    calls = {"model": 0, "layout": 0}
+    real_model, real_layout = hier.build_hierarchy_model, tl.lay_out
+
+    def model(*a, **k):
+        calls["model"] += 1
+        return real_model(*a, **k)
+
+    def layout(*a, **k):
+        calls["layout"] += 1
+        return real_layout(*a, **k)
+
+    monkeypatch.setattr(hier, "build_hierarchy_model", model)
+    monkeypatch.setattr(tl, "lay_out", layout)
+    monkeypatch.delenv("MYSTIQUE_PREFETCH", raising=False)
+    for f in (state.hierarchy_model, state.hierarchy_fig, state.timeline_layout, state.timeline_fig):
+        f.clear()
+    at = _new(ui)  # the bundled sample is loaded: its views are prefetched
+    assert state.wait_prefetched(120)
+    built = dict(calls)
+    assert built == {"model": 1, "layout": 1}
+    at = _page(at, "explore")
+    assert _chart(at, "explore_graph")["data"]
+    at.radio(key="explore_view").set_value("Timeline")
+    at.run()
+    _ok(at)
+    assert _chart(at, "explore_timeline")["data"]
+    assert calls == built  # both first renders came from the caches
+    at.number_input(key="t_min_dur").set_value(5.0)
+    at.run()
+    _ok(at)
+    assert _chart(at, "explore_timeline")["layout"]["title"]["text"] != ""
+    assert calls == built  # a new filter: a slice of the cached layout, no new layout

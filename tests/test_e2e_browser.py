@@ -40,11 +40,21 @@ def _need_browser():
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
+    yield from _serve(tmp_path_factory.mktemp("e2e"))
+
+
+@pytest.fixture()
+def fresh_server(tmp_path):
+    """A server of its own (own workspace), for a test that must not see the flow's state."""
+    yield from _serve(tmp_path)
+
+
+def _serve(tmp: Path):
+    """Start `streamlit run app/main.py` on a free localhost port; yield its URL; stop it."""
     _need_browser()
     if not (ROOT / "sample_traces" / "mlp" / "mlp_et.json.gz").exists():
         pytest.skip("bundled mlp sample missing (make samples)")
     port = free_port()
-    tmp = tmp_path_factory.mktemp("e2e")
     env = dict(os.environ, MYSTIQUE_CACHE_DIR=str(tmp / "cache"), MYSTIQUE_UI_DIR=str(tmp / "ui"))
     log = open(tmp / "streamlit.log", "w")
     proc = subprocess.Popen(
@@ -241,14 +251,48 @@ def _big_trace() -> list[Path]:
 def test_big_trace_load_explore_compose_replay_compare_reload(server, driver):
     """Issue 13 must-show: load -> Explore -> pick on the graph and on the timeline of a trace
     with >100k events (param_resnet, 111,631 events) -> Compose -> Replay in the worker ->
-    Compare, then reload the page: the session is still there. Also problem 8 (a picker
-    showing the previous trace after a load: only a real browser keeps widget values)."""
+    Compare, then reload the page: the session is still there."""
     files = _big_trace()
     try:
         _flow(server, driver, files)
     except Exception:
         driver.save_screenshot(str(ART / "failure.png"))
         raise
+
+
+def _load_by_path(d, files: list[Path], name: str) -> None:
+    """Traces page, "Path on server" tab: load `files` under `name` and wait for the summary."""
+    d.execute_script(
+        """for (const t of document.querySelectorAll('[role="tab"], button')) {
+               if ((t.innerText || '').includes('Path on server')) { t.click(); return; } }"""
+    )
+    time.sleep(0.5)
+    area = _wait_css(d, ".st-key-server_paths textarea")
+    area.send_keys("\n".join(str(f) for f in files))
+    box = _wait_css(d, ".st-key-path_name input")
+    box.send_keys(name)
+    box.send_keys("\t")
+    _idle(d)
+    _wait_css(d, ".st-key-load_path button").click()
+    _idle(d, 240)
+    _wait_text(d, f"loaded {name}", timeout=240)
+
+
+def test_p8_pickers_follow_the_trace_just_loaded(fresh_server, driver):
+    """Problem 8: after a load, "Show summary of" kept showing the previous trace (4eb7f39: the
+    picker still read sample:mlp after loading another trace). Only a real browser keeps a
+    widget's value across reruns the way a user sees it, so this one is a browser test."""
+    d = driver
+    d.get(fresh_server)
+    _wait_text(d, "Loaded traces")
+    _idle(d)
+    _wait_css(d, ".st-key-summary_pick")
+    assert "sample:mlp" in _text(d, ".st-key-summary_pick")
+    cnn = ROOT / "sample_traces" / "cnn"
+    _load_by_path(d, [cnn / "cnn_et.json.gz", cnn / "cnn_kineto.json.gz"], "cnn_by_path")
+    assert "cnn_by_path" in _text(d, ".st-key-summary_pick"), _text(d, ".st-key-summary_pick")
+    _nav(d, "explore")  # every other picker follows too
+    assert "cnn_by_path" in _text(d, ".st-key-explore_trace"), _text(d, ".st-key-explore_trace")
 
 
 def _flow(server, driver, files):
@@ -263,23 +307,8 @@ def _flow(server, driver, files):
     _wait_text(d, "ET↔Kineto link rate")
     assert "sample:mlp" in _text(d, ".st-key-summary_pick")
 
-    # load the big trace by server path
-    d.execute_script(
-        """for (const t of document.querySelectorAll('[role="tab"], button')) {
-               if ((t.innerText || '').includes('Path on server')) { t.click(); return; } }"""
-    )
-    time.sleep(0.5)
-    area = _wait_css(d, ".st-key-server_paths textarea")
-    area.send_keys("\n".join(str(f) for f in files))
-    name = _wait_css(d, ".st-key-path_name input")
-    name.send_keys("resnet")
-    name.send_keys("\t")
-    _idle(d)
-    _wait_css(d, ".st-key-load_path button").click()
-    _idle(d, 240)
-    _wait_text(d, "loaded resnet", timeout=240)
+    _load_by_path(d, files, "resnet")
     _wait_text(d, "111,631")  # Kineto events of the summary: the new trace, not the old one
-    # problem 8: the summary picker shows the trace just loaded (4eb7f39: still sample:mlp)
     assert "resnet" in _text(d, ".st-key-summary_pick"), _text(d, ".st-key-summary_pick")
     _shot(d, "1_traces")
 

@@ -97,16 +97,20 @@ def test_big_trace_stays_interactive_bars(control):
     bars = [tr for tr in fig.data if tr.type == "bar"]
     assert len(bars) == len(fig.data)
     detail = [tr for tr in bars if tr.name != "grouped short events"]
-    assert sum(len(tr.x) for tr in detail) == 3000 == fig.layout.meta["drawn"]
+    from engine.figures.timeline import LABEL_MIN_PX, MIN_BAR_PX, PLOT_PX
+
+    # the 3,000 longest events, less those under MIN_BAR_PX on screen (seen by nobody, drawn at a cost)
+    span = float((ev["ts_us"] + ev["dur_us"]).max() - ev["ts_us"].min())
+    visible = int((ev["dur_us"].nlargest(3000) * PLOT_PX / span >= MIN_BAR_PX).sum())
+    assert 100 < visible <= 3000
+    assert sum(len(tr.x) for tr in detail) == visible == fig.layout.meta["drawn"]
+    assert all((np.asarray(tr.x, float) * PLOT_PX / span >= MIN_BAR_PX).all() for tr in detail)
     grouped = next(tr for tr in bars if tr.name == "grouped short events")
     counts = np.asarray(grouped.customdata, dtype=object)[:, 1].astype(int)
-    assert counts.sum() + 3000 == len(ev) == fig.layout.meta["drawn"] + fig.layout.meta["grouped"]
+    assert counts.sum() + visible == len(ev) == fig.layout.meta["drawn"] + fig.layout.meta["grouped"]
     assert fig.layout.yaxis.fixedrange is True and fig.layout.dragmode == "zoom"  # x-only zoom
     assert all(tr.textposition == "inside" and tr.text is not None for tr in detail)  # names when they fit
     # a name is drawn only where it fits the bar on screen (at most one char per 6.5 px)
-    from engine.figures.timeline import LABEL_MIN_PX, PLOT_PX
-
-    span = float((ev["ts_us"] + ev["dur_us"]).max() - ev["ts_us"].min())
     for tr in detail:
         px = np.asarray(tr.x, float) * PLOT_PX / span
         text = list(tr.text)
@@ -114,7 +118,7 @@ def test_big_trace_stays_interactive_bars(control):
         assert all(len(t) <= max(int(p / 6.5), 1) for t, p in zip(text, px) if t)
     # the longest events are the ones drawn: nothing drawn is shorter than anything grouped
     shortest_drawn = min(float(np.min(np.asarray(tr.x, float))) for tr in detail)
-    longest_grouped_event = ev["dur_us"].nlargest(3001).iloc[-1]
+    longest_grouped_event = ev["dur_us"].nlargest(visible + 1).iloc[-1]
     assert shortest_drawn >= longest_grouped_event
     # a narrow window shows every event in it one bar each
     origin = float(ev["ts_us"].min())
@@ -136,3 +140,44 @@ def test_search_highlights_hits(simple_add):
         assert (op[match] == 1.0).all() and (op[~match] < 0.5).all()
         hits += int(match.sum())
     assert hits == int((simple_add.events["name"].astype(str) == "cudaLaunchKernel").sum()) > 0
+
+
+def test_layout_once_then_windows_slice_it(control):
+    """The dashboard lays a trace out once (`lay_out`, cached per trace) and every window is a
+    slice of it: the same events, rows and lanes as laying the window out from scratch, and an
+    event keeps its sub-row whatever the window (the layout never jumps)."""
+    from engine.figures.timeline import default_window, lay_out
+
+    ev = control.events
+    laid = lay_out(ev)
+    assert len(laid) == len(ev) and laid["sub"].between(0, 6).all()
+    lo, hi = default_window(ev)
+    for view in (TimelineView(start_us=lo, end_us=hi), TimelineView(start_us=lo, end_us=lo + 500.0, min_dur_us=2.0)):
+        a = prepare(ev, view).set_index("ev").sort_index()
+        b = prepare(ev, view, laid=laid).set_index("ev").sort_index()
+        assert len(a) > 0 and a.index.equals(b.index)
+        assert (a["y"] == b["y"]).all() and (a["lane"] == b["lane"]).all()
+        assert a.attrs["lanes"] == b.attrs["lanes"]
+        whole = laid.set_index("ev")["sub"]
+        assert (b["sub"] == whole.loc[b.index]).all()
+
+
+def test_level_of_detail_skips_bars_nobody_can_see(control):
+    """Over budget, only events at least MIN_BAR_PX wide at the window's scale get a bar (a
+    sub-pixel bar cannot be seen or hovered but costs the browser a DOM element); the rest are
+    counted in the grey grouped bars."""
+    from engine.figures.timeline import BAR_LIMIT, MIN_BAR_PX, PLOT_PX, default_window
+
+    ev = control.events
+    lo, hi = default_window(ev)
+    fig = timeline_figure(ev, TimelineView(start_us=lo, end_us=hi))
+    meta = fig.layout.meta
+    origin = float(ev["ts_us"].min())
+    rel = ev["ts_us"] - origin
+    in_window = ev[(rel + ev["dur_us"] >= lo) & (rel <= hi)]
+    assert len(in_window) > BAR_LIMIT and meta["drawn"] + meta["grouped"] == len(in_window)
+    wide = int((in_window["dur_us"] * PLOT_PX / (hi - lo) >= MIN_BAR_PX).sum())
+    assert meta["drawn"] == min(BAR_LIMIT, wide) > 0
+    for tr in fig.data:
+        if tr.name != "grouped short events":
+            assert (np.asarray(tr.x, float) * PLOT_PX / (hi - lo) >= MIN_BAR_PX).all()

@@ -194,3 +194,46 @@ def test_embedding_sharded_composition_replays_across_ranks_with_all_to_all(tmp_
     assert doc["world_size"] == 2 and doc["coverage"]["replayed"] == doc["coverage"]["selected"]
     a2a = doc["collectives"]["all_to_all"]
     assert a2a["count"] == doc["coverage"]["comm_selected"] == 4  # forward + backward, per rank
+
+
+@pytest.mark.slow  # 4 rank processes (~15 s on 2 cores)
+def test_tbe_dlrm_sharded_over_four_ranks_replays_with_real_all_to_all(tmp_path, capsys, cache_dir):
+    """The FBGEMM-TBE DLRM sample (both recorded ranks' TBE lookups: 4 tables) resharded row-wise
+    over 4 ranks at bf16 and batch x2, replayed on 4 processes at once: every op and every
+    all_to_all runs (coverage >= 99 % from the distributed replay, not per rank with collectives
+    skipped), at the scaled batch and dtype."""
+    from engine.compose import compose, export, spec_from_dict
+
+    src = SAMPLES / "dlrm_tbe"
+    spec = {
+        "version": 1,
+        "name": "dlrm_tbe_row4",
+        "sources": [str(src / "dlrm_tbe_rank0_et.json.gz"), str(src / "dlrm_tbe_rank1_et.json.gz")],
+        "segments": [{"selection": {}, "source": 0}, {"selection": {}, "source": 1}],
+        "sharding": {"kind": "embedding", "plan": "row", "ranks": 4},
+        "dtype": "bf16",
+        "batch_scale": 2,
+    }
+    bench = compose(spec_from_dict(spec))
+    sh = bench.meta["sharding"]
+    assert len(sh["tables"]) == 4 and len(sh["tbe"]["ops"]) == 2  # one TBE per recorded rank
+    assert sh["batch"] == 2 * 512 and sh["lookups"] == 2 * sh["original_lookups"]
+    for r in range(4):
+        eb = [n for n in bench.ranks[r] if n["name"] == "aten::embedding_bag"]
+        assert len(eb) == 4  # row plan: a shard of every table on every rank
+        assert all(n["inputs"]["shapes"][2] == [1024] and n["outputs"]["shapes"][0][0] == 1024 for n in eb)
+        assert all("BFloat16" in n["inputs"]["types"][0] for n in eb)
+    export(bench, tmp_path / "bench")
+    code, out, err = _cli(
+        [str(tmp_path / "bench"), *FAST, "--no-profile", "--world-size", "4", "--out", str(tmp_path / "o"), "--json"],
+        capsys,
+    )
+    assert code == 0, err
+    doc = json.loads(out)
+    cov = doc["coverage"]
+    assert doc["world_size"] == 4 and [r["rank"] for r in doc["ranks"]] == [0, 1, 2, 3]
+    assert cov["replayed"] / cov["selected"] >= 0.99, cov["by_reason"]
+    assert cov["comm_replayed"] == cov["comm_selected"] == 8  # forward + backward all_to_all per rank
+    assert doc["collectives"]["all_to_all"]["count"] == 8
+    for r in doc["ranks"]:
+        assert r["coverage"]["replayed"] / r["coverage"]["selected"] >= 0.99, r["coverage"]["by_reason"]

@@ -34,6 +34,7 @@ def test_without_fbgemm_the_skip_names_the_package(monkeypatch, cache_dir):
     assert res.coverage["by_reason"]["operator library not installed"] == len(TBE_OPS)
 
 
+@pytest.mark.perf  # bounds the rebuilt lookup's measured time
 def test_with_fbgemm_the_tbe_is_rebuilt_and_runs(cache_dir):
     pytest.importorskip("fbgemm_gpu", reason="the dlrm extra (fbgemm-gpu-cpu==1.8.0) is not installed")
     trace = _trace()
@@ -48,3 +49,17 @@ def test_with_fbgemm_the_tbe_is_rebuilt_and_runs(cache_dir):
     rec_us = float(ops.loc["fbgemm::split_embedding_codegen_lookup_sgd_function_pt2", "k_dur_us"])
     rep_us = next(p["dur_us"] for p in res.per_op if p["name"].endswith("lookup_sgd_function_pt2"))
     assert rec_us / 10 < rep_us < rec_us * 10, (rec_us, rep_us)
+
+
+def test_bf16_composition_of_the_tbe_model_replays_every_compute_op(tmp_path, cache_dir):
+    """Was: the rebuilt TBE always made fp32 pooled embeddings, so after a bf16 composition of the
+    whole DLRM step the interaction bmm and the top MLP met fp32 and bf16 operands and failed at
+    run time (FBGEMM's CPU kernels have no bf16: the lookup runs in fp32, its output is cast)."""
+    pytest.importorskip("fbgemm_gpu", reason="the dlrm extra (fbgemm-gpu-cpu==1.8.0) is not installed")
+    from engine.compose import compose, export, spec_from_dict
+
+    src = SAMPLES / "dlrm_tbe" / "dlrm_tbe_rank0_et.json.gz"
+    export(compose(spec_from_dict({"sources": [str(src)], "segments": [{"selection": {}}], "dtype": "bf16"})), tmp_path)
+    res = replay(T.load(tmp_path / "rank_0.et.json"), config=ReplayConfig(warmup=0, iters=1, metrics=False))
+    assert set(res.coverage["by_reason"]) == {"collective (single-process replay)"}, res.skipped_ops[:3]
+    assert res.coverage["compute_rate"] == 1.0

@@ -73,27 +73,9 @@ def _capture(name: str, tmp: Path) -> Path:
 
 def _replay_cpu_ms(traces: dict, rounds: int) -> dict:
     """Thread-CPU ms per iteration of each trace's replay, every round, run alternately (ABBA)."""
-    from engine.replay import ReplayConfig
-    from engine.replay.executor import ReplaySession
+    from engine.compose.measure import alternate
 
-    cfg = ReplayConfig(warmup=0, iters=1, metrics=False, num_threads=1)
-    sessions = {k: ReplaySession(t, config=cfg) for k, t in traces.items()}
-    times: dict = {k: [] for k in sessions}
-    for s in sessions.values():
-        s.__enter__()
-    try:
-        for s in sessions.values():
-            s.run_iteration(measured=False)
-        order = list(sessions.items())
-        for i in range(rounds):
-            for k, s in order if i % 2 == 0 else order[::-1]:
-                t0 = time.thread_time()
-                s.run_iteration(measured=True)
-                times[k].append((time.thread_time() - t0) * 1000)
-    finally:
-        for s in reversed(list(sessions.values())):
-            s.__exit__(None, None, None)
-    return times
+    return {k: r["runs_ms"] for k, r in alternate(traces, rounds, warmup=1, clock=time.thread_time).items()}
 
 
 def assignment(shards: list[dict]) -> tuple:

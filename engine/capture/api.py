@@ -413,26 +413,18 @@ def capture(step_fn: Callable[[], Any], *, module: Any = None, **session: Any) -
     return runner.result
 
 
-def capture_sample(
-    model: str,
-    *,
-    overrides: dict[str, Any] | None = None,
-    wrap: Callable[[Any], Callable[[], Any]] | None = None,
-    **session: Any,
-) -> CaptureResult:
+def capture_sample(model: str, *, overrides: dict[str, Any] | None = None, **session: Any) -> CaptureResult:
     """Build sample `model` (ours, engine.capture.models, or a real-library one, lib_models) and
     capture it; its config goes into meta as `model_config`, so the meta says what was run.
 
-    `overrides` replace config fields; `wrap(step)` returns what is run instead of the step (a
-    benchmark times the steps this way; keep the step's `.model` for the module labels);
-    `session` as for `capture` (`name` defaults to `model`).
+    `overrides` replace config fields; `session` as for `capture` (`name` defaults to `model`).
     """
     from engine.capture import lib_models, models
 
     build = lib_models.build if model in lib_models.LIB_SAMPLES else models.build
     step_fn, config = build(model, session.get("device", "cpu"), **(overrides or {}))
     session.setdefault("name", model)
-    return capture(wrap(step_fn) if wrap else step_fn, model_name=model, model_config=config, **session)
+    return capture(step_fn, model_name=model, model_config=config, **session)
 
 
 def environment(device: str) -> dict[str, Any]:

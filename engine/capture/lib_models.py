@@ -6,9 +6,16 @@ around with the hidden size as the largest dim), so transforms that worked on ou
 failed on real models. These builders make small configurations so the traces stay a few
 hundred KB compressed:
 
-  gpt2_hf    `transformers.GPT2LMHeadModel` from a `GPT2Config` (2 layers, 128 hidden, seq 64,
-             batch 1: the batch-1 case batch inference must get right)
-  resnet_tv  `torchvision.models.resnet18(num_classes=10)` on 2 x 3 x 64 x 64 images
+  gpt2_hf    `transformers.GPT2LMHeadModel` from a `GPT2Config` (2 layers, 256 hidden, seq 256,
+             vocab 2000, batch 1: the batch-1 case batch inference must get right; the vocab is
+             not 1024 = the MLP width, which TP's shape inference cannot tell apart)
+  resnet_tv  `torchvision.models.resnet18(num_classes=10)` on 4 x 3 x 96 x 96 images
+
+The sizes are picked so that the work per op, not the fixed cost per op, dominates a step: a
+batch x2 composition must take about twice the replay time, and at seq 64 / hidden 128 (GPT-2)
+or 2 x 64 x 64 images (ResNet, whose 11M-parameter weight gradients and SGD update do not
+depend on the batch) the per-op overheads held it to 1.4-1.5x (benchmarks/lib_compositions.py).
+The trace size depends on the op count only, so bigger shapes cost capture time, not bytes.
 
 torchvision note: PyPI's torchvision 0.28.0 (the release paired with torch 2.13) is a CUDA
 build whose C extension needs libc10_cuda.so, so beside the CPU torch wheel its custom ops
@@ -65,10 +72,10 @@ def build_gpt2(
     device: torch.device,
     *,
     layers: int = 2,
-    hidden: int = 128,
+    hidden: int = 256,
     heads: int = 4,
-    seq: int = 64,
-    vocab: int = 1024,
+    seq: int = 256,
+    vocab: int = 2000,
     batch: int = 1,
 ) -> tuple[SampleStep, dict]:
     try:  # transformers imports torchvision when it is installed: import it tolerantly first
@@ -121,7 +128,7 @@ def build_gpt2(
 
 
 def build_resnet(
-    device: torch.device, *, batch: int = 2, image: int = 64, classes: int = 10
+    device: torch.device, *, batch: int = 4, image: int = 96, classes: int = 10
 ) -> tuple[SampleStep, dict]:
     tv = import_torchvision()
     torch.manual_seed(SEED)

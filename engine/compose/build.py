@@ -347,7 +347,10 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
             traces[spec.segments[0].source], paths[spec.segments[0].source]
         )
     dp = spec.sharding is not None and spec.sharding.kind == "dp"
-    if spec.batch_scale != 1.0 and not dp:  # dp applies batch_scale / degree in one step
+    # dp applies batch_scale / degree in one step; embedding sharding scales its tables' bags and
+    # lookups (it keeps only the lookups, and a TBE's global batch is no dim of the dense part)
+    emb = spec.sharding is not None and spec.sharding.kind == "embedding"
+    if spec.batch_scale != 1.0 and not dp and not emb:
         report(progress, 0.65, f"scaling batch x{spec.batch_scale:g}")
         scale_batch(bench, 0, spec.batch_scale, meta["batch_size"])
     if spec.dtype is not None:

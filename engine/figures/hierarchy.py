@@ -14,6 +14,7 @@ built in well under a second.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -340,7 +341,8 @@ def hierarchy_figure(
     fig.update_layout(
         height=height,
         margin=dict(l=10, r=10, t=40, b=10),
-        xaxis=dict(title="data-dependency layer", zeroline=False, showgrid=False),
+        # layers are integers: ticks on whole numbers only (auto ticks put 0.4, 0.6 on 2 layers)
+        xaxis=dict(title="data-dependency layer", zeroline=False, showgrid=False, tick0=0, dtick=_layer_dtick(nodes)),
         yaxis=dict(visible=False),
         legend=dict(orientation="h", yanchor="top", y=-0.02, xanchor="left", x=0.0),
         title=dict(text=f"{len(nodes)} groups, {len(model.edges)} aggregated edges", x=0.0),
@@ -349,3 +351,9 @@ def hierarchy_figure(
         dragmode="pan",
     )
     return fig
+
+
+def _layer_dtick(nodes) -> int:
+    """A whole-number tick step giving at most ~10 ticks across the layers shown."""
+    span = float(nodes["x"].max() - nodes["x"].min()) if len(nodes) else 0.0
+    return max(1, math.ceil(span / 10))

@@ -29,8 +29,12 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
 # Bars one SVG element each: in headless Chromium on this VM 4,000 bars with names took 13-27 s to
-# draw (benchmarks/responsiveness_browser.py), 288 took ~1 s; level of detail keeps a window to this.
-BAR_LIMIT = 1200
+# draw (benchmarks/responsiveness_browser.py); switching Explore to the ResNet timeline took 3.1 s
+# with 1,200 bars and 1.9 s with 300 (load ~10, CPU-profiled: native layout/paint of the SVG and
+# plotly.js); level of detail keeps a window to this.
+BAR_LIMIT = 600
+# Events narrower than this on screen go into the grey grouped bars when a window is over budget.
+MIN_BAR_PX = 0.5
 # Names are drawn only on bars at least this wide on screen (text layout is most of the draw cost).
 LABEL_MIN_PX = 36.0
 PLOT_PX = 1200.0
@@ -79,73 +83,130 @@ class TimelineView:
             raise ValueError("end_us must be >= start_us")
 
 
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
+
+
 def lane_table(events: pd.DataFrame) -> pd.DataFrame:
-    """Add `lane` (label), `is_gpu`, `group` columns; CPU lanes first, then GPU streams."""
+    """Add `lane` (label), `lane_code` (int), `is_gpu`, `group` columns; CPU lanes first, then GPU streams.
+
+    Vectorised over the distinct (cat) and (pid, tid, stream) values: string work is done once
+    per distinct lane, not per event (a 100k-event trace has a handful of lanes)."""
     ev = events
-    cats = ev["cat"].astype(str)
-    is_gpu = cats.isin(["kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"]).to_numpy()
-    pid = ev["pid"].astype(str).reset_index(drop=True)
-    tid = ev["tid"].astype(str).reset_index(drop=True)
+    n = len(ev)
+    cat_codes, cat_uniq = pd.factorize(ev["cat"], use_na_sentinel=False)
+    cat_names = [str(c) for c in cat_uniq]
+    is_gpu = np.isin(np.asarray(cat_names, dtype=object), GPU_CATS)[cat_codes] if n else np.zeros(0, bool)
+    group = np.asarray([_group(c) for c in cat_names], dtype=object)[cat_codes] if n else np.zeros(0, object)
+    pid_codes, pid_uniq = pd.factorize(ev["pid"], use_na_sentinel=False)
+    tid_codes, tid_uniq = pd.factorize(ev["tid"], use_na_sentinel=False)
     if "stream" in ev.columns:
-        stream = ev["stream"].astype("Int64").astype(str).reset_index(drop=True)
-        stream = stream.where(stream != "<NA>", tid)
+        st_codes, st_uniq = pd.factorize(ev["stream"].astype("Int64"), use_na_sentinel=True)
     else:
-        stream = tid
-    lane = np.where(is_gpu, ("GPU " + pid + " stream " + stream).to_numpy(), ("CPU " + pid + " / " + tid).to_numpy())
-    out = ev.assign(lane=lane, is_gpu=is_gpu, group=cats.map(_group).to_numpy())
-    return out
+        st_codes, st_uniq = np.full(n, -1, np.int64), []
+    use_stream = is_gpu & (st_codes >= 0)
+    # one int key per lane: (is_gpu, pid, stream or tid)
+    second = np.where(use_stream, st_codes, len(st_uniq) + tid_codes).astype(np.int64)
+    width = len(st_uniq) + len(tid_uniq) + 1
+    key = (is_gpu.astype(np.int64) * (len(pid_uniq) + 1) + pid_codes) * width + second
+    lane_codes, lane_keys = pd.factorize(key)
+    labels = []
+    for k in np.asarray(lane_keys, dtype=np.int64).tolist():
+        gpu, rest = divmod(k, (len(pid_uniq) + 1) * width)
+        pc, sc = divmod(rest, width)
+        pid = str(pid_uniq[pc])
+        if gpu:
+            sub = str(int(st_uniq[sc])) if sc < len(st_uniq) else str(tid_uniq[sc - len(st_uniq)])
+            labels.append(f"GPU {pid} stream {sub}")
+        else:
+            labels.append(f"CPU {pid} / {tid_uniq[sc - len(st_uniq)]}")
+    lane = np.asarray(labels, dtype=object)[lane_codes] if n else np.zeros(0, object)
+    return ev.assign(lane=lane, lane_code=lane_codes.astype(np.int64), is_gpu=is_gpu, group=group)
 
 
 def _stack_depth(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Nesting depth of intervals sorted by start (a stack of open ends)."""
-    depth = np.zeros(len(start), np.int64)
+    out: list[int] = []
     stack: list[float] = []
-    for i, (s, e) in enumerate(zip(start.tolist(), end.tolist())):
+    pop, push, put = stack.pop, stack.append, out.append
+    for s, e in zip(start.tolist(), end.tolist()):
         while stack and stack[-1] <= s:
-            stack.pop()
-        depth[i] = len(stack)
-        stack.append(e)
-    return depth
+            pop()
+        put(len(stack))
+        push(e)
+    return np.asarray(out, np.int64)
 
 
-def prepare(events: pd.DataFrame, view: TimelineView | None = None, origin_us: float | None = None) -> pd.DataFrame:
-    """Filter (rank, window, min duration) and lay out: columns start_us, y, lane, group, ...
+def lay_out(
+    events: pd.DataFrame, rank: int | None = None, origin_us: float | None = None, max_depth: int = 6
+) -> pd.DataFrame:
+    """Once per trace and rank: lanes, colour groups, `start_us` and nesting sub-rows (`sub`), sorted
+    by lane and start. `prepare` only slices it per window.
 
-    Sub-row depth is computed before the duration filter, so a lane's layout does not jump
-    when the filter changes.
+    Why: laying out a 100k-event trace (lane labels, a stack walk per lane) took ~0.4 s, and it was
+    redone on every window, filter or click. The sub-row of an event does not depend on the window
+    (its enclosing events overlap any window it is in), so it is computed once over the whole rank;
+    a lane's layout therefore never jumps when the window or the duration filter changes.
     """
-    view = view or TimelineView()
-    ev = events
-    ev = of_rank(ev, view.rank)
+    ev = of_rank(events, rank)
     if origin_us is None:
         origin_us = float(ev["ts_us"].min()) if len(ev) else 0.0
     ev = lane_table(ev)
     ev = ev.assign(start_us=ev["ts_us"].to_numpy(float) - origin_us)
-    if view.start_us is not None or view.end_us is not None:
-        lo = -np.inf if view.start_us is None else view.start_us
-        hi = np.inf if view.end_us is None else view.end_us
-        s = ev["start_us"].to_numpy()
-        ev = ev[(s + ev["dur_us"].to_numpy() >= lo) & (s <= hi)]
-    ev = ev.sort_values(["lane", "start_us", "dur_us"], ascending=[True, True, False], kind="stable")
+    order = np.lexsort((-ev["dur_us"].to_numpy(float), ev["start_us"].to_numpy(), ev["lane_code"].to_numpy()))
+    ev = ev.iloc[order]
     depth = np.zeros(len(ev), np.int64)
-    lanes = ev["lane"].to_numpy()
+    lanes = ev["lane_code"].to_numpy()
     s, d = ev["start_us"].to_numpy(), ev["dur_us"].to_numpy()
     bounds = np.flatnonzero(np.r_[True, lanes[1:] != lanes[:-1], True])
     for a, b in itertools.pairwise(bounds):
         depth[a:b] = _stack_depth(s[a:b], s[a:b] + d[a:b])
-    ev = ev.assign(sub=np.minimum(depth, view.max_depth))
+    ev = ev.assign(sub=np.minimum(depth, max_depth))
+    ev.attrs = {"origin_us": origin_us, "rank": rank, "max_depth": max_depth}
+    return ev
+
+
+def prepare(
+    events: pd.DataFrame,
+    view: TimelineView | None = None,
+    origin_us: float | None = None,
+    *,
+    laid: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """Filter (rank, window, min duration) and lay out: columns start_us, y, lane, group, ...
+
+    `laid` is `lay_out(events, view.rank, origin_us, view.max_depth)` when the caller keeps it
+    (the dashboard caches it per trace); then a window costs a slice. Sub-rows come from the
+    whole rank, so a lane's layout does not jump when the window or the filter changes.
+    """
+    view = view or TimelineView()
+    if laid is None:
+        laid = lay_out(events, view.rank, origin_us, view.max_depth)
+    origin = laid.attrs["origin_us"]
+    ev = laid
+    s = ev["start_us"].to_numpy()
+    keep = np.ones(len(ev), bool)
+    if view.start_us is not None:
+        keep &= s + ev["dur_us"].to_numpy() >= view.start_us
+    if view.end_us is not None:
+        keep &= s <= view.end_us
     if view.min_dur_us > 0:
-        ev = ev[ev["dur_us"].to_numpy() >= view.min_dur_us]
-    order = sorted(ev["lane"].unique(), key=lambda lane: (lane.startswith("GPU"), lane))
-    rows = ev.groupby("lane", observed=True)["sub"].max().to_dict()
+        keep &= ev["dur_us"].to_numpy() >= view.min_dur_us
+    if not keep.all():
+        ev = ev[keep]
+    codes = ev["lane_code"].to_numpy()
+    present, first = np.unique(codes, return_index=True)
+    names = ev["lane"].to_numpy()[first]
+    rows = np.zeros(int(present.max()) + 1 if len(present) else 0, np.int64)
+    np.maximum.at(rows, codes, ev["sub"].to_numpy(np.int64))
+    order = sorted(range(len(present)), key=lambda i: (names[i].startswith("GPU"), names[i]))
     base, y0 = {}, 0
-    for lane in order:
-        base[lane] = y0
-        y0 += int(rows[lane]) + 1 + 1  # a spacer row between lanes
-    y = ev["lane"].map(base).to_numpy(np.int64) + ev["sub"].to_numpy(np.int64)
-    ev = ev.assign(y=y)
-    ev.attrs["lanes"] = base
-    ev.attrs["origin_us"] = origin_us
+    base_of = np.zeros(len(rows), np.int64)
+    for i in order:
+        base[str(names[i])] = y0
+        base_of[present[i]] = y0
+        y0 += int(rows[present[i]]) + 1 + 1  # a spacer row between lanes
+    ev = ev.assign(y=base_of[codes] + ev["sub"].to_numpy(np.int64))
+    ev.attrs = {"lanes": base, "origin_us": origin}
     return ev
 
 
@@ -171,27 +232,43 @@ def default_window(events: pd.DataFrame, max_events: int = 5000, origin_us: floa
     return lo - origin, max(hi - origin, lo - origin + 1.0)
 
 
-def level_of_detail(ev: pd.DataFrame, budget: int, bins: int = 240) -> tuple[pd.DataFrame, pd.DataFrame]:
+def level_of_detail(
+    ev: pd.DataFrame,
+    budget: int,
+    bins: int = 240,
+    *,
+    window: tuple[float, float] | None = None,
+    min_px: float = MIN_BAR_PX,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(events drawn one bar each, aggregate bars) for a prepared window.
 
-    Why: an SVG bar per event stays interactive (hover, click, box select) up to a few thousand
-    bars; a 200k-event window is reduced to the `budget` longest events (what is visible at
-    this zoom) plus, per sub-row, one grey bar per 1/`bins` of the window covering the short
-    events in it ("1,234 events: narrow the window"). Narrowing the window (the page's slider
-    or a search hit) shows every event again: level of detail by window.
+    Why: an SVG bar per event stays interactive (hover, click, box select) up to a few hundred
+    bars; a 200k-event window is reduced to the `budget` longest events that are at least
+    `min_px` wide at this zoom (`window`, µs from origin; default: the events' extent, drawn
+    over `PLOT_PX`), plus, per sub-row, one grey bar per 1/`bins` of the window covering the
+    rest ("1,234 events: narrow the window"). A bar narrower than a pixel can be neither seen
+    nor hovered, yet costs the browser as much as a wide one: in the first ResNet step (4.9 s
+    over 1,200 px) 1,062 of the 1,200 longest events were under 0.25 px. Narrowing the window
+    (the page's slider or a search hit) shows every event again: level of detail by window.
     """
     if len(ev) <= budget:
         return ev, ev.iloc[:0]
+    start = ev["start_us"].to_numpy(float)
     dur = ev["dur_us"].to_numpy(float)
-    order = np.argsort(-dur, kind="stable")
+    if window is None:
+        lo, hi = float(start.min()), float((start + dur).max())
+    else:
+        lo, hi = float(window[0]), float(window[1])
+    span = max(hi - lo, 1e-9)
+    order = np.argsort(-dur, kind="stable")[:budget]
+    order = order[dur[order] * (PLOT_PX / span) >= min_px]
     keep = np.zeros(len(ev), bool)
-    keep[order[:budget]] = True
+    keep[order] = True
     rest = ev[~keep]
-    s = rest["start_us"].to_numpy(float)
-    e = s + rest["dur_us"].to_numpy(float)
-    lo, hi = float(ev["start_us"].min()), float((ev["start_us"] + ev["dur_us"]).max())
-    width = max((hi - lo) / bins, 1e-9)
-    b = np.floor((s - lo) / width).astype(np.int64)
+    s = start[~keep]
+    e = s + dur[~keep]
+    width = span / bins
+    b = np.clip(np.floor((s - lo) / width), -1, bins).astype(np.int64)
     agg = (
         pd.DataFrame({"y": rest["y"].to_numpy(), "b": b, "s": s, "e": e})
         .groupby(["y", "b"], sort=False)
@@ -212,6 +289,7 @@ def timeline_figure(
     title: str = "",
     search: str = "",
     shapes: dict[int, str] | None = None,
+    laid: pd.DataFrame | None = None,
 ) -> go.Figure:
     """The timeline of `events` (the `Trace.events` table); arrows from `flow_from` to its kernels.
 
@@ -219,20 +297,23 @@ def timeline_figure(
     hover (name, duration, start, input shapes of the linked ET op via `shapes`), click and box
     select, x-only zoom (the y axis is fixed so lanes never hide), `search` (a regex on names)
     highlights its hits and dims the rest, and `level_of_detail` keeps big windows light.
+    `laid`: the rank's `lay_out`, when the caller caches it (a window then costs a slice).
     """
     import plotly.graph_objects as go
 
     view = view or TimelineView()
-    ev = prepare(events, view, origin_us)
+    ev = prepare(events, view, origin_us, laid=laid)
     origin = ev.attrs["origin_us"]
     lanes = ev.attrs["lanes"]
     fig = go.Figure()
-    detail, agg = level_of_detail(ev, view.bar_limit)
-    span = (
-        view.end_us - view.start_us
-        if view.start_us is not None and view.end_us is not None
-        else (float((ev["start_us"] + ev["dur_us"]).max() - ev["start_us"].min()) if len(ev) else 1.0)
-    )
+    if view.start_us is not None and view.end_us is not None:
+        window = (view.start_us, view.end_us)
+    elif len(ev):
+        window = (float(ev["start_us"].min()), float((ev["start_us"] + ev["dur_us"]).max()))
+    else:
+        window = (0.0, 1.0)
+    span = window[1] - window[0]
+    detail, agg = level_of_detail(ev, view.bar_limit, window=window)
     for tr in timeline_traces(detail, True, search=search, shapes=shapes, span_us=span):
         fig.add_trace(tr)
     if len(agg):

@@ -70,9 +70,21 @@ def _key(a: dict) -> tuple | None:
 class _TBE:
     """One rebuilt table-batched embedding and its synthesized batch."""
 
-    def __init__(self, *, tables: int, rows: int, dims: list[int], opt: str, pooling: int, batch: int, n_idx: int):
+    def __init__(
+        self,
+        *,
+        tables: int,
+        rows: int,
+        dims: list[int],
+        opt: str,
+        pooling: int,
+        batch: int,
+        n_idx: int,
+        precision: str = "fp32",
+    ):
         self.tables, self.rows, self.dims, self.opt = tables, rows, dims, opt
         self.pooling, self.batch, self.n_idx = pooling, batch, n_idx
+        self.precision = precision  # of the recorded weights and pooled output: fp32, fp16 or bf16
         self.module = None
         self.out = None
 
@@ -80,7 +92,7 @@ class _TBE:
         if self.module is not None:
             return
         import torch
-        from fbgemm_gpu.split_embedding_configs import EmbOptimType
+        from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
         from fbgemm_gpu.split_table_batched_embeddings_ops_common import BoundsCheckMode, EmbeddingLocation, PoolingMode
         from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
             ComputeDevice,
@@ -91,6 +103,12 @@ class _TBE:
         loc, comp = (
             (EmbeddingLocation.DEVICE, ComputeDevice.CUDA) if cuda else (EmbeddingLocation.HOST, ComputeDevice.CPU)
         )
+        # FBGEMM's CPU kernels have no bf16 ("split_embedding_cpu_forward_1 not implemented for
+        # 'BFloat16'"): there the lookup runs in fp32 and its output is cast to bf16, so the ops
+        # downstream get the dtype the trace recorded
+        native = self.precision if (cuda or self.precision != "bf16") else "fp32"
+        prec = getattr(SparseType, native.upper())
+        self.out_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(self.precision, torch.float32)
         self.module = SplitTableBatchedEmbeddingBagsCodegen(
             embedding_specs=[(self.rows, d, loc, comp) for d in self.dims],
             optimizer=getattr(EmbOptimType, _OPTIMIZERS.get(self.opt, "EXACT_SGD")),
@@ -98,6 +116,8 @@ class _TBE:
             pooling_mode=PoolingMode(self.pooling) if self.pooling in (0, 1, 2) else PoolingMode.SUM,
             bounds_check_mode=BoundsCheckMode.NONE,  # the trace's own bounds_check op is replayed separately
             device=torch.device(device),
+            weights_precision=prec,
+            output_dtype=prec,
         )
         g = torch.Generator().manual_seed(seed)
         bags = self.tables * self.batch
@@ -106,14 +126,15 @@ class _TBE:
         self.indices = torch.cat([torch.randint(0, self.rows, (int(n),), generator=g) for n in per_table]).to(device)
         self.offsets = offsets.to(device)
         total_d = sum(self.dims)
-        self.grad = (torch.randn(self.batch, total_d, generator=g) * 1e-3).to(device)
+        self.grad = (torch.randn(self.batch, total_d, generator=g) * 1e-3).to(device, self.out_dtype)
         self.warning = torch.zeros(1, dtype=torch.long, device=device)
 
     def forward(self):
         import torch
 
         with torch.enable_grad():
-            self.out = self.module(self.indices, self.offsets)
+            out = self.module(self.indices, self.offsets)
+            self.out = out if out.dtype == self.out_dtype else out.to(self.out_dtype)
         return (self.out,)
 
     def backward(self):
@@ -193,8 +214,17 @@ class FbgemmTBE:
         )
         rows = max(1, w_numel // sum(dims))
         batch = max(1, (n_off - 1) // tables)
+        wtype = str(w[2]) if w else ""  # "GenericList[Tensor(c10::BFloat16),...]" after a dtype change
+        precision = "bf16" if "BFloat16" in wtype else ("fp16" if "Half" in wtype else "fp32")
         return _TBE(
-            tables=tables, rows=rows, dims=dims, opt=opt, pooling=int(val("pooling_mode", 0)), batch=batch, n_idx=n_idx
+            tables=tables,
+            rows=rows,
+            dims=dims,
+            opt=opt,
+            pooling=int(val("pooling_mode", 0)),
+            batch=batch,
+            n_idx=n_idx,
+            precision=precision,
         )
 
 

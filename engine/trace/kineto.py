@@ -39,6 +39,18 @@ def _nullable(values: list) -> pd.arrays.IntegerArray:
     return pd.arrays.IntegerArray(arr, mask)
 
 
+def _int_column(raw: list) -> pd.arrays.IntegerArray:
+    """Nullable ints of raw arg values: one int64 conversion when every value converts (the usual
+    case: ints), else each value as `_as_int` reads it (strings like "Spans", None: absent)."""
+    try:
+        arr = np.fromiter(raw, np.int64, len(raw))
+    except (TypeError, ValueError, OverflowError):
+        return _nullable([_as_int(v) for v in raw])
+    mask = arr == _NA
+    arr[mask] = 0
+    return pd.arrays.IntegerArray(arr, mask)
+
+
 def _as_int(v) -> int:
     """int of an arg value; _NA when absent or not integral (e.g. "Spans")."""
     if v is None:
@@ -111,19 +123,15 @@ def _parse(doc: dict, path: str, rank: int, rank_fixed: bool):
             ts_l.append(float(e.get("ts", 0.0)))
             dur_l.append(float(e.get("dur", 0.0) or 0.0))
             dev_l.append(ai(args.get("device", pid)) if cat in _GPU_CATS else NA)
-            # Inlined fast path (ints or absent); anything else goes through _as_int.
-            v = args.get("stream", NA)
-            stream_l.append(v if type(v) is int else ai(v))
-            v = args.get("correlation", NA)
-            corr_l.append(v if type(v) is int else ai(v))
-            v = args.get("External id", NA)
-            ext_l.append(v if type(v) is int else ai(v))
-            v = args.get("Record function id", NA)
-            rf_l.append(v if type(v) is int else ai(v))
-            v = args.get("Sequence number", NA)
-            seq_l.append(v if type(v) is int else ai(v))
-            v = args.get("Fwd thread id", NA)
-            fwd_l.append(v if type(v) is int else ai(v))
+            # Raw values, converted per column after the loop (_int_column): cheaper than a type
+            # check per value here, and a loop over (key, list) pairs measured ~35% slower.
+            get = args.get
+            stream_l.append(get("stream", NA))
+            corr_l.append(get("correlation", NA))
+            ext_l.append(get("External id", NA))
+            rf_l.append(get("Record function id", NA))
+            seq_l.append(get("Sequence number", NA))
+            fwd_l.append(get("Fwd thread id", NA))
             if name.startswith("ProfilerStep#") and cat not in _GPU_CATS:
                 iters.append({"name": name, "ts_us": ts_l[-1], "dur_us": dur_l[-1], "rank": rank})
         elif ph in _FLOW_PH:
@@ -155,12 +163,12 @@ def _parse(doc: dict, path: str, rank: int, rank_fixed: bool):
             "ts_us": np.asarray(ts_l, dtype=np.float64),
             "dur_us": np.asarray(dur_l, dtype=np.float64),
             "device": _nullable(dev_l),
-            "stream": _nullable(stream_l),
-            "correlation": _nullable(corr_l),
-            "external_id": _nullable(ext_l),
-            "rf_id": _nullable(rf_l),
-            "seq_num": _nullable(seq_l),
-            "fwd_tid": _nullable(fwd_l),
+            "stream": _int_column(stream_l),
+            "correlation": _int_column(corr_l),
+            "external_id": _int_column(ext_l),
+            "rf_id": _int_column(rf_l),
+            "seq_num": _int_column(seq_l),
+            "fwd_tid": _int_column(fwd_l),
         }
     )
     flow_ids = np.asarray(fl_id, dtype=np.int64)

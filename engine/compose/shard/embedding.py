@@ -227,8 +227,41 @@ class _Fresh:
         return self.n
 
 
-def _shard_nodes(t: Table, s: Shard, fresh: _Fresh) -> tuple[dict, dict | None]:
-    """Copies of the table's forward/backward nodes rewritten for one shard (fresh tensor ids)."""
+def _scale_bags(f: dict, b: dict | None, bags: tuple[int, int], lookups: tuple[int, int], shard_lookups: int) -> None:
+    """Rewrite dim 0 of the bag-indexed tensors (offsets, pooled rows, bag sizes, their gradient)
+    from the recorded bag count to the scaled one (`bags` = (recorded, new)), and offset2bag
+    (one entry per lookup) to the shard's lookups. Weights and indices are set by the caller."""
+    old_b, new_b = bags
+    dim0 = {old_b: new_b, old_b + 1: new_b + 1}  # include_last_offset adds one
+    for node, kind in ((f, "fwd"), (b, "bwd")):
+        if node is None:
+            continue
+        skip = {("in", 0), ("in", 1)} if kind == "fwd" else {("in", 1), ("out", 0)}
+        o2b = ("out", 1) if kind == "fwd" else ("in", 3)
+        for io_name, io, arg, sub, v in tensors_of(node):
+            if sub is not None or not is_defined(v) or (io_name, arg) in skip:
+                continue
+            shp = list(io["shapes"][arg])
+            if not shp:
+                continue
+            if (io_name, arg) == o2b:
+                if shp[0] == lookups[0] and lookups[0] > 0:
+                    shp[0] = shard_lookups
+            elif shp[0] in dim0:
+                shp[0] = dim0[shp[0]]
+            else:
+                continue
+            io["shapes"][arg] = shp
+            io["values"][arg] = [*v[:3], int(math.prod(shp)), *v[4:]]
+            if io.get("strides"):
+                io["strides"][arg] = [shp[1], 1] if len(shp) == 2 else [1]
+
+
+def _shard_nodes(
+    t: Table, s: Shard, fresh: _Fresh, recorded: tuple[int, int] | None = None
+) -> tuple[dict, dict | None]:
+    """Copies of the table's forward/backward nodes rewritten for one shard (fresh tensor ids).
+    `recorded`: the table's recorded (bags, lookups) when a batch scale changed them."""
     f = copy.deepcopy(t.fwd)
     b = copy.deepcopy(t.bwd) if t.bwd is not None else None
     remap: dict = {}
@@ -260,6 +293,8 @@ def _shard_nodes(t: Table, s: Shard, fresh: _Fresh) -> tuple[dict, dict | None]:
         put(b["inputs"], 1, [s.lookups])
         b["inputs"]["values"][6] = s.rows
         put(b["outputs"], 0, [s.rows, s.dim])
+    if recorded is not None:
+        _scale_bags(f, b, (recorded[0], t.batch), (recorded[1], t.lookups), s.lookups)
     return f, b
 
 
@@ -307,6 +342,21 @@ def _a2a(
     return node
 
 
+def _scale_tables(tables: list[Table], scale: float) -> dict[int, tuple[int, int]]:
+    """Batch scale of an embedding-sharded benchmark: every table serves `scale` x the bags and
+    lookups (the pooling factor stays). Returns table -> its recorded (bags, lookups)."""
+    if scale == 1.0:
+        return {}
+    out = {}
+    for t in tables:
+        new_b = t.batch * scale
+        if abs(new_b - round(new_b)) > 1e-9 or round(new_b) < 1:
+            raise TraceError(f"batch scale {scale:g} gives a non-integer batch: {t.batch} x {scale:g} = {new_b:g}")
+        out[t.index] = (t.batch, t.lookups)
+        t.batch, t.lookups = round(new_b), max(1, round(t.lookups * scale))
+    return out
+
+
 def shard_embeddings(bench, path) -> dict:
     sh = bench.spec.sharding
     n_ranks, plan = int(sh.ranks), sh.plan
@@ -315,6 +365,17 @@ def shard_embeddings(bench, path) -> dict:
     tables = find_tables(nodes, replay, tbe_info)
     if not tables:
         raise TraceError(f"no embedding tables to shard in {path}", path)
+    recorded = _scale_tables(tables, float(bench.spec.batch_scale))
+    if recorded:
+        bench.meta["transforms"].append(
+            {
+                "kind": "batch_scale",
+                "scale": float(bench.spec.batch_scale),
+                "batch": next(iter(recorded.values()))[0],
+                "new_batch": tables[0].batch,
+                "detail": "applied to the sharded tables' bags and lookups",
+            }
+        )
     shards = plan_shards(tables, plan, n_ranks)
     batch = tables[0].batch
     bsplit = _split(batch, n_ranks)
@@ -340,7 +401,7 @@ def shard_embeddings(bench, path) -> dict:
 
         fw_label = label_node(nxt(), ROOT_ID, "## forward ##")
         out.append(fw_label)
-        pairs = [_shard_nodes(tables[s.table], s, fresh) for s in mine]
+        pairs = [_shard_nodes(tables[s.table], s, fresh, recorded.get(s.table)) for s in mine]
         ids = []
         for (f, _), s in zip(pairs, mine):
             lab = label_node(nxt(), fw_label["id"], f"nn.Module: tables.{s.table}")
@@ -381,7 +442,9 @@ def shard_embeddings(bench, path) -> dict:
             {"index": t.index, "rows": t.rows, "dim": t.dim, "lookups": t.lookups, "cost": round(t.cost, 1)}
             for t in tables
         ],
-        "original_lookups": sum(t.lookups for t in tables),
+        "batch_scale": float(bench.spec.batch_scale),
+        "original_lookups": sum(recorded.get(t.index, (0, t.lookups))[1] for t in tables),
+        "lookups": sum(t.lookups for t in tables),
         "shards": [s.to_dict() for s in shards],
         "per_rank": per_rank,
         "max_cost": max(p["cost"] for p in per_rank.values()),

@@ -18,6 +18,7 @@ launch than any the trace recorded). `meta["sharding"]["tbe"]` says so.
 from __future__ import annotations
 
 import math
+import re
 
 from engine.compose.nodes import is_defined
 
@@ -128,8 +129,9 @@ def tables_from_tbe(n: dict, fresh, start_index: int) -> list[tuple[dict, dict, 
     batch = (a["offsets_len"] - 1) // T
     lookups = a["lookups"] // T
     itemsize = int(a["weight"][4])
-    wtype = next((t for t in n["inputs"]["types"][1:2] if isinstance(t, str)), "")
-    wtype = "Tensor(float)" if "Half" not in wtype and "BFloat16" not in wtype else wtype.split(",")[0]
+    # the weights arrive as a list ("GenericList[Tensor(c10::BFloat16),...]"): its element type
+    wtypes = re.findall(r"Tensor\([^)]*\)", next((t for t in n["inputs"]["types"][1:2] if isinstance(t, str)), ""))
+    wtype = wtypes[0] if wtypes else "Tensor(float)"
     out = []
     for t in range(T):
         w, i, o = (fresh(), fresh()), (fresh(), fresh()), (fresh(), fresh())

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.compose.meta_check import propagate
-from engine.compose.nodes import external_reads, tensors_of
+from engine.compose.nodes import external_reads, is_defined, tensors_of
 from engine.errors import TraceError
 
 
@@ -134,6 +134,44 @@ def prune_to_replay(nodes: list[dict], replay_ids) -> list[dict]:
     return [n for n in nodes if n["id"] not in drop]
 
 
+_EMB_BWD = ("aten::embedding_backward", "aten::embedding_dense_backward")
+
+
+def _unbroadcast_embedding_grads(nodes: list[dict], replay_ids) -> list[int]:
+    """Embedding backwards whose gradient no longer matches their indices after scaling.
+
+    Why: at batch 1 a tensor broadcast over the batch (GPT-2's position embeddings, [1, T, D]
+    added to [B, T, D]) gets the very same gradient tensor as the batch branch: autograd records
+    no reduction because the shapes are equal. Scaled, that shared gradient carries the new batch
+    while the position ids keep batch 1, and the op fails ("shape '[64, 128]' is invalid for input
+    of size 16384"). Such an op gets a fresh gradient of shape indices.shape + [D] (the missing
+    sum over the batch is a small reduction next to the lookups)."""
+    want = set(replay_ids)
+    top = max((max(v[0], v[1]) for n in nodes for _, _, _, _, v in tensors_of(n) if is_defined(v)), default=0)
+    fixed = []
+    for n in nodes:
+        if n["id"] not in want or n["name"] not in _EMB_BWD:
+            continue
+        ins = n.get("inputs") or {}
+        try:
+            g, idx = ins["values"][0], ins["values"][1]
+            g_shape, idx_shape = list(ins["shapes"][0]), list(ins["shapes"][1])
+        except (KeyError, IndexError, TypeError):
+            continue
+        if not (is_defined(g) and is_defined(idx) and g_shape):
+            continue
+        want_shape = [*idx_shape, g_shape[-1]]
+        if int(np.prod(g_shape)) == int(np.prod(want_shape)):
+            continue
+        top += 2
+        ins["values"][0] = [top - 1, top, 0, int(np.prod(want_shape)), *g[4:]]
+        ins["shapes"][0] = want_shape
+        if ins.get("strides"):
+            ins["strides"][0] = [int(np.prod(want_shape[i + 1 :])) for i in range(len(want_shape))]
+        fixed.append(int(n["id"]))
+    return fixed
+
+
 def scale_batch(bench, rank: int, scale: float, batch: int, params: set[int] | None = None) -> dict:
     """Scale the batch of `bench.ranks[rank]` in place; returns the meta report as a dict."""
     nodes = bench.ranks[rank]
@@ -147,6 +185,13 @@ def scale_batch(bench, rank: int, scale: float, batch: int, params: set[int] | N
         raise TraceError(f"batch scale {scale:g}: no input tensor has the batch size {batch} as dim 0")
     rep = propagate(nodes, bench.replay_ids[rank], scale=scale, batch=batch, seeds=seeds, mutate=True, params=params)
     bench.ranks[rank] = prune_to_replay(nodes, bench.replay_ids[rank])
+    unbroadcast = _unbroadcast_embedding_grads(bench.ranks[rank], bench.replay_ids[rank])
+    if unbroadcast:
+        bench.meta["warnings"].append(
+            f"batch scale: {len(unbroadcast)} embedding backward(s) read a gradient the batch-{batch} trace "
+            f"shared with a batch-broadcast input (nodes {', '.join(map(str, unbroadcast[:5]))}); they get "
+            "a gradient of their own lookups' shape (the batch reduction was not recorded)"
+        )
     info = {
         "kind": "batch_scale",
         "scale": scale,

@@ -1,0 +1,258 @@
+"""Compositions of the real-library samples: every required transform composed and replayed.
+
+For the three real-library samples (sample_traces/gpt2_hf: transformers GPT-2; resnet_tv:
+torchvision ResNet-18; dlrm_tbe: DLRM with FBGEMM TBE, a 2-rank capture) this composes
+
+    gpt2_hf    x1, batch x2, DP 2 (global batch x2: one sample per rank), TP 2, bf16
+    resnet_tv  x1, batch x2, DP 2, bf16
+    dlrm_tbe   embedding table / row / greedy over 4 ranks (tables from both recorded ranks'
+               TBE lookups), greedy at batch x2, greedy at bf16; the whole step (dense MLPs,
+               TBE, all_to_all) at bf16, replayed on 2 ranks mirroring the composed rank 0
+
+exports each, replays it (one rank in process; several ranks with `mystique replay DIR
+--world-size N`, one process per rank with real gloo collectives) and prints coverage (replayed /
+selected ops, communication included) and the skip reasons. The batch-x2 time ratio of GPT-2 and
+ResNet comes from interleaved rounds in one process: a x1 iteration, then a x2 iteration, the
+ratio per round, the median over rounds (machine-load drift hits both alike). Writes
+benchmarks/results/lib_compositions.json. Run it at normal priority (timings are reported):
+
+    .venv/bin/python benchmarks/lib_compositions.py [--rounds 9] [--only gpt2_hf ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_traces"
+sys.path.insert(0, str(ROOT))
+
+TBE = [str(SAMPLES / "dlrm_tbe" / f"dlrm_tbe_rank{r}_et.json.gz") for r in (0, 1)]
+TBE_SEGMENTS = [{"selection": {}, "source": 0}, {"selection": {}, "source": 1}]
+
+
+def _emb(plan: str, **extra) -> dict:
+    return {
+        "sources": TBE,
+        "segments": TBE_SEGMENTS,
+        "sharding": {"kind": "embedding", "plan": plan, "ranks": 4},
+        **extra,
+    }
+
+
+def _one(name: str, **extra) -> dict:
+    return {"sources": [str(SAMPLES / name / f"{name}_et.json.gz")], "segments": [{"selection": {}}], **extra}
+
+
+COMPOSITIONS: dict[str, dict[str, dict]] = {
+    "gpt2_hf": {
+        "x1": _one("gpt2_hf"),
+        "batch x2": _one("gpt2_hf", batch_scale=2),
+        "DP 2": _one("gpt2_hf", batch_scale=2, sharding={"kind": "dp", "degree": 2}),
+        "TP 2": _one("gpt2_hf", sharding={"kind": "tp", "degree": 2}),
+        "bf16": _one("gpt2_hf", dtype="bf16"),
+    },
+    "resnet_tv": {
+        "x1": _one("resnet_tv"),
+        "batch x2": _one("resnet_tv", batch_scale=2),
+        "DP 2": _one("resnet_tv", sharding={"kind": "dp", "degree": 2}),
+        "bf16": _one("resnet_tv", dtype="bf16"),
+    },
+    "dlrm_tbe": {
+        "embedding table x4": _emb("table"),
+        "embedding row x4": _emb("row"),
+        "embedding greedy x4": _emb("greedy"),
+        "greedy x4, batch x2": _emb("greedy", batch_scale=2),
+        "greedy x4, bf16": _emb("greedy", dtype="bf16"),
+        "bf16 (whole step)": {**_one("dlrm_tbe", dtype="bf16"), "sources": TBE[:1]},
+    },
+}
+# one-rank compositions of a multi-rank capture: every rank replays the composed rank 0 (its
+# all_to_all, all_reduce and broadcast need their peers): `--world-size N --mirror-rank 0`
+MIRROR = {("dlrm_tbe", "bf16 (whole step)"): 2}
+
+
+from engine.errors import TraceError  # noqa: E402 (after the sys.path insert)
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _coverage(cov: dict) -> dict:
+    return {
+        "selected": cov["selected"],
+        "replayed": cov["replayed"],
+        "rate": round(cov["replayed"] / cov["selected"], 4) if cov["selected"] else None,
+        "comm_selected": cov.get("comm_selected", 0),
+        "comm_replayed": cov.get("comm_replayed", 0),
+        "by_reason": {str(k): v for k, v in (cov.get("by_reason") or {}).items()},
+    }
+
+
+def _compose(spec: dict, out: Path) -> dict:
+    from engine.compose import compose, export, spec_from_dict
+
+    t0 = time.perf_counter()
+    bench = compose(spec_from_dict({"version": 1, "device": "cpu", **spec}))
+    export(bench, out)
+    return {
+        "world_size": bench.world_size,
+        "compose_s": round(time.perf_counter() - t0, 2),
+        "warnings": bench.meta["warnings"],
+    }
+
+
+def _replay_dist(folder: Path, world: int, out: Path, iters: int, mirror: bool = False) -> dict:
+    cmd = [sys.executable, "-m", "engine.cli.main", "replay", str(folder), "--world-size", str(world)]
+    cmd += ["--mirror-rank", "0"] if mirror else []
+    cmd += ["--warmup", "1", "--iters", str(iters), "--no-profile", "--out", str(out), "--json"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
+    if p.returncode != 0:
+        return {"error": (p.stderr.strip().splitlines() or ["?"])[-1][:300]}
+    doc = json.loads(p.stdout)
+    return {"median_ms": round(doc["median_ms"], 3), "coverage": _coverage(doc["coverage"])}
+
+
+def _session(folder: Path):
+    import engine.trace as T
+    from engine.replay import ReplayConfig, ReplaySession
+
+    cfg = ReplayConfig(warmup=0, iters=1, profile=False, metrics=False, num_threads=1)
+    return ReplaySession(T.load(folder / "rank_0.et.json"), config=cfg)
+
+
+def _replay_one(folder: Path, iters: int) -> dict:
+    with _session(folder) as s:
+        s.run_iteration(measured=False)
+        for _ in range(iters):
+            s.run_iteration()
+        res = s.finish()
+    return {"median_ms": round(statistics.median(res.iteration_ms), 3), "coverage": _coverage(res.coverage)}
+
+
+def _ratio(x1: Path, x2: Path, rounds: int) -> dict:
+    """Interleaved rounds: x1 iteration, x2 iteration; median of the per-round ratios."""
+    with _session(x1) as a, _session(x2) as b:
+        for s in (a, b):
+            s.run_iteration(measured=False)
+            s.run_iteration(measured=False)
+        ratios = []
+        for _ in range(rounds):
+            t1 = a.run_iteration()
+            t2 = b.run_iteration()
+            ratios.append(t2 / t1)
+        a.finish(), b.finish()
+    return {
+        "rounds": rounds,
+        "x1_median_ms": round(statistics.median(a.iter_ms), 3),
+        "x2_median_ms": round(statistics.median(b.iter_ms), 3),
+        "ratio_median": round(statistics.median(ratios), 3),
+        "ratio_min": round(min(ratios), 3),
+        "ratio_max": round(max(ratios), 3),
+        "ratios": [round(r, 3) for r in ratios],
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=9, help="interleaved x1/x2 rounds for the batch-x2 ratio")
+    ap.add_argument("--iters", type=int, default=3, help="measured iterations of every other replay")
+    ap.add_argument("--only", nargs="*", default=None, help="samples to run (default: all three)")
+    ap.add_argument("--no-write", action="store_true", help="do not write the results JSON")
+    args = ap.parse_args()
+    import torch
+
+    uptime_before = _load()
+    rows: list[dict] = []
+    ratios: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for sample, comps in COMPOSITIONS.items():
+            if args.only and sample not in args.only:
+                continue
+            folders: dict[str, Path] = {}
+            for label, spec in comps.items():
+                folder = folders[label] = Path(tmp) / sample / label.replace(" ", "_").replace(",", "")
+                row: dict = {"sample": sample, "composition": label}
+                try:
+                    row.update(_compose(spec, folder))
+                except TraceError as e:  # a composition that fails is a result to report, not a crash
+                    row["error"] = f"compose: {e}"
+                    rows.append(row)
+                    print(f"{sample} {label}: {row['error']}", file=sys.stderr)
+                    continue
+                t0 = time.perf_counter()
+                mirror = MIRROR.get((sample, label))
+                if mirror:
+                    row.update(world_size=mirror, mirror_rank=0)
+                    row.update(_replay_dist(folder, mirror, folder.with_suffix(".out"), args.iters, mirror=True))
+                elif row["world_size"] > 1:
+                    row.update(_replay_dist(folder, row["world_size"], folder.with_suffix(".out"), args.iters))
+                else:
+                    row.update(_replay_one(folder, args.iters))
+                row["replay_s"] = round(time.perf_counter() - t0, 1)
+                rows.append(row)
+                cov = row.get("coverage") or {}
+                print(
+                    f"{sample} {label}: coverage {cov.get('rate')} {cov.get('by_reason')} {row.get('error', '')}",
+                    file=sys.stderr,
+                )
+            if (
+                "x1" in folders
+                and "batch x2" in folders
+                and all("error" not in r for r in rows if r["sample"] == sample)
+            ):
+                ratios[sample] = _ratio(folders["x1"], folders["batch x2"], args.rounds)
+                print(f"{sample} batch x2 / x1: {ratios[sample]['ratio_median']}", file=sys.stderr)
+    uptime_after = _load()
+    print(f"load average (1, 5, 15 min) before {uptime_before}, after {uptime_after}; {os.cpu_count()} cores\n")
+    print("| sample | composition | ranks | coverage | replayed / selected (comm) | skipped by reason | median ms |")
+    print("|---|---|---:|---:|---:|---|---:|")
+    for r in rows:
+        if "coverage" not in r:
+            print(f"| {r['sample']} | {r['composition']} | {r.get('world_size', '-')} | - | - | {r.get('error')} | - |")
+            continue
+        c = r["coverage"]
+        comm = f" ({c['comm_replayed']}/{c['comm_selected']})" if c["comm_selected"] else ""
+        reasons = ", ".join(f"{k}: {v}" for k, v in c["by_reason"].items()) or "none"
+        print(
+            f"| {r['sample']} | {r['composition']} | {r['world_size']} | {100 * c['rate']:.1f} % | "
+            f"{c['replayed']}/{c['selected']}{comm} | {reasons} | {r['median_ms']:.1f} |"
+        )
+    if ratios:
+        print("\n| sample | x1 median ms | x2 median ms | x2 / x1 (median of rounds) | min-max | rounds | in 1.6-2.4 |")
+        print("|---|---:|---:|---:|---|---:|:---:|")
+        for s, r in ratios.items():
+            ok = 1.6 <= r["ratio_median"] <= 2.4
+            print(
+                f"| {s} | {r['x1_median_ms']:.1f} | {r['x2_median_ms']:.1f} | {r['ratio_median']:.2f} | "
+                f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f} | {r['rounds']} | {'yes' if ok else 'NO'} |"
+            )
+    if not args.no_write:
+        out = ROOT / "benchmarks" / "results" / "lib_compositions.json"
+        doc = {
+            "date": time.strftime("%Y-%m-%d %H:%M"),
+            "load_before": uptime_before,
+            "load_after": uptime_after,
+            "cpu_count": os.cpu_count(),
+            "torch": torch.__version__,
+            "rows": rows,
+            "batch_x2_ratio": ratios,
+        }
+        out.write_text(json.dumps(doc, indent=2))
+    cov_ok = all((r.get("coverage") or {}).get("rate", 0) >= 0.99 for r in rows)
+    ratio_ok = all(1.6 <= r["ratio_median"] <= 2.4 for r in ratios.values())
+    return 0 if cov_ok and ratio_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

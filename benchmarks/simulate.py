@@ -17,8 +17,9 @@
                 to end (graph build + schedule; trace loading excluded)
   dp            1,024-rank data-parallel what-if from the one-rank trace hta_trace_diff/control
   costmodel     held-out error per cost family (microbenchmarks here; in-trace fits)
-Writes benchmarks/results/simulate.json (sections not run keep their previous figures). Run it at
-normal priority; the load average is recorded next to every timing.
+Writes benchmarks/results/simulate.json (sections not run keep their previous figures); `--tables`
+prints the README tables from it. Run it at normal priority; the load average is recorded next to
+every timing.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.simbench import tables
 from benchmarks.simbench.common import RESULTS
 from benchmarks.simbench.reproduction import dp, reproduction, speed
 from benchmarks.simbench.sharding import sharding
@@ -45,16 +47,24 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="fresh-capture rounds per what-if")
     ap.add_argument("--shard-rounds", type=int, default=31, help="interleaved replay rounds per sharding case")
     ap.add_argument("--no-fresh", action="store_true", help="skip the fresh-capture what-if rounds")
+    ap.add_argument("--whatifs", nargs="*", default=None, help="only these what-ifs (merged into earlier results)")
+    ap.add_argument("--tables", action="store_true", help="print the README tables from the results JSON and exit")
     args = ap.parse_args(argv)
+    if args.tables:
+        print(tables.render(json.loads(RESULTS.read_text())))
+        return 0
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     sections = {
         "reproduction": reproduction,
-        "whatif": lambda: whatif(args.rounds, fresh=not args.no_fresh),
+        "whatif": lambda: {
+            **(results.get("whatif", {}) if args.whatifs else {}),
+            **whatif(args.rounds, fresh=not args.no_fresh, names=args.whatifs),
+        },
         "speed": speed,
         "sharding": lambda: sharding(rounds=args.shard_rounds),
         "dp": dp,
         "costmodel": costmodel,
     }
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     for name, fn in sections.items():
         if args.only and name not in args.only:
             continue

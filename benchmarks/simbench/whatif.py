@@ -26,7 +26,7 @@ WHATIFS = {
 }
 
 
-def quiet(max_load: float = 2.0, max_wait_s: float = 90.0) -> float:
+def quiet(max_load: float = 2.0, max_wait_s: float = 60.0) -> float:
     """Wait (up to `max_wait_s`) until the 1-minute load is at most `max_load`; the load seen."""
     t0 = time.monotonic()
     while load1() > max_load and time.monotonic() - t0 < max_wait_s:
@@ -59,7 +59,7 @@ class _Timed:
 def _measured_ratio(model: str, over: dict, rounds: int, steps: int = 5) -> dict:
     """Ground truth: the variant's and the base's *profiled* steps (captured exactly like the
     samples: ET + Kineto + module labels, 1 intra-op thread), base and variant alternating (ABBA),
-    each round started when the machine is quiet (load <= 2, waited for up to 90 s).
+    each round started when the machine is quiet (load <= 2, waited for up to 60 s).
 
     Two clocks: wall-clock (what a user sees; other processes on this shared 2-core machine can
     stretch it) and thread CPU time (only the cycles the step ran; robust to load). Profiled
@@ -103,7 +103,7 @@ def _measured_ratio(model: str, over: dict, rounds: int, steps: int = 5) -> dict
     }
 
 
-def whatif(rounds: int = 3, measure_rounds: int = 4, fresh: bool = True) -> dict:
+def whatif(rounds: int = 3, measure_rounds: int = 4, fresh: bool = True, names=None) -> dict:
     """Predicted/measured ratio of each what-if, on two clocks.
 
     prediction: the bundled sample trace (a quiet capture) simulated with the edit, over the same
@@ -116,6 +116,8 @@ def whatif(rounds: int = 3, measure_rounds: int = 4, fresh: bool = True) -> dict
     out: dict = {}
     tmp = Path(os.environ.get("MYSTIQUE_SIM_CAPTURES") or tempfile.mkdtemp(prefix="simwhatif_"))
     for name, (model, over, edits) in WHATIFS.items():
+        if names and name not in names:
+            continue
         sample = pair(SAMPLES / model, model)
         base = simulate(sample)
         pred = simulate(sample, {"version": 1, "edits": edits})

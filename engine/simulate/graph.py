@@ -238,16 +238,15 @@ def build_graph(events: pd.DataFrame, config: SimConfig | None = None) -> TaskGr
     rel = ts - t0
 
     # ---- points: start i, end n+i, sorted by (lane, time, prio, secondary) ----
-    is_end = np.concatenate([np.zeros(n, bool), np.ones(n, bool)])
     time = np.concatenate([rel, rel + dur])
     prio = np.concatenate([np.ones(n, np.int8), np.where(dur > 0, 0, 2).astype(np.int8)])
     second = np.concatenate([-dur, -rel])
     lane2 = np.concatenate([lane, lane])
     order = _point_order(lane2, time, prio, second, len(lanes))
-    pt_task = np.concatenate([np.arange(n), np.arange(n)])[order]
-    pt_end = is_end[order]
+    pt_end = order >= n
+    pt_task = order - n * pt_end
     pt_time = time[order]
-    pt_lane = lane2[order]
+    pt_lane = lane[pt_task]
     lane_ptr = np.searchsorted(pt_lane, np.arange(len(lanes) + 1))
     first = np.zeros(2 * n, bool)
     first[lane_ptr[:-1][lane_ptr[:-1] < 2 * n]] = True

@@ -78,6 +78,7 @@ class _Runner:
         self.S: set[int] = {batch} if batch else set()
         self.label = label or f"batch scale {scale:g}"  # names the transform in error messages
         self.by_storage: dict[int, tuple] = {}  # storage id -> latest (meta tensor, recorded shape)
+        self.shapes: dict[tuple, list[int]] = {}  # key -> its exact new shape (a rule beyond dim x s)
         self.report = MetaReport()
 
     def put(self, key: tuple, t: torch.Tensor, rec: list) -> None:
@@ -104,7 +105,9 @@ class _Runner:
                 self._write(io, arg, sub, t)
             return t
         st = get_slot(io, "strides", arg, sub) if io.get("strides") else None
-        if key in self.seeds and shp:
+        if key in self.shapes and shp:
+            shp, st = list(self.shapes[key]), None
+        elif key in self.seeds and shp:
             d = self.seeds[key]
             shp = shp[:d] + [self.scaled(shp[d], node)] + shp[d + 1 :]
             st = None
@@ -128,6 +131,16 @@ class _Runner:
         if self.mutate and list(t.shape) != list(get_slot(io, "shapes", arg, sub) or []):
             self._write(io, arg, sub, t)
         return t
+
+    def bind_shape(self, io, arg, sub, key: tuple, rec: list, dtype) -> None:
+        """Bind an output whose new shape a rule fixed (`shapes`): dims it scaled by s carry the batch."""
+        new = list(self.shapes[key])
+        t = _meta(new, None, dtype)
+        if len(new) == len(rec):
+            self.S.update(d for g, d in zip(new, rec) if g != d and d > 1 and abs(g - d * self.s) < 1e-9)
+        if self.mutate and new != rec:
+            self._write(io, arg, sub, t)
+        self.put(key, t, rec)
 
     def value_rule(self, shp: list, node) -> list:
         """Scale the first dim known to carry the batch (batch dims lead; a later dim that
@@ -269,17 +282,21 @@ def propagate(
     strict: bool = True,
     params: set | None = None,
     label: str | None = None,
+    shapes: dict | None = None,
 ) -> MetaReport:
     """Run the replayed nodes on meta tensors (module docstring); returns a MetaReport.
 
     `seeds`: tensor keys (tensor_id, storage_id) whose dim 0 is scaled, or a dict key -> the dim
-    to scale (tensor-parallel splits a weight's output or input dim)."""
+    to scale (tensor-parallel splits a weight's output or input dim). `shapes`: tensor key -> its
+    exact new shape, for tensors whose size is no multiple of the batch (a TBE's T x B + 1
+    offsets); inputs and outputs with such a key take it as is."""
     from engine.replay.dispatch import DispatchError, resolve
 
     run = _Runner(
         scale, batch, dict(seeds) if isinstance(seeds, dict) else dict.fromkeys(seeds or (), 0), mutate, label
     )
     run.params = set(params or ())
+    run.shapes = {k: list(v) for k, v in (shapes or {}).items()}
     rep = run.report
     want = {int(i) for i in replay_ids}
     run_ids = set(want)
@@ -340,6 +357,8 @@ def propagate(
                 )
                 for a, t in tensors.items()
             }
+        if scale != 1.0 and mutate and is_replay and base_name(name) in _ALL_TO_ALL:
+            _rescale_splits(ins, orig_shapes, tensors)
         try:
             res = resolve(name, schema, types, "cpu")
         except DispatchError as e:
@@ -413,6 +432,8 @@ def propagate(
         rep.checked += int(is_replay)
         run.is_replay = is_replay
         _bind_outputs(run, node, res, outs, out)
+        if mutate and scale != 1.0:
+            _sync_out_args(run, ins, outs)
     if mutate:  # wrappers that do not run (autograd nodes, labels) show the new shapes too
         for node in nodes:
             if node["id"] in run_ids:
@@ -447,6 +468,31 @@ def _rescale_slice(base: str, ins: dict, orig_shapes: list, t: torch.Tensor, mut
         ins["values"][3] = new - a
 
 
+_ALL_TO_ALL = frozenset(("alltoall_base_",))
+
+
+def base_name(name: str) -> str:
+    return name.split("::", 1)[-1].split(".", 1)[0]
+
+
+def _rescale_splits(ins: dict, orig_shapes: list, tensors: dict) -> None:
+    """c10d::alltoall_base_(output, input, group, output_split_sizes, input_split_sizes, ...):
+    explicit split sizes follow their tensor's new dim 0 (empty lists split evenly: nothing to do)."""
+    vals = ins.get("values", [])
+    for t_arg, j in ((0, 3), (1, 4)):
+        t = tensors.get(t_arg)
+        splits = vals[j] if j < len(vals) else None
+        if not (isinstance(t, torch.Tensor) and t.dim() and isinstance(splits, list) and splits):
+            continue
+        if t_arg >= len(orig_shapes) or not isinstance(orig_shapes[t_arg], list) or not orig_shapes[t_arg]:
+            continue
+        old, new = int(orig_shapes[t_arg][0]), int(t.shape[0])
+        if old and new != old and all(isinstance(x, int) for x in splits):
+            scaled = [x * new // old for x in splits]
+            scaled[-1] += new - sum(scaled)  # splits that do not scale evenly: the remainder goes last
+            vals[j] = scaled
+
+
 def _bind_outputs(run: _Runner, node, res, outs, out) -> None:
     base = node["name"].split("::", 1)[-1].split(".", 1)[0]
     single = len(res.overload._schema.returns) == 1
@@ -461,6 +507,10 @@ def _bind_outputs(run: _Runner, node, res, outs, out) -> None:
             t = t[sub] if isinstance(t, (list, tuple)) and sub < len(t) else None
         rec = list(get_slot(outs, "shapes", arg, sub) or [])
         key = (v[0], v[1])
+        if key in run.shapes and (run.is_replay or key not in run.from_replay):
+            run.from_replay.update([key] if run.is_replay else [])
+            run.bind_shape(outs, arg, sub, key, rec, t.dtype if isinstance(t, torch.Tensor) else _dtype(slot_type(outs, arg, sub)))
+            continue
         if not run.is_replay and key in run.from_replay:
             hit = run.env[key][0]
             if run.mutate and list(hit.shape) != rec:
@@ -500,6 +550,19 @@ def _bind_outputs(run: _Runner, node, res, outs, out) -> None:
         run.put((v[0], v[1]), t, rec)
 
 
+def _sync_out_args(run: _Runner, ins: dict, outs: dict) -> None:
+    """An `out=` (or in-place) argument has the shape the op gave its output: a guess made when
+    it was read (a DDP gradient bucket view is no batch tensor) must not stay in the node."""
+    out_keys = {
+        (v[0], v[1]) for v in (get_slot(outs, "values", a, s) for a, s in tensor_slots(outs)) if is_defined(v)
+    }
+    for arg, sub in tensor_slots(ins):
+        v = get_slot(ins, "values", arg, sub)
+        hit = run.env.get((v[0], v[1])) if is_defined(v) and (v[0], v[1]) in out_keys else None
+        if hit is not None and list(hit[0].shape) != list(get_slot(ins, "shapes", arg, sub) or []):
+            run._write(ins, arg, sub, hit[0])
+
+
 def _fallback(run: _Runner, node, outs, why: str, count: bool = True) -> None:
     """No meta run: outputs keep recorded shapes, with batch-carrying dims scaled."""
     if count and any(True for _ in tensor_slots(outs)):
@@ -515,6 +578,9 @@ def _fallback(run: _Runner, node, outs, why: str, count: bool = True) -> None:
             continue
         if run.is_replay:
             run.from_replay.add(key)
+        if key in run.shapes:
+            run.bind_shape(outs, arg, sub, key, rec, _dtype(slot_type(outs, arg, sub)))
+            continue
         shp = run.value_rule(rec, node) if run.s != 1.0 else rec
         t = _meta(shp, None, _dtype(slot_type(outs, arg, sub)))
         if run.mutate and shp != rec:

@@ -165,10 +165,14 @@ def _phase_rules_version() -> str:
     return str(RULES_VERSION)
 
 
-def content_key(digests: list[bytes], rank) -> str:
-    """Cache key: loader and phase-rule versions, the rank argument and each file's sha256."""
+def content_key(digests: list[bytes], rank, name_ranks: list[int | None] | None = None) -> str:
+    """Cache key: loader and phase-rule versions, the rank argument, the ranks the file names
+    give (an ET without a rank of its own takes its name's: the same bytes saved as rank_0 and as
+    rank_1 are two ranks) and each file's sha256."""
     h = hashlib.sha256()
     h.update(f"{LOADER_VERSION}|phases={_phase_rules_version()}|rank={rank}|n={len(digests)}".encode())
+    if name_ranks and any(r is not None for r in name_ranks):
+        h.update(f"|names={name_ranks}".encode())
     for d in digests:
         h.update(d)
     return h.hexdigest()
@@ -187,7 +191,7 @@ def load(*paths, rank: int | None = None, progress=None, use_cache: bool = True)
         files.extend(safe_io.list_files(p))
     raws = [(f, safe_io.read_raw(f, limit)) for f in files]
     digests = [hashlib.sha256(raw).digest() for _, raw in raws]  # hashed once: cache key and sources
-    key = content_key(digests, rank)
+    key = content_key(digests, rank, [rank_from_name(str(f)) for f, _ in raws])
     if use_cache:
         from engine.trace.cache import load_cached
 

@@ -186,4 +186,77 @@ def tables_from_tbe(n: dict, fresh, start_index: int) -> list[tuple[dict, dict, 
     return out
 
 
-__all__ = ["TBE_FWD_PREFIX", "tables_from_tbe", "tbe_ops"]
+def _key(v) -> tuple[int, int] | None:
+    ok = isinstance(v, list) and len(v) >= 5 and isinstance(v[0], int) and isinstance(v[1], int)
+    return (v[0], v[1]) if ok and is_defined(v) else None
+
+
+def tbe_batch_shapes(nodes: list[dict], want: set, scale: float) -> dict[tuple[int, int], list[int]]:
+    """New shapes of every replayed TBE lookup's indices, offsets and pooled output at batch x `scale`.
+
+    Why a rule of its own: a TBE's batch is no dim of its inputs. Offsets hold T x B + 1 entries
+    (one bag per table and sample, plus the end), indices the lookups of all bags (they grow with
+    the batch at the recorded pooling factor), and the pooled output is [B, total_D]. B is the
+    lookup's own batch: the rank's samples, or the global batch when the output feeds an
+    all_to_all that splits it (model-parallel embeddings); the batch scale multiplies both alike.
+    Same-shape producers of indices/offsets (`aten::to`, `clone`, ...) get the new shape too, back
+    to the model's input, so the replayed step stays self-consistent.
+    """
+    from engine.errors import TraceError
+
+    out: dict[tuple[int, int], list[int]] = {}
+    recorded: dict[tuple[int, int], list[int]] = {}
+    for n in tbe_ops(nodes, want):
+        a = _args(n)
+        if a is None or a["tables"] < 1:
+            continue
+        T, n_off = a["tables"], a["offsets_len"]
+        if (n_off - 1) % T:
+            continue  # not T x B + 1 offsets (a variable-batch TBE): leave it to the meta run
+        new_b = (n_off - 1) // T * scale
+        if abs(new_b - round(new_b)) > 1e-9:
+            raise TraceError(
+                f"batch scale {scale:g} breaks shape at node {n['id']} ({n['name']}): "
+                f"TBE batch {(n_off - 1) // T} x {scale:g} = {new_b:g} is not an integer"
+            )
+        ki, ko = _key(a["indices"]), _key(a["offsets"])
+        if ki is not None:
+            out[ki], recorded[ki] = [max(1, round(a["lookups"] * scale))], [a["lookups"]]
+        if ko is not None:
+            out[ko], recorded[ko] = [T * round(new_b) + 1], [n_off]
+        outs = n.get("outputs") or {}
+        shp = (outs.get("shapes") or [None])[0]
+        ko_ = _key((outs.get("values") or [None])[0])
+        if ko_ is not None and isinstance(shp, list) and len(shp) == 2 and shp[0] == (n_off - 1) // T:
+            out[ko_] = [round(new_b), int(shp[1])]
+    if not recorded:
+        return out
+    # walk indices/offsets back through same-shape one-tensor producers (aten::to of the input)
+    producer: dict[tuple[int, int], dict] = {}
+    for n in nodes:
+        if n["id"] in want:
+            for v in (n.get("outputs") or {}).get("values") or []:
+                k = _key(v)
+                if k is not None:
+                    producer.setdefault(k, n)
+    todo = list(recorded)
+    while todo:
+        k = todo.pop()
+        p = producer.get(k)
+        if p is None:
+            continue
+        ins = p.get("inputs") or {}
+        tens = [
+            (_key(v), shp)
+            for v, shp in zip(ins.get("values") or [], ins.get("shapes") or [])
+            if _key(v) is not None and isinstance(shp, list)
+        ]
+        if len(tens) == 1 and tens[0][1] == recorded[k] and tens[0][0] not in out:
+            src = tens[0][0]
+            assert src is not None
+            out[src], recorded[src] = out[k], recorded[k]
+            todo.append(src)
+    return out
+
+
+__all__ = ["TBE_FWD_PREFIX", "tables_from_tbe", "tbe_batch_shapes", "tbe_ops"]

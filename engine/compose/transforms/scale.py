@@ -67,14 +67,23 @@ def infer_batch(trace, path=None) -> int:
     tt = t[t["op_id"].isin(ids)].sort_values(["op_id", "io", "arg", "sub"], kind="stable")
     # tensor-list arguments (DDP buffer broadcast, foreach optimizers) hold parameters/buffers
     lists = set(map(tuple, tt.loc[tt["sub"] > 0, ["op_id", "arg"]].to_numpy().tolist()))
+    # a tensor the step writes in place (DDP's broadcast buffers, copied back with `copy_`) is
+    # model state, not an input, even where it is read first (flatten_dense_tensors)
+    names = ops.set_index("id")["name"].astype(str)
+    inplace = {i for i in ids if names.get(i, "").split("::")[-1].split(".")[0].endswith("_")}
+    written = {
+        (int(r.tensor_id), int(r.storage_id))
+        for r in tt.itertuples(index=False)
+        if int(r.op_id) in inplace and int(r.arg) == 0 and str(r.io) == "in"
+    }
     produced: set = set()
     fallback = None
     for r in tt.itertuples(index=False):
-        if (int(r.op_id), int(r.arg)) in lists:
-            continue
         key = (int(r.tensor_id), int(r.storage_id))
-        if str(r.io) == "out":
+        if str(r.io) == "out":  # list outputs too: `split`'s pieces are activations, not inputs
             produced.add(key)
+            continue
+        if (int(r.op_id), int(r.arg)) in lists or key in written:
             continue
         if key in produced or int(r.storage_id) in params or int(r.storage_id) == 0 or not r.shape:
             continue
@@ -183,7 +192,19 @@ def scale_batch(bench, rank: int, scale: float, batch: int, params: set[int] | N
     seeds = batch_seeds(nodes, bench.replay_ids[rank], batch, params)
     if not seeds:
         raise TraceError(f"batch scale {scale:g}: no input tensor has the batch size {batch} as dim 0")
-    rep = propagate(nodes, bench.replay_ids[rank], scale=scale, batch=batch, seeds=seeds, mutate=True, params=params)
+    from engine.compose.shard.tbe import tbe_batch_shapes
+
+    shapes = tbe_batch_shapes(nodes, set(bench.replay_ids[rank]), scale)
+    rep = propagate(
+        nodes,
+        bench.replay_ids[rank],
+        scale=scale,
+        batch=batch,
+        seeds=seeds,
+        mutate=True,
+        params=params,
+        shapes=shapes,
+    )
     bench.ranks[rank] = prune_to_replay(nodes, bench.replay_ids[rank])
     unbroadcast = _unbroadcast_embedding_grads(bench.ranks[rank], bench.replay_ids[rank])
     if unbroadcast:

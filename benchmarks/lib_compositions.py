@@ -7,7 +7,9 @@ torchvision ResNet-18; dlrm_tbe: DLRM with FBGEMM TBE, a 2-rank capture) this co
     resnet_tv  x1, batch x2, DP 2, bf16
     dlrm_tbe   embedding table / row / greedy over 4 ranks (tables from both recorded ranks'
                TBE lookups), greedy at batch x2, greedy at bf16; the whole step (dense MLPs,
-               TBE, all_to_all) at bf16, replayed on 2 ranks mirroring the composed rank 0
+               TBE, all_to_all) at bf16, replayed on 2 ranks mirroring the composed rank 0; the
+               whole step at x1 and batch x2, each recorded rank composed from its own ET and the
+               two replayed together (TBE indices/offsets/output and all_to_all scaled)
 
 exports each, replays it (one rank in process; several ranks with `mystique replay DIR
 --world-size N`, one process per rank with real gloo collectives) and prints coverage (replayed /
@@ -73,8 +75,13 @@ COMPOSITIONS: dict[str, dict[str, dict]] = {
         "greedy x4, batch x2": _emb("greedy", batch_scale=2),
         "greedy x4, bf16": _emb("greedy", dtype="bf16"),
         "bf16 (whole step)": {**_one("dlrm_tbe", dtype="bf16"), "sources": TBE[:1]},
+        "x1 (whole step)": {**_one("dlrm_tbe"), "sources": TBE[:1]},
+        "batch x2 (whole step)": {**_one("dlrm_tbe", batch_scale=2), "sources": TBE[:1]},
     },
 }
+# compositions applied to every recorded rank's ET alone (spec "sources" replaced by each of
+# these), the composed ranks then replayed together: a multi-rank step transformed rank by rank
+PER_RANK = {("dlrm_tbe", "x1 (whole step)"): TBE, ("dlrm_tbe", "batch x2 (whole step)"): TBE}
 # one-rank compositions of a multi-rank capture: every rank replays the composed rank 0 (its
 # all_to_all, all_reduce and broadcast need their peers): `--world-size N --mirror-rank 0`
 MIRROR = {("dlrm_tbe", "bf16 (whole step)"): 2}
@@ -95,6 +102,21 @@ def _coverage(cov: dict) -> dict:
         "comm_selected": cov.get("comm_selected", 0),
         "comm_replayed": cov.get("comm_replayed", 0),
         "by_reason": {str(k): v for k, v in (cov.get("by_reason") or {}).items()},
+    }
+
+
+def _compose_per_rank(spec: dict, sources: list[str], out: Path) -> dict:
+    """Compose `spec` once per recorded rank's ET; the ranks' ETs go into `out` named like a
+    multi-rank capture (`<name>_rank<r>_et.json`), which `mystique replay DIR --world-size N` runs."""
+    rows = [_compose({**spec, "sources": [src]}, out.with_name(f"{out.name}.r{r}")) for r, src in enumerate(sources)]
+    out.mkdir(parents=True)
+    for r in range(len(sources)):
+        src = out.with_name(f"{out.name}.r{r}") / "rank_0.et.json"
+        (out / f"{out.name}_rank{r}_et.json").write_bytes(src.read_bytes())
+    return {
+        "world_size": len(sources),
+        "compose_s": round(sum(x["compose_s"] for x in rows), 2),
+        "warnings": [w for x in rows for w in x["warnings"]],
     }
 
 
@@ -183,8 +205,9 @@ def main() -> int:
             for label, spec in comps.items():
                 folder = folders[label] = Path(tmp) / sample / label.replace(" ", "_").replace(",", "")
                 row: dict = {"sample": sample, "composition": label}
+                per_rank = PER_RANK.get((sample, label))
                 try:
-                    row.update(_compose(spec, folder))
+                    row.update(_compose_per_rank(spec, per_rank, folder) if per_rank else _compose(spec, folder))
                 except TraceError as e:  # a composition that fails is a result to report, not a crash
                     row["error"] = f"compose: {e}"
                     rows.append(row)

@@ -471,3 +471,82 @@ def test_8_transforms_on_real_library_models():
         assert [(x["rows"], x["dim"]) for x in sh["tables"]] == [(12500, 64), (12500, 64)]
         assert sh["tbe"]["tables"][0]["exact_dims"] is True and b.world_size == 4
         assert sum(s["lookups"] for s in sh["shards"]) == sh["original_lookups"]
+
+
+def test_8_batch_x2_of_the_whole_tbe_step_scales_lookups_and_all_to_all(tmp_path, cache_dir):
+    """Was: `batch scale 2 breaks shape at node 369 (aten::bmm)`: the batch was inferred as 1 (a
+    split piece of the all_to_all output looked like an input), and nothing scaled the TBE's
+    indices/offsets (T x B + 1)/pooled output, so the interaction met a dense half of batch 512
+    and an embedding half of 256. Both ranks of the 2-rank capture compose, every all_to_all sends
+    what it receives, and a DDP gradient bucket view (`mul(..., out=)`) keeps its parameter shape."""
+    import engine.trace as T
+    from engine.compose import compose, spec_from_dict
+
+    for r, weights, lookups in ((0, 1600000, 20430), (1, 768000, 21131)):
+        src = str(SAMPLES / "dlrm_tbe" / f"dlrm_tbe_rank{r}_et.json.gz")
+        b = compose(spec_from_dict({"sources": [src], "segments": [{"selection": {}}], "batch_scale": 2}))
+        t = next(x for x in b.meta["transforms"] if x["kind"] == "batch_scale")
+        assert (t["batch"], t["new_batch"]) == (256, 512)
+        by = {}
+        for n in b.ranks[0]:
+            by.setdefault(n["name"], []).append(n)
+        (lookup,) = by["fbgemm::split_embedding_codegen_lookup_sgd_function_pt2"]
+        ins = lookup["inputs"]["shapes"]
+        # 2 tables x global batch 512 (2 ranks x 256) bags: x2 -> 2 x 1024 + 1 offsets
+        assert (ins[1][0], ins[7], ins[8]) == ([weights], [2 * lookups], [2049])
+        assert lookup["outputs"]["shapes"] == [[1024, 128]]
+        (check,) = by["fbgemm::bounds_check_indices"]
+        assert check["inputs"]["shapes"][1:3] == [[2 * lookups], [2049]]
+        (bwd,) = by["fbgemm::split_embedding_backward_codegen_sgd_unweighted_pt2_wrapper"]
+        assert bwd["inputs"]["shapes"][0] == [1024, 128]
+        a2a = by["c10d::alltoall_base_"]
+        assert [n["inputs"]["shapes"][:2] for n in a2a] == [[[1024, 128], [1024, 128]]] * 2
+        assert by["aten::bmm"][0]["inputs"]["shapes"] == [[512, 5, 64], [512, 64, 5]]
+        outs = [
+            n["inputs"]["shapes"][2] == n["outputs"]["shapes"][0]
+            for n in by["aten::mul"]
+            if len(n["inputs"]["shapes"]) > 2
+        ]
+        assert outs and all(outs)
+    # the same exported bytes under two ranks' names are two ranks (the parse cache keyed on
+    # content alone gave the second file the first one's rank)
+    raw = gzip.open(SAMPLES / "dlrm_tbe" / "dlrm_tbe_rank0_et.json.gz").read()
+    for r in (0, 1):
+        (tmp_path / f"x_rank{r}_et.json").write_bytes(raw)
+    assert sorted(T.load(tmp_path / "x_rank0_et.json").ops["rank"].unique()) == [0]
+    assert sorted(T.load(tmp_path / "x_rank1_et.json").ops["rank"].unique()) == [1]
+
+
+def test_8_all_to_all_split_sizes_follow_their_scaled_tensors():
+    from engine.compose.meta_check import propagate
+
+    def t(tid, shape):
+        n = 1
+        for d in shape:
+            n *= d
+        return [tid, tid, 0, n, 4, "cpu"]
+
+    node = {
+        "id": 2,
+        "name": "c10d::alltoall_base_",
+        "ctrl_deps": 1,
+        "inputs": {
+            "values": [t(10, [6, 4]), t(11, [6, 4]), "<Object>", [4, 2], [1, 5], False, -1],
+            "shapes": [[6, 4], [6, 4], [], [[], []], [[], []], [], []],
+            "types": [
+                "Tensor(float)",
+                "Tensor(float)",
+                "Object",
+                "GenericList[Int,Int]",
+                "GenericList[Int,Int]",
+                "Bool",
+                "Int",
+            ],
+            "strides": [[4, 1], [4, 1], [], [], [], [], []],
+        },
+        "outputs": {"values": ["<Object>"], "shapes": [[]], "types": ["Object"], "strides": [[]]},
+        "attrs": [],
+    }
+    propagate([node], [2], scale=2, batch=6, seeds={(10, 10), (11, 11)}, mutate=True)
+    assert node["inputs"]["shapes"][:2] == [[12, 4], [12, 4]]
+    assert node["inputs"]["values"][3:5] == [[8, 4], [2, 10]]

@@ -15,6 +15,7 @@ and are counted as `unchecked`.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -268,7 +269,11 @@ def _run(res, node, ins, types, tensors, sizes_at=None, sizes=None):
     if sizes_at is not None:
         values[sizes_at] = sizes
     pos, kw = _call_args(node, res, values, types, tensors)
-    return res.overload(*pos, **kw)
+    with warnings.catch_warnings():
+        # an `out=` argument read with a guessed batch dim (a DDP gradient bucket view) is resized
+        # to the op's shape, which is what the meta run wants (`_sync_out_args` records it)
+        warnings.filterwarnings("ignore", message="An output with one or more elements was resized")
+        return res.overload(*pos, **kw)
 
 
 def propagate(
@@ -509,7 +514,9 @@ def _bind_outputs(run: _Runner, node, res, outs, out) -> None:
         key = (v[0], v[1])
         if key in run.shapes and (run.is_replay or key not in run.from_replay):
             run.from_replay.update([key] if run.is_replay else [])
-            run.bind_shape(outs, arg, sub, key, rec, t.dtype if isinstance(t, torch.Tensor) else _dtype(slot_type(outs, arg, sub)))
+            run.bind_shape(
+                outs, arg, sub, key, rec, t.dtype if isinstance(t, torch.Tensor) else _dtype(slot_type(outs, arg, sub))
+            )
             continue
         if not run.is_replay and key in run.from_replay:
             hit = run.env[key][0]
@@ -553,9 +560,7 @@ def _bind_outputs(run: _Runner, node, res, outs, out) -> None:
 def _sync_out_args(run: _Runner, ins: dict, outs: dict) -> None:
     """An `out=` (or in-place) argument has the shape the op gave its output: a guess made when
     it was read (a DDP gradient bucket view is no batch tensor) must not stay in the node."""
-    out_keys = {
-        (v[0], v[1]) for v in (get_slot(outs, "values", a, s) for a, s in tensor_slots(outs)) if is_defined(v)
-    }
+    out_keys = {(v[0], v[1]) for v in (get_slot(outs, "values", a, s) for a, s in tensor_slots(outs)) if is_defined(v)}
     for arg, sub in tensor_slots(ins):
         v = get_slot(ins, "values", arg, sub)
         hit = run.env.get((v[0], v[1])) if is_defined(v) and (v[0], v[1]) in out_keys else None

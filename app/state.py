@@ -138,6 +138,7 @@ def flush_prefetch() -> None:
     """After a page ran: hand this run's prefetch requests to the background worker."""
     pending = st.session_state.pop("_prefetch", None)
     if pending:
+        _warm_once()
         q = _prefetch_queue()
         for req in pending:
             q.put(req)
@@ -147,9 +148,24 @@ _PREFETCH: dict = {}
 _PREFETCH_LOCK = threading.Lock()
 
 
+def _warm_once() -> None:
+    """Import what Explore needs (networkx, plotly's trace validators, the figure modules: about a
+    second on a loaded machine) once per process, in the script thread at the end of its first
+    run that loads a trace. Not in the worker: two threads importing one package tree at once can
+    hand one of them a partially initialised module (CPython accepts that to break an import
+    deadlock); the worker then only computes."""
+    with _PREFETCH_LOCK:
+        if _PREFETCH.get("warm"):
+            return
+        _PREFETCH["warm"] = True
+    try:
+        _warm_imports()
+    except Exception:  # noqa: BLE001 - an optimisation only: the page imports what it needs itself
+        pass
+
+
 def _prefetch_queue():
-    """One daemon worker per server process (it first imports what Explore needs: networkx,
-    plotly's trace validators, the figure modules, about a second on a loaded machine)."""
+    """One daemon worker per server process, computing the views `prefetch` asked for."""
     import queue
 
     with _PREFETCH_LOCK:
@@ -164,9 +180,12 @@ def _warm_imports() -> None:
     import plotly.graph_objects as go
     import plotly.io as pio
 
+    import engine.capture.meta
     import engine.figures.hierarchy
+    import engine.figures.selection
     import engine.figures.timeline
-    import engine.graph  # noqa: F401
+    import engine.graph
+    import engine.graph._nxbuild  # noqa: F401
 
     # plotly builds each trace type's validators on first use (~0.5 s for Scatter + Bar)
     fig = go.Figure(
@@ -181,10 +200,6 @@ def _warm_imports() -> None:
 
 
 def _prefetch_worker(q) -> None:
-    try:
-        _warm_imports()
-    except Exception:  # noqa: BLE001 - an optimisation only: the page imports what it needs itself
-        pass
     while True:
         paths, min_dur = q.get()
         try:

@@ -171,7 +171,14 @@ def act(d, action, keys=(), mark=False, timeout_ms=90_000) -> dict:
     action()
     r = d.execute_async_script(WAIT, list(keys), since, m, timeout_ms)
     if r.get("error"):
-        raise RuntimeError(f"{r['error']} after {r['ms']:.0f} ms waiting for {keys}")
+        why = d.execute_script(
+            "const b = window.__b, app = document.querySelector('.stApp'), ex = document.querySelector("
+            "'[data-testid=stException], [data-testid=stAlertContentError]');"
+            "return {state: app && app.getAttribute('data-test-script-state'), run_began: b.ranAt >= arguments[0],"
+            " page: location.pathname, error: ex ? ex.innerText.slice(0, 600) : null}",
+            since,
+        )
+        raise RuntimeError(f"{r['error']} after {r['ms']:.0f} ms waiting for {keys}: {why}")
     return r
 
 
@@ -205,12 +212,15 @@ def load_paths(d, paths: list[Path]) -> dict:
 def session(tmp: Path, name: str, steps, *args) -> dict:
     """Fresh server (parse cache tmp/cache shared, its own workspace: a restored session would change
     the clicks) + fresh Chromium profile; `steps(d, *args)` returns the figures."""
-    proc, url = start_server(tmp / "cache", tmp / f"ui_{name}", tmp / f"streamlit_{name}.log")
+    log = tmp / f"streamlit_{name}.log"
+    proc, url = start_server(tmp / "cache", tmp / f"ui_{name}", log)
     d = None
     try:
         d = new_driver(tmp / f"profile_{name}")
         open_app(d, url)
         return steps(d, *args)
+    except RuntimeError as exc:
+        raise RuntimeError(f"{name}: {exc}; server log: {log.read_text()[-1200:]!r}") from exc
     finally:
         if d is not None:
             d.quit()

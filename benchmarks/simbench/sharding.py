@@ -120,8 +120,10 @@ def judge(pred: dict, nshards: dict, per_round: dict) -> dict:
 
 def sharding(ranks=(2, 4), plans=("table", "row", "column", "greedy"), rounds: int = 31, configs=None) -> dict:
     from engine.compose import compose, export, spec_from_dict
+    from engine.simulate.calibrate import calibrate
     from engine.simulate.whatif.sharding import EmbeddingModel, Shard, rank_us, tables_from_trace
 
+    calibrate("cpu", 1)  # the embedding model's microbenchmarks (cached by shape; a first run takes ~1 min)
     tmp = Path(tempfile.mkdtemp(prefix="simshard_"))
     out: dict = {"rounds": rounds, "rules": __doc__.split("Rules (also in the README):", 1)[1].strip(), "cases": {}}
     for cname in configs or CONFIGS:
@@ -130,6 +132,7 @@ def sharding(ranks=(2, 4), plans=("table", "row", "column", "greedy"), rounds: i
         trace = pair(folder, "dlrm")
         tables = tables_from_trace(trace)
         model = EmbeddingModel.fit(tables)
+        out.setdefault("models", {})[cname] = {"source": model.source, "scale": model.scale}
         for n in ranks:
             pred, traces, nshards, groups = {}, {}, {}, {}
             for plan in plans:

@@ -31,8 +31,9 @@ if TYPE_CHECKING:
 # Bars one SVG element each: in headless Chromium on this VM 4,000 bars with names took 13-27 s to
 # draw (benchmarks/responsiveness_browser.py); switching Explore to the ResNet timeline took 3.1 s
 # with 1,200 bars and 1.9 s with 300 (load ~10, CPU-profiled: native layout/paint of the SVG and
-# plotly.js); level of detail keeps a window to this.
-BAR_LIMIT = 600
+# plotly.js); the control trace's first window took 1.1 s with 600 (load ~2). Level of detail keeps
+# a window to this.
+BAR_LIMIT = 400
 # Events narrower than this on screen go into the grey grouped bars when a window is over budget.
 MIN_BAR_PX = 0.5
 # Names are drawn only on bars at least this wide on screen (text layout is most of the draw cost).

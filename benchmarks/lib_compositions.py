@@ -262,6 +262,10 @@ def main() -> int:
             )
     if not args.no_write:
         out = ROOT / "benchmarks" / "results" / "lib_compositions.json"
+        if args.only and out.exists():  # --only updates its samples' rows and keeps the others
+            old = json.loads(out.read_text())
+            rows = [r for r in old.get("rows", []) if r["sample"] not in args.only] + rows
+            ratios = {**{k: v for k, v in old.get("batch_x2_ratio", {}).items() if k not in args.only}, **ratios}
         doc = {
             "date": time.strftime("%Y-%m-%d %H:%M"),
             "load_before": uptime_before,

@@ -87,16 +87,8 @@ def build_gpt2(
         GPT2Config, GPT2LMHeadModel = transformers.GPT2Config, transformers.GPT2LMHeadModel
     except ImportError as exc:
         raise TraceError(f"sample gpt2_hf needs transformers (pip install 'mystique-studio[models]'): {exc}") from None
-    cfg = GPT2Config(
-        n_layer=layers,
-        n_embd=hidden,
-        n_head=heads,
-        n_positions=seq,
-        vocab_size=vocab,
-        attn_pdrop=0.0,
-        embd_pdrop=0.0,
-        resid_pdrop=0.0,
-    )
+    no_dropout = dict.fromkeys(("attn_pdrop", "embd_pdrop", "resid_pdrop"), 0.0)  # a deterministic step
+    cfg = GPT2Config(n_layer=layers, n_embd=hidden, n_head=heads, n_positions=seq, vocab_size=vocab, **no_dropout)
     cfg._attn_implementation = "eager"  # the plain matmul/softmax path: portable ops in the ET
     torch.manual_seed(SEED)
     model = GPT2LMHeadModel(cfg).to(device).train()

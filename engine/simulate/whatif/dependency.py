@@ -6,8 +6,6 @@ named like `before` starts; an impossible order is reported as a dependency cycl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from engine.simulate.graph import EdgeKind
@@ -15,7 +13,6 @@ from engine.simulate.whatif.spec import Edit, bad, check_regex, register
 
 
 @register("dependency")
-@dataclass(kw_only=True, slots=True)
 class Dependency(Edit):
     after: str
     before: str

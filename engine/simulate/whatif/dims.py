@@ -135,12 +135,10 @@ class DimScale(Edit):
 
 
 @register("batch")
-@dataclass(kw_only=True, slots=True)
 class Batch(DimScale):
     """Scale the batch: one axis per tensor (the first whose size matches)."""
 
 
 @register("hidden")
-@dataclass(kw_only=True, slots=True)
 class Hidden(DimScale):
     once: ClassVar[bool] = False

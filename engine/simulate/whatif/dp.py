@@ -17,7 +17,6 @@ per link independent of N, compute per rank unchanged (same per-rank batch).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -41,7 +40,6 @@ def kind_of(name: str) -> str:
 
 
 @register("data_parallel")
-@dataclass(kw_only=True, slots=True)
 class DataParallel(Edit):
     ranks: int
     from_ranks: int | None = None

@@ -20,7 +20,6 @@ activation memory and cache effects of a deeper model are ignored.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -126,7 +125,6 @@ def param_share(trace: Any, ev: pd.DataFrame, rows: np.ndarray) -> float | None:
 
 
 @register("layers", stage="events")
-@dataclass(kw_only=True, slots=True)
 class Layers(Edit):
     module: str
     copies: int = 1

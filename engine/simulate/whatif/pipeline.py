@@ -15,8 +15,6 @@ are not amortised differently); activations fit in memory; no interleaving (virt
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from engine.simulate.whatif.spec import Edit, SpecError, bad, check_between, register
@@ -25,7 +23,6 @@ SPANS = {"forward": "## forward ##", "backward": "## backward ##", "optimizer": 
 
 
 @register("pipeline", stage="result")
-@dataclass(kw_only=True, slots=True)
 class Pipeline(Edit):
     stages: int
     microbatches: int

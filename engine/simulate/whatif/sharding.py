@@ -196,7 +196,6 @@ def rank_us(shards: list[Shard], n: int, model: EmbeddingModel) -> list[float]:
 
 
 @register("sharding")
-@dataclass(kw_only=True, slots=True)
 class Sharding(Edit):
     ranks: tuple[int, ...] = (2, 4)
     plans: tuple[str, ...] = ("table", "row", "column", "greedy")

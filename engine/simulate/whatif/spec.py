@@ -25,6 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+if sys.version_info >= (3, 11):
+    from typing import dataclass_transform
+else:  # pragma: no cover -- Python 3.10
+    from typing_extensions import dataclass_transform
+
 from engine.errors import TraceError
 
 SPEC_VERSION = 1
@@ -59,13 +64,16 @@ EDITS: dict[str, type[Edit]] = {}
 E = TypeVar("E", bound=Edit)
 
 
+@dataclass_transform(kw_only_default=True)
 def register(kind: str, stage: str = "graph") -> Callable[[type[E]], type[E]]:
-    """Class decorator: enter an edit dataclass in `EDITS` as `kind`, applied at `stage`.
+    """Class decorator: make an edit a keyword-only slotted dataclass (the one shape every edit
+    has, so it is set here once) and enter it in `EDITS` as `kind`, applied at `stage`.
 
     Its `assumptions` are the last paragraph of its module's docstring, after "Assumptions: ":
     the module documents the model once, for readers and for the simulation report alike."""
 
     def enter(cls: type[E]) -> type[E]:
+        cls = dataclass(kw_only=True, slots=True)(cls)
         doc = sys.modules[cls.__module__].__doc__ or ""
         if "Assumptions: " not in doc:
             raise TypeError(f"{cls.__module__} docstring lacks the 'Assumptions: ' paragraph of edit {kind!r}")

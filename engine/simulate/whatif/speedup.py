@@ -7,8 +7,6 @@ duration); launch latencies, gaps and dependencies are unchanged
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from engine.simulate.whatif.selectors import SELECTORS, select
@@ -16,7 +14,6 @@ from engine.simulate.whatif.spec import Edit, bad, check_regex, register
 
 
 @register("speedup")
-@dataclass(kw_only=True, slots=True)
 class Speedup(Edit):
     factor: float
     category: str | None = None

@@ -115,6 +115,12 @@ def save_settings() -> None:
             pass
 
 
+# The graph's defaults, shared by its widgets and by the prefetch, whose calls must match the
+# page's first render argument for argument to land in the same cache entries.
+GRAPH_HEIGHT = 560
+GRAPH_COLOR_BY = ("category", "phase")
+
+
 def prefetch(paths) -> None:
     """Ask for the first Explore views of a trace (operator graph at the top, default timeline
     window) to be built in the background once this run ends (`flush_prefetch`).
@@ -228,7 +234,7 @@ def _prefetch_views(paths: tuple[str, ...], min_dur: float) -> None:
     trace = load_paths(paths)
     rank = (ranks_of(trace.ops, trace.events) or [0])[0]
     if trace.has_et:
-        hierarchy_fig(paths, rank, None, "category", (), "", 560)
+        hierarchy_fig(paths, rank, None, GRAPH_COLOR_BY[0], (), "", GRAPH_HEIGHT)
     if trace.has_kineto:
         w = default_window(paths, rank)
         timeline_fig(paths, rank, float(w[0]), float(w[1]), float(min_dur), None, "")
@@ -507,7 +513,7 @@ def hierarchy_fig(
     color_by: str,
     selected: tuple,
     search: str,
-    height: int = 560,
+    height: int = GRAPH_HEIGHT,
 ):
     from engine.figures.hierarchy import hierarchy_figure, search_keys
     from engine.trace.ranks import rank_ops
@@ -526,7 +532,7 @@ def focus_key_of(focus) -> str | None:
 
 
 def graph_panel(
-    name: str, paths: tuple[str, ...], rank: int | None, chart_key: str, height: int = 560
+    name: str, paths: tuple[str, ...], rank: int | None, chart_key: str, height: int = GRAPH_HEIGHT
 ) -> tuple[list[int], bool]:
     """The drill-down operator graph (Explore and Compose share it): breadcrumbs, search, the
     chart, Open group; returns (ET ids of the picked groups, whether the pick changed now)."""
@@ -547,9 +553,7 @@ def graph_panel(
     search = cols[1].text_input(
         "Search ops", key=f"{chart_key}_search", placeholder="name regex", label_visibility="collapsed"
     )
-    color_by = cols[2].selectbox(
-        "Colour", ["category", "phase"], key=f"{chart_key}_color", label_visibility="collapsed"
-    )
+    color_by = cols[2].selectbox("Colour", list(GRAPH_COLOR_BY), key=f"{chart_key}_color", label_visibility="collapsed")
     # The pick is kept per view: the chart's own selection is reset whenever its figure changes
     # (the highlight rings change it), so it cannot be the memory of what was clicked.
     picks = st.session_state.setdefault("graph_pick", {})
@@ -699,7 +703,7 @@ def graph_fig(
     max_nodes: int,
     color_by: str,
     highlight: tuple,
-    height: int = 560,
+    height: int = GRAPH_HEIGHT,
 ):
     """The graph figure for a view (cached: reruns that change nothing else cost nothing)."""
     from engine.figures.graph import graph_figure

@@ -210,11 +210,14 @@ def test_tar_resources_are_never_imported(tmp_path, cache_dir):
 @pytest.mark.parametrize(
     "tail, expect",
     [
-        (gzip.compress(b"[2]"), b"[1][2]"),  # a second member: both are read
+        # mtime=0: the test id must not carry a timestamp (xdist workers collect at different
+        # seconds, and different ids abort the run)
+        (gzip.compress(b"[2]", mtime=0), b"[1][2]"),  # a second member: both are read
         (b"\x00" * 16, b"[1]"),  # zero padding after the stream: ignored
         (b"junk", "unexpected bytes after the gzip stream"),
         (b"", b"[1]"),
     ],
+    ids=["second_member", "zero_padding", "junk", "nothing"],
 )
 def test_gunzip_members_padding_and_trailing_bytes(tail, expect):
     """The one-call fast path (`safe_io._gunzip_whole`) must leave every case other than one

@@ -103,7 +103,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             f"shared layer: {len(_DESELECTED_SHARED)} tests on real traces not run: {SHARED_TRACES} is absent "
             "(the core suite covers the same code on sample_traces/ and engine.testing)"
         )
-    perf = [r for key in ("passed", "failed", "error") for r in tr.stats.get(key, []) if "perf" in getattr(r, "keywords", ())]
+    perf = [
+        r
+        for key in ("passed", "failed", "error")
+        for r in tr.stats.get(key, [])
+        if "perf" in getattr(r, "keywords", ())
+    ]
     if perf:
         tr.section("perf (wall-clock assertions)", sep="-")
         for r in perf:

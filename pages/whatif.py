@@ -9,6 +9,7 @@ from engine.errors import TraceError
 from engine.figures import whatif as wfig
 from engine.simulate.config import SimConfig
 from engine.simulate.whatif.selectors import SELECTORS
+from engine.simulate.whatif.spec import field_bounds
 
 st.title("What-if")
 st.caption(
@@ -28,7 +29,8 @@ with st.expander("Edits", expanded=True):
         edits.append({"kind": "speedup", "category": cat, "factor": fac})
     if c[1].checkbox("Layers", key="wi_ly"):
         mod = c[1].text_input("module regex", r"blocks\.\d+", key="wi_ly_m")
-        cp = c[1].number_input("extra copies", 1, 64, 1, key="wi_ly_c")
+        lo, hi = field_bounds("layers", "copies")
+        cp = c[1].number_input("extra copies", lo, hi, 1, key="wi_ly_c")
         edits.append({"kind": "layers", "module": mod, "copies": int(cp)})
     if c[2].checkbox("Batch size", key="wi_bs"):
         size = c[2].number_input("current batch", 1, 1 << 20, 256, key="wi_bs_n")
@@ -44,9 +46,9 @@ with st.expander("Edits", expanded=True):
         )
     c = st.columns(3)
     if c[0].checkbox("Data-parallel ranks", key="wi_dp"):
-        edits.append(
-            {"kind": "data_parallel", "ranks": int(c[0].number_input("ranks", 1, 1_000_000, 64, key="wi_dp_n"))}
-        )
+        lo, hi = field_bounds("data_parallel", "ranks")
+        ranks = c[0].number_input("ranks", lo, hi, 64, key="wi_dp_n")
+        edits.append({"kind": "data_parallel", "ranks": int(ranks)})
     if c[1].checkbox("Embedding sharding plans", key="wi_sh"):
         rk = c[1].text_input("ranks", "2 4", key="wi_sh_r")
         edits.append({"kind": "sharding", "ranks": [int(x) for x in rk.replace(",", " ").split()]})

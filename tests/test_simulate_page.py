@@ -34,3 +34,22 @@ def test_whatif_page_speedup_and_batch(tmp_path, monkeypatch, cache_dir):
     assert not at.exception, [e.value for e in at.exception]
     added = [n for n in at.session_state["traces"] if n.endswith("(predicted)")]
     assert added and at.session_state["traces"][added[0]]["kind"] == "kineto"
+
+
+def test_whatif_widgets_take_their_bounds_from_the_edit_rules(tmp_path, monkeypatch, cache_dir):
+    """The page's ranks/copies widgets allow exactly what the edits' declared rules allow."""
+    if not (MLP / "mlp_et.json.gz").exists():
+        pytest.skip("bundled mlp sample missing (make samples)")
+    from engine.simulate.whatif.spec import field_bounds
+
+    monkeypatch.setenv("MYSTIQUE_UI_DIR", str(tmp_path / "ui"))
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=180)
+    at.run()
+    at.switch_page("../pages/whatif.py")
+    at.run()
+    at.checkbox(key="wi_ly").check()
+    at.checkbox(key="wi_dp").check().run()
+    assert not at.exception, [e.value for e in at.exception]
+    for key, kind, name in (("wi_ly_c", "layers", "copies"), ("wi_dp_n", "data_parallel", "ranks")):
+        w = at.number_input(key=key)
+        assert (w.min, w.max) == field_bounds(kind, name)

@@ -145,6 +145,67 @@ def test_spec_errors_name_the_field(spec, field):
     assert f"'{field}'" in str(ei.value)
 
 
+@pytest.mark.parametrize(
+    ("edit", "field", "problem"),
+    [
+        ({"kind": "dependency", "after": "a", "before": "b", "occurrence": -1}, "occurrence", "must be >= 0, got -1"),
+        ({"kind": "sharding", "ranks": []}, "ranks", "must not be empty"),
+        ({"kind": "sharding", "ranks": [2, 5000]}, "ranks", "must be between 1 and 4096, got 5000"),
+        ({"kind": "sharding", "plans": ["row", "diagonal"]}, "plans", "unknown value 'diagonal'"),
+        ({"kind": "batch", "size": 3, "scale": 2.0, "multiples": [4, 0]}, "multiples", "must be > 0, got 0"),
+        ({"kind": "data_parallel", "ranks": 8, "from_ranks": 1}, "from_ranks", "must span ranks to calibrate"),
+        ({"kind": "pipeline", "stages": 2, "microbatches": 4, "p2p_us": -1}, "p2p_us", "must be >= 0"),
+        ({"kind": "speedup", "factor": 0}, "factor", "must be > 0, got 0"),
+        ({"kind": "speedup", "factor": 2, "category": "tpu"}, "category", "unknown value 'tpu'"),
+        ({"kind": "speedup", "factor": 2, "name": "(["}, "name", "not a valid regex"),
+        ({"kind": "speedup", "factor": 2}, "category", "give a category or a name regex"),  # joins two fields
+    ],
+)
+def test_field_rules_name_field_and_problem(edit, field, problem):
+    """Each declared rule (rules.py) and an edit's own `check` report `edits[0].FIELD: problem`."""
+    from engine.simulate.whatif import SpecError, WhatIfSpec
+
+    with pytest.raises(SpecError) as ei:
+        WhatIfSpec.parse({"version": 1, "edits": [edit]})
+    assert ei.value.field == f"edits[0].{field}"
+    assert problem in ei.value.detail
+
+
+def test_rules_hold_for_edits_made_in_python():
+    """The rules live on the fields, so an edit built without the parser is checked the same way."""
+    from engine.simulate.whatif.layers import Layers
+    from engine.simulate.whatif.sharding import Sharding
+
+    with pytest.raises(ValueError, match="copies: must be between 1 and 1000, got 1001"):
+        Layers(module="x", copies=1001)
+    with pytest.raises(ValueError, match="ranks: must be between 1 and 4096, got 0"):
+        Sharding(ranks=(2, 0))
+    assert Layers(module="x", copies=1000).copies == 1000
+
+
+def test_register_refuses_post_init():
+    """An edit that wrote its own __post_init__ would skip the declared rules; register says so."""
+    from engine.simulate.whatif.spec import Edit, register
+
+    class Sneaky(Edit):
+        factor: float
+
+        def __post_init__(self) -> None:
+            pass
+
+    with pytest.raises(TypeError, match="not __post_init__"):
+        register("sneaky_test_edit")(Sneaky)
+
+
+def test_field_bounds_for_widgets():
+    from engine.simulate.whatif.spec import field_bounds
+
+    assert field_bounds("data_parallel", "ranks") == (1, 1_000_000)
+    assert field_bounds("layers", "copies") == (1, 1000)
+    assert field_bounds("dependency", "occurrence") == (0, None)
+    assert field_bounds("dependency", "delay_us") == (None, None)  # no rule
+
+
 def test_hidden_size_grows_gemms_and_optimizer(cache_dir):
     from engine.simulate import simulate
 

@@ -6,24 +6,21 @@ named like `before` starts; an impossible order is reported as a dependency cycl
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import numpy as np
 
 from engine.simulate.graph import EdgeKind
-from engine.simulate.whatif.spec import Edit, bad, check_regex, register
+from engine.simulate.whatif.rules import Between, Regex
+from engine.simulate.whatif.spec import Edit, register
 
 
 @register("dependency")
 class Dependency(Edit):
-    after: str
-    before: str
-    occurrence: int = 0
+    after: Annotated[str, Regex()]
+    before: Annotated[str, Regex()]
+    occurrence: Annotated[int, Between(0)] = 0
     delay_us: float = 0.0
-
-    def __post_init__(self) -> None:
-        check_regex("after", self.after)
-        check_regex("before", self.before)
-        if self.occurrence < 0:
-            raise bad("occurrence", "must be >= 0")
 
     def apply(self, ctx) -> None:
         g = ctx.graph

@@ -17,13 +17,14 @@ transfers to the new sizes; memory capacity is not checked.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 import pandas as pd
 
 from engine.simulate.costmodel import Curve, curves_from_samples, family_of
-from engine.simulate.whatif.spec import Edit, bad, register
+from engine.simulate.whatif.rules import Positive
+from engine.simulate.whatif.spec import Edit, register
 
 SKIP_CATEGORIES = ("view", "allocation", "autograd", "annotation", "communication")
 
@@ -59,17 +60,9 @@ def scale_shape(shape: tuple[int, ...], targets: set[int], scale: float, once: b
 @dataclass(kw_only=True, slots=True)
 class DimScale(Edit):
     once: ClassVar[bool] = True  # batch: one axis per tensor; hidden: every matching axis
-    scale: float
-    size: int
-    multiples: tuple[int, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not self.scale > 0:
-            raise bad("scale", f"must be > 0, got {self.scale}")
-        if self.size <= 0:
-            raise bad("size", f"must be a positive int, got {self.size}")
-        if any(m <= 0 for m in self.multiples):
-            raise bad("multiples", "must be positive ints")
+    scale: Annotated[float, Positive()]
+    size: Annotated[int, Positive()]
+    multiples: Annotated[tuple[int, ...], Positive()] = ()
 
     def apply(self, ctx) -> None:
         g = ctx.graph

@@ -17,11 +17,13 @@ per link independent of N, compute per rank unchanged (same per-rank batch).
 from __future__ import annotations
 
 import re
+from typing import Annotated
 
 import numpy as np
 
 from engine.simulate.collectives import comm_mask
-from engine.simulate.whatif.spec import Edit, SpecError, bad, check_between, register
+from engine.simulate.whatif.rules import Between
+from engine.simulate.whatif.spec import Edit, SpecError, register
 
 KINDS = {
     "all_reduce": (re.compile(r"all_?reduce", re.IGNORECASE), lambda n: 2 * (n - 1), lambda n: 2 * (n - 1) / n),
@@ -41,16 +43,9 @@ def kind_of(name: str) -> str:
 
 @register("data_parallel")
 class DataParallel(Edit):
-    ranks: int
-    from_ranks: int | None = None
-    alpha_us: float | None = None
-
-    def __post_init__(self) -> None:
-        check_between("ranks", self.ranks, 1, 1_000_000)
-        if self.from_ranks is not None and self.from_ranks < 2:
-            raise bad("from_ranks", "must be >= 2 (the trace's collectives must span ranks to calibrate)")
-        if self.alpha_us is not None and self.alpha_us < 0:
-            raise bad("alpha_us", "must be >= 0")
+    ranks: Annotated[int, Between(1, 1_000_000)]
+    from_ranks: Annotated[int | None, Between(2, why="the trace's collectives must span ranks to calibrate")] = None
+    alpha_us: Annotated[float | None, Between(0)] = None
 
     def apply(self, ctx) -> None:
         g = ctx.graph

@@ -20,12 +20,13 @@ activation memory and cache effects of a deeper model are ignored.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import pandas as pd
 
-from engine.simulate.whatif.spec import Edit, check_between, check_regex, register
+from engine.simulate.whatif.rules import Between, Regex
+from engine.simulate.whatif.spec import Edit, register
 
 OPT_SPAN = re.compile(r"^## optimizer ##$|^Optimizer\.step")
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -126,12 +127,8 @@ def param_share(trace: Any, ev: pd.DataFrame, rows: np.ndarray) -> float | None:
 
 @register("layers", stage="events")
 class Layers(Edit):
-    module: str
-    copies: int = 1
-
-    def __post_init__(self) -> None:
-        check_regex("module", self.module)
-        check_between("copies", self.copies, 1, 1000)
+    module: Annotated[str, Regex()]
+    copies: Annotated[int, Between(1, 1000, why="a typo must not schedule a huge graph")] = 1
 
     def apply(self, ctx) -> None:
         ev = ctx.events.reset_index(drop=True)

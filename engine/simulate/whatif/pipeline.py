@@ -15,24 +15,21 @@ are not amortised differently); activations fit in memory; no interleaving (virt
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import numpy as np
 
-from engine.simulate.whatif.spec import Edit, SpecError, bad, check_between, register
+from engine.simulate.whatif.rules import Between
+from engine.simulate.whatif.spec import Edit, SpecError, register
 
 SPANS = {"forward": "## forward ##", "backward": "## backward ##", "optimizer": "## optimizer ##"}
 
 
 @register("pipeline", stage="result")
 class Pipeline(Edit):
-    stages: int
-    microbatches: int
-    p2p_us: float = 0.0
-
-    def __post_init__(self) -> None:
-        check_between("stages", self.stages, 1, 4096)
-        check_between("microbatches", self.microbatches, 1, 1_000_000)
-        if self.p2p_us < 0:
-            raise bad("p2p_us", "must be >= 0")
+    stages: Annotated[int, Between(1, 4096)]
+    microbatches: Annotated[int, Between(1, 1_000_000)]
+    p2p_us: Annotated[float, Between(0)] = 0.0
 
     def apply(self, ctx) -> None:
         from engine.trace import columns as _cols

@@ -30,12 +30,13 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 
 from engine.simulate.costmodel import EMB_TERMS, cache_dir, embedding_features
-from engine.simulate.whatif.spec import Edit, SpecError, bad, register
+from engine.simulate.whatif.rules import Between, NonEmpty, OneOf
+from engine.simulate.whatif.spec import Edit, SpecError, register
 
 FWD = ("aten::embedding_bag",)
 BWD = ("aten::_embedding_bag_backward",)
@@ -197,15 +198,8 @@ def rank_us(shards: list[Shard], n: int, model: EmbeddingModel) -> list[float]:
 
 @register("sharding")
 class Sharding(Edit):
-    ranks: tuple[int, ...] = (2, 4)
-    plans: tuple[str, ...] = ("table", "row", "column", "greedy")
-
-    def __post_init__(self) -> None:
-        if not self.ranks or any(r < 1 or r > 4096 for r in self.ranks):
-            raise bad("ranks", "must be a non-empty list of ints between 1 and 4096")
-        unknown = [p for p in self.plans if p not in PLANNERS]
-        if unknown or not self.plans:
-            raise bad("plans", f"unknown plan(s) {unknown}; choose from {sorted(PLANNERS)}")
+    ranks: Annotated[tuple[int, ...], NonEmpty(), Between(1, 4096)] = (2, 4)
+    plans: Annotated[tuple[str, ...], NonEmpty(), OneOf(PLANNERS)] = ("table", "row", "column", "greedy")
 
     def apply(self, ctx) -> None:
         tables = tables_from_trace(ctx.trace)

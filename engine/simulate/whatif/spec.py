@@ -8,15 +8,15 @@
     ]}
 
 Why a registry of edit dataclasses: each edit is one small module that declares its fields
-(typed, validated in `__post_init__`) and documents its assumptions; the parser looks the kind
-up instead of branching on it, and every error names the offending field (`edits[2].scale`).
+(typed, each with its rules: `Annotated[int, Between(1, 1000)]`, see rules.py) and documents its
+assumptions; the parser looks the kind up instead of branching on it, and every error names the
+offending field (`edits[2].scale`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import sys
 import types
 import typing
@@ -31,6 +31,7 @@ else:  # pragma: no cover -- Python 3.10
     from typing_extensions import dataclass_transform
 
 from engine.errors import TraceError
+from engine.simulate.whatif.rules import Rule, bounds, problem_with
 
 SPEC_VERSION = 1
 
@@ -55,6 +56,19 @@ class Edit:
     kind: ClassVar[str] = ""
     stage: ClassVar[str] = "graph"
     assumptions: ClassVar[str] = ""
+    rules: ClassVar[dict[str, tuple[Rule, ...]]] = {}  # field -> its declared rules (set by @register)
+
+    def __post_init__(self) -> None:
+        """Every edit, however made (parsed spec or Python), passes its fields' rules, then `check`."""
+        for name, rules in self.rules.items():
+            for rule in rules:
+                problem = problem_with(rule, getattr(self, name))
+                if problem is not None:
+                    raise bad(name, problem)
+        self.check()
+
+    def check(self) -> None:
+        """Rules that join several fields (override where an edit has one); `raise bad(field, problem)`."""
 
     def apply(self, ctx: Any) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -73,7 +87,15 @@ def register(kind: str, stage: str = "graph") -> Callable[[type[E]], type[E]]:
     the module documents the model once, for readers and for the simulation report alike."""
 
     def enter(cls: type[E]) -> type[E]:
+        if any("__post_init__" in vars(k) for k in cls.__mro__ if k is not Edit):
+            raise TypeError(f"edit {kind!r}: declare field rules (rules.py) or override check(), not __post_init__")
         cls = dataclass(kw_only=True, slots=True)(cls)
+        hints = typing.get_type_hints(cls, include_extras=True)
+        cls.rules = {
+            name: tuple(m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Rule))
+            for name, hint in hints.items()
+            if any(isinstance(m, Rule) for m in getattr(hint, "__metadata__", ()))
+        }
         doc = sys.modules[cls.__module__].__doc__ or ""
         if "Assumptions: " not in doc:
             raise TypeError(f"{cls.__module__} docstring lacks the 'Assumptions: ' paragraph of edit {kind!r}")
@@ -159,18 +181,9 @@ def bad(field_name: str, problem: str) -> ValueError:
     return ValueError(f"{field_name}: {problem}")
 
 
-def check_between(field_name: str, value: int, lo: int, hi: int) -> None:
-    """An edit's count field within [lo, hi] (the bounds keep a typo from scheduling a huge graph)."""
-    if not lo <= value <= hi:
-        raise bad(field_name, f"must be between {lo} and {hi}, got {value}")
-
-
-def check_regex(field_name: str, pattern: str) -> None:
-    """A name-selecting field compiles as a regex (found when the spec is read, not mid-simulation)."""
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        raise bad(field_name, f"not a valid regex ({exc})") from None
+def field_bounds(kind: str, field_name: str) -> tuple[float | None, float | None]:
+    """(min, max) that edit `kind` allows for `field_name` (None: open), for the page's number widgets."""
+    return bounds(EDITS[kind].rules.get(field_name, ()))
 
 
 @dataclass(kw_only=True, slots=True)

@@ -7,25 +7,22 @@ duration); launch latencies, gaps and dependencies are unchanged
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import numpy as np
 
+from engine.simulate.whatif.rules import OneOf, Positive, Regex
 from engine.simulate.whatif.selectors import SELECTORS, select
-from engine.simulate.whatif.spec import Edit, bad, check_regex, register
+from engine.simulate.whatif.spec import Edit, bad, register
 
 
 @register("speedup")
 class Speedup(Edit):
-    factor: float
-    category: str | None = None
-    name: str | None = None
+    factor: Annotated[float, Positive()]
+    category: Annotated[str | None, OneOf(SELECTORS)] = None
+    name: Annotated[str | None, Regex()] = None
 
-    def __post_init__(self) -> None:
-        if not self.factor > 0:
-            raise bad("factor", f"must be > 0, got {self.factor}")
-        if self.category is not None and self.category not in SELECTORS:
-            raise bad("category", f"unknown category {self.category!r}; choose one of {sorted(SELECTORS)}")
-        if self.name is not None:
-            check_regex("name", self.name)
+    def check(self) -> None:
         if self.category is None and self.name is None:
             raise bad("category", "give a category or a name regex (or both)")
 

@@ -49,7 +49,7 @@ def small_mlp(tmp_path_factory):
     out = tmp_path_factory.mktemp("cap")
     return capture_sample(
         "mlp",
-        overrides=dict(batch=32, in_features=64, hidden=64, classes=16),
+        overrides=dict(batch=32, widths=(64, 64, 64, 64), classes=16),
         out_dir=out,
         steps=2,
         warmup=1,
@@ -67,7 +67,7 @@ def test_files_and_meta_keys(small_mlp):
     assert set(meta) >= META_KEYS, META_KEYS - set(meta)
     assert len(meta["step_ms"]) == 5 and all(x > 0 for x in meta["step_ms"])
     assert meta["median_ms"] == pytest.approx(sorted(meta["step_ms"])[2], rel=1e-3)
-    assert meta["model_config"]["hidden"] == 64 and meta["device"] == "cpu"
+    assert meta["model_config"]["widths"] == [64, 64, 64, 64] and meta["device"] == "cpu"
     samples = meta["metrics"]["samples"]
     assert set(samples) >= {"t_s", "cpu_util_pct", "sys_cpu_util_pct", "rss_mb"}
     lo, hi = meta["metrics"]["window_s"]
@@ -103,13 +103,13 @@ def test_threads_are_set_for_the_capture_and_restored(tmp_path):
     import torch
 
     before = torch.get_num_threads()
-    step, _ = build("mlp", "cpu", batch=8, in_features=16, hidden=16, classes=4)
+    step, _ = build("mlp", "cpu", batch=8, widths=(16, 16, 16, 16), classes=4)
     res = capture(step, out_dir=tmp_path, name="t", warmup=0, timing_steps=1, threads=1)
     assert res.meta["num_threads"] == 1 and torch.get_num_threads() == before
 
 
 def test_session_drives_a_user_loop(tmp_path):
-    step, _ = build("mlp", "cpu", batch=16, in_features=32, hidden=32, classes=8)
+    step, _ = build("mlp", "cpu", batch=16, widths=(32, 32, 32, 32), classes=8)
     calls = 0
     with CaptureSession(out_dir=tmp_path, name="loop", steps=1, warmup=0, timing_steps=2) as cap:
         while not cap.done:
@@ -170,3 +170,27 @@ def test_every_sample_model_captures_on_cpu_and_links(name, tmp_path, cache_dir)
     link = trace.meta["link"]
     assert link["link_rate"] >= 0.99, link
     assert set(trace.ops["phase"].astype(str)) >= {"forward", "backward", "optimizer"}
+
+
+@pytest.mark.parametrize(
+    ("model", "overrides", "problem"),
+    [
+        ("mlp", {"batch": 0}, "MLPConfig.batch must be a positive int, got 0"),
+        ("mlp", {"widths": ()}, "MLPConfig.widths must be a non-empty tuple of positive ints"),
+        ("cnn", {"stage_widths": (32, 0)}, "CNNConfig.stage_widths must be a non-empty tuple"),
+        ("dlrm", {"table_rows": (100, -1)}, "DLRMConfig.table_rows must be a non-empty tuple"),
+        ("transformer", {"d_model": 250, "heads": 4}, "must be divisible by heads"),
+    ],
+)
+def test_sample_config_rejects_bad_sizes(model, overrides, problem):
+    """Sizes are checked by their annotation, so a zero width fails here and not deep in torch."""
+    with pytest.raises(ValueError, match=problem):
+        build(model, "cpu", **overrides)
+
+
+def test_sample_layer_widths_from_json_lists():
+    """Overrides read from JSON arrive as lists; the layer widths shape the model as tuples would."""
+    step, cfg = build("mlp", "cpu", batch=4, widths=[16, 32, 8], classes=3)
+    linears = [m for m in step.model.modules() if m.__class__.__name__ == "Linear"]
+    assert [(m.in_features, m.out_features) for m in linears] == [(16, 32), (32, 8), (8, 3)]
+    assert cfg["widths"] == [16, 32, 8] and step.inputs[0].shape == (4, 16)

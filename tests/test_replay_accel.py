@@ -8,6 +8,22 @@ import engine.trace as T
 from engine.replay import ReplayConfig, replay
 
 
+def _device_query(nid: int, name: str, returns: str, src: list, out) -> dict:
+    """`name(Tensor self, Device? device=None) -> returns` on tensor `src`, recorded output `out`."""
+    tensor_out = returns == "Tensor"
+    return _node(
+        nid,
+        name,
+        f"{name}(Tensor self, Device? device=None) -> {returns}",
+        [src, "<None>"],
+        [[4, 4], []],
+        ["Tensor(float)", "None"],
+        [out],
+        [[4, 4] if tensor_out else []],
+        ["Tensor(float)" if tensor_out else "Bool"],
+    )
+
+
 def test_record_stream_pin_memory_and_pinned_factories_replay_on_cpu(tmp_path, cache_dir):
     a, b = _t(1, 1, 16, [4, 4]), _t(2, 2, 16, [4, 4])
     nodes = [
@@ -21,28 +37,8 @@ def test_record_stream_pin_memory_and_pinned_factories_replay_on_cpu(tmp_path, c
             [[4, 4], []],
             ["Tensor(float)", "Stream"],
         ),
-        _node(
-            12,
-            "aten::_pin_memory",
-            "aten::_pin_memory(Tensor self, Device? device=None) -> Tensor",
-            [_t(3, 3, 16, [4, 4])[0], "<None>"],
-            [[4, 4], []],
-            ["Tensor(float)", "None"],
-            [_t(4, 4, 16, [4, 4])[0]],
-            [[4, 4]],
-            ["Tensor(float)"],
-        ),
-        _node(
-            13,
-            "aten::is_pinned",
-            "aten::is_pinned(Tensor self, Device? device=None) -> bool",
-            [_t(4, 4, 16, [4, 4])[0], "<None>"],
-            [[4, 4], []],
-            ["Tensor(float)", "None"],
-            [False],
-            [[]],
-            ["Bool"],
-        ),
+        _device_query(12, "aten::_pin_memory", "Tensor", _t(3, 3, 16, [4, 4])[0], _t(4, 4, 16, [4, 4])[0]),
+        _device_query(13, "aten::is_pinned", "bool", _t(4, 4, 16, [4, 4])[0], False),
         _node(
             14,
             "aten::empty",

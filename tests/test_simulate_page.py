@@ -13,7 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 MLP = ROOT / "sample_traces" / "mlp"
 
 
-def test_whatif_page_speedup_and_batch(tmp_path, monkeypatch, cache_dir):
+@pytest.fixture
+def whatif_page(tmp_path, monkeypatch, cache_dir) -> AppTest:
+    """The What-if page, opened on the bundled samples (the MLP sample picked first)."""
     if not (MLP / "mlp_et.json.gz").exists():
         pytest.skip("bundled mlp sample missing (make samples)")
     monkeypatch.setenv("MYSTIQUE_UI_DIR", str(tmp_path / "ui"))
@@ -22,6 +24,11 @@ def test_whatif_page_speedup_and_batch(tmp_path, monkeypatch, cache_dir):
     at.switch_page("../pages/whatif.py")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_whatif_page_speedup_and_batch(whatif_page):
+    at = whatif_page
     metrics = {m.label: m.value for m in at.metric}
     measured = float(metrics["measured iteration ms"])
     assert abs(float(metrics["simulated, unchanged"]) / measured - 1) <= 0.03
@@ -36,17 +43,11 @@ def test_whatif_page_speedup_and_batch(tmp_path, monkeypatch, cache_dir):
     assert added and at.session_state["traces"][added[0]]["kind"] == "kineto"
 
 
-def test_whatif_widgets_take_their_bounds_from_the_edit_rules(tmp_path, monkeypatch, cache_dir):
+def test_whatif_widgets_take_their_bounds_from_the_edit_rules(whatif_page):
     """The page's ranks/copies widgets allow exactly what the edits' declared rules allow."""
-    if not (MLP / "mlp_et.json.gz").exists():
-        pytest.skip("bundled mlp sample missing (make samples)")
     from engine.simulate.whatif.spec import field_bounds
 
-    monkeypatch.setenv("MYSTIQUE_UI_DIR", str(tmp_path / "ui"))
-    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=180)
-    at.run()
-    at.switch_page("../pages/whatif.py")
-    at.run()
+    at = whatif_page
     at.checkbox(key="wi_ly").check()
     at.checkbox(key="wi_dp").check().run()
     assert not at.exception, [e.value for e in at.exception]

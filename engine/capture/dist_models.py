@@ -35,8 +35,7 @@ FBGEMM_PACKAGE = "fbgemm-gpu-cpu==1.8.0"
 class DDPConfig(MLPConfig):
     """The MLP sample's model, smaller, wrapped in DistributedDataParallel."""
 
-    in_features: int = 256
-    hidden: int = 512
+    widths: tuple[int, ...] = (256, 512, 512, 512)
     classes: int = 256
     bucket_cap_mb: float = 1.0
 
@@ -129,9 +128,9 @@ def build_dist(name: str, rank: int, world: int) -> tuple[SampleStep, dict[str, 
     model: Any
     if name == "ddp":
         c = DDPConfig()
-        body = mlp_stack([c.in_features] + [c.hidden] * c.layers + [c.classes], last_act=False)
+        body = mlp_stack([*c.widths, c.classes], last_act=False)
         model = nn.parallel.DistributedDataParallel(body, bucket_cap_mb=c.bucket_cap_mb)
-        x = torch.randn(c.batch, c.in_features, generator=g)
+        x = torch.randn(c.batch, c.widths[0], generator=g)
         y = torch.randint(0, c.classes, (c.batch,), generator=g)
         opt = torch.optim.SGD(model.parameters(), lr=c.lr, momentum=0.9, foreach=True)
         step = SampleStep("ddp", model, opt, (x,), y, F.cross_entropy)

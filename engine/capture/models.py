@@ -62,7 +62,8 @@ class SampleStep:
 
 @dataclass(kw_only=True, slots=True)
 class _SampleConfig:
-    """Base of the sample configs: every `int` field (sizes, counts) must be a positive int.
+    """Base of the sample configs: every `int` field (sizes, counts) must be a positive int, and
+    every `tuple[int, ...]` field (layer widths, table sizes) a non-empty tuple of them.
 
     A zero or negative size would build a model whose captured step is empty or fails deep in
     torch; checking the annotation keeps a new field from being left out of the check.
@@ -71,18 +72,25 @@ class _SampleConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.type in ("int", int) and (not isinstance(v, int) or v <= 0):
-                raise ValueError(f"{type(self).__name__}.{f.name} must be a positive int, got {v!r}")
+            if f.type in ("int", int):
+                ok = isinstance(v, int) and v > 0
+            elif f.type in ("tuple[int, ...]", tuple[int, ...]):
+                ok = isinstance(v, tuple) and bool(v) and all(isinstance(x, int) and x > 0 for x in v)
+            else:
+                continue
+            if not ok:
+                kind = "a positive int" if f.type in ("int", int) else "a non-empty tuple of positive ints"
+                raise ValueError(f"{type(self).__name__}.{f.name} must be {kind}, got {v!r}")
 
 
 # --------------------------------------------------------------------------------------------
 # MLP
 @dataclass(kw_only=True, slots=True)
 class MLPConfig(_SampleConfig):
+    """`widths`: the input features, then each hidden layer's width (layer sizes as DLRM's MLPs)."""
+
     batch: int = 256
-    in_features: int = 512
-    hidden: int = 1024
-    layers: int = 3
+    widths: tuple[int, ...] = (512, 1024, 1024, 1024)
     classes: int = 512
     lr: float = 0.01
 
@@ -90,9 +98,9 @@ class MLPConfig(_SampleConfig):
 class MLP(nn.Module):
     def __init__(self, c: MLPConfig):
         super().__init__()
-        dims = [c.in_features] + [c.hidden] * c.layers
-        self.body = nn.Sequential(*[m for i in range(c.layers) for m in (nn.Linear(dims[i], dims[i + 1]), nn.ReLU())])
-        self.head = nn.Linear(c.hidden, c.classes)
+        w = c.widths
+        self.body = nn.Sequential(*[m for i in range(len(w) - 1) for m in (nn.Linear(w[i], w[i + 1]), nn.ReLU())])
+        self.head = nn.Linear(w[-1], c.classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.body(x))
@@ -101,17 +109,18 @@ class MLP(nn.Module):
 def _build_mlp(device: torch.device, c: MLPConfig) -> SampleStep:
     g = _gen()
     model = MLP(c)
-    return _classifier_step("mlp", device, model, torch.randn(c.batch, c.in_features, generator=g), c, g)
+    return _classifier_step("mlp", device, model, torch.randn(c.batch, c.widths[0], generator=g), c, g)
 
 
 # --------------------------------------------------------------------------------------------
 # CNN (ResNet-style basic blocks)
 @dataclass(kw_only=True, slots=True)
 class CNNConfig(_SampleConfig):
+    """`stage_widths`: the channels of each stage (the stem has the first stage's), as torchvision's ResNet."""
+
     batch: int = 10
     image: int = 32
-    width: int = 32
-    stages: int = 3
+    stage_widths: tuple[int, ...] = (32, 64, 128)
     blocks_per_stage: int = 1
     classes: int = 10
     lr: float = 0.05
@@ -139,10 +148,10 @@ class BasicBlock(nn.Module):
 class ResNetSmall(nn.Module):
     def __init__(self, c: CNNConfig):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, c.width, 3, 1, 1, bias=False), nn.BatchNorm2d(c.width), nn.ReLU())
-        blocks, cin = [], c.width
-        for s in range(c.stages):
-            cout = c.width * 2**s
+        cin = c.stage_widths[0]
+        self.stem = nn.Sequential(nn.Conv2d(3, cin, 3, 1, 1, bias=False), nn.BatchNorm2d(cin), nn.ReLU())
+        blocks = []
+        for s, cout in enumerate(c.stage_widths):
             for b in range(c.blocks_per_stage):
                 blocks.append(BasicBlock(cin, cout, 2 if (b == 0 and s > 0) else 1))
                 cin = cout
@@ -160,7 +169,9 @@ def _build_cnn(device: torch.device, c: CNNConfig) -> SampleStep:
     return _classifier_step("cnn", device, model, torch.randn(c.batch, 3, c.image, c.image, generator=g), c, g)
 
 
-def _classifier_step(name: str, device: torch.device, model: nn.Module, x: torch.Tensor, c: Any, g) -> SampleStep:
+def _classifier_step(
+    name: str, device: torch.device, model: nn.Module, x: torch.Tensor, c: MLPConfig | CNNConfig, g: torch.Generator
+) -> SampleStep:
     """The MLP and CNN samples' shared tail: class labels, SGD with momentum, cross-entropy.
 
     The model is built (global RNG) before `x` and the labels are drawn from `g`, in that
@@ -261,11 +272,6 @@ class DLRMConfig(_SampleConfig):
     top: tuple[int, ...] = (512, 256)
     lr: float = 0.05
 
-    def __post_init__(self) -> None:
-        _SampleConfig.__post_init__(self)
-        if not self.table_rows or min(self.table_rows) <= 0:
-            raise ValueError(f"table_rows must be positive sizes, got {self.table_rows!r}")
-
 
 def mlp_stack(dims: list[int], last_act: bool) -> nn.Sequential:
     layers: list[nn.Module] = []
@@ -329,7 +335,7 @@ def build(name: str, device: str | torch.device = "cpu", **overrides: Any) -> tu
 
         raise TraceError(f"unknown sample model {name!r}; choose one of {sorted(SAMPLE_MODELS)}")
     cfg_cls, builder = SAMPLE_MODELS[name]
-    cfg = cfg_cls(**overrides)
+    cfg = cfg_cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()})  # JSON lists
     torch.manual_seed(SEED)
     step = builder(torch.device(device), cfg)
     config = {"model": name, **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(cfg).items()}}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shlex
 
 import pytest
@@ -176,15 +177,18 @@ def test_every_sample_model_captures_on_cpu_and_links(name, tmp_path, cache_dir)
     ("model", "overrides", "problem"),
     [
         ("mlp", {"batch": 0}, "MLPConfig.batch must be a positive int, got 0"),
-        ("mlp", {"widths": ()}, "MLPConfig.widths must be a non-empty tuple of positive ints"),
-        ("cnn", {"stage_widths": (32, 0)}, "CNNConfig.stage_widths must be a non-empty tuple"),
-        ("dlrm", {"table_rows": (100, -1)}, "DLRMConfig.table_rows must be a non-empty tuple"),
+        ("mlp", {"batch": True}, "MLPConfig.batch must be a positive int, got True"),
+        ("mlp", {"lr": "fast"}, "MLPConfig.lr must be a positive number, got 'fast'"),
+        ("mlp", {"widths": ()}, "MLPConfig.widths must be a non-empty list of positive ints"),
+        ("mlp", {"hidden": 64}, "sample mlp has no config field 'hidden'; its fields: batch, widths, classes, lr"),
+        ("cnn", {"stage_widths": (32, 0)}, "CNNConfig.stage_widths must be a non-empty list"),
+        ("dlrm", {"table_rows": (100, -1)}, "DLRMConfig.table_rows must be a non-empty list"),
         ("transformer", {"d_model": 250, "heads": 4}, "must be divisible by heads"),
     ],
 )
 def test_sample_config_rejects_bad_sizes(model, overrides, problem):
     """Sizes are checked by their annotation, so a zero width fails here and not deep in torch."""
-    with pytest.raises(ValueError, match=problem):
+    with pytest.raises(TraceError, match=re.escape(problem)):
         build(model, "cpu", **overrides)
 
 
@@ -194,3 +198,36 @@ def test_sample_layer_widths_from_json_lists():
     linears = [m for m in step.model.modules() if m.__class__.__name__ == "Linear"]
     assert [(m.in_features, m.out_features) for m in linears] == [(16, 32), (32, 8), (8, 3)]
     assert cfg["widths"] == [16, 32, 8] and step.inputs[0].shape == (4, 16)
+
+
+def test_cli_set_changes_the_sample_config_and_is_recorded(tmp_path, capsys):
+    """`mystique capture mlp --set ...`: the meta holds the changed config and a command that redoes it."""
+
+    code = main(
+        ["capture", "mlp", "--out", str(tmp_path), "--set", "batch=8", "--set", "widths=16,32", "--set", "classes=4"]
+        + ["--steps", "1", "--warmup", "0", "--timing-steps", "1", "--json"]
+    )
+    assert code == 0, capsys.readouterr().err
+    meta = json.loads((tmp_path / "mlp" / "mlp_meta.json").read_text())
+    assert meta["model_config"] == {"model": "mlp", "batch": 8, "widths": [16, 32], "classes": 4, "lr": 0.01}
+    assert "--set batch=8 --set widths=16,32 --set classes=4" in meta["command"]
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (["mlp", "--set", "hidden=8"], "sample mlp has no config field 'hidden'"),
+        (["mlp", "--set", "batch"], "--set takes FIELD=VALUE, got 'batch'"),
+        (["cnn", "--set", "stage_widths=32,0"], "CNNConfig.stage_widths must be a non-empty list of positive ints"),
+        (["gpt2_hf", "--set", "layers=x"], "sample gpt2_hf: layers must be a positive int, got 'x'"),
+        (["resnet_tv", "--set", "depth=50"], "sample resnet_tv has no config field 'depth'; its fields: batch"),
+        (["ddp", "--set", "batch=8"], "--set changes one single-process sample's config"),
+        (["--all-samples", "--set", "batch=8"], "--set changes one single-process sample's config"),
+    ],
+)
+def test_cli_set_refuses_bad_fields_in_one_line(tmp_path, capsys, args, problem):
+
+    assert main(["capture", *args, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and problem in err[0], err
+    assert not any(tmp_path.iterdir())  # refused before anything was written

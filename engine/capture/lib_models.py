@@ -28,6 +28,8 @@ model code that runs is torchvision's own, unchanged.
 from __future__ import annotations
 
 import importlib
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -141,12 +143,21 @@ def build_resnet(
 
 
 def build(name: str, device: str | torch.device = "cpu", **overrides: Any) -> tuple[SampleStep, dict]:
-    dev = torch.device(device)
-    if name == "gpt2_hf":
-        return build_gpt2(dev, **overrides)
-    if name == "resnet_tv":
-        return build_resnet(dev, **overrides)
-    raise TraceError(f"unknown library sample {name!r}; choose one of {', '.join(LIB_SAMPLES)}")
+    """(step_fn, config) of library sample `name`; `overrides` replace its keyword sizes (each a
+    positive int), checked here so that a bad one is a `TraceError`, not a failure inside the library."""
+    builder = _BUILDERS.get(name)
+    if builder is None:
+        raise TraceError(f"unknown library sample {name!r}; choose one of {', '.join(LIB_SAMPLES)}")
+    known = [p.name for p in inspect.signature(builder).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    for key, v in overrides.items():
+        if key not in known:
+            raise TraceError(f"sample {name} has no config field {key!r}; its fields: {', '.join(known)}")
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise TraceError(f"sample {name}: {key} must be a positive int, got {v!r}")
+    return builder(torch.device(device), **overrides)
+
+
+_BUILDERS: dict[str, Callable[..., tuple[SampleStep, dict]]] = {"gpt2_hf": build_gpt2, "resnet_tv": build_resnet}
 
 
 __all__ = ["LIB_SAMPLES", "build", "import_torchvision"]

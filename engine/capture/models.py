@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 SEED = 0
+C = TypeVar("C", bound="_SampleConfig")
 
 
 class SampleStep:
@@ -62,25 +63,36 @@ class SampleStep:
 
 @dataclass(kw_only=True, slots=True)
 class _SampleConfig:
-    """Base of the sample configs: every `int` field (sizes, counts) must be a positive int, and
-    every `tuple[int, ...]` field (layer widths, table sizes) a non-empty tuple of them.
+    """Base of the sample configs: every `int` field (sizes, counts) must be a positive int, every
+    `float` (learning rate, bucket size) a positive number, and every `tuple[int, ...]` field
+    (layer widths, table sizes) a non-empty tuple of positive ints.
 
     A zero or negative size would build a model whose captured step is empty or fails deep in
-    torch; checking the annotation keeps a new field from being left out of the check.
+    torch; checking the annotation keeps a new field from being left out of the check, and a value
+    typed on the command line (`mystique capture mlp --set batch=0`) is refused by the same rule.
     """
 
     def __post_init__(self) -> None:
         for f in fields(self):
+            rule = _FIELD_RULES.get(str(f.type))
             v = getattr(self, f.name)
-            if f.type in ("int", int):
-                ok = isinstance(v, int) and v > 0
-            elif f.type in ("tuple[int, ...]", tuple[int, ...]):
-                ok = isinstance(v, tuple) and bool(v) and all(isinstance(x, int) and x > 0 for x in v)
-            else:
-                continue
-            if not ok:
-                kind = "a positive int" if f.type in ("int", int) else "a non-empty tuple of positive ints"
-                raise ValueError(f"{type(self).__name__}.{f.name} must be {kind}, got {v!r}")
+            if rule is not None and not rule[0](v):
+                raise ValueError(f"{type(self).__name__}.{f.name} must be {rule[1]}, got {v!r}")
+
+
+def _positive_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+# annotation (as written: this module postpones annotations) -> (test, what it asks for)
+_FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "int": (_positive_int, "a positive int"),
+    "float": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, "a positive number"),
+    "tuple[int, ...]": (
+        lambda v: isinstance(v, tuple) and bool(v) and all(map(_positive_int, v)),
+        "a non-empty list of positive ints",
+    ),
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -320,7 +332,7 @@ def _build_dlrm(device: torch.device, c: DLRMConfig) -> SampleStep:
 
 
 # --------------------------------------------------------------------------------------------
-SAMPLE_MODELS: dict[str, tuple[type, Callable]] = {
+SAMPLE_MODELS: dict[str, tuple[type[_SampleConfig], Callable]] = {
     "mlp": (MLPConfig, _build_mlp),
     "cnn": (CNNConfig, _build_cnn),
     "transformer": (TransformerConfig, _build_transformer),
@@ -335,11 +347,26 @@ def build(name: str, device: str | torch.device = "cpu", **overrides: Any) -> tu
 
         raise TraceError(f"unknown sample model {name!r}; choose one of {sorted(SAMPLE_MODELS)}")
     cfg_cls, builder = SAMPLE_MODELS[name]
-    cfg = cfg_cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()})  # JSON lists
+    cfg = make_config(name, cfg_cls, overrides)
     torch.manual_seed(SEED)
     step = builder(torch.device(device), cfg)
     config = {"model": name, **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(cfg).items()}}
     return step, config
+
+
+def make_config(name: str, cfg_cls: type[C], overrides: dict[str, Any]) -> C:
+    """`cfg_cls` with `overrides` replacing its defaults (lists, as JSON gives them, become tuples).
+    A field the config lacks or a value its rules refuse is a `TraceError` naming the sample."""
+    from engine.errors import TraceError
+
+    known = [f.name for f in fields(cfg_cls)]
+    unknown = sorted(set(overrides) - set(known))
+    if unknown:
+        raise TraceError(f"sample {name} has no config field {unknown[0]!r}; its fields: {', '.join(known)}")
+    try:
+        return cfg_cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()})
+    except (TypeError, ValueError) as exc:
+        raise TraceError(f"sample {name}: {exc}") from None
 
 
 def _gen() -> torch.Generator:

@@ -7,7 +7,10 @@ file records the exact command that regenerates it.
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
 from pathlib import Path
+from typing import Any
 
 from engine.cli.common import print_json, progress_bar
 from engine.errors import TraceError
@@ -32,6 +35,15 @@ def register(subparsers) -> None:
     )
     p.add_argument("--all-samples", action="store_true", help="capture all four sample models")
     p.add_argument("--out", required=True, help="output folder (one sub-folder per model)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="change a field of the sample's config (repeatable), e.g. --set batch=4096 --set widths=1024,4096,4096: "
+        "sizes for a bigger machine; the fields are those of the meta's model_config; VALUE is JSON or a "
+        "comma-separated list",
+    )
     add_session_arguments(p)
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=run)
@@ -47,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
         raise TraceError(f"--threads must be >= 0, got {args.threads}")
     from engine.capture.dist_models import DIST_SAMPLES
 
+    overrides = parse_sets(args.set)
+    if overrides and (args.all_samples or args.model in DIST_SAMPLES):
+        raise TraceError("--set changes one single-process sample's config: give one MODEL (not a multi-rank one)")
     if args.model in DIST_SAMPLES:
         return _run_dist(args)
     names = list(SAMPLE_MODELS) if args.all_samples else [args.model]
@@ -58,9 +73,12 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     results = []
     for name in names:
-        command = f"mystique capture {name} --out {args.out} {_session_flags(args)}"
+        sets = "".join(f" --set {shlex.quote(item)}" for item in args.set)
+        command = f"mystique capture {name} --out {args.out}{sets} {_session_flags(args)}"
         with progress_bar(f"capture {name}", enabled=not args.json) as cb:
-            res = capture_sample(name, out_dir=out / name, progress=cb, command=command, **session_arguments(args))
+            res = capture_sample(
+                name, overrides=overrides, out_dir=out / name, progress=cb, command=command, **session_arguments(args)
+            )
         results.append(
             {
                 "model": name,
@@ -112,6 +130,26 @@ def _run_dist(args: argparse.Namespace) -> int:
             f"{args.model}: {args.world_size} ranks, median step {per}; job (slowest rank) {res['job_median_ms']:.2f} ms"
         )
     return 0
+
+
+def parse_sets(items: list[str]) -> dict[str, Any]:
+    """`--set FIELD=VALUE` flags -> config overrides. VALUE is JSON (`64`, `0.01`, `[512, 1024]`) or
+    a comma-separated list of JSON numbers (`512,1024`); anything else stays a string, which the
+    config's own rules then refuse by field name."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise TraceError(f"--set takes FIELD=VALUE, got {item!r}")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            try:
+                value = [json.loads(x) for x in text.split(",")] if "," in text else text
+            except json.JSONDecodeError:
+                value = text
+        out[key.strip()] = value
+    return out
 
 
 def _session_flags(args: argparse.Namespace) -> str:

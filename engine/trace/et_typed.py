@@ -144,18 +144,18 @@ def chakra_columns(doc):
     flat tensor list, ends, tensor types) of a typed document, or None when a tensor record does
     not have the usual six elements (the general path decides then).
 
-    Tensors go into one flat list, `et.FLAT_WIDTH` elements per tensor (`et.FLAT_FIELDS`, then
+    Tensors go into one flat list, `et_tensors.FLAT_WIDTH` elements per tensor (`et_tensors.FLAT_FIELDS`, then
     the record), in the general path's row order; `ends[i]` is the list's length after node i.
     io is 0/1 and the type is its index in the returned tensor types (first-seen order), so
     those columns need no hashing afterwards.
 
     Why one loop: every node's structs are visited once, while they are still in cache, and the
     usual tensor argument (lists of equal length, a plain tensor) is handled inline rather than
-    by a call per argument list; anything else goes through `et.walk_tensors` / `et.walk_list`, so the
+    by a call per argument list; anything else goes through `et_tensors.walk_tensors` / `et_tensors.walk_list`, so the
     rows are the same as the general path's. Attribute names are grouped by layout (the tuple of
     names in order): nearly every node shares one, and `attr_columns` reads values per layout.
     """
-    from engine.trace.et import list_tensors, tensor_kind, walk_tensors
+    from engine.trace.et_tensors import list_tensors, tensor_kind, walk_tensors
 
     nodes = doc.nodes
     n = len(nodes)
@@ -241,7 +241,7 @@ _IO_NAMES = ("in", "out")
 
 
 def _flatten(rows: list, ext, tcode: dict) -> bool:
-    """Append `et.walk_tensors` rows to the flat tensor list (io and type as codes, shapes as tuples,
+    """Append `et_tensors.walk_tensors` rows to the flat tensor list (io and type as codes, shapes as tuples,
     () when not a list); False when a record does not have six elements."""
     for _, io, arg, sub, v, t, sh, st in rows:
         if len(v) != 6:
@@ -262,7 +262,7 @@ def attr_columns(layouts: dict, values: list, scalar_names: tuple[str, ...], std
     Why by layout: names are compared once per distinct layout and values are scattered
     column-wise, instead of building and probing a dict per node (2x faster on 14k nodes).
     """
-    from engine.trace.et import as_ints
+    from engine.trace.et_tensors import as_ints
 
     n = len(values)
     scal = {k: np.full(n, -1, dtype=np.int64) for k in scalar_names}

@@ -1,7 +1,13 @@
 """Running the CLI or Python in a fresh process, as a user would, and judging its error.
 
-Shared by the fault tests (tests/test_faults_*.py): a fresh process has its own rlimits and peak
-RSS, and its stderr is what a user sees, so "one line, exit 2, no traceback" is checked there.
+Shared by the fault tests (tests/test_faults_*.py, one test per numbered item of issue 16): a
+fresh process has its own rlimits and peak RSS, and its stderr is what a user sees, so "one
+line, exit 2, no traceback" is checked there. Each test drives the CLI in a subprocess (exit
+code 2, one line on stderr naming the file and the problem, no traceback, the previous result
+intact) and the API where there is one. Faults are real where the machine allows: `ulimit -v`
+(address space), `ulimit -f` (file size: a "full disk" for the writer, since Python ignores
+SIGXFSZ and write() then fails with EFBIG), a FIFO, a SIGKILLed run, a second process holding
+the output folder.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """Fault injection, outputs: what a run writes (items 1, 2, 4, 5 of issue 16).
 
-Each test drives the CLI in a subprocess (exit code 2, one line on stderr naming the file and
-the problem, no traceback, the previous result intact) and the API where there is one. Faults
-are real where the machine allows: `ulimit -v` (address space), `ulimit -f` (file size: a
-"full disk" for the writer, since Python ignores SIGXFSZ and write() then fails with EFBIG), a
-FIFO, a SIGKILLed run, a second process holding the output folder. Every test here failed on
-main at 4eb7f39 (before the hardening) and passes after; the docstring of each test says how
-it failed then.
+How the faults are made and judged: tests/clirun.py. Every test here failed on main at
+4eb7f39 (before the hardening) and passes after; its docstring says how it failed then.
 """
 
 from __future__ import annotations

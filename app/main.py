@@ -13,7 +13,7 @@ if str(ROOT) not in sys.path:
 
 import streamlit as st  # noqa: E402 -- after the sys.path fix above
 
-from app import state  # noqa: E402 -- after the sys.path fix above
+from app import prefetch, state  # noqa: E402 -- after the sys.path fix above
 
 st.set_page_config(page_title="mystique-studio", page_icon=":material/biotech:", layout="wide")
 state.ensure_started()
@@ -37,4 +37,4 @@ try:
     st.navigation(PAGES).run()
 finally:
     state.save_settings()
-    state.flush_prefetch()
+    prefetch.flush()

@@ -7,7 +7,7 @@ import orjson
 import pandas as pd
 import streamlit as st
 
-from app import state
+from app import state, views
 from engine.errors import TraceError
 from engine.figures import compare as cfig
 
@@ -39,7 +39,7 @@ if mode == "original vs replay":
     from engine.replay.result import ReplayResult  # lazy: engine.replay imports torch
 
     original = state.get_trace(run["trace"])
-    meta = state.capture_meta(tuple(state.traces()[run["trace"]]["paths"]))
+    meta = views.capture_meta(tuple(state.traces()[run["trace"]]["paths"]))
     try:
         report = ReplayResult.read(run["path"])
         cmp = compare(original, report, original_meta=meta)
@@ -102,7 +102,7 @@ if mode == "original vs replay":
     with tab_t:
         kp = report.kineto_path
         if original.has_kineto and kp and Path(kp).exists():
-            replay_trace = state.load_paths((kp,))
+            replay_trace = views.load_paths((kp,))
             win = st.number_input(
                 "Window (µs from each start)",
                 100.0,

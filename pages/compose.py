@@ -9,7 +9,7 @@ import orjson
 import streamlit as st
 
 from app import compose_bridge as bridge
-from app import state
+from app import state, views
 from engine.errors import TraceError
 from engine.figures.selection import selection_to_node_ids
 
@@ -28,8 +28,8 @@ with src_graph:
     picked += state.graph_panel(name, tuple(entry["paths"]), None, "compose_graph", height=460)[0]
 with src_time:
     if trace.has_kineto:
-        lo, hi = state.default_window(tuple(entry["paths"]), None)
-        fig = state.timeline_fig(tuple(entry["paths"]), None, lo, hi, 0.0, None)
+        lo, hi = views.default_window(tuple(entry["paths"]), None)
+        fig = views.timeline_fig(tuple(entry["paths"]), None, lo, hi, 0.0, None)
         event = st.plotly_chart(
             fig, on_select="rerun", selection_mode=("points", "box"), key="compose_timeline", width="stretch"
         )

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app import state
+from app import state, views
 from engine.errors import TraceError
 from engine.figures import breakdown
 from engine.figures.selection import selected_keys, selection_to_node_ids
@@ -61,7 +61,7 @@ elif view == "Timeline":
             st.session_state.pop("t_window")  # another trace or rank: its window does not apply
         c = st.columns([2, 1, 1])
         search = c[1].text_input("Search names (regex)", key="t_search", placeholder="e.g. conv|gemm")
-        matches = state.search_events(paths, rank, search) if search else []
+        matches = views.search_events(paths, rank, search) if search else []
         if search:
 
             def _jump() -> None:
@@ -80,7 +80,7 @@ elif view == "Timeline":
                 on_change=_jump,
             )
         window = c[0].slider(
-            "Window (µs from trace start)", 0.0, max(span, 1.0), state.default_window(paths, rank), key="t_window"
+            "Window (µs from trace start)", 0.0, max(span, 1.0), views.default_window(paths, rank), key="t_window"
         )
         min_dur = (
             c[2].number_input("Min duration (µs)", 0.0, value=0.0, step=1.0, key="t_min_dur") if not search else 0.0
@@ -90,12 +90,12 @@ elif view == "Timeline":
         prev = st.session_state.get("explore_timeline")
         keys = [k for k in selected_keys(prev) if isinstance(k, int)] if prev else []
         flow = keys[0] if keys else None
-        fig = state.timeline_fig(paths, rank, float(window[0]), float(window[1]), float(min_dur), flow, search)
+        fig = views.timeline_fig(paths, rank, float(window[0]), float(window[1]), float(min_dur), flow, search)
         st.caption(
             "Drag to zoom in time (lanes stay), double-click to zoom out; click a bar or box-select "
             "(toolbar) to pick ops; a narrower window draws every event."
         )
-        meta = state.capture_meta(paths)
+        meta = views.capture_meta(paths)
         samples = ((meta or {}).get("metrics") or {}).get("samples") or {}
         if samples.get("t_s") and st.checkbox("Metric curves under the timeline", key="t_metrics"):
             from engine.figures.analysis import timeline_with_metrics
@@ -131,7 +131,7 @@ elif view == "Analysis":
         st.stop()
     from engine.figures import analysis
 
-    tabs = state.analysis_tables(paths)
+    tabs = views.analysis_tables(paths)
     st.subheader("Temporal breakdown per rank")
     tb = tabs["breakdown"]
     if len(tb):
@@ -161,9 +161,9 @@ elif view == "Analysis":
         lo, hi = float(row["ts_us"]), float(row["ts_us"] + row["dur_us"])
     else:
         ev_r = trace.events[trace.events["rank"] == rank] if "rank" in trace.events.columns else trace.events
-        lo, hi = (float(x) + float(ev_r["ts_us"].min()) for x in state.default_window(paths, rank))
+        lo, hi = (float(x) + float(ev_r["ts_us"].min()) for x in views.default_window(paths, rank))
         st.caption("No ProfilerStep in this trace: the default window is used as the step.")
-    path = state.critical_path(paths, lo, hi, rank)
+    path = views.critical_path(paths, lo, hi, rank)
     if len(path):
         c = st.columns(3)
         c[0].metric("step µs", f"{hi - lo:,.0f}")
@@ -183,7 +183,7 @@ elif view == "Analysis":
                 f"{float(slow['median_step_us'].iloc[0]):,.0f} µs, {float(slow['vs_fastest'].iloc[0]):.2f}x the fastest)"
             )
         win = st.number_input("Window (µs from each rank's start)", 100.0, value=float(hi - lo), key="a_rank_window")
-        st.plotly_chart(state.rank_timelines_fig(paths, float(win)), key="a_rank_timelines", width="stretch")
+        st.plotly_chart(views.rank_timelines_fig(paths, float(win)), key="a_rank_timelines", width="stretch")
 
 else:
     if trace.has_kineto:

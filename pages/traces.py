@@ -4,7 +4,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import state
+from app import state, views
 from engine.errors import TraceError
 from engine.figures import breakdown
 
@@ -95,7 +95,7 @@ else:
     cur = state.trace_picker("Show summary of", key="summary_pick")
     if cur:
         st.session_state["current"] = cur
-        summary = state.summary_of(tuple(loaded[cur]["paths"]))
+        summary = views.summary_of(tuple(loaded[cur]["paths"]))
         c = st.columns(4)
         c[0].metric("kind", str(summary.get("kind", "")))
         c[1].metric("ET nodes", f"{summary.get('nodes', 0) or 0:,}")

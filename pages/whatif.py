@@ -4,7 +4,7 @@ import json
 
 import streamlit as st
 
-from app import state
+from app import state, views
 from engine.errors import TraceError
 from engine.figures import whatif as wfig
 from engine.simulate.config import SimConfig
@@ -65,7 +65,7 @@ def _run(content_hash: str, paths: tuple[str, ...], spec_json: str, cfg_json: st
     """Simulate (cached on the trace's content hash + spec); returns plain data for the page."""
     from engine.simulate import simulate
 
-    trace = state.load_paths(paths)
+    trace = views.load_paths(paths)
     base = simulate(trace, config=SimConfig.from_json(cfg_json))
     res = simulate(trace, json.loads(spec_json), config=SimConfig.from_json(cfg_json))
     return base.to_json(), res.to_json(), res.predicted.events, trace.events

@@ -359,7 +359,7 @@ def test_explore_views_are_prefetched_and_reruns_recompute_nothing(ui, monkeypat
     run, and every window/filter change redid the whole layout (lane labels, a stack walk)."""
     import engine.figures.hierarchy as hier
     import engine.figures.timeline as tl
-    from app import state
+    from app import prefetch, views
 
     calls = {"model": 0, "layout": 0}
     real_model, real_layout = hier.build_hierarchy_model, tl.lay_out
@@ -375,10 +375,10 @@ def test_explore_views_are_prefetched_and_reruns_recompute_nothing(ui, monkeypat
     monkeypatch.setattr(hier, "build_hierarchy_model", model)
     monkeypatch.setattr(tl, "lay_out", layout)
     monkeypatch.delenv("MYSTIQUE_PREFETCH", raising=False)
-    for f in (state.hierarchy_model, state.hierarchy_fig, state.timeline_layout, state.timeline_fig):
+    for f in (views.hierarchy_model, views.hierarchy_fig, views.timeline_layout, views.timeline_fig):
         f.clear()
     at = _new(ui)  # the bundled sample is loaded: its views are prefetched
-    assert state.wait_prefetched(120)
+    assert prefetch.wait_idle(120)
     built = dict(calls)
     assert built == {"model": 1, "layout": 1}
     at = _page(at, "explore")

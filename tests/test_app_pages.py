@@ -327,3 +327,42 @@ def test_compare_two_loaded_traces(app, shared_traces):
     keys = {c.proto.id.rsplit("-", 1)[-1] for c in at.get("plotly_chart")}
     assert {"tt_cat", "tt_name", "tt_timelines"} <= keys
     assert "alexnet ms / iteration" in {m.label for m in at.metric}
+
+
+def test_a_trace_rewritten_in_place_is_shown_as_it_is_now(app, tmp_path):
+    """Views are cached on paths: a capture into the same folder while the dashboard runs used to
+    keep showing the old trace (summary, Explore) until the server restarted."""
+    import shutil
+
+    from app import views
+    from engine.trace import load
+
+    d = tmp_path / "run"
+    d.mkdir()
+    et, kineto = d / "run_et.json.gz", d / "run_kineto.json.gz"
+    cnn = ROOT / "sample_traces" / "cnn"
+    shutil.copy(MLP / "mlp_et.json.gz", et)
+    shutil.copy(MLP / "mlp_kineto.json.gz", kineto)
+    app.text_area(key="server_paths").input(f"{et}\n{kineto}")
+    app.text_input(key="path_name").input("run")
+    app.button(key="load_path").click().run()
+    _ok(app)
+    app.selectbox(key="summary_pick").select("run").run()
+    mlp_nodes = len(load(MLP / "mlp_et.json.gz").ops)
+    assert {m.label: m.value for m in app.metric}["ET nodes"] == f"{mlp_nodes:,}"
+    old_hash = app.session_state["traces"]["run"]["hash"]
+    key = (str(et), str(kineto))
+    assert views.search_events(key, None, "conv") == []  # a cached view of the MLP: no convolutions
+
+    shutil.copy(cnn / "cnn_et.json.gz", et)  # the same paths, another run's content
+    shutil.copy(cnn / "cnn_kineto.json.gz", kineto)
+    later = et.stat().st_mtime_ns + 2_000_000_000  # a coarse-mtime filesystem still sees a change
+    os.utime(et, ns=(later, later))
+    app.run()
+    _ok(app)
+    cnn_trace = load(cnn / "cnn_et.json.gz", cnn / "cnn_kineto.json.gz")
+    assert len(cnn_trace.ops) != mlp_nodes
+    assert {m.label: m.value for m in app.metric}["ET nodes"] == f"{len(cnn_trace.ops):,}"
+    entry = app.session_state["traces"]["run"]
+    assert entry["hash"] != old_hash and entry["hash"] == load(et, kineto).content_hash
+    assert views.search_events(key, None, "conv")  # the same cached view, rebuilt on the CNN

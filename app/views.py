@@ -1,0 +1,262 @@
+"""Views of trace files (the trace, its graphs, timelines, tables, figures), cached on their paths.
+
+Why paths as the key: every page and the prefetch pass the same small tuple, so a view is built
+once per server and a rerun that changes nothing costs a dictionary look-up. A path is not
+its content, though: a file rewritten in place (a capture into the same folder while the
+dashboard runs) would keep showing the old trace. So `check_fresh`, called wherever a page asks
+for a trace (`state.get_trace`, `state.add_trace`), compares the files' size and mtime with those
+seen when their views were first built and, when they differ, drops every view cache entered
+here with `@view` (a rare event; the engine's parse cache is keyed on the content's sha256, so
+reloading the unchanged traces costs little).
+
+The engine does the work; this module only caches and never draws widgets.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import streamlit as st
+
+from engine.trace.ranks import of_rank
+
+_VIEWS: list[Any] = []
+
+
+def view(cache: Callable[..., Any], **options: Any) -> Callable[[Callable[..., Any]], Any]:
+    """`cache(**options)` (`st.cache_resource` or `st.cache_data`) for a view of trace files,
+    entered in the list `check_fresh` clears."""
+
+    def wrap(fn: Callable[..., Any]) -> Any:
+        cached = cache(**options)(fn)
+        _VIEWS.append(cached)
+        return cached
+
+    return wrap
+
+
+@st.cache_resource(show_spinner=False)
+def _seen() -> dict[tuple[str, ...], tuple]:
+    """Server-wide: trace paths -> their files' (size, mtime_ns) when first asked for."""
+    return {}
+
+
+def _stamp(paths: tuple[str, ...]) -> tuple:
+    out: list[tuple[int, int] | None] = []
+    for p in paths:
+        try:
+            s = os.stat(p)
+        except OSError:  # gone: the load reports it
+            out.append(None)
+        else:
+            out.append((s.st_size, s.st_mtime_ns))
+    return tuple(out)
+
+
+def check_fresh(paths: tuple[str, ...]) -> bool:
+    """Drop every cached view when these files changed on disk since they were first seen; True
+    when it did."""
+    now, seen = _stamp(paths), _seen()
+    before = seen.get(paths)
+    seen[paths] = now
+    if before is None or before == now:
+        return False
+    for cached in _VIEWS:
+        cached.clear()
+    return True
+
+
+# The graph's defaults, shared by its widgets and by the prefetch, whose calls must match the
+# page's first render argument for argument to land in the same cache entries.
+GRAPH_HEIGHT = 560
+GRAPH_COLOR_BY = ("category", "phase")
+
+
+@view(st.cache_resource, max_entries=12, show_spinner="Loading trace…")
+def load_paths(paths: tuple[str, ...]):
+    """The Trace for these files (engine parse cache underneath; keyed on path strings)."""
+    from engine.trace import load
+
+    return load(*paths)
+
+
+@view(st.cache_data, max_entries=32, show_spinner=False)
+def summary_of(paths: tuple[str, ...]) -> dict:
+    from engine.trace import summarize
+
+    return summarize(load_paths(paths))
+
+
+@view(st.cache_resource, max_entries=8, show_spinner="Finding data dependencies…")
+def dag_of(paths: tuple[str, ...], rank: int | None):
+    from engine.graph import data_deps
+
+    return data_deps(load_paths(paths), rank=rank)
+
+
+@view(st.cache_resource, max_entries=32, show_spinner=False)
+def hierarchy_model(paths: tuple[str, ...], rank: int | None, focus_key: str | None):
+    """The operator graph at a drill-down focus (same node budget on every page)."""
+    from engine.figures.hierarchy import NODE_BUDGET, Focus, build_hierarchy_model
+    from engine.trace.ranks import rank_ops
+
+    trace = load_paths(paths)
+    focus = Focus.from_key(focus_key) if focus_key else None
+    return build_hierarchy_model(rank_ops(trace.ops, rank), dag_of(paths, rank), focus, NODE_BUDGET)
+
+
+@view(st.cache_resource, max_entries=32, show_spinner=False)
+def hierarchy_fig(
+    paths: tuple[str, ...],
+    rank: int | None,
+    focus_key: str | None,
+    color_by: str,
+    selected: tuple,
+    search: str,
+    height: int = GRAPH_HEIGHT,
+):
+    from engine.figures.hierarchy import hierarchy_figure, search_keys
+    from engine.trace.ranks import rank_ops
+
+    model = hierarchy_model(paths, rank, focus_key)
+    found = tuple(search_keys(model, rank_ops(load_paths(paths).ops, rank), search)) if search else ()
+    return hierarchy_figure(model, color_by, selected=selected, found=found, height=height), len(found)
+
+
+def focus_key_of(focus) -> str | None:
+    if focus is None or (focus.parent is None and focus.lo is None):
+        return None
+    if focus.lo is None:
+        return f"tree:{focus.parent}"
+    return f"range:{'root' if focus.parent is None else focus.parent}:{focus.lo}:{focus.hi}"
+
+
+@view(st.cache_resource, max_entries=8, show_spinner="Laying out the timeline…")
+def timeline_layout(paths: tuple[str, ...], rank: int | None):
+    """Lanes, colours and nesting sub-rows of one rank's events, once per trace (every window,
+    filter and click then costs a slice: `engine.figures.timeline.lay_out`)."""
+    from engine.figures.timeline import lay_out
+
+    return lay_out(load_paths(paths).events, rank)
+
+
+@view(st.cache_resource, max_entries=32, show_spinner=False)
+def timeline_fig(
+    paths: tuple[str, ...],
+    rank: int | None,
+    start_us: float | None,
+    end_us: float | None,
+    min_dur_us: float,
+    flow_from: int | None,
+    search: str = "",
+):
+    from engine.figures.timeline import TimelineView, timeline_figure
+
+    trace = load_paths(paths)
+    view = TimelineView(start_us=start_us, end_us=end_us, min_dur_us=min_dur_us, rank=rank)
+    return timeline_figure(
+        trace.events,
+        view,
+        flow_from=flow_from,
+        search=search,
+        shapes=op_shapes(paths),
+        laid=timeline_layout(paths, rank),
+    )
+
+
+@view(st.cache_resource, max_entries=8, show_spinner=False)
+def op_shapes(paths: tuple[str, ...]) -> dict[int, str]:
+    """ET op id -> "in: 64×3×224×224 float32, ..." for timeline hovers (ops linked to events).
+    Shapes are formatted once per distinct shape (a trace has tens, over 10k tensor rows)."""
+    trace = load_paths(paths)
+    t = getattr(trace, "tensors", None)
+    if t is None or len(t) == 0:
+        return {}
+    t = t[t["io"].astype(str) == "in"]
+    text: dict = {}
+
+    def fmt(s) -> str:
+        try:
+            hit = text.get(s)
+        except TypeError:  # unhashable (a nested list): format it each time
+            return str(s)
+        if hit is None:
+            hit = text[s] = "×".join(str(int(x)) for x in s) if isinstance(s, tuple) else str(s)
+        return hit
+
+    label = [f"{fmt(s)} {d}" for s, d in zip(t["shape"].tolist(), t["dtype"].astype(str).tolist())]
+    out: dict[int, str] = {}
+    for op, lab in zip(t["op_id"].to_numpy().tolist(), label):
+        cur = out.get(op)
+        if cur is None:
+            out[op] = "in: " + lab
+        elif len(cur) < 160:
+            out[op] = cur + ", " + lab
+    return out
+
+
+@view(st.cache_data, max_entries=16, show_spinner=False)
+def search_events(paths: tuple[str, ...], rank: int | None, pattern: str) -> list[tuple[str, float, float]]:
+    """(name, start µs from the rank's origin, dur µs) of events whose name matches `pattern`
+    (a regex, case-insensitive; a bad regex is matched as plain text), longest first."""
+    ev = of_rank(load_paths(paths).events, rank)
+    if len(ev) == 0:
+        return []
+    t0 = float(ev["ts_us"].min())
+    names = ev["name"].astype(str)
+    try:
+        hit = names.str.contains(pattern, case=False, regex=True)
+    except Exception:  # noqa: BLE001 - re.error: plain substring
+        hit = names.str.contains(pattern, case=False, regex=False)
+    m = ev[hit.to_numpy()]
+    m = m.sort_values("ts_us")
+    return list(zip(m["name"].astype(str), (m["ts_us"] - t0).astype(float), m["dur_us"].astype(float)))
+
+
+def capture_meta(paths: tuple[str, ...]) -> dict | None:
+    """The capture meta of the trace files (engine.capture.meta rules), None when there is none."""
+    from engine.capture.meta import meta_for
+    from engine.errors import TraceError
+
+    try:
+        return meta_for(*paths)
+    except TraceError:
+        return None
+
+
+@view(st.cache_data, max_entries=32, show_spinner=False)
+def default_window(paths: tuple[str, ...], rank: int | None) -> tuple[float, float]:
+    from engine.figures import timeline
+
+    ev = of_rank(load_paths(paths).events, rank)
+    return tuple(float(x) for x in timeline.default_window(ev))
+
+
+@view(st.cache_data, max_entries=16, show_spinner="Analysing…")
+def analysis_tables(paths: tuple[str, ...]) -> dict:
+    """Temporal breakdown, kernel table, steps and straggler table of a trace (cached on paths)."""
+    from engine.figures import analysis
+
+    ev = load_paths(paths).events
+    return {
+        "breakdown": analysis.temporal_breakdown(ev),
+        "kernels": analysis.kernel_table(ev),
+        "steps": analysis.steps(ev),
+        "stragglers": analysis.straggler_table(ev),
+    }
+
+
+@view(st.cache_data, max_entries=16, show_spinner="Finding the critical path…")
+def critical_path(paths: tuple[str, ...], start_us: float, end_us: float, rank: int | None):
+    from engine.figures.analysis import critical_path as cp
+
+    return cp(load_paths(paths).events, start_us, end_us, rank)
+
+
+@view(st.cache_resource, max_entries=8, show_spinner=False)
+def rank_timelines_fig(paths: tuple[str, ...], window_us: float | None):
+    from engine.figures.analysis import rank_timelines
+
+    return rank_timelines(load_paths(paths).events, window_us)

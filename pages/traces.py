@@ -8,6 +8,8 @@ from app import state, views
 from engine.errors import TraceError
 from engine.figures import breakdown
 
+KIND_LABELS = {"execution_trace": "ET", "kineto": "Kineto"}
+
 st.title("Traces")
 
 src_sample, src_upload, src_path = st.tabs(["Bundled sample", "Upload", "Path on server"])
@@ -97,7 +99,8 @@ else:
         st.session_state["current"] = cur
         summary = views.summary_of(tuple(loaded[cur]["paths"]))
         c = st.columns(4)
-        c[0].metric("kind", str(summary.get("kind", "")))
+        kind = str(summary.get("kind", ""))  # "execution_trace+kineto" is cut off at a metric's width
+        c[0].metric("kind", " + ".join(KIND_LABELS.get(k, k) for k in kind.split("+")) if kind else "", help=kind)
         c[1].metric("ET nodes", f"{summary.get('nodes', 0) or 0:,}")
         c[2].metric("Kineto events", f"{summary.get('events', 0) or 0:,}")
         rate = summary.get("link_rate")

@@ -55,6 +55,7 @@ def test_first_start_loads_the_bundled_sample(app):
     assert metrics["ET nodes"] == f"{summary['nodes']:,}"
     assert metrics["Kineto events"] == f"{summary['events']:,}"
     assert metrics["ET↔Kineto link rate"].endswith("%")
+    assert metrics["kind"] == "ET + Kineto"  # short enough for the metric's width
     # session state holds handles only: no DataFrames or traces
     import orjson
 

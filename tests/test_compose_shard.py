@@ -99,22 +99,45 @@ def test_column_plan_keeps_all_lookups(tmp_path, cache_dir, original):
 
 
 def test_greedy_plan_balances_cost():
+    """Greedy is the simulator's planner on its cost model: never worse than the naive or the
+    row-wise plan by that model, near a perfect split, and every row and lookup served once."""
+    from engine.compose.shard.embedding import cost_model
+
     tables = [
-        Table(index=i, fwd={}, bwd=None, rows=r, dim=64, itemsize=4, lookups=20000, batch=1024)
+        Table(index=i, fwd={}, bwd={}, rows=r, dim=64, itemsize=4, lookups=20000, batch=1024)
         for i, r in enumerate((100_000, 40_000, 10_000, 2_000))
     ]
+    model = cost_model(tables)
     for n in (2, 4):
-        naive = plan_shards(tables, "table", n)
-        greedy = plan_shards(tables, "greedy", n)
         load = lambda sh, n=n: max(sum(s.cost for s in sh if s.rank == r) for r in range(n))  # noqa: E731 -- local one-liner
-        total = sum(t.cost for t in tables)
+        naive, row, greedy = (plan_shards(tables, p, n, model) for p in ("table", "row", "greedy"))
+        total = sum(model.shard_us(t.rows, t.dim, t.lookups) for t in tables)
         assert load(greedy) < load(naive)
+        assert load(greedy) <= load(row) + 1e-6
         assert load(greedy) <= 1.05 * total / n  # within 5 % of a perfect split
         assert sum(s.lookups for s in greedy) == 4 * 20000
         assert sum(s.rows for s in greedy) == 152_000
+        for t in tables:  # the shards of a table tile its rows in order
+            mine = [s for s in greedy if s.table == t.index]
+            assert [s.row0 for s in mine] == [sum(x.rows for x in mine[:i]) for i in range(len(mine))]
 
 
-@pytest.mark.perf
+def test_composed_plan_is_the_plan_the_whatif_ranks():
+    """One planner for compose and the what-if: the composed greedy shards are the what-if's."""
+    from engine.compose.shard.embedding import cost_model, cost_tables
+    from engine.simulate.whatif.sharding import PLANNERS
+
+    tables = [
+        Table(index=i, fwd={}, bwd={}, rows=r, dim=32, itemsize=4, lookups=lk, batch=512)
+        for i, (r, lk) in enumerate(((400_000, 9000), (20_000, 12000), (5_000, 30000), (1_000, 500)))
+    ]
+    model = cost_model(tables)
+    for n in (2, 4):
+        composed = [(s.table, s.rank, s.rows, s.lookups) for s in plan_shards(tables, "greedy", n, model)]
+        ranked = [(s.table, s.rank, s.rows, s.lookups) for s in PLANNERS["greedy"](cost_tables(tables), n, model)]
+        assert composed == ranked
+
+
 def test_greedy_slowest_rank_beats_naive_replayed(tmp_path, cache_dir, original):
     """Replay every rank's compute; the slowest greedy rank must beat the slowest table-wise rank."""
     res = measure.dlrm_plans(ranks=(2, 4), plans=("table", "greedy"), rounds=5, tmp=tmp_path)

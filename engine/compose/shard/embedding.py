@@ -3,17 +3,17 @@
 Why per-shard rewrites of the recorded ops: a rank's embedding work is its shards' lookups
 (`embedding_bag` forward and `_embedding_bag_backward`), so each shard is the table's ops with
 the weight cut to the shard's rows/columns and the indices cut to its share of the lookups.
-Plans:
+Plans are the simulator's (engine/simulate/whatif/sharding.py, one home for both), so the plan
+the what-if ranks is the plan composed here:
   table   whole tables, round-robin by table index (the naive plan)
   row     every table split row-wise in N: rank r holds rows/N and serves ~1/N of the lookups
   column  every table split column-wise in N: dim/N per rank, all lookups
-  greedy  LPT (longest first onto the least-loaded rank) on a per-table cost
-              cost = dim * itemsize * (rows + LOOKUP_ROWS * lookups)
-          i.e. table bytes plus lookup traffic: the dense-gradient pass of `_embedding_bag_backward`
-          touches every row, each lookup gathers and scatters one row (LOOKUP_ROWS = 2 rows'
-          worth, fitted on the DLRM sample's table-wise replay on CPU). Tables costing more than
-          a rank's share are first split row-wise (split counts that lower the max load win;
-          each extra shard pays a 2 % overhead so splits must earn their keep)
+  greedy  tables split row-wise and placed longest-first on the least-loaded rank, by the
+          simulator's embedding cost model: the curves calibrate.py fitted for the benchmark's
+          device when they exist (lookup traffic, dense gradient, per-shard and per-lookup costs,
+          gradient buffers past the allocator's mmap threshold, cache misses of big tables), else
+          lookup traffic + dense gradient. An ET has no kernel times, so the model is not scaled
+          to the trace: only relative costs matter to a plan.
 Each rank's ET holds its lookups, a forward all_to_all of pooled embeddings and a backward
 all_to_all of their gradients (`c10d::alltoall_base_` nodes with byte counts and split sizes;
 single-process replay skips them). The dense part (MLPs, interaction) is left out of the
@@ -29,9 +29,10 @@ from typing import Any
 
 from engine.compose.nodes import ROOT_ID, is_defined, label_node, make_attrs, root_node, set_attr, set_slot, tensors_of
 from engine.errors import TraceError
+from engine.simulate.whatif.sharding import PLANNERS, EmbeddingModel
 from engine.simulate.whatif.sharding import Shard as TableShard
+from engine.simulate.whatif.sharding import Table as CostTable
 
-LOOKUP_ROWS = 2.0
 FWD = ("aten::embedding_bag", "aten::_embedding_bag", "aten::_embedding_bag_forward_only")
 BWD = ("aten::_embedding_bag_backward", "aten::_embedding_bag_dense_backward")
 A2A_SCHEMA = (
@@ -51,10 +52,6 @@ class Table:
     itemsize: int
     lookups: int
     batch: int
-
-    @property
-    def cost(self) -> float:
-        return self.dim * self.itemsize * (self.rows + LOOKUP_ROWS * self.lookups)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -138,84 +135,49 @@ def _split(n: int, k: int) -> list[int]:
     return [n // k + (1 if r < n % k else 0) for r in range(k)]
 
 
-def _lpt(shards: list[Shard], n_ranks: int, overhead: float = 0.0) -> float:
-    """Longest-processing-time-first; `overhead` per shard makes extra splits pay their way."""
-    load = [0.0] * n_ranks
-    for s in sorted(shards, key=lambda s: (-s.cost, s.table, s.row0)):
-        r = min(range(n_ranks), key=lambda j: (load[j], j))
-        s.rank = r
-        load[r] += s.cost + overhead
-    return max(load)
+def cost_tables(tables: list[Table]) -> list[CostTable]:
+    """The tables as the simulator's planners take them (an ET records no kernel times)."""
+    return [
+        CostTable(index=t.index, rows=t.rows, dim=t.dim, lookups=t.lookups, fwd_us=math.nan, bwd_us=math.nan)
+        for t in tables
+    ]
 
 
-def _row_shards(t: Table, k: int) -> list[Shard]:
-    rows, lk = _split(t.rows, k), _split(t.lookups, k)
-    out, r0 = [], 0
-    for j in range(k):
+def cost_model(tables: list[Table], device: str = "cpu") -> EmbeddingModel:
+    """The simulator's embedding model for these tables on `device` (module docstring), unscaled."""
+    model = EmbeddingModel.fit(cost_tables(tables), device)
+    model.scale = {"fwd": 1.0, "bwd": 1.0 if any(t.bwd is not None for t in tables) else 0.0}
+    return model
+
+
+def plan_shards(tables: list[Table], plan: str, n_ranks: int, model: EmbeddingModel | None = None) -> list[Shard]:
+    """The shards of `plan` over `n_ranks` (the simulator's planner), each placed in its table
+    (row/column offset, in split order) with its modelled cost in µs."""
+    model = model or cost_model(tables)
+    by_index = {t.index: t for t in tables}
+    row0 = dict.fromkeys(by_index, 0)
+    col0 = dict.fromkeys(by_index, 0)
+    out = []
+    for s in PLANNERS[plan](cost_tables(tables), n_ranks, model):
+        t = by_index[s.table]
+        column = s.dim < t.dim  # a column shard holds every row of some columns
         out.append(
             Shard(
-                table=t.index,
-                rank=j,
-                rows=rows[j],
-                dim=t.dim,
-                lookups=lk[j],
-                row0=r0,
-                cost=t.dim * t.itemsize * (rows[j] + LOOKUP_ROWS * lk[j]),
+                table=s.table,
+                rank=s.rank,
+                rows=s.rows,
+                dim=s.dim,
+                lookups=s.lookups,
+                row0=0 if column else row0[s.table],
+                col0=col0[s.table] if column else 0,
+                cost=model.shard_us(s.rows, s.dim, s.lookups),
             )
         )
-        r0 += rows[j]
+        if column:
+            col0[s.table] += s.dim
+        else:
+            row0[s.table] += s.rows
     return out
-
-
-def plan_shards(tables: list[Table], plan: str, n_ranks: int) -> list[Shard]:
-    if plan == "table":
-        return [
-            Shard(table=t.index, rank=t.index % n_ranks, rows=t.rows, dim=t.dim, lookups=t.lookups, cost=t.cost)
-            for t in tables
-        ]
-    if plan == "row":
-        return [s for t in tables for s in _row_shards(t, n_ranks)]
-    if plan == "column":
-        out = []
-        for t in tables:
-            c0 = 0
-            for j, d in enumerate(_split(t.dim, n_ranks)):
-                if d:
-                    out.append(
-                        Shard(
-                            table=t.index,
-                            rank=j,
-                            rows=t.rows,
-                            dim=d,
-                            lookups=t.lookups,
-                            col0=c0,
-                            cost=d * t.itemsize * (t.rows + LOOKUP_ROWS * t.lookups),
-                        )
-                    )
-                c0 += d
-        return out
-    # greedy: start from the splits the per-rank share implies, then refine while it helps
-    target = sum(t.cost for t in tables) / n_ranks
-    k = {t.index: max(1, min(n_ranks, math.ceil(t.cost / target - 1e-9))) for t in tables}
-
-    overhead = 0.02 * target  # a shard's fixed cost (kernel launches, an extra all_to_all slice)
-
-    def build(kk):
-        sh = [s for t in tables for s in _row_shards(t, kk[t.index])]
-        return sh, _lpt(sh, n_ranks, overhead)
-
-    best, best_load = build(k)
-    for _ in range(len(tables) * n_ranks):
-        big = max((s for s in best if k[s.table] < n_ranks), key=lambda s: s.cost, default=None)
-        if big is None:
-            break
-        trial = dict(k)
-        trial[big.table] += 1
-        sh, load = build(trial)
-        k = trial
-        if load < best_load - 1e-9:
-            best, best_load = sh, load
-    return best
 
 
 class _Fresh:
@@ -376,7 +338,8 @@ def shard_embeddings(bench, path) -> dict:
                 "detail": "applied to the sharded tables' bags and lookups",
             }
         )
-    shards = plan_shards(tables, plan, n_ranks)
+    model = cost_model(tables, str(bench.spec.device))
+    shards = plan_shards(tables, plan, n_ranks, model)
     batch = tables[0].batch
     bsplit = _split(batch, n_ranks)
     fresh = _Fresh(
@@ -439,7 +402,13 @@ def shard_embeddings(bench, path) -> dict:
         "ranks": n_ranks,
         "batch": batch,
         "tables": [
-            {"index": t.index, "rows": t.rows, "dim": t.dim, "lookups": t.lookups, "cost": round(t.cost, 1)}
+            {
+                "index": t.index,
+                "rows": t.rows,
+                "dim": t.dim,
+                "lookups": t.lookups,
+                "cost": round(model.shard_us(t.rows, t.dim, t.lookups), 1),
+            }
             for t in tables
         ],
         "batch_scale": float(bench.spec.batch_scale),
@@ -448,6 +417,7 @@ def shard_embeddings(bench, path) -> dict:
         "shards": [s.to_dict() for s in shards],
         "per_rank": per_rank,
         "max_cost": max(p["cost"] for p in per_rank.values()),
+        "cost_model": model.source,  # "microbench" (calibrated curves of the device) or "default"
         "note": "per-rank ETs hold the sharded embedding stage; dense layers are not included",
     }
     if tbe_info:

@@ -20,7 +20,6 @@ from engine.errors import TraceError
 
 DTYPES = ("as traced", "fp32", "bf16", "fp16")
 SHARDING = ("none", "dp", "tp", "embedding")
-EMBEDDING_PLANS = ("table", "row", "column", "greedy")
 
 
 def et_sources(trace, paths: list[str]) -> list[str]:

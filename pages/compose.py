@@ -10,6 +10,7 @@ import streamlit as st
 
 from app import compose_bridge as bridge
 from app import state, views
+from engine.compose.spec import EMBEDDING_PLANS
 from engine.errors import TraceError
 from engine.figures.selection import selection_to_node_ids
 
@@ -94,7 +95,7 @@ kind = c[2].selectbox(
 if kind == "none":
     spec["sharding"] = None
 elif kind == "embedding":
-    plans = list(bridge.EMBEDDING_PLANS)
+    plans = list(EMBEDDING_PLANS)
     plan = c[3].selectbox("Plan", plans, index=plans.index(shard.get("plan", "table")), key="compose_plan")
     ranks = int(c[3].number_input("Ranks", 1, 1024, int(shard.get("ranks") or 2), key="compose_ranks"))
     spec["sharding"] = {"kind": "embedding", "plan": plan, "ranks": ranks}

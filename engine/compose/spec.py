@@ -26,10 +26,11 @@ from typing import Any
 
 from engine import jsonio
 from engine.errors import TraceError, reject_unknown_fields
+from engine.simulate.whatif.sharding import PLANNERS
 
 SPEC_VERSION = 1
 DTYPES = (None, "fp32", "bf16", "fp16")
-EMBEDDING_PLANS = ("table", "row", "column", "greedy")
+EMBEDDING_PLANS = tuple(PLANNERS)  # the planners compose and the what-if share (table, row, column, greedy)
 
 
 def _int(v: Any, what: str, lo: int) -> int:

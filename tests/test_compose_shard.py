@@ -145,3 +145,46 @@ def test_greedy_slowest_rank_beats_naive_replayed(tmp_path, cache_dir, original)
         info = res[n]
         assert sum(info["greedy"]["lookups_per_rank"]) == original["lookups"]
         assert info["greedy"]["slowest_ms"] < info["table"]["slowest_ms"], info
+
+
+@pytest.fixture(scope="module")
+def two_step_dlrm(tmp_path_factory):
+    """A DLRM capture whose ET recorded two steps (every table looked up twice)."""
+    from engine.capture import capture_sample
+
+    out = tmp_path_factory.mktemp("dlrm2")
+    res = capture_sample(
+        "dlrm",
+        overrides={"batch": 64, "table_rows": (5000, 2000, 1000)},
+        out_dir=out,
+        steps=2,
+        warmup=0,
+        timing_steps=1,
+        command="test",
+    )
+    return res.paths()
+
+
+def test_a_two_step_trace_shards_each_table_once(two_step_dlrm, tmp_path):
+    """Was: a table per lookup, so two recorded steps composed six 'tables' (the same table on
+    two ranks) and the what-if counted each backward twice."""
+    from engine.simulate.whatif.sharding import tables_from_trace
+
+    trace = et.load(two_step_dlrm["et"], two_step_dlrm["kineto"])
+    names = trace.ops["name"].astype(str)
+    assert int((names == "aten::embedding_bag").sum()) == 6  # 3 tables x 2 steps
+    tables = tables_from_trace(trace)
+    assert [t.rows for t in tables] == [5000, 2000, 1000]
+    # per-step figures: each table's mean lookup and half its backward ops (golden: the raw ops)
+    for col, name, got in (
+        ("k_dur_us", "aten::embedding_bag", sum(t.fwd_us for t in tables)),
+        ("k_dur_us", "aten::_embedding_bag_backward", sum(t.bwd_us for t in tables)),
+    ):
+        assert got == pytest.approx(float(trace.ops.loc[names == name, col].sum()) / 2, rel=1e-9)
+    spec = {"sources": [two_step_dlrm["et"]], "segments": [{"selection": {}}]}
+    spec["sharding"] = {"kind": "embedding", "plan": "greedy", "ranks": 2}
+    bench = compose(spec_from_dict(spec, base_dir=ROOT))
+    sh = bench.meta["sharding"]
+    assert [t["rows"] for t in sh["tables"]] == [5000, 2000, 1000]
+    assert {s["table"] for s in sh["shards"]} == {0, 1, 2}
+    assert sh["lookups"] == sum(t.lookups for t in tables)  # one step's lookups

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,15 +77,33 @@ class Shard(TableShard):
         }
 
 
+def once_per_weight(lookups: list[dict], weight_of: Callable[[dict], Any]) -> list[dict]:
+    """The first lookup of each embedding weight (by the storage id of its tensor record).
+
+    Why: an ET that recorded k steps holds k lookups of every table; they are one table to shard
+    (a table lives on one rank), and the sharded benchmark holds one step of it."""
+    seen: set = set()
+    out = []
+    for n in lookups:
+        w = weight_of(n)
+        key = w[1] if isinstance(w, list) and len(w) > 1 else id(n)
+        if key not in seen:
+            seen.add(key)
+            out.append(n)
+    return out
+
+
 def find_tables(nodes: list[dict], replay_ids, tbe_info: list | None = None) -> list[Table]:
     """Tables of `aten::embedding_bag` lookups, else of FBGEMM TBE lookups (engine.compose.shard.tbe;
     `tbe_info` collects what was recovered from each TBE op)."""
     want = set(replay_ids)
-    fwds = [n for n in nodes if n["id"] in want and n["name"] in FWD]
+    fwds = once_per_weight(
+        [n for n in nodes if n["id"] in want and n["name"] in FWD], lambda n: n["inputs"]["values"][0]
+    )
     if not fwds:
-        from engine.compose.shard.tbe import tables_from_tbe, tbe_ops
+        from engine.compose.shard.tbe import tables_from_tbe, tbe_ops, tbe_weight
 
-        tbes = tbe_ops(nodes, want)
+        tbes = once_per_weight(tbe_ops(nodes, want), tbe_weight)
         if tbes:
             top = max((max(v[0], v[1]) for n in nodes for _, _, _, _, v in tensors_of(n) if is_defined(v)), default=0)
             fresh = _Fresh(top + 1)

@@ -87,6 +87,12 @@ def tbe_ops(nodes: list[dict], want: set) -> list[dict]:
     return [n for n in nodes if n["id"] in want and n["name"].startswith(TBE_FWD_PREFIX)]
 
 
+def tbe_weight(n: dict) -> list | None:
+    """The weights tensor record of a TBE lookup node (None when it cannot be read)."""
+    a = _args(n)
+    return a["weight"] if a else None
+
+
 def _args(n: dict) -> dict | None:
     """weights / D_offsets / total_D / max_D / indices / offsets of a TBE lookup node, by position
     of the recorded lookup function: (placeholder, [dev_weights, ...], D_offsets, total_D, max_D,

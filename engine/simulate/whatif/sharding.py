@@ -62,6 +62,12 @@ class Shard:
 
 
 def tables_from_trace(trace: Any) -> list[Table]:
+    """One table per embedding weight (its storage), with per-step figures.
+
+    Why by weight: an ET that recorded k steps looks every table up k times, and those lookups are
+    one table (a table lives on one rank), not k. `fwd_us` and `lookups` are the means over its
+    lookups; `bwd_us` is the time of the backward ops that read any of its index tensors, divided
+    by its number of lookups (NaN without a backward)."""
     ops, ten = trace.ops, trace.tensors
     if ops is None or len(ops) == 0:
         return []
@@ -69,17 +75,29 @@ def tables_from_trace(trace: Any) -> list[Table]:
     fwd = ops[names.isin(FWD)]
     bwd = ops[names.isin(BWD)]
     tin = ten[ten["io"].astype(str) == "in"]
-    out = []
-    for i, (oid, kdur) in enumerate(zip(fwd["id"], fwd["k_dur_us"])):
+    seen: dict[int, list[tuple[int, int, int, int, float]]] = {}  # weight storage -> its lookups
+    for oid, kdur in zip(fwd["id"], fwd["k_dur_us"]):
         t = tin[tin["op_id"] == oid].sort_values("arg")
         if len(t) < 2 or len(t["shape"].iloc[0]) != 2:
             continue
         rows, dim = (int(x) for x in t["shape"].iloc[0])
-        idx_tid = int(t["tensor_id"].iloc[1])
-        lookups = int(t["numel"].iloc[1])
-        bt = tin[(tin["op_id"].isin(bwd["id"])) & (tin["arg"] == 1) & (tin["tensor_id"] == idx_tid)]
-        b_us = float(bwd.loc[bwd["id"].isin(bt["op_id"]), "k_dur_us"].sum()) if len(bt) else float("nan")
-        out.append(Table(index=i, rows=rows, dim=dim, lookups=lookups, fwd_us=float(kdur), bwd_us=b_us))
+        look = (rows, dim, int(t["tensor_id"].iloc[1]), int(t["numel"].iloc[1]), float(kdur))
+        seen.setdefault(int(t["storage_id"].iloc[0]), []).append(look)
+    out = []
+    for i, looks in enumerate(seen.values()):
+        n = len(looks)
+        bt = tin[tin["op_id"].isin(bwd["id"]) & (tin["arg"] == 1) & tin["tensor_id"].isin({x[2] for x in looks})]
+        b_us = float(bwd.loc[bwd["id"].isin(bt["op_id"]), "k_dur_us"].sum()) / n if len(bt) else float("nan")
+        out.append(
+            Table(
+                index=i,
+                rows=looks[0][0],
+                dim=looks[0][1],
+                lookups=round(sum(x[3] for x in looks) / n),
+                fwd_us=sum(x[4] for x in looks) / n,
+                bwd_us=b_us,
+            )
+        )
     return out
 
 

@@ -138,6 +138,7 @@ def test_composed_plan_is_the_plan_the_whatif_ranks():
         assert composed == ranked
 
 
+@pytest.mark.perf
 def test_greedy_slowest_rank_beats_naive_replayed(tmp_path, cache_dir, original):
     """Replay every rank's compute; the slowest greedy rank must beat the slowest table-wise rank."""
     res = measure.dlrm_plans(ranks=(2, 4), plans=("table", "greedy"), rounds=5, tmp=tmp_path)

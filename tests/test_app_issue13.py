@@ -143,7 +143,12 @@ def test_p4_graph_is_a_readable_hierarchy_on_resnet(ui, shared_traces):
     tr = load(d / "resnet_et.json.gz", d / "resnet_kineto.json.gz")
     model = build_hierarchy_model(tr.ops, data_deps(tr), None, NODE_BUDGET)
     assert n_nodes == len(model.nodes), (n_nodes, len(model.nodes))
-    assert 1 < n_nodes <= NODE_BUDGET, n_nodes
+    assert n_nodes <= NODE_BUDGET, n_nodes
+    # golden: the ResNet ET records two threads (ops with tid 1 and 2; tid 0 is the root), so the
+    # top level is one group per thread, labelled with its op count
+    assert sorted(int(t) for t in tr.ops["tid"].unique() if t > 0) == [1, 2]
+    assert model.nodes["label"].tolist() == ["thread 1 (1194)", "thread 2 (2511)"]
+    assert sorted(x for t in nodes for x in t["text"]) == ["thread 1 (1194)", "thread 2 (2511)"]
     assert all(t.get("text") for t in nodes)  # labelled
     crumbs = [b for b in at.button if b.key and b.key.startswith("explore_graph_crumb_")]
     assert len(crumbs) >= 2

@@ -200,12 +200,7 @@ def make_current(name: str) -> None:
 
 
 def get_trace(name: str):
-    """The loaded trace `name`, reloaded when its files changed on disk (`refresh`)."""
-    return refresh(name)
-
-
-def refresh(name: str):
-    """Trace `name` as its files are now: a file rewritten in place drops the cached views
+    """The loaded trace `name` as its files are now: a file rewritten in place drops the cached views
     (views.check_fresh) and the entry's content hash follows the new content. Raises TraceError."""
     entry = traces()[name]
     key = tuple(entry["paths"])
@@ -344,7 +339,7 @@ def trace_picker(label: str = "Trace", key: str = "trace_pick", kinds: tuple[str
     picked = st.selectbox(label, names, key=key)
     if picked is not None:
         try:
-            refresh(picked)  # every page shows the files as they are now
+            get_trace(picked)  # every page shows the files as they are now
         except TraceError:
             pass  # the page's own use of the trace reports it
     return picked

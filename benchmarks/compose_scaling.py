@@ -61,21 +61,19 @@ def main(argv=None) -> int:
                 kw["rounds"] = max(3, args.rounds - 2)
             results[name] = FIGURES[name](**kw)
             results[name]["wall_s"] = round(time.perf_counter() - t0, 1)
+            results[name]["time_utc"] = results["time_utc"]
             _print(name, results[name])
     out = Path(args.out)
     if args.only and out.exists():  # --only updates its figures and keeps the others
         old = json.loads(out.read_text())
-        results = {**old, **results, "time_utc": {**_times(old), **dict.fromkeys(args.only, results["time_utc"])}}
+        for k in FIGURES:  # figures kept from an earlier run keep that run's time
+            if isinstance(old.get(k), dict):
+                old[k].setdefault("time_utc", old.get("time_utc"))
+        results = {**old, **results}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
     print(f"wrote {args.out}")
     return 0
-
-
-def _times(old: dict) -> dict:
-    """When each figure of an earlier results file was measured (one time for a whole run)."""
-    t = old.get("time_utc")
-    return dict(t) if isinstance(t, dict) else dict.fromkeys((k for k in FIGURES if k in old), t)
 
 
 def _print(name: str, r: dict) -> None:

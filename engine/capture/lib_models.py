@@ -35,7 +35,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from engine.capture.models import SEED, SampleStep
+from engine.capture.models import SEED, SampleStep, check_fields
 from engine.errors import TraceError
 
 LIB_SAMPLES = ("gpt2_hf", "resnet_tv")
@@ -148,10 +148,10 @@ def build(name: str, device: str | torch.device = "cpu", **overrides: Any) -> tu
     builder = _BUILDERS.get(name)
     if builder is None:
         raise TraceError(f"unknown library sample {name!r}; choose one of {', '.join(LIB_SAMPLES)}")
-    known = [p.name for p in inspect.signature(builder).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    check_fields(
+        name, overrides, [p.name for p in inspect.signature(builder).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    )
     for key, v in overrides.items():
-        if key not in known:
-            raise TraceError(f"sample {name} has no config field {key!r}; its fields: {', '.join(known)}")
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             raise TraceError(f"sample {name}: {key} must be a positive int, got {v!r}")
     return builder(torch.device(device), **overrides)

@@ -354,15 +354,21 @@ def build(name: str, device: str | torch.device = "cpu", **overrides: Any) -> tu
     return step, config
 
 
+def check_fields(name: str, overrides: dict[str, Any], known: list[str]) -> None:
+    """A `TraceError` naming the first override that sample `name` has no field for, and its fields."""
+    from engine.errors import TraceError
+
+    unknown = sorted(set(overrides) - set(known))
+    if unknown:
+        raise TraceError(f"sample {name} has no config field {unknown[0]!r}; its fields: {', '.join(known)}")
+
+
 def make_config(name: str, cfg_cls: type[C], overrides: dict[str, Any]) -> C:
     """`cfg_cls` with `overrides` replacing its defaults (lists, as JSON gives them, become tuples).
     A field the config lacks or a value its rules refuse is a `TraceError` naming the sample."""
     from engine.errors import TraceError
 
-    known = [f.name for f in fields(cfg_cls)]
-    unknown = sorted(set(overrides) - set(known))
-    if unknown:
-        raise TraceError(f"sample {name} has no config field {unknown[0]!r}; its fields: {', '.join(known)}")
+    check_fields(name, overrides, [f.name for f in fields(cfg_cls)])
     try:
         return cfg_cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()})
     except (TypeError, ValueError) as exc:

@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PORT ?= 8501
 PYTEST_ARGS ?=
 
-.PHONY: run test lint setup browser clean samples bench
+.PHONY: run test lint setup browser clean samples bench docs
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -68,6 +68,12 @@ test: setup browser lint
 samples: setup
 	$(BIN)/mystique capture --all-samples --out sample_traces
 	for m in ddp dlrm_a2a dlrm_tbe; do $(BIN)/mystique capture $$m --world-size 2 --out sample_traces || exit 1; done
+
+# The generated reference (tests/test_docs.py fails when these differ from the code / results):
+# run after changing a CLI flag, a result key's contract docstring or benchmarks/results/*.json.
+docs: setup
+	$(BIN)/python -m engine.cli.docgen > docs/cli.md
+	$(BIN)/python benchmarks/report.py > docs/figures.md
 
 bench: setup
 	$(BIN)/python benchmarks/load_speed.py

@@ -295,7 +295,8 @@ def propagate(
     to scale (tensor-parallel splits a weight's output or input dim). `shapes`: tensor key -> its
     exact new shape, for tensors whose size is no multiple of the batch (a TBE's T x B + 1
     offsets); inputs and outputs with such a key take it as is."""
-    from engine.replay.dispatch import DispatchError, resolve
+    from engine.replay.dispatch import resolve
+    from engine.replay.resolved import DispatchError
 
     run = _Runner(
         scale, batch, dict(seeds) if isinstance(seeds, dict) else dict.fromkeys(seeds or (), 0), mutate, label

@@ -274,6 +274,38 @@ def _hold_wal_open(cat_path: Path, grow_kib: int) -> sqlite3.Connection:
     return reader
 
 
+def test_full_disk_save_in_the_app_is_one_error_and_the_session_keeps_it(ws):
+    """A save the disk refuses (the WAL cannot grow past the file size limit) is shown once,
+    and the trace stays loaded in the session (issue 25 §3: it was swallowed)."""
+    import resource
+
+    from streamlit.testing.v1 import AppTest
+
+    from engine.trace import load
+
+    at = AppTest.from_file(MAIN, default_timeout=180)
+    at.run()
+    at.switch_page("../pages/traces.py")
+    at.run()
+    cnn = SAMPLES / "cnn" / "cnn_et.json.gz"
+    load(cnn)  # parsed (and cached) before the limit: only the catalog write is refused
+    reader = _hold_wal_open(ws / "catalog.sqlite", grow_kib=256)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (128 * 1024, hard))
+    try:
+        at.text_area(key="server_paths").input(str(cnn))
+        at.text_input(key="path_name").input("cnn")
+        at.button(key="load_path").click()
+        at.run()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        reader.close()
+    assert not at.exception, [e.value for e in at.exception]
+    errors = [str(e.value) for e in at.error if "catalog.sqlite" in str(e.value)]
+    assert len(errors) == 1 and "cannot write" in errors[0] and "not saved" in errors[0], errors
+    assert "cnn" in at.session_state["traces"]
+
+
 def test_full_disk_worker_records_its_finished_job_from_the_run_folder(saved_ws, tmp_path, cache_dir):
     """The worker's catalog writes fail (file size limit below the WAL's size, as a full disk
     would), its result fits: the job ends done with its result_path, the failure is one line

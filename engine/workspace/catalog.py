@@ -4,6 +4,11 @@ Why SQLite: one file, transactional, safe with several readers and a writer from
 processes (the worker processes update their job row while the dashboard reads it; WAL mode).
 Rows hold handles and small JSON (paths, hashes, specs), never trace data: traces are
 re-loaded from their files (the engine's parse cache makes that fast).
+
+Why every call goes through `_read`/`_write`: "nothing is lost" (issue 26 item 5). A damaged
+file is moved aside and rebuilt (engine.workspace.schema), a read-only or newer-schema file is
+read but never written, and a write that fails (full disk) raises one CatalogError line that
+the UI shows, instead of a page traceback or a save dropped without a word.
 """
 
 from __future__ import annotations
@@ -82,6 +87,8 @@ class Catalog:
         why = self._unwritable()
         if why:
             return self._refuse(why, readable=found.health is not Health.NEW)
+        if found.health is Health.OK and found.version == schema.SCHEMA_VERSION:
+            return  # no write lock taken just to open: a busy worker does not hold up a page
         try:
             with self._db() as db:
                 schema.migrate(db)
@@ -91,7 +98,8 @@ class Catalog:
             return self._refuse(f"cannot write ({_why(exc)})", readable=found.health is not Health.NEW)
 
     def _refuse(self, why: str, *, readable: bool = True) -> None:
-        self.read_only = str(CatalogError(f"{why}: opened read-only, nothing new is saved to it", self.path))
+        how = "opened read-only" if readable else "working without it"
+        self.read_only = str(CatalogError(f"{why}: {how}, nothing new is saved to it", self.path))
         self.notice = self.read_only
         self._readable = readable
 
@@ -163,8 +171,7 @@ class Catalog:
     def _write(self, fn: Callable[[sqlite3.Connection], Any], *, again: bool = True) -> Any:
         """`fn(connection)` in write mode; refused with the one-line reason when read-only, and a
         failed write (full disk, I/O error) is one CatalogError line, never dropped silently."""
-        if self.read_only is not None:
-            raise CatalogError(self.read_only.removeprefix(f"{self.path}: "), self.path)
+        self.check_writable()
         try:
             with self._db() as db:
                 return fn(db)
@@ -172,6 +179,11 @@ class Catalog:
             if again and schema.is_corrupt(exc) and self._damaged():
                 return self._write(fn, again=False)
             raise CatalogError(f"cannot write ({_why(exc)}); not saved", self.path) from None
+
+    def check_writable(self) -> None:
+        """CatalogError (the one-line reason) when writes are refused."""
+        if self.read_only is not None:
+            raise CatalogError(self.read_only.removeprefix(f"{self.path}: "), self.path)
 
     def _damaged(self) -> bool:
         """The file went bad while open: rebuild it (only if it still inspects as damaged, so

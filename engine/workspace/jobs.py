@@ -148,6 +148,7 @@ class JobRunner:
         """Stop a job: a running worker's process group gets SIGCONT (a stopped worker would
         hold SIGTERM pending forever), SIGTERM, and SIGKILL after `grace_s`, so the queue moves
         on; then the job is marked cancelled and the next one starts."""
+        self.catalog.check_writable()  # a cancel that cannot be recorded would not stop the job
         j = self.catalog.job(job_id)
         if j is None or j["status"].finished:
             return

@@ -118,8 +118,10 @@ def connect_ro(path: Path, *, lenient: bool = False) -> sqlite3.Connection:
 def inspect(path: Path) -> Inspection:
     """What state the catalog file is in (reads only)."""
     try:
-        if not path.exists() or path.stat().st_size == 0:
+        if not path.exists() or (path.is_file() and path.stat().st_size == 0):
             return Inspection(health=Health.NEW)
+        if not path.is_file():  # a folder, or a FIFO that would block the open
+            return Inspection(health=Health.UNREADABLE, reason="not a regular file")
     except OSError as exc:
         return Inspection(health=Health.UNREADABLE, reason=_short(exc))
     try:

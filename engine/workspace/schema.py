@@ -97,7 +97,13 @@ class Inspection:
 
 
 def connect_ro(path: Path, *, lenient: bool = False) -> sqlite3.Connection:
-    """A read-only connection; `immutable` when the folder cannot hold the WAL's -shm file.
+    """A read-only connection (see `_connect_ro`)."""
+    return _connect_ro(path, lenient=lenient)[0]
+
+
+def _connect_ro(path: Path, *, lenient: bool = False) -> tuple[sqlite3.Connection, bool]:
+    """A read-only connection, and whether it is `immutable` (used only when the folder cannot
+    hold the WAL's -shm file: it reads the main file alone, ignoring locks and the WAL).
     `lenient`: damaged schema entries are skipped instead of failing every query (salvage)."""
 
     def connect(mode: str) -> sqlite3.Connection:
@@ -108,11 +114,11 @@ def connect_ro(path: Path, *, lenient: bool = False) -> sqlite3.Connection:
         return db
 
     try:
-        return connect("mode=ro")
+        return connect("mode=ro"), False
     except sqlite3.OperationalError as exc:
-        if is_corrupt(exc):
-            raise
-        return connect("immutable=1")
+        if "unable to open" not in str(exc) and "readonly" not in str(exc).replace("-", ""):
+            raise  # locked, busy or damaged: never read around it
+        return connect("immutable=1"), True
 
 
 def inspect(path: Path) -> Inspection:
@@ -125,9 +131,12 @@ def inspect(path: Path) -> Inspection:
     except OSError as exc:
         return Inspection(health=Health.UNREADABLE, reason=_short(exc))
     try:
-        with contextlib.closing(connect_ro(path)) as db:
+        conn, immutable = _connect_ro(path)
+        with contextlib.closing(conn) as db:
             version = int(db.execute("PRAGMA user_version").fetchone()[0])
             check = [r[0] for r in db.execute("PRAGMA quick_check").fetchall()]
+            if check != ["ok"] and immutable:  # the main file without its WAL: not proof of damage
+                return Inspection(health=Health.UNREADABLE, version=version, reason=f"damaged? ({check[0]})")
             if check != ["ok"]:
                 return Inspection(health=Health.BAD, version=version, reason=f"damaged ({check[0]})")
             if version > SCHEMA_VERSION:

@@ -51,7 +51,7 @@ class WorldBudget:
     limited_by: str  # "cgroup" or "host"
 
     def to_json(self) -> dict:
-        d = {f: getattr(self, f) for f in self.__slots__}  # type: ignore[attr-defined]
+        d = {f: getattr(self, f) for f in self.__slots__}
         d["per_rank_bytes"] = {str(k): v for k, v in self.per_rank_bytes.items()}
         return d
 

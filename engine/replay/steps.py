@@ -233,7 +233,10 @@ def profile_iteration(plan: Plan, steps, config: ReplayConfig, sync) -> str:
     assert out_dir is not None  # the caller profiles only with an output folder
     out_dir.mkdir(parents=True, exist_ok=True)
     raw = out_dir / "replay_kineto.json"
-    with profile(activities=acts) as prof, torch.profiler.record_function("ReplayIteration#0"):
+    from engine.chatter import drop_chatter
+
+    # the profiler prints USDT/STAGE lines to fd 2 on start and stop: not for the user's eyes
+    with drop_chatter(), profile(activities=acts) as prof, torch.profiler.record_function("ReplayIteration#0"):
         for fn in labelled:
             fn()
         sync()

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from engine.simulate.graph import TaskGraph
+    from engine.simulate.taskgraph import TaskGraph
 
 COMM_KERNEL = re.compile(
     r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|sendrecv|gloo", re.IGNORECASE
@@ -44,7 +44,7 @@ def comm_mask(g: TaskGraph) -> np.ndarray:
 
 
 def collective_edges(g: TaskGraph) -> None:
-    from engine.simulate.graph import EdgeKind
+    from engine.simulate.taskgraph import EdgeKind
 
     t = g.tasks
     if t.empty or t["rank"].nunique() < 2:

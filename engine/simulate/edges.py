@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from engine.simulate.config import SimConfig
-from engine.simulate.graph import RUNTIME_CATS, EdgeKind, TaskGraph
+from engine.simulate.taskgraph import RUNTIME_CATS, EdgeKind, TaskGraph
 from engine.trace import columns as _cols
 
 HOST_COMM = ("gloo:", "nccl:", "mpi:", "ucc:")

@@ -49,8 +49,8 @@ import numpy as np
 import pandas as pd
 
 from engine.simulate.collectives import comm_mask
-from engine.simulate.graph import TaskGraph, take_rows
 from engine.simulate.schedule import Schedule
+from engine.simulate.taskgraph import TaskGraph, take_rows
 
 TASKS_PER_S_MEASURES = "graph build + what-if edits + schedule (trace loading and predicted-trace output excluded)"
 

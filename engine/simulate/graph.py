@@ -43,11 +43,7 @@ import pandas as pd
 
 from engine.simulate.config import SimConfig
 from engine.trace import columns as _cols
-
-GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
-# Kineto rows that mark something rather than occupy a thread or stream.
-MARKER_CATS = ("Trace", "cuda_sync", "gpu_user_annotation", "gpu_instr", "ac2g", "fwdbwd")
-RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver")
+from engine.trace.vocab import GPU_CATS, MARKER_CATS
 
 
 class EdgeKind(Enum):

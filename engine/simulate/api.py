@@ -9,6 +9,7 @@ import numpy as np
 
 from engine.analysis.breakdown import TimeBreakdown
 from engine.analysis.critical_path import critical_path
+from engine.analysis.stragglers import straggler_table
 from engine.progress import Progress, report
 from engine.simulate.config import SimConfig
 from engine.simulate.graph import build_graph
@@ -69,7 +70,9 @@ def simulate(
     if measured is not None and wspec.edits:
         measured = None  # a changed setup has no measured counterpart in this trace
     bd = TimeBreakdown.from_events(pred.events)
-    cp = critical_path(g, sched) if ctx.predicted_events is pred.events else None
+    measured_bd = TimeBreakdown.from_events(events)
+    cp = critical_path(g, sched)
+    lag = straggler_table(g, sched, cp, predicted)
     report(progress, 1.0, "done")
     return SimResult(
         graph=g,
@@ -78,7 +81,9 @@ def simulate(
         measured_iteration_ms=measured,
         predicted_iteration_ms=predicted,
         breakdown=bd,
+        measured_breakdown=measured_bd,
         critical_path=cp,
+        stragglers=lag,
         sim_s=sim_s,
         build_s=build_s,
         warnings=warnings,

@@ -32,7 +32,9 @@ class SimResult:
     measured_iteration_ms: float | None
     predicted_iteration_ms: float
     breakdown: Any  # engine.analysis.breakdown.TimeBreakdown of the predicted events
+    measured_breakdown: Any = None  # the same of the trace's own events (what Explore shows)
     critical_path: Any = None  # engine.analysis.critical_path.CriticalPath of the schedule
+    stragglers: Any = None  # engine.analysis.stragglers.straggler_table (a DataFrame)
     sim_s: float
     build_s: float
     warnings: list[str] = field(default_factory=list)
@@ -62,7 +64,9 @@ class SimResult:
             else round(100 * (self.predicted_iteration_ms / self.measured_iteration_ms - 1), 4),
             "ranks": sorted(int(r) for r in g.lanes["rank"].unique()) if len(g.lanes) else [],
             "breakdown": self.breakdown.to_json(),
+            "measured_breakdown": None if self.measured_breakdown is None else self.measured_breakdown.to_json(),
             "critical_path": None if self.critical_path is None else self.critical_path.to_json(),
+            "stragglers": _stragglers_json(self.stragglers),
             "tasks": g.n_tasks,
             "edges": g.edge_counts(),
             "tasks_per_s": round(self.tasks_per_s, 1),
@@ -76,6 +80,15 @@ class SimResult:
         }
         out.update(self.extra)
         return out
+
+
+def _stragglers_json(table: Any) -> dict[str, Any] | None:
+    if table is None or len(table) < 2:
+        return None
+    from engine.analysis.stragglers import straggler
+
+    rows = [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in r.items()} for r in table.to_dict("records")]
+    return {"straggler": straggler(table), "ranks": rows}
 
 
 def predicted_events(g: TaskGraph, s: Schedule) -> pd.DataFrame:

@@ -32,13 +32,22 @@ SELECTORS: dict[str, Callable[[TaskGraph], np.ndarray]] = {
     "memcpy": lambda g: _cols.isin(g.tasks["cat"], ("gpu_memcpy", "gpu_memset")),
     "gemm": lambda g: _names_match(g, GEMM_RX) & ~comm_mask(g),
     "communication": lambda g: comm_mask(g) | (~_gpu(g) & g.text("name").where(is_comm)),
+    # everything but communication: GPU work on GPU ranks, host work on CPU-only ranks
+    "compute": lambda g: _work(g) & ~SELECTORS["communication"](g),
     "cpu": lambda g: ~_gpu(g),
     "all": lambda g: np.ones(g.n_tasks, bool),
 }
 
 
-def select(g: TaskGraph, category: str | None, name: str | None) -> np.ndarray:
-    mask = np.ones(g.n_tasks, bool)
+def _work(g: TaskGraph) -> np.ndarray:
+    """GPU tasks, and host tasks of ranks without GPU work."""
+    gpu = _gpu(g)
+    rank = g.tasks["rank"].to_numpy()
+    return gpu | ~np.isin(rank, np.unique(rank[gpu]))
+
+
+def select(g: TaskGraph, category: str | None, name: str | None, rank: int | None = None) -> np.ndarray:
+    mask = np.ones(g.n_tasks, bool) if rank is None else g.tasks["rank"].to_numpy() == rank
     if category is not None:
         mask &= SELECTORS[category](g)
     if name is not None:

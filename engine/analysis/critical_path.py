@@ -31,8 +31,8 @@ import numpy as np
 import pandas as pd
 
 from engine.simulate.config import SimConfig
-from engine.simulate.graph import EDGE_KINDS, EdgeKind, TaskGraph
 from engine.simulate.schedule import Schedule
+from engine.simulate.taskgraph import EDGE_KINDS, EdgeKind, TaskGraph
 from engine.trace.vocab import ANNOTATION_CATS, STEP_PREFIX, is_backend_comm, is_comm
 
 _TOL = 1e-3  # µs: times equal within a nanosecond are ties

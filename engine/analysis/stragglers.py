@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from engine.analysis.critical_path import CriticalPath, Kind
-from engine.simulate.graph import EDGE_KINDS, EdgeKind, TaskGraph
 from engine.simulate.schedule import Schedule
+from engine.simulate.taskgraph import EDGE_KINDS, EdgeKind, TaskGraph
 from engine.trace import intervals as iv
 
 REASONS = {

@@ -164,7 +164,7 @@ class FbgemmTBE:
         self.tbes: dict[tuple, _TBE] = {}
 
     def prepare(self, op_id: int, name: str, schema: str, ins: dict, outs: dict, device: str) -> Callable[[], Any]:
-        from engine.replay.dispatch import DispatchError
+        from engine.replay.resolved import DispatchError
 
         try:
             import fbgemm_gpu  # noqa: F401 - registers torch.ops.fbgemm
@@ -191,7 +191,7 @@ class FbgemmTBE:
 
     @staticmethod
     def _spec(op_id: int, name: str, opt: str, a: dict) -> _TBE:
-        from engine.replay.dispatch import DispatchError
+        from engine.replay.resolved import DispatchError
 
         def val(n, default=None):
             return a[n][0] if n in a and isinstance(a[n][0], (int, float)) else default

@@ -23,8 +23,9 @@ import numpy as np
 import pandas as pd
 
 from engine.replay.collectives import CollectiveCall, CollKind, collective_call
-from engine.replay.dispatch import DispatchError, Resolved, convert_scalar, is_collective, resolve
+from engine.replay.dispatch import convert_scalar, is_collective, resolve
 from engine.replay.reasons import SkipReason
+from engine.replay.resolved import DispatchError, Resolved
 from engine.replay.tensors import Constraint, External, TensorRec, index_constraints
 from engine.trace.dtypes import dtype_of, split_list_type
 
@@ -182,7 +183,7 @@ def build_plan(
     `collectives`: a `CollectiveBackend` (default: skip them, single-process replay).
     `custom`: a `CustomOps` (engine.replay.custom) rebuilding library ops such as FBGEMM's TBE."""
     if collectives is None:
-        from engine.replay.collectives import SkipCollectives
+        from engine.replay.comm_backend import SkipCollectives
 
         collectives = SkipCollectives()
     child_attrs = param_comms_by_parent(ops)

@@ -23,7 +23,7 @@ import numpy as np
 from engine.trace.vocab import is_backend_comm, is_comm
 
 if TYPE_CHECKING:
-    from engine.simulate.graph import TaskGraph
+    from engine.simulate.taskgraph import TaskGraph
 
 
 def comm_mask(g: TaskGraph) -> np.ndarray:
@@ -39,7 +39,7 @@ def comm_mask(g: TaskGraph) -> np.ndarray:
 
 
 def collective_edges(g: TaskGraph) -> None:
-    from engine.simulate.graph import EdgeKind
+    from engine.simulate.taskgraph import EdgeKind
 
     t = g.tasks
     if t.empty or t["rank"].nunique() < 2:

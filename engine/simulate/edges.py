@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from engine.simulate.config import SimConfig
-from engine.simulate.graph import EdgeKind, TaskGraph
+from engine.simulate.taskgraph import EdgeKind, TaskGraph
 from engine.trace import columns as _cols
 from engine.trace.vocab import RUNTIME_CATS, is_backend_comm
 

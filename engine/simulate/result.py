@@ -3,6 +3,39 @@ the JSON summary (`iteration_ms` and `step_spans` are engine.analysis.steps', re
 
 Why a `Trace`: Explore's timeline and breakdowns and Compare read `Trace.events`; a prediction
 in the same shape needs no special casing anywhere downstream.
+
+`mystique simulate --json` prints `SimResult.to_json()` (also written as `simulate.json` with
+--out); this docstring is its contract:
+
+    predicted_iteration_ms  float       mean ProfilerStep span of the prediction (the whole
+                                        simulated span when the trace has none)
+    measured_iteration_ms   float|null  the trace's mean ProfilerStep span; null without one or
+                                        when edits change the setup
+    error_pct               float|null  predicted / measured - 1, in %
+    ranks                   [int]       ranks simulated
+    breakdown               {compute, communication, exposed_communication, idle}  ms per
+                                        iteration averaged over ranks (GPU busy time on GPU
+                                        traces, top-level host work on CPU-only ones)
+    tasks                   int         tasks in the graph
+    edges                   {kind: int} dependencies per kind: intra_thread, inter_thread,
+                                        launch, sync, stream_fifo, event_wait, collective, user
+    tasks_per_s             float       tasks / (build_s + sim_s): graph build + what-if edits +
+                                        schedule; loading and writing are not in it
+    tasks_per_s_measures    str         the line above, in words
+    tasks_per_s_schedule    float       the list scheduler alone (tasks / sim_s)
+    sim_s, build_s          float       seconds: schedule; graph build + edits
+    rounds                  int         scheduler rounds
+    cpu_only                bool        the trace has no GPU events (a warning says so too)
+    warnings                [str]
+    sources                 [str]       the trace files read (CLI)
+    predicted_trace         str         with --out: the predicted Kineto trace
+  with what-if edits, also (engine/simulate/whatif/, one module per edit):
+    assumptions             [str]       what each edit assumes, in words
+    layers, batch, hidden   [{...}]     one entry per edit of that kind
+    cost_model              {family: curve}  the per-family curves the dims edits used
+    dp                      {...}       data-parallel model: ranks, collectives, exposed time
+    sharding                {...}       plan ranking per rank count
+    pipeline                {...}       1F1B step and bubble
 """
 
 from __future__ import annotations
@@ -16,8 +49,8 @@ import numpy as np
 import pandas as pd
 
 from engine.analysis.steps import iteration_ms, step_spans
-from engine.simulate.graph import TaskGraph, take_rows
 from engine.simulate.schedule import Schedule
+from engine.simulate.taskgraph import TaskGraph, take_rows
 
 __all__ = ["SimResult", "export_kineto", "iteration_ms", "predicted_events", "predicted_trace", "step_spans"]
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 
 from engine.simulate.collectives import comm_mask
-from engine.simulate.graph import TaskGraph
+from engine.simulate.taskgraph import TaskGraph
 from engine.trace import columns as _cols
 from engine.trace.vocab import is_comm
 

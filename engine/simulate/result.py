@@ -13,9 +13,21 @@ in the same shape needs no special casing anywhere downstream.
                                         when edits change the setup
     error_pct               float|null  predicted / measured - 1, in %
     ranks                   [int]       ranks simulated
-    breakdown               {compute, communication, exposed_communication, idle}  ms per
-                                        iteration averaged over ranks (GPU busy time on GPU
-                                        traces, top-level host work on CPU-only ones)
+    breakdown               {...}       the prediction's TimeBreakdown (engine/analysis/
+                                        breakdown.py, docs/analysis.md): step_ms, compute_ms,
+                                        communication_ms, exposed_communication_ms, idle_ms (ms
+                                        per step, means over ranks and steps; compute + exposed
+                                        + idle = step), basis ("gpu"|"cpu"), steps, ranks [{...}]
+    measured_breakdown      {...}       the same of the trace itself (what Explore shows)
+    critical_path           {...}|null  the schedule's longest path (engine/analysis/
+                                        critical_path.py): ms (= the step), by_kind {compute,
+                                        communication, launch_host, sync_wait, idle}, ranks
+                                        {rank: ms}, top_ops [{name, kind, ms}], collectives
+                                        {name: ms}, crossings [{from_rank, to_rank, collective}],
+                                        walks
+    stragglers              {...}|null  with 2+ ranks: straggler {rank, reason, held_others_ms}
+                                        or null, ranks [{rank, held_others_ms, waited_ms,
+                                        on_critical_path_ms, reason, straggler}]
     tasks                   int         tasks in the graph
     edges                   {kind: int} dependencies per kind: intra_thread, inter_thread,
                                         launch, sync, stream_fifo, event_wait, collective, user

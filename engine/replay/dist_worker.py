@@ -5,6 +5,7 @@ torchrun directly:
 
     torchrun --nproc-per-node 2 -m engine.replay.dist_worker TRACE_FILE_OR_FOLDER... --out DIR
              [--mirror-rank R] [--timeout 60] [--iters 5] [--warmup 2] [--replay-mode full]
+             [--allow-trace-code]
 
 Every rank: init the default group from env:// (gloo on CPU, NCCL on CUDA), build the recorded
 sub-groups in the same order, replay its recorded rank with real collectives (a barrier before
@@ -41,7 +42,14 @@ def _spec_from_args(a: argparse.Namespace) -> dict:
         else:
             paths.append(p)
     world = int(os.environ["WORLD_SIZE"])
-    cfg = ReplayConfig(warmup=a.warmup, iters=a.iters, replay_mode=a.replay_mode, profile=True, out_dir=Path(a.out))
+    cfg = ReplayConfig(
+        warmup=a.warmup,
+        iters=a.iters,
+        replay_mode=a.replay_mode,
+        profile=True,
+        out_dir=Path(a.out),
+        allow_trace_code=a.allow_trace_code,
+    )
     return {
         "paths": paths,
         "rank_map": {str(r): (a.mirror_rank if a.mirror_rank is not None else r) for r in range(world)},
@@ -172,6 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--replay-mode", default="full")
+    p.add_argument(
+        "--allow-trace-code",
+        action="store_true",
+        help="also run ops that may touch files, devices or the network (off by default)",
+    )
     a = p.parse_args(argv)
     from engine.distributed.launch import die_with_launcher, rank_error
 

@@ -264,7 +264,7 @@ def build_plan(
                 n_slots += 1
             continue
         try:
-            res = resolve(name, str(r.schema or ""), types, device)
+            res = resolve(name, str(r.schema or ""), types, device, allow_trace_code=allow_trace_code)
         except DispatchError as e:
             st.reason, st.detail = e.reason, f"op {st.op_id}: {e}"
             continue

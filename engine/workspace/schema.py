@@ -25,6 +25,19 @@ from pathlib import Path
 
 from engine import jsonio
 
+
+class JobStatus(str, enum.Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
 # Version 0 is a catalog written before versions existed: the same tables as version 1.
 SCHEMA_VERSION = 2
 
@@ -258,8 +271,6 @@ def _copy_rows(src: sqlite3.Connection, db: sqlite3.Connection, table: str) -> i
 
 
 def _valid_job(rec: dict) -> bool:
-    from engine.workspace.catalog import JobStatus
-
     try:
         JobStatus(rec.get("status"))
         return rec.get("kind") is not None and rec.get("params") is not None

@@ -16,12 +16,16 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+# `export` is both a public function and the submodule that defines it: importing the submodule
+# later (engine.compose.build does) would rebind the package attribute to the module, so the
+# function is bound eagerly (export.py is torch-free) and stays the package's `export`.
+from engine.compose.export import export
+
 # Names load on first use (PEP 562), so the torch-free parts (spec, shard.kinds, marker) import
 # without the meta-tensor machinery that needs torch.
 _HOME = {
     "Benchmark": "build",
     "compose": "build",
-    "export": "export",
     "propagate": "meta_check",
     "BenchmarkSpec": "spec",
     "Segment": "spec",
@@ -34,7 +38,6 @@ _HOME = {
 
 if TYPE_CHECKING:
     from engine.compose.build import Benchmark, compose
-    from engine.compose.export import export
     from engine.compose.meta_check import propagate
     from engine.compose.spec import BenchmarkSpec, Segment, Sharding, load_spec, save_spec, spec_from_dict
     from engine.compose.validate import validate_et

@@ -140,8 +140,11 @@ def _jobs_panel() -> None:
             label = f"job {j['id']} · {j['target']} · {j['status'].value}"
             cols[0].progress(float(j["fraction"] or 0.0), text=f"{label} · {j['message'] or ''}"[:160])
             if cols[1].button("Cancel", key=f"cancel_{j['id']}"):
-                runner.cancel(j["id"])
-                st.rerun()
+                try:
+                    runner.cancel(j["id"])
+                    st.rerun()
+                except TraceError as exc:  # CatalogError: a read-only catalog cannot record it
+                    state.catalog_error(exc)
     failed = [j for j in jobs if j["status"].value in ("failed", "cancelled")]
     for j in failed[-3:]:
         st.caption(f"job {j['id']} {j['status'].value}: {j.get('error') or ''}")

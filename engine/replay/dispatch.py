@@ -16,7 +16,6 @@ rewritten to their device-agnostic ATen equivalents with the same math and count
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -26,6 +25,7 @@ from engine.replay.accel import ACCELERATOR_OPS
 from engine.replay.accel import remap as accel_remap
 from engine.replay.collectives import is_collective
 from engine.replay.reasons import SkipReason
+from engine.replay.resolved import DispatchError, Resolved
 
 # recorded ScalarType / Layout / MemoryFormat enums are written as ints
 SCALAR_TYPES = {
@@ -50,25 +50,6 @@ MEMORY_FORMATS = {
     2: torch.channels_last,
     3: torch.channels_last_3d,
 }
-
-
-class DispatchError(Exception):
-    """The op cannot be rebuilt: `reason` (a SkipReason) goes into coverage, the message is the detail."""
-
-    def __init__(self, message: str, reason: SkipReason = SkipReason.NO_MATCHING_OVERLOAD):
-        super().__init__(message)
-        self.reason = reason
-
-
-@dataclass(slots=True)
-class Resolved:
-    overload: Any  # torch._ops.OpOverload
-    positional: list[tuple[str, Any]]  # ("rec", i) | ("const", v)
-    keywords: dict[str, tuple[str, Any]]
-    arg_types: dict[int, str]  # recorded index -> target schema type (for enum conversion)
-    substituted: str = ""  # "" or "aten::cudnn_x -> aten::y"
-    out_map: list[int] | None = None  # result position per recorded output (None: identity)
-    extra: dict = field(default_factory=dict)
 
 
 # namespaces whose operators are registered by importing a well-known library (a fixed list:

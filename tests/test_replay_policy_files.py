@@ -83,8 +83,10 @@ def test_crafted_trace_touches_no_file_outside_out(crafted, tmp_path, mirror):
     assert doc["coverage"]["replayed"] > 0  # the rest of the MLP still replays
 
 
-def test_allow_trace_code_really_runs_the_op(crafted, tmp_path):
-    doc = _replay(crafted.et, tmp_path / "out", tmp_path, "--allow-trace-code")
+@pytest.mark.parametrize("mirror", [False, True], ids=["single-process", "mirror-rank"])
+def test_allow_trace_code_really_runs_the_op(crafted, tmp_path, mirror):
+    extra = ("--world-size", "2", "--mirror-rank", "0") if mirror else ()  # the opt-in reaches every rank
+    doc = _replay(crafted.et, tmp_path / "out", tmp_path, "--allow-trace-code", *extra)
     # the opt-in is what the gate holds back: from_file + fill_ rewrote the victim, made a file
     assert crafted.victim.read_bytes() == FILLED
     assert crafted.created.read_bytes() == FILLED

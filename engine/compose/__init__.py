@@ -46,7 +46,11 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> Any:
     if name not in _HOME:
         raise AttributeError(f"module 'engine.compose' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"engine.compose.{_HOME[name]}"), name)
+    value = getattr(importlib.import_module(f"engine.compose.{_HOME[name]}"), name)
+    # importing engine.compose.export binds the *submodule* as this package's `export`: rebind the
+    # name to the function, or `from engine.compose import export` gets the module
+    globals()[name] = value
+    return value
 
 
 __all__ = [

@@ -10,6 +10,7 @@ import numpy as np
 from engine.simulate.collectives import comm_mask
 from engine.simulate.graph import TaskGraph
 from engine.trace import columns as _cols
+from engine.user_regex import compile_user
 
 GEMM_RX = re.compile(
     r"gemm|cutlass|xmma|cublas|matmul|aten::(addmm|mm|bmm|baddbmm|linear|matmul|conv|convolution|_convolution|cudnn_conv|mkldnn_conv)",
@@ -42,5 +43,5 @@ def select(g: TaskGraph, category: str | None, name: str | None) -> np.ndarray:
     if category is not None:
         mask &= SELECTORS[category](g)
     if name is not None:
-        mask &= _names_match(g, re.compile(name))
+        mask &= compile_user(name, "name").mask(g.tasks["name"])
     return mask

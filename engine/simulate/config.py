@@ -59,7 +59,7 @@ class SimConfig:
             from engine.simulate.whatif.spec import SpecError, _loads
 
             try:
-                data = _loads(text, None)
+                data = _loads(text, None, "simulator settings")
             except SpecError as exc:
                 raise ValueError(exc.detail) from None
         else:

@@ -168,7 +168,7 @@ def _big_int(text: str) -> int:
         return n
 
 
-def _loads(text: str, path: str | None) -> Any:
+def _loads(text: str, path: str | None, what: str = "a what-if spec") -> Any:
     """JSON text -> objects, every failure a SpecError: NaN and Infinity literals are read (the
     field rules then name the field that holds them), as are integers of any length."""
     try:
@@ -176,7 +176,7 @@ def _loads(text: str, path: str | None) -> Any:
     except json.JSONDecodeError as exc:
         raise SpecError("(document)", f"not valid JSON ({exc.msg} at line {exc.lineno})", path) from None
     except RecursionError:
-        raise SpecError("(document)", "nested too deeply to be a what-if spec", path) from None
+        raise SpecError("(document)", f"nested too deeply to be {what}", path) from None
 
 
 def parse_edit(data: Any, where: str) -> Edit:

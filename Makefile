@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PORT ?= 8501
 PYTEST_ARGS ?=
 
-.PHONY: run test lint setup browser clean samples bench
+.PHONY: run test lint setup browser clean samples bench docs
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -53,17 +53,30 @@ lint: setup
 # worker so module fixtures are built once), then the `perf` tests alone, so that a timing bound
 # never shares the CPU with another test. Exit 5 (nothing collected, e.g. PYTEST_ARGS picked a
 # file without perf tests) is not a failure.
+# Every run is a fresh machine's first: a new --basetemp under $TMPDIR (not pytest-of-$USER/pytest-N,
+# whose length grows with the machine's history), no .pytest_cache, and tests/conftest.py points
+# HOME, the caches and the UI folder at new empty folders. The folder is removed after a pass and
+# kept (its path printed) after a failure.
 XDIST ?= -n 2 --dist loadfile
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 test: setup browser lint
-	$(BIN)/python -m pytest -q $(XDIST) -m "not perf" $(PYTEST_ARGS)
-	$(BIN)/python -m pytest -q -m perf $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	@t=$$(mktemp -d "$${TMPDIR:-/tmp}/mystique-test.XXXXXX") && echo "make test: temp folders under $$t" && \
+	$(PYTEST) --basetemp="$$t/main" $(XDIST) -m "not perf" $(PYTEST_ARGS) && \
+	{ $(PYTEST) --basetemp="$$t/perf" -m perf $(PYTEST_ARGS) || [ $$? -eq 5 ]; } && rm -rf "$$t" || \
+	{ echo "make test: failed; its temp folders are kept in $$t"; exit 1; }
 
 samples: setup
 	$(BIN)/mystique capture --all-samples --out sample_traces
 	for m in ddp dlrm_a2a dlrm_tbe; do $(BIN)/mystique capture $$m --world-size 2 --out sample_traces || exit 1; done
 
+# The generated reference (tests/test_docs.py fails when these differ from the code / results):
+# run after changing a CLI flag, a result key's contract docstring or benchmarks/results/*.json.
+docs: setup
+	$(BIN)/python -m engine.cli.docgen > docs/cli.md
+	$(BIN)/python benchmarks/report.py > docs/figures.md
+
 bench: setup
 	$(BIN)/python benchmarks/load_speed.py
 
 clean:
-	rm -rf $(VENV) .mystique_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .mystique_cache .mystique .mypy_cache .ruff_cache .pytest_cache .hypothesis

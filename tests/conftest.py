@@ -9,12 +9,21 @@ captures, golden values from their MANIFEST.json). The core suite covers the sam
 project's own samples and on GPU-shaped traces from `engine.testing`, so a fresh clone without
 ../shared deselects this layer (one summary line says how many and why) instead of reporting
 them as skipped. Tests that take the `shared_traces` fixture are marked automatically.
+
+Every session runs as on a fresh machine (`pytest_configure` below): HOME, XDG_CACHE_HOME,
+XDG_CONFIG_HOME, the parse cache (MYSTIQUE_CACHE_DIR), the cost-model curves
+(MYSTIQUE_COSTMODEL_DIR), the UI folder (MYSTIQUE_UI_DIR) and Hypothesis' home point at new empty
+folders, and Hypothesis keeps no example database. Why: a test once passed only on machines that
+had run pytest often (its output held temp paths), and a developer's parse cache, calibrated
+curves, ~/.streamlit config or saved Hypothesis examples could answer for the code under test.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,6 +31,46 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACES = Path(os.environ.get("MYSTIQUE_SHARED_TRACES", ROOT.parent / "shared" / "traces"))
 SAMPLES = ROOT / "sample_traces"
+
+
+# What a machine's history can leave behind, each pointed at a fresh folder per session (per
+# xdist worker). MYSTIQUE_SHARED_TRACES is input, not history, and is left alone.
+FRESH_DIRS = {
+    "HOME": "home",
+    "XDG_CACHE_HOME": "xdg-cache",
+    "XDG_CONFIG_HOME": "xdg-config",
+    "MYSTIQUE_CACHE_DIR": "parse-cache",
+    "MYSTIQUE_COSTMODEL_DIR": "costmodel",
+    "MYSTIQUE_UI_DIR": "ui",
+}
+_FRESH_ROOT: list[Path] = []
+ORIGINAL_ENV = {var: os.environ.get(var) for var in FRESH_DIRS}  # before pytest_configure replaced them
+
+
+def pytest_configure(config):
+    """Fresh folders for everything a previous run or a developer's session could have left."""
+    root = Path(tempfile.mkdtemp(prefix="mystique-fresh-"))
+    _FRESH_ROOT.append(root)
+    for var, name in FRESH_DIRS.items():
+        (root / name).mkdir()
+        os.environ[var] = str(root / name)
+    os.environ.pop("MYSTIQUE_WORKSPACE", None)  # the UI's workspace then lives under MYSTIQUE_UI_DIR
+    try:
+        import hypothesis
+        from hypothesis.configuration import set_hypothesis_home_dir
+    except ImportError:
+        return
+    set_hypothesis_home_dir(root / "hypothesis")
+    # no example database (saved failures are history); the same examples on every run unless
+    # `--hypothesis-profile explore` asks for new ones
+    hypothesis.settings.register_profile("fresh", database=None, derandomize=True)
+    hypothesis.settings.register_profile("explore", database=None)
+    hypothesis.settings.load_profile(config.getoption("hypothesis_profile", default=None) or "fresh")
+
+
+def pytest_unconfigure(config):
+    for root in _FRESH_ROOT:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _has_cuda() -> bool:

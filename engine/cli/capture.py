@@ -2,6 +2,14 @@
 
 Each model is written to `DIR/<model>/<model>_{et.json.gz,kineto.json.gz,meta.json}`; the meta
 file records the exact command that regenerates it.
+
+`--json` keys, one object per model (a list with --all-samples):
+
+    model, median_ms, step_ms   the sample and its unprofiled step times (ms)
+    et, kineto, meta            the three files written
+    metrics_summary             sampled CPU / RSS / GPU metrics (engine.metrics)
+    background_load_cores       cores other processes kept busy while timing
+  a multi-rank sample (--world-size N): {name, world_size, ranks: [per rank], job_median_ms}
 """
 
 from __future__ import annotations
@@ -33,7 +41,11 @@ def register(subparsers) -> None:
     p.add_argument(
         "--world-size", type=int, default=2, help="ranks of a multi-rank sample (one process each, gloo; default 2)"
     )
-    p.add_argument("--all-samples", action="store_true", help="capture all four sample models")
+    p.add_argument(
+        "--all-samples",
+        action="store_true",
+        help="capture the four single-process sample models (mlp, cnn, transformer, dlrm)",
+    )
     p.add_argument("--out", required=True, help="output folder (one sub-folder per model)")
     p.add_argument(
         "--set",

@@ -2,6 +2,19 @@
 
 Prints per-rank op counts, external inputs, estimated memory and the written paths; `--json`
 prints the same as JSON. Bad specs exit with code 2 and a one-line message (engine.cli.main).
+
+`--json` keys:
+
+    out          str             the folder written
+    spec         str             its spec.json
+    ranks        {rank: str}     rank_<r>.et.json per rank
+    summary      {ranks: {rank: {nodes, replay_ops, communication_ops, communication_bytes,
+                  external_inputs, external_input_bytes, estimated_memory_bytes, ...}},
+                  meta: {warnings, sharding, ...}}   (engine.compose.export)
+    validation   {rank: {ok, meta}}   structural / meta-tensor check per rank (not with
+                                      --no-validate)
+    command      str             the `mystique replay` line that runs it
+    script       str             with --script: the standalone Python script
 """
 
 from __future__ import annotations

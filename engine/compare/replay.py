@@ -11,6 +11,23 @@ both sides: `replay_id`, `replay_name`, `original_id`, `original_name` (+ `segme
 the linked Kineto `k_dur_us` of those ops (host time), or `gpu_dur_us` (kernel time launched
 under the op) when the replay ran on a GPU and the original has GPU kernels.
 Errors are relative: |replay - original| / original.
+
+`mystique compare ORIGINAL REPLAY --json` prints `Comparison.to_json()`:
+
+    kind         "replay"
+    e2e          {original_ms, replay_ms, error, original_source, original_device,
+                  replay_device, replay_iterations}   end-to-end step times and their error
+    time_basis   str       "cpu" (host op time) or "gpu" (kernel time under each op)
+    matching     {by, replay_ops, matched, unknown_ids, name_mismatch, match_rate,
+                  original_sum_us, replay_sum_us, sum_error}   `by`: "node id" or
+                           "provenance"; name_mismatch: pairs refused because names differ
+    coverage     {...}     the replay's coverage (engine/replay/result.py)
+    by_phase, by_category, by_name   [{...}]  time per group, both sides and the error
+    per_op       [{replay_id, replay_name, original_id, original_name, segment, repeat,
+                   original_us, replay_us, error}]  (segment, repeat: composed benchmarks)
+    metrics      {...}     RSS / CPU / GPU metric summaries side by side
+    curves       [{...}]   metric samples of both sides on a common time axis
+    warnings     [str]
 """
 
 from __future__ import annotations

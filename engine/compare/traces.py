@@ -9,6 +9,16 @@ What is compared and why:
 Durations are totals over the whole trace (`dur_us` inclusive; `self_us` exclusive of nested
 events on the same thread/stream, what the breakdown charts show, so nested ops count once); `*_per_iter_us` divides by the side's iteration
 count when both sides have iterations, so runs of different lengths stay comparable.
+
+`mystique compare A B --json` on two traces prints `TraceDiff.to_json(top)`:
+
+    kind         "traces"
+    e2e          {a_ms, b_ms, error, a_iterations, b_iterations}   median iterations
+    sides        {label: {sources, kind, events, ops, ranks, median_iter_ms, iterations}}
+    by_category  [{...}]   per Kineto cat: count, dur_us, self_us (_a / _b) and delta_us
+    by_name      [{...}]   per (cat, name), the `top` rows with the largest |delta_us|
+    ops_by_name  [{...}]   ET op counts per name on each side (when both have an ET)
+    warnings     [str]
 """
 
 from __future__ import annotations
@@ -62,7 +72,7 @@ def _events_by(trace: Any, keys: list[str]) -> pd.DataFrame:
     ev = trace.events
     if ev is None or ev.empty:
         return pd.DataFrame(columns=[*keys, "count", "dur_us"])
-    from engine.figures.breakdown import self_time
+    from engine.analysis.selftime import self_time
 
     frame = pd.DataFrame({k: ev[k].astype(str) for k in keys})
     frame["dur_us"] = ev["dur_us"].astype("float64").fillna(0.0)

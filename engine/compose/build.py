@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.compose.context import ORIGIN_KEY, ComposeContext
 from engine.compose.nodes import ROOT_ID, is_defined, label_node, node_from_row, root_node, set_slot, tensors_of
 from engine.compose.spec import BenchmarkSpec
 from engine.errors import TraceError
@@ -26,26 +27,21 @@ from engine.trace.ranks import of_rank
 
 _SKIP_ANCESTORS = ("[pytorch|profiler|execution_trace|",)
 
-# Provenance of every exported node (a documented ET node key; ET readers ignore unknown keys):
-#   "mystique_origin": {"id": <node id in the source ET>, "segment": <segment index>,
-#                       "repeat": <0-based repeat index>, "source": <index into spec.sources>}
-# Composed ETs renumber nodes, so a replay's op ids name the *composed* node; compare maps them
-# back to the original through this field (engine.compare.provenance) instead of trusting ids.
-ORIGIN_KEY = "mystique_origin"
-
 
 @dataclass(kw_only=True, slots=True)
 class Benchmark:
     """Composed benchmark: per-rank ET node lists (chakra 1.1.1 dicts, root first) + metadata.
 
     `replay_ids[rank]` are the node ids a replay runs (one level per call path); `meta` holds
-    the batch size, transforms applied, sharding plan, per-rank lookups, collectives, warnings.
+    the batch size, transforms applied, sharding plan, per-rank lookups, collectives, warnings;
+    `context` what the transforms read about the sources (engine.compose.context; not exported).
     """
 
     spec: BenchmarkSpec
     ranks: dict[int, list[dict]]
     replay_ids: dict[int, list[int]]
     meta: dict = field(default_factory=dict)
+    context: ComposeContext = field(default_factory=ComposeContext)
 
     @property
     def world_size(self) -> int:
@@ -53,7 +49,7 @@ class Benchmark:
 
     def et_doc(self, rank: int = 0) -> dict:
         """The rank's ET as a JSON-ready dict (schema 1.1.1-chakra.0.0.4)."""
-        nodes = [{k: v for k, v in n.items() if not k.startswith("_")} for n in self.ranks[rank]]
+        nodes = self.ranks[rank]
         doc: dict[str, Any] = {
             "schema": "1.1.1-chakra.0.0.4",
             "pid": 0,
@@ -73,7 +69,7 @@ class Benchmark:
             "name": self.spec.name,
             "world_size": self.world_size,
             "ranks": {r: rank_summary(self, r) for r in sorted(self.ranks)},
-            "meta": {k: v for k, v in self.meta.items() if k != "time" and not k.startswith("_")},
+            "meta": {k: v for k, v in self.meta.items() if k != "time"},
         }
 
 
@@ -137,8 +133,9 @@ def _chain_pairs(sub, phase: dict, params: set) -> dict[tuple[int, int], tuple[i
     return pairs
 
 
-def _segment_nodes(trace, sub) -> tuple[list[dict], set[int]]:
-    """Node dicts of a Subgraph (id order) plus its annotation ancestors (module/phase labels)."""
+def _segment_nodes(trace, sub) -> tuple[list[dict], set[int], dict[int, str]]:
+    """Node dicts of a Subgraph (id order) plus its annotation ancestors (module/phase labels),
+    the ids to replay, and each node's phase (by source node id)."""
     ops = of_rank(trace.ops, sub.rank)
     parent = dict(zip(ops["id"].to_numpy(dtype=np.int64).tolist(), ops["parent"].to_numpy(dtype=np.int64).tolist()))
     cat = dict(zip(ops["id"].astype(int), ops["category"].astype(str)))
@@ -152,30 +149,45 @@ def _segment_nodes(trace, sub) -> tuple[list[dict], set[int]]:
             p = parent[p] if parent[p] != p else -1
     rows = ops[ops["id"].isin(keep)].sort_values("id", kind="stable")
     nodes = [node_from_row(r) for r in rows.itertuples(index=False)]
-    for n, ph in zip(nodes, rows["phase"].astype(str)):
-        n["_phase"] = ph  # private (not exported): batch inference looks for forward inputs
+    phases = {n["id"]: ph for n, ph in zip(nodes, rows["phase"].astype(str))}
     for n in nodes:  # reparent onto the nearest kept ancestor (or the segment label)
         p = n["ctrl_deps"]
         while p >= 0 and p not in keep and p in parent and parent[p] != p:
             p = parent[p]
         n["ctrl_deps"] = p if p in keep else -1
-    return nodes, {int(i) for i in sub.replay_ids}
+    return nodes, {int(i) for i in sub.replay_ids}, phases
 
 
-def _emit_repeat(
-    nodes,
-    replay,
-    ids: _Ids,
-    label_id: int,
-    canon: dict,
-    canon_s: dict,
-    rep: int,
-    chain_sub: dict,
-    chain_sid: dict,
-    out_watch: set,
-    seen_out: dict,
-) -> list[dict]:
-    """One repeat of a segment: renumbered nodes with remapped tensor ids (module docstring)."""
+@dataclass(kw_only=True, slots=True)
+class _Repeat:
+    """One repeat of a segment while it is emitted (module docstring for the tensor rules).
+
+    chain_sub: external input key -> (values, strides) of the previous repeat's output it reads
+    instead; chain_sid: the same by storage id; out_watch: output keys a later repeat chains
+    to, whose emitted (values, strides) land in seen_out; replay_ids: the emitted ids to replay.
+    """
+
+    segment: int
+    source: int
+    index: int  # 0-based repeat index
+    label_id: int
+    chain_sub: dict
+    chain_sid: dict
+    out_watch: set
+    seen_out: dict = field(default_factory=dict)
+    replay_ids: list[int] = field(default_factory=list)
+
+
+def _emit_repeat(nodes, replay, ids: _Ids, canon: dict, canon_s: dict, r: _Repeat) -> list[dict]:
+    """One repeat of a segment: renumbered nodes with remapped tensor ids and their provenance."""
+    label_id, rep, chain_sub, chain_sid, out_watch, seen_out = (
+        r.label_id,
+        r.index,
+        r.chain_sub,
+        r.chain_sid,
+        r.out_watch,
+        r.seen_out,
+    )
     new_id = {}
     out_nodes = []
     local_t: dict = {}
@@ -188,9 +200,8 @@ def _emit_repeat(
         new_id[n["id"]] = nid
         m["id"] = nid
         m["ctrl_deps"] = new_id.get(n["ctrl_deps"], label_id)
-        m["_orig"] = n["id"]
         if n["id"] in replay:
-            m["_replay"] = True
+            r.replay_ids.append(nid)
         for io_name, io, arg, sub, v in tensors_of(m):
             if not is_defined(v):
                 continue
@@ -215,6 +226,7 @@ def _emit_repeat(
             if io_name == "out" and key in out_watch:
                 st = io.get("strides")
                 seen_out[key] = (nv, (st[arg] if sub is None else st[arg][sub]) if st else None)
+        m[ORIGIN_KEY] = {"id": int(n["id"]), "segment": r.segment, "repeat": rep, "source": r.source}
         out_nodes.append(m)
     return out_nodes
 
@@ -262,12 +274,13 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
         estimate(
             [
                 (len(sn), sum(1 for n in sn for _ in tensors_of(n)), seg.repeat)
-                for seg, (_, sn, _r) in zip(spec.segments, prepared)
+                for seg, (_, sn, _r, _p) in zip(spec.segments, prepared)
             ],
             world,
         )
     )
     ids = _Ids(max(_max_tensor_id(t) for t in traces) + 1)
+    ctx = ComposeContext()
     nodes: list[dict] = [root_node()]
     replay: list[int] = []
     seg_meta = []
@@ -275,7 +288,8 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
     for si, seg in enumerate(spec.segments):
         report(progress, 0.4 + 0.2 * si / len(spec.segments), f"segment {si}")
         trace = traces[seg.source]
-        sub, seg_nodes, seg_replay = prepared[si]
+        sub, seg_nodes, seg_replay, seg_phases = prepared[si]
+        ctx.phases.update(((seg.source, i), ph) for i, ph in seg_phases.items())
         pairs = {}
         if seg.repeat > 1:
             from engine.compose.transforms.scale import param_storages
@@ -294,26 +308,20 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
             )
             chain_sub = {e: prev_out[o] for e, o in pairs.items() if o in prev_out} if rep > 0 else {}
             chain_sid = {e[1]: v[0][1] for e, v in chain_sub.items()}
-            seen_out: dict = {}
-            out = _emit_repeat(
-                seg_nodes,
-                seg_replay,
-                ids,
-                label["id"],
-                canon,
-                canon_s,
-                rep,
-                chain_sub,
-                chain_sid,
-                set(pairs.values()),
-                seen_out,
+            r = _Repeat(
+                segment=si,
+                source=seg.source,
+                index=rep,
+                label_id=label["id"],
+                chain_sub=chain_sub,
+                chain_sid=chain_sid,
+                out_watch=set(pairs.values()),
             )
-            prev_out = {o: seen_out[o] for o in pairs.values() if o in seen_out}
-            for n in out:
-                n[ORIGIN_KEY] = {"id": int(n["_orig"]), "segment": si, "repeat": rep, "source": seg.source}
+            out = _emit_repeat(seg_nodes, seg_replay, ids, canon, canon_s, r)
+            prev_out = {o: r.seen_out[o] for o in pairs.values() if o in r.seen_out}
             nodes.append(label)
             nodes.extend(out)
-            replay.extend(n["id"] for n in out if n.get("_replay"))
+            replay.extend(r.replay_ids)
         seg_meta.append(
             {
                 "index": si,
@@ -331,12 +339,10 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
     from engine.compose.transforms.scale import param_storages, parameters
 
     meta["param_storages"] = sorted(param_storages(traces[0]))
-    if spec.sharding is not None and spec.sharding.kind == "dp":
-        src = traces[spec.segments[0].source]
-        meta["_params"] = parameters(src)
-        meta["_backward_ids"] = src.ops.loc[src.ops["phase"].astype(str) == "backward", "id"].astype(int).tolist()
+    if spec.sharding is not None and spec.sharding.needs_params:
+        ctx.params = parameters(traces[spec.segments[0].source])
     meta["time"] = __import__("datetime").datetime.now().strftime("%Y-%m-%d %H:%M:%S")
-    bench = Benchmark(spec=spec, ranks={0: nodes}, replay_ids={0: replay}, meta=meta)
+    bench = Benchmark(spec=spec, ranks={0: nodes}, replay_ids={0: replay}, meta=meta, context=ctx)
     from engine.compose.transforms.dtype import change_dtype
     from engine.compose.transforms.scale import scale_batch
 
@@ -346,11 +352,9 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
         meta["batch_size"] = spec.batch_size or infer_batch(
             traces[spec.segments[0].source], paths[spec.segments[0].source]
         )
-    dp = spec.sharding is not None and spec.sharding.kind == "dp"
     # dp applies batch_scale / degree in one step; embedding sharding scales its tables' bags and
     # lookups (it keeps only the lookups, and a TBE's global batch is no dim of the dense part)
-    emb = spec.sharding is not None and spec.sharding.kind == "embedding"
-    if spec.batch_scale != 1.0 and not dp and not emb:
+    if spec.batch_scale != 1.0 and not (spec.sharding is not None and spec.sharding.scales_batch):
         report(progress, 0.65, f"scaling batch x{spec.batch_scale:g}")
         scale_batch(bench, 0, spec.batch_scale, meta["batch_size"])
     if spec.dtype is not None:
@@ -359,10 +363,10 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
 
         # ops that already fail on meta tensors with the recorded dtypes are not the change's fault
         base = propagate(bench.ranks[0], bench.replay_ids[0], mutate=False, strict=False)
-        meta["_dtype_baseline_failures"] = _failures(base)
+        ctx.dtype_baseline_failures = _failures(base)
         change_dtype(bench, 0, spec.dtype)
     if spec.sharding is not None:
-        report(progress, 0.8, f"sharding ({spec.sharding.kind})")
+        report(progress, 0.8, f"sharding ({spec.sharding.kind.value})")
         from engine.compose.shard import apply_sharding
 
         apply_sharding(bench, traces, paths, scaled(progress, 0.8, 1.0))
@@ -391,4 +395,4 @@ class _FreshMap(dict):
         return self[key]
 
 
-__all__ = ["Benchmark", "compose"]
+__all__ = ["ORIGIN_KEY", "Benchmark", "compose"]

@@ -10,7 +10,8 @@ dim 0 scaled by s; size arguments of view/reshape/expand/factory ops are rewritt
 carrying the batch); every output's meta shape must equal its recorded shape with some dims
 multiplied by s, and with `mutate` the recorded shapes/numels/strides are rewritten to it.
 Ops without a meta kernel keep recorded shapes scaled by the dims known to carry the batch
-and are counted as `unchecked`.
+and are counted as `unchecked`. The rules that rewrite an op's own size/slice/split arguments
+live in meta_sizes.py.
 """
 
 from __future__ import annotations
@@ -21,15 +22,19 @@ from typing import Any
 
 import torch
 
+from engine.compose.meta_sizes import (
+    ALL_TO_ALL,
+    RESHAPES,
+    SIZE_ARG_OPS,
+    base_name,
+    layout_candidate,
+    rescale_slice,
+    rescale_splits,
+    size_candidates,
+)
 from engine.compose.nodes import get_slot, is_defined, set_slot, slot_type, tensor_slots, tensors_of
 from engine.errors import TraceError
 from engine.trace.categories import OP_NAME
-
-SIZE_ARG_OPS = frozenset(
-    """view _unsafe_view reshape expand new_empty new_zeros new_ones new_full zeros ones empty
-full rand randn randint empty_strided unflatten _reshape_alias""".split()
-)
-
 
 _AUX_OUTPUT_OPS = frozenset(("embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"))
 
@@ -175,95 +180,6 @@ def _call_args(node, res, values, types, tensors) -> tuple[list, dict]:
     return pos, kw
 
 
-def _size_candidates(sizes: list, S: set, batch: int | None, s: float) -> list[list]:
-    """Size lists to try for a view/reshape/expand, most likely first.
-
-    Batch 1 is special: every dim is a multiple of 1, and scaling any one of them keeps numel
-    equal to the scaled input's, so the first try wins even when it is the sequence or hidden
-    dim. A batch-1 trace keeps its batch as a size entry of 1 (or inside a -1), so those come
-    first, then the sizes unchanged, and only then other dims (a flattened B*T)."""
-    cands = []
-    if batch == 1:
-        for i, x in enumerate(sizes):
-            if x == 1:
-                c = list(sizes)
-                c[i] = round(s)
-                cands.append(c)
-        cands.append(list(sizes))
-    ints = [i for i, x in enumerate(sizes) if isinstance(x, int) and x > 1]
-    in_s = [i for i in ints if sizes[i] in S]
-    if in_s:  # the batch leads: the first dim known to carry it alone, then all of them
-        c = list(sizes)
-        c[in_s[0]] = round(c[in_s[0]] * s)
-        cands.append(c)
-        cands.append([round(x * s) if i in in_s else x for i, x in enumerate(sizes)])
-    guesses = [i for i in ints if i not in in_s and batch and sizes[i] % batch == 0]
-    for k, i in enumerate(in_s + guesses):
-        if k == len(in_s) and list(sizes) not in cands:
-            # unchanged before guessing: a factory op (empty([64]) for BatchNorm's saved mean)
-            # accepts any size, so a guessed "multiple of the batch" would always win there
-            cands.append(list(sizes))
-        c = list(sizes)
-        c[i] = round(c[i] * s)
-        if c not in cands:
-            cands.append(c)
-    if list(sizes) not in cands:
-        cands.append(list(sizes))
-    return [c for c in cands if all(not isinstance(x, float) for x in c)]
-
-
-_RESHAPES = ("view", "reshape", "_unsafe_view", "_reshape_alias")
-
-
-def _layout_candidate(new_in: list, old_in: list, sizes: list, s: float) -> list | None:
-    """The size list a reshape of the scaled input needs, from element order alone.
-
-    A reshape keeps the order of elements, so the block of elements *inside* the scaled input
-    dim (the product of the dims after it) is a suffix of the output; the output dim just
-    before that suffix (or the one the block ends inside) is where the scaled dim went. This is
-    what decides a batch-1 trace, where every dim is a multiple of the batch and numel alone
-    cannot tell the batch from the sequence or hidden dim."""
-    if len(new_in) != len(old_in) or any(not isinstance(x, int) or x < 0 for x in sizes):
-        return None
-    diff = [i for i, (a, b) in enumerate(zip(new_in, old_in)) if a != b]
-    if len(diff) != 1:
-        return None
-    p = diff[0]
-    old = int(old_in[p])
-    if any(x == 0 for x in sizes):
-        return None
-    inner = 1
-    for d in old_in[p + 1 :]:
-        inner *= int(d)
-    b, suffix = len(sizes), 1
-    while suffix < inner and b > 0:  # sizes[b:] is the block inside the scaled dim
-        b -= 1
-        suffix *= int(sizes[b])
-    if suffix > inner:
-        k = b  # the block ends inside sizes[b]: the scaled dim was merged into it
-    elif suffix != inner:
-        return None
-    else:
-        j, prod = b, 1  # sizes[j:b] is the scaled dim split up (leading dims of 1 included)
-        while j > 0 and prod * int(sizes[j - 1]) <= old and (prod < old or sizes[j - 1] == 1):
-            j -= 1
-            prod *= int(sizes[j])
-        if prod != old:
-            return None
-        if j < b:
-            k = j  # the outermost piece carries the batch
-        elif b < len(sizes):
-            k = b  # a dim of 1 was dropped: the batch merges into the next dim out
-        else:
-            return None
-    c = list(sizes)
-    v = c[k] * s
-    if abs(v - round(v)) > 1e-9:
-        return None
-    c[k] = round(v)
-    return c
-
-
 def _run(res, node, ins, types, tensors, sizes_at=None, sizes=None):
     values = list(ins.get("values", []))
     if sizes_at is not None:
@@ -295,7 +211,8 @@ def propagate(
     to scale (tensor-parallel splits a weight's output or input dim). `shapes`: tensor key -> its
     exact new shape, for tensors whose size is no multiple of the batch (a TBE's T x B + 1
     offsets); inputs and outputs with such a key take it as is."""
-    from engine.replay.dispatch import DispatchError, resolve
+    from engine.replay.dispatch import resolve
+    from engine.replay.resolved import DispatchError
 
     run = _Runner(
         scale, batch, dict(seeds) if isinstance(seeds, dict) else dict.fromkeys(seeds or (), 0), mutate, label
@@ -362,8 +279,8 @@ def propagate(
                 )
                 for a, t in tensors.items()
             }
-        if scale != 1.0 and mutate and is_replay and base_name(name) in _ALL_TO_ALL:
-            _rescale_splits(ins, orig_shapes, tensors)
+        if scale != 1.0 and mutate and is_replay and base_name(name) in ALL_TO_ALL:
+            rescale_splits(ins, orig_shapes, tensors)
         try:
             res = resolve(name, schema, types, "cpu")
         except DispatchError as e:
@@ -372,7 +289,7 @@ def propagate(
         out = None
         base = name.split("::", 1)[-1].split(".", 1)[0]
         if scale != 1.0 and base in ("slice", "narrow") and isinstance(tensors.get(0), torch.Tensor):
-            _rescale_slice(base, ins, orig_shapes, tensors[0], mutate)
+            rescale_slice(base, ins, orig_shapes, tensors[0], mutate)
         size_arg = None
         if scale != 1.0 and base in SIZE_ARG_OPS:
             for i, (t, v) in enumerate(zip(types, ins.get("values", []))):
@@ -382,15 +299,15 @@ def propagate(
         try:
             if size_arg is not None:
                 err = None
-                cands = _size_candidates(ins["values"][size_arg], run.S, batch, scale)
+                cands = size_candidates(ins["values"][size_arg], run.S, batch, scale)
                 t0 = tensors.get(0)
                 if (
-                    base in _RESHAPES
+                    base in RESHAPES
                     and isinstance(t0, torch.Tensor)
                     and orig_shapes
                     and isinstance(orig_shapes[0], list)
                 ):
-                    lay = _layout_candidate(list(t0.shape), orig_shapes[0], ins["values"][size_arg], scale)
+                    lay = layout_candidate(list(t0.shape), orig_shapes[0], ins["values"][size_arg], scale)
                     if lay is not None:
                         cands = [lay] + [c for c in cands if c != lay]
                 for cand in cands:
@@ -453,49 +370,6 @@ def propagate(
                     run._write(io_d, arg, sub, hit[0])
     rep.batch_dims = sorted(run.S)
     return rep
-
-
-def _rescale_slice(base: str, ins: dict, orig_shapes: list, t: torch.Tensor, mutate: bool) -> None:
-    """slice/narrow whose end was tied to x's (batch-carrying) size: keep the same distance
-    from the end (PyTorch records `x[:-1]` as end = B - 1)."""
-    vals = ins.get("values", [])
-    if len(vals) < 4 or not orig_shapes or not isinstance(orig_shapes[0], list):
-        return
-    dim, a, b = vals[1], vals[2], vals[3]
-    if not isinstance(dim, int) or not orig_shapes[0] or not -len(orig_shapes[0]) <= dim < len(orig_shapes[0]):
-        return
-    old, new = orig_shapes[0][dim], int(t.shape[dim])
-    if old == new:
-        return
-    if base == "slice" and isinstance(b, int) and 0 < b <= old and old - b < old / 2:
-        ins["values"][3] = new - (old - b)  # x[:B] -> x[:sB], x[:B-1] -> x[:sB-1]
-    elif base == "narrow" and isinstance(a, int) and isinstance(b, int) and a + b == old:
-        ins["values"][3] = new - a
-
-
-_ALL_TO_ALL = frozenset(("alltoall_base_",))
-
-
-def base_name(name: str) -> str:
-    return name.split("::", 1)[-1].split(".", 1)[0]
-
-
-def _rescale_splits(ins: dict, orig_shapes: list, tensors: dict) -> None:
-    """c10d::alltoall_base_(output, input, group, output_split_sizes, input_split_sizes, ...):
-    explicit split sizes follow their tensor's new dim 0 (empty lists split evenly: nothing to do)."""
-    vals = ins.get("values", [])
-    for t_arg, j in ((0, 3), (1, 4)):
-        t = tensors.get(t_arg)
-        splits = vals[j] if j < len(vals) else None
-        if not (isinstance(t, torch.Tensor) and t.dim() and isinstance(splits, list) and splits):
-            continue
-        if t_arg >= len(orig_shapes) or not isinstance(orig_shapes[t_arg], list) or not orig_shapes[t_arg]:
-            continue
-        old, new = int(orig_shapes[t_arg][0]), int(t.shape[0])
-        if old and new != old and all(isinstance(x, int) for x in splits):
-            scaled = [x * new // old for x in splits]
-            scaled[-1] += new - sum(scaled)  # splits that do not scale evenly: the remainder goes last
-            vals[j] = scaled
 
 
 def _bind_outputs(run: _Runner, node, res, outs, out) -> None:

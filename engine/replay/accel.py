@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.replay.resolved import Resolved
+
 
 @dataclass(slots=True)
 class _Schema:
@@ -43,8 +45,6 @@ def _record_stream_cuda(t, *_):
 def remap(name: str, on_gpu: bool):
     """A `Resolved` for an accelerator-asking op, or None when `name` is not one."""
     import torch
-
-    from engine.replay.dispatch import Resolved
 
     if name == "aten::record_stream":
         fn = _record_stream_cuda if on_gpu else (lambda *a, **k: None)

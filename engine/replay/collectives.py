@@ -6,28 +6,28 @@ tensor shapes and dtype, split sizes, root/peer, async flag and sequence number,
 c10d op's own arguments (by schema name) and, when present, from its `record_param_comms` child
 (`pg_name`, `in_split_size`, `out_split_size`, `collective_name`), which is what NCCL traces carry.
 
-The plan asks a `CollectiveBackend` for each collective (`prepare` returns a closure or raises
-`DispatchError` with a `SkipReason`); backends come from a small registry (`BACKENDS`):
-  "skip"   single-process replay: every collective skipped (COLLECTIVE_SINGLE_PROCESS)
-  "torch"  torch.distributed: the collective runs on a real process group (engine.replay.comm_backend)
+The plan asks a `CollectiveBackend` for each collective; the backends and their registry live
+in engine.replay.comm_backend, above this module (they use its `CollectiveCall`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any
 
 from engine.replay.reasons import SkipReason
+from engine.trace.vocab import COMM_PREFIXES
 
-COLLECTIVE_PREFIXES = ("c10d::", "nccl:", "gloo:", "record_param_comms", "c10d_functional::", "_c10d_functional::")
+COLLECTIVE_PREFIXES = COMM_PREFIXES
 SKIP_REASON = SkipReason.COLLECTIVE_SINGLE_PROCESS  # kept for callers of the old constant
 
 
 def is_collective(name: str) -> bool:
-    return name.startswith(COLLECTIVE_PREFIXES)
+    """A recorded op the replay runs through the collective backend: the vocabulary's
+    communication prefixes (engine.trace.vocab), i.e. the ops `collective_call` can read."""
+    return name.startswith(COMM_PREFIXES)
 
 
 class CollKind(str, Enum):
@@ -286,51 +286,3 @@ def collective_call(row: dict, child_attrs: dict | None = None) -> CollectiveCal
     if call.seq is None and isinstance(child_attrs, dict) and "seq" in child_attrs:
         call.seq = child_attrs["seq"]
     return call
-
-
-class CollectiveBackend(Protocol):
-    """Runs recorded collectives. `prepare` returns a zero-argument closure for one recorded
-    collective, or raises `DispatchError` (with a SkipReason) when it cannot; `wait(index)`
-    completes the async work issued by plan step `index`; `drain()` completes all pending work
-    (end of an iteration)."""
-
-    def prepare(self, call: CollectiveCall, index: int) -> Callable[[], None]: ...
-
-    def wait(self, index: int) -> None: ...
-
-    def drain(self) -> None: ...
-
-
-class SkipCollectives:
-    """Single-process replay: every collective is skipped."""
-
-    def prepare(self, call: CollectiveCall, index: int) -> Callable[[], None]:
-        from engine.replay.dispatch import DispatchError
-
-        raise DispatchError(f"collective {call.describe()}", SkipReason.COLLECTIVE_SINGLE_PROCESS)
-
-    def wait(self, index: int) -> None:
-        return None
-
-    def drain(self) -> None:
-        return None
-
-
-def _torch_backend(**kw):
-    from engine.replay.comm_backend import TorchDistBackend
-
-    return TorchDistBackend(**kw)
-
-
-BACKENDS: dict[str, Callable[..., CollectiveBackend]] = {
-    "skip": lambda **kw: SkipCollectives(),
-    "torch": _torch_backend,
-}
-
-
-def get_backend(name: str, **kw) -> CollectiveBackend:
-    from engine.errors import TraceError
-
-    if name not in BACKENDS:
-        raise TraceError(f"unknown collective backend {name!r}; choose one of {sorted(BACKENDS)}")
-    return BACKENDS[name](**kw)

@@ -1,4 +1,11 @@
-"""`TorchDistBackend`: recorded collectives run on real torch.distributed process groups.
+"""Collective backends: the seam the plan runs recorded collectives through, and its registry.
+
+The plan asks a `CollectiveBackend` for each collective (`prepare` returns a closure or raises
+`DispatchError` with a `SkipReason`); backends come from a small registry (`BACKENDS`):
+  "skip"   single-process replay: every collective skipped (COLLECTIVE_SINGLE_PROCESS)
+  "torch"  `TorchDistBackend`: the collective runs on a real torch.distributed process group
+
+`TorchDistBackend`: recorded collectives run on real torch.distributed process groups.
 
 Each collective gets its own buffers, allocated once at plan time with the recorded shapes and
 dtype (communication cost depends on sizes, not values; binding the replay's tensors would
@@ -20,10 +27,50 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
+from engine.errors import TraceError
 from engine.replay.collectives import Buf, CollectiveCall, CollKind
 from engine.replay.reasons import SkipReason
+from engine.replay.resolved import DispatchError
+
+
+class CollectiveBackend(Protocol):
+    """Runs recorded collectives. `prepare` returns a zero-argument closure for one recorded
+    collective, or raises `DispatchError` (with a SkipReason) when it cannot; `wait(index)`
+    completes the async work issued by plan step `index`; `drain()` completes all pending work
+    (end of an iteration)."""
+
+    def prepare(self, call: CollectiveCall, index: int) -> Callable[[], None]: ...
+
+    def wait(self, index: int) -> None: ...
+
+    def drain(self) -> None: ...
+
+
+class SkipCollectives:
+    """Single-process replay: every collective is skipped."""
+
+    def prepare(self, call: CollectiveCall, index: int) -> Callable[[], None]:
+        raise DispatchError(f"collective {call.describe()}", SkipReason.COLLECTIVE_SINGLE_PROCESS)
+
+    def wait(self, index: int) -> None:
+        return None
+
+    def drain(self) -> None:
+        return None
+
+
+BACKENDS: dict[str, Callable[..., CollectiveBackend]] = {
+    "skip": lambda **kw: SkipCollectives(),
+    "torch": lambda **kw: TorchDistBackend(**kw),
+}
+
+
+def get_backend(name: str, **kw) -> CollectiveBackend:
+    if name not in BACKENDS:
+        raise TraceError(f"unknown collective backend {name!r}; choose one of {sorted(BACKENDS)}")
+    return BACKENDS[name](**kw)
 
 
 def _dtype(name: str):
@@ -76,8 +123,6 @@ class TorchDistBackend:
     # -- the seam ----------------------------------------------------------------------------
     def prepare(self, call: CollectiveCall, index: int) -> Callable[[], None]:
         import torch.distributed as dist
-
-        from engine.replay.dispatch import DispatchError
 
         k, w, group = call.kind, self.world, self.groups.get(call.pg)
         if call.seq is not None and k != CollKind.WAIT:

@@ -16,15 +16,16 @@ rewritten to their device-agnostic ATen equivalents with the same math and count
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from engine.replay import oppolicy
 from engine.replay.accel import ACCELERATOR_OPS
 from engine.replay.accel import remap as accel_remap
 from engine.replay.collectives import is_collective
 from engine.replay.reasons import SkipReason
+from engine.replay.resolved import DispatchError, Resolved
 
 # recorded ScalarType / Layout / MemoryFormat enums are written as ints
 SCALAR_TYPES = {
@@ -49,25 +50,6 @@ MEMORY_FORMATS = {
     2: torch.channels_last,
     3: torch.channels_last_3d,
 }
-
-
-class DispatchError(Exception):
-    """The op cannot be rebuilt: `reason` (a SkipReason) goes into coverage, the message is the detail."""
-
-    def __init__(self, message: str, reason: SkipReason = SkipReason.NO_MATCHING_OVERLOAD):
-        super().__init__(message)
-        self.reason = reason
-
-
-@dataclass(slots=True)
-class Resolved:
-    overload: Any  # torch._ops.OpOverload
-    positional: list[tuple[str, Any]]  # ("rec", i) | ("const", v)
-    keywords: dict[str, tuple[str, Any]]
-    arg_types: dict[int, str]  # recorded index -> target schema type (for enum conversion)
-    substituted: str = ""  # "" or "aten::cudnn_x -> aten::y"
-    out_map: list[int] | None = None  # result position per recorded output (None: identity)
-    extra: dict = field(default_factory=dict)
 
 
 # namespaces whose operators are registered by importing a well-known library (a fixed list:
@@ -290,8 +272,12 @@ NO_EQUIVALENT = (
 )
 
 
-def resolve(name: str, schema: str, types: list[str], device: str) -> Resolved:
-    """Resolve one recorded op for `device` ("cpu" / "cuda:N"); DispatchError says why not."""
+def resolve(name: str, schema: str, types: list[str], device: str, *, allow_trace_code: bool = False) -> Resolved:
+    """Resolve one recorded op for `device` ("cpu" / "cuda:N"); DispatchError says why not.
+
+    Every op a trace asks for passes `oppolicy` here (the one gate of replay, distributed ranks,
+    the dashboard's worker and compose's shape check): an op that may touch files, devices or
+    the network is refused with `SkipReason.UNSAFE_OP` unless `allow_trace_code`."""
     if is_collective(name):
         raise DispatchError(f"collective {name}", SkipReason.COLLECTIVE_SINGLE_PROCESS)
     on_gpu = device.startswith("cuda")
@@ -305,6 +291,8 @@ def resolve(name: str, schema: str, types: list[str], device: str) -> Resolved:
         return SUBSTITUTIONS_ON_CUDA[name](None, len(types))
     if not on_gpu and name in NO_EQUIVALENT:
         raise DispatchError(f"{name} is CUDA-library only and has no CPU equivalent", SkipReason.NO_CPU_EQUIVALENT)
+    if not allow_trace_code and (why := oppolicy.denied_name(name)):  # before any lookup or library import
+        raise DispatchError(f"{why} ({oppolicy.HINT})", SkipReason.UNSAFE_OP)
     rec_names = None
     target = None
     if schema:
@@ -320,6 +308,8 @@ def resolve(name: str, schema: str, types: list[str], device: str) -> Resolved:
                 target = None
     if target is None:
         target = _by_kinds(name, types)
+    if not allow_trace_code and (why := oppolicy.refusal(target._schema, name)):  # the live schema, not the trace's
+        raise DispatchError(f"{why} ({oppolicy.HINT})", SkipReason.UNSAFE_OP)
     positional, keywords, arg_types = _layout(target, rec_names, len(types))
     for i, t in enumerate(types):
         st = arg_types.get(i)

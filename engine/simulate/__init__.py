@@ -12,9 +12,10 @@ never imported from here.
 
 from engine.simulate.api import simulate
 from engine.simulate.config import SimConfig
-from engine.simulate.graph import EdgeKind, TaskGraph, build_graph
+from engine.simulate.graph import build_graph
 from engine.simulate.result import SimResult, export_kineto
 from engine.simulate.schedule import DependencyCycleError, Schedule, solve
+from engine.simulate.taskgraph import EdgeKind, TaskGraph
 
 __all__ = [
     "DependencyCycleError",

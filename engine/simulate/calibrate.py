@@ -4,7 +4,8 @@ engine.simulate itself, so the simulator stays torch-free).
     python -m engine.simulate.calibrate [--device cpu] [--threads 1]
 
 Each measurement is cached by (op, shapes, dtype, device, threads) in
-`.mystique_cache/costmodel/measurements.json` so re-runs only time new shapes. Per family it
+`costmodel.cache_dir()/measurements.json` (`.mystique_cache/costmodel/` unless MYSTIQUE_COSTMODEL_DIR
+or MYSTIQUE_CACHE_DIR say otherwise) so re-runs only time new shapes. Per family it
 fits the curve of costmodel.py on a training set of shapes and reports the error on held-out
 shapes (every third size), and writes `curves_<device>.json`, which the simulator uses when a
 trace has too few ops of a family to fit its own curve. Embedding lookups get their own

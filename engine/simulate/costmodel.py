@@ -188,6 +188,15 @@ def heldout_error(w: np.ndarray, t: np.ndarray, folds: int = 5) -> float | None:
 
 
 def cache_dir() -> Path:
+    """Where calibrate.py keeps its measurements and fitted curves: `$MYSTIQUE_COSTMODEL_DIR`, else
+    `$MYSTIQUE_CACHE_DIR/costmodel`, else `.mystique_cache/costmodel` under the current folder.
+
+    Why an override of its own: fitted curves change what the simulator predicts, so the tests
+    point it at an empty folder (a developer's calibration must not answer for a fresh machine).
+    """
+    env = os.environ.get("MYSTIQUE_COSTMODEL_DIR", "").strip()
+    if env:
+        return Path(env)
     return Path(os.environ.get("MYSTIQUE_CACHE_DIR", ".mystique_cache")) / "costmodel"
 
 

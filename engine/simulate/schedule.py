@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.errors import TraceError
-from engine.simulate.graph import TaskGraph
+from engine.simulate.taskgraph import TaskGraph
 
 
 class DependencyCycleError(TraceError):

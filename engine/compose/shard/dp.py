@@ -106,15 +106,15 @@ def shard_dp(bench) -> dict:
     per_rank = scale / n
     if abs(per_rank - 1.0) > 1e-12:
         scale_batch(bench, 0, per_rank, batch)
-    params = bench.meta.get("_params", [])
+    params = bench.context.params
     if not params:
         raise TraceError("dp sharding found no parameters (tensors the optimizer updates) in the trace")
     bks = buckets(params)
     nodes = bench.ranks[0]
-    bwd_orig = set(bench.meta.get("_backward_ids", ()))
     replay = set(bench.replay_ids[0])
+    phase_of = bench.context.phase_of
     last_bwd = max(
-        (k for k, nd in enumerate(nodes) if nd.get("_orig") in bwd_orig and nd["id"] in replay), default=len(nodes) - 1
+        (k for k, nd in enumerate(nodes) if nd["id"] in replay and phase_of(nd) == "backward"), default=len(nodes) - 1
     )
     tid = (
         max(

@@ -66,7 +66,7 @@ def _scalar(v) -> tuple:
     return v, [], _SCALAR_TYPES[type(v)], []
 
 
-def _node(name: str, tbe: dict, schema: str, phase: str, inputs: list[tuple], outputs: list[tuple]) -> dict:
+def _node(name: str, tbe: dict, schema: str, inputs: list[tuple], outputs: list[tuple]) -> dict:
     """An ET node standing in for one table of TBE lookup `tbe`; arguments as (value, shape,
     type, strides) tuples, each argument's four facts side by side."""
 
@@ -81,8 +81,6 @@ def _node(name: str, tbe: dict, schema: str, phase: str, inputs: list[tuple], ou
         "inputs": io(inputs),
         "outputs": io(outputs),
         "attrs": _attrs(schema),
-        "_phase": phase,
-        "_tbe": tbe["name"],
     }
 
 
@@ -167,7 +165,6 @@ def tables_from_tbe(n: dict, fresh, start_index: int) -> list[tuple[dict, dict, 
             "aten::embedding_bag",
             n,
             _EB_SCHEMA,
-            "forward",
             [
                 _tensor(w, [rows, dim], itemsize, wtype),
                 *(_long(*a) for a in index_args[:2]),
@@ -181,7 +178,6 @@ def tables_from_tbe(n: dict, fresh, start_index: int) -> list[tuple[dict, dict, 
             "aten::_embedding_bag_backward",
             n,
             _EBB_SCHEMA,
-            "backward",
             [
                 _tensor((fresh(), fresh()), [batch, dim], itemsize, wtype),
                 *(_long(*a) for a in index_args),

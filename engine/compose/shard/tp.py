@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.compose.meta_check import propagate
@@ -25,6 +26,8 @@ from engine.compose.nodes import attr, get_slot, is_defined, tensors_of
 from engine.compose.shard.dp import allreduce_node, renumber
 from engine.compose.transforms.scale import prune_to_replay
 from engine.errors import TraceError
+
+PhaseOf = Callable[[dict], str]  # a node's phase in its source (ComposeContext.phase_of)
 
 _LINEAR_OPS = ("aten::linear",)
 # addmm(bias, x, W) with a parameter W of shape [in, out]: GPT-2's Conv1D (and other libraries'
@@ -87,10 +90,10 @@ class Linear:
     out_dim: int = 0  # weight dim holding the output features (linear: 0; addmm's [in, out] weight: 1)
 
 
-def _linears(nodes: list[dict], replay: set[int], params: set[int]) -> list[Linear]:
+def _linears(nodes: list[dict], replay: set[int], params: set[int], phase_of: PhaseOf) -> list[Linear]:
     out = []
     for n in nodes:
-        if n["id"] not in replay or n.get("_phase") != "forward":
+        if n["id"] not in replay or phase_of(n) != "forward":
             continue
         if n["name"] in _ADDMM_OPS:
             lin = _addmm_linear(n, params)
@@ -213,13 +216,13 @@ def _pairs(linears: list[Linear], made: dict[tuple, dict]) -> list[tuple[Linear,
     return sorted(pairs, key=lambda p: p[0].node_id)
 
 
-def _optimizer_state(nodes: list[dict], replay: set[int], seeds: dict) -> None:
+def _optimizer_state(nodes: list[dict], replay: set[int], seeds: dict, phase_of: PhaseOf) -> None:
     """Optimizer state (momentum, exp_avg, ...) splits like its parameter: foreach optimizers pass
     state lists in parameter order, so a list of the parameter list's length and shapes maps
     position by position to the parameter list of the same op or of another op."""
     lists: list[list[tuple]] = []
     for n in nodes:
-        if n["id"] not in replay or n.get("_phase") != "optimizer":
+        if n["id"] not in replay or phase_of(n) != "optimizer":
             continue
         by_arg: dict[int, list] = {}
         for io, _, arg, sub, v in tensors_of(n):
@@ -237,11 +240,11 @@ def _optimizer_state(nodes: list[dict], replay: set[int], seeds: dict) -> None:
                     seeds[k] = seeds[rk]
 
 
-def _grad_input_mm(nodes: list[dict], replay: set[int], col: Linear) -> dict | None:
+def _grad_input_mm(nodes: list[dict], replay: set[int], col: Linear, phase_of: PhaseOf) -> dict | None:
     """The backward matmul that makes the column-parallel layer's input gradient: it reads the
     layer's weight storage and outputs the layer input's shape."""
     for n in nodes:
-        if n["id"] not in replay or n.get("_phase") != "backward" or n["name"] not in ("aten::mm", "aten::matmul"):
+        if n["id"] not in replay or phase_of(n) != "backward" or n["name"] not in ("aten::mm", "aten::matmul"):
             continue
         reads_w = any(io == "in" and is_defined(v) and v[1] == col.weight[1] for io, _, _, _, v in tensors_of(n))
         out_shapes = [
@@ -267,7 +270,8 @@ def shard_tp(bench) -> dict:
     nodes = bench.ranks[0]
     replay = set(bench.replay_ids[0])
     params = set(bench.meta.get("param_storages", ()))
-    pairs = _pairs(_linears(nodes, replay, params), _producers(nodes, replay))
+    phase_of = bench.context.phase_of
+    pairs = _pairs(_linears(nodes, replay, params, phase_of), _producers(nodes, replay))
     if not pairs:
         raise TraceError("tp sharding found no pair of consecutive linear layers (d -> h -> d) to split")
     seeds: dict[tuple[int, int], int] = {}
@@ -282,7 +286,7 @@ def shard_tp(bench) -> dict:
         if col.bias is not None:
             seeds[col.bias] = 0
         seeds[row.weight] = 1 - row.out_dim
-    _optimizer_state(nodes, replay, seeds)
+    _optimizer_state(nodes, replay, seeds, phase_of)
     rep = propagate(
         nodes, bench.replay_ids[0], scale=1.0 / n, seeds=seeds, mutate=True, params=params, label=f"tp degree {n}"
     )
@@ -293,7 +297,7 @@ def shard_tp(bench) -> dict:
     comms: list = []
     for k, (col, row) in enumerate(pairs):
         sites = [("forward", by_id[row.node_id], [*row.input_shape[:-1], row.shape[0]])]
-        mm = _grad_input_mm(nodes, replay, col)
+        mm = _grad_input_mm(nodes, replay, col, phase_of)
         if mm is not None:
             sites.append(
                 (

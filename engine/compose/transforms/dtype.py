@@ -93,7 +93,7 @@ def validate(bench, rank: int, dtype: str, baseline=None) -> dict:
     rep = propagate(nodes, ids, mutate=False, strict=False, label=f"dtype {dtype}")
     new = _failures(rep)
     if new:
-        before = _failures(baseline) if baseline is not None else bench.meta.get("_dtype_baseline_failures", {})
+        before = _failures(baseline) if baseline is not None else bench.context.dtype_baseline_failures
         bad = [k for k in new if k not in before]
         if bad:
             raise TraceError(

@@ -9,6 +9,8 @@ and optimizer state are read by optimizer-phase ops); B is dim 0 of the first su
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from engine.compose.meta_check import propagate
@@ -95,22 +97,25 @@ def infer_batch(trace, path=None) -> int:
     raise TraceError("cannot infer the batch size (no non-parameter input tensor); set 'batch_size' in the spec", path)
 
 
-def batch_seeds(nodes: list[dict], replay_ids, batch: int, params: set[int]) -> set[tuple[int, int]]:
-    """External (never produced) non-parameter tensors whose dim 0 is the batch."""
+def batch_seeds(
+    nodes: list[dict], replay_ids, batch: int, params: set[int], phase_of: Callable[[dict], str] = lambda n: ""
+) -> set[tuple[int, int]]:
+    """External (never produced) non-parameter tensors whose dim 0 is the batch; `phase_of` a
+    node's phase (ComposeContext.phase_of), "" when unknown."""
     want = set(replay_ids)
     seeds: set = set()
     seen: set = set()
     # when phases are known, the model's inputs are never first read by an optimizer op
     # (phase labels of backward vs forward are not reliable enough to use: param's resnet
     # computes its loss under a backward label)
-    phased = any(n.get("_phase") == "forward" for n in nodes if n["id"] in want)
+    phased = any(phase_of(n) == "forward" for n in nodes if n["id"] in want)
     for n, key, sub, v in external_reads(n for n in nodes if n["id"] in want):
         if key in seen or v[1] in params:
             continue
         seen.add(key)
         # tensors first passed inside a list (DDP buffer broadcast, foreach optimizers)
         # are parameters/buffers, not the model's batch
-        if (not phased or n.get("_phase") != "optimizer") and sub is None:
+        if (not phased or phase_of(n) != "optimizer") and sub is None:
             seeds.add(key)
     shapes: dict = {}
     for n in nodes:
@@ -189,7 +194,7 @@ def scale_batch(bench, rank: int, scale: float, batch: int, params: set[int] | N
     new_b = batch * scale
     if abs(new_b - round(new_b)) > 1e-9 or round(new_b) < 1:
         raise TraceError(f"batch scale {scale:g} gives a non-integer batch: {batch} x {scale:g} = {new_b:g}")
-    seeds = batch_seeds(nodes, bench.replay_ids[rank], batch, params)
+    seeds = batch_seeds(nodes, bench.replay_ids[rank], batch, params, bench.context.phase_of)
     if not seeds:
         raise TraceError(f"batch scale {scale:g}: no input tensor has the batch size {batch} as dim 0")
     from engine.compose.shard.tbe import tbe_batch_shapes

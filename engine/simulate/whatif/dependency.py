@@ -10,7 +10,7 @@ from typing import Annotated
 
 import numpy as np
 
-from engine.simulate.graph import EdgeKind
+from engine.simulate.taskgraph import EdgeKind
 from engine.simulate.whatif.rules import MAX_US, Between, Regex
 from engine.simulate.whatif.spec import Edit, register
 from engine.user_regex import compile_user

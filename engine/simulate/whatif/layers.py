@@ -27,10 +27,10 @@ import pandas as pd
 
 from engine.simulate.whatif.rules import Between, Regex
 from engine.simulate.whatif.spec import Edit, register
+from engine.trace.vocab import GPU_CATS
 from engine.user_regex import compile_user
 
 OPT_SPAN = re.compile(r"^## optimizer ##$|^Optimizer\.step")
-GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
 def _end(ev: pd.DataFrame) -> np.ndarray:

@@ -3,7 +3,7 @@
     {"version": 1, "edits": [
         {"kind": "speedup", "factor": 2.0, "category": "gemm"},
         {"kind": "layers", "module": "blocks\\.1$", "copies": 2},
-        {"kind": "batch", "scale": 2.0, "batch": 3, "per_sample": [128]},
+        {"kind": "batch", "scale": 2.0, "size": 3, "multiples": [128]},
         {"kind": "data_parallel", "ranks": 1024}
     ]}
 

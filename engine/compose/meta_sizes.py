@@ -1,0 +1,148 @@
+"""How a batch scale rewrites an op's own arguments: size lists, slice ends, all_to_all splits.
+
+Why apart from meta_check: these are pure rules about recorded argument values (which entry of
+a `view`'s size list carries the batch, how far from the end a slice stops), decided from the
+recorded and the scaled shapes alone; meta_check runs the ops on meta tensors and asks these
+rules what to try. Each rule is small enough to read against the trace that motivated it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+SIZE_ARG_OPS = frozenset(
+    """view _unsafe_view reshape expand new_empty new_zeros new_ones new_full zeros ones empty
+full rand randn randint empty_strided unflatten _reshape_alias""".split()
+)
+
+
+def size_candidates(sizes: list, S: set, batch: int | None, s: float) -> list[list]:
+    """Size lists to try for a view/reshape/expand, most likely first.
+
+    Batch 1 is special: every dim is a multiple of 1, and scaling any one of them keeps numel
+    equal to the scaled input's, so the first try wins even when it is the sequence or hidden
+    dim. A batch-1 trace keeps its batch as a size entry of 1 (or inside a -1), so those come
+    first, then the sizes unchanged, and only then other dims (a flattened B*T)."""
+    cands = []
+    if batch == 1:
+        for i, x in enumerate(sizes):
+            if x == 1:
+                c = list(sizes)
+                c[i] = round(s)
+                cands.append(c)
+        cands.append(list(sizes))
+    ints = [i for i, x in enumerate(sizes) if isinstance(x, int) and x > 1]
+    in_s = [i for i in ints if sizes[i] in S]
+    if in_s:  # the batch leads: the first dim known to carry it alone, then all of them
+        c = list(sizes)
+        c[in_s[0]] = round(c[in_s[0]] * s)
+        cands.append(c)
+        cands.append([round(x * s) if i in in_s else x for i, x in enumerate(sizes)])
+    guesses = [i for i in ints if i not in in_s and batch and sizes[i] % batch == 0]
+    for k, i in enumerate(in_s + guesses):
+        if k == len(in_s) and list(sizes) not in cands:
+            # unchanged before guessing: a factory op (empty([64]) for BatchNorm's saved mean)
+            # accepts any size, so a guessed "multiple of the batch" would always win there
+            cands.append(list(sizes))
+        c = list(sizes)
+        c[i] = round(c[i] * s)
+        if c not in cands:
+            cands.append(c)
+    if list(sizes) not in cands:
+        cands.append(list(sizes))
+    return [c for c in cands if all(not isinstance(x, float) for x in c)]
+
+
+RESHAPES = ("view", "reshape", "_unsafe_view", "_reshape_alias")
+
+
+def layout_candidate(new_in: list, old_in: list, sizes: list, s: float) -> list | None:
+    """The size list a reshape of the scaled input needs, from element order alone.
+
+    A reshape keeps the order of elements, so the block of elements *inside* the scaled input
+    dim (the product of the dims after it) is a suffix of the output; the output dim just
+    before that suffix (or the one the block ends inside) is where the scaled dim went. This is
+    what decides a batch-1 trace, where every dim is a multiple of the batch and numel alone
+    cannot tell the batch from the sequence or hidden dim."""
+    if len(new_in) != len(old_in) or any(not isinstance(x, int) or x < 0 for x in sizes):
+        return None
+    diff = [i for i, (a, b) in enumerate(zip(new_in, old_in)) if a != b]
+    if len(diff) != 1:
+        return None
+    p = diff[0]
+    old = int(old_in[p])
+    if any(x == 0 for x in sizes):
+        return None
+    inner = 1
+    for d in old_in[p + 1 :]:
+        inner *= int(d)
+    b, suffix = len(sizes), 1
+    while suffix < inner and b > 0:  # sizes[b:] is the block inside the scaled dim
+        b -= 1
+        suffix *= int(sizes[b])
+    if suffix > inner:
+        k = b  # the block ends inside sizes[b]: the scaled dim was merged into it
+    elif suffix != inner:
+        return None
+    else:
+        j, prod = b, 1  # sizes[j:b] is the scaled dim split up (leading dims of 1 included)
+        while j > 0 and prod * int(sizes[j - 1]) <= old and (prod < old or sizes[j - 1] == 1):
+            j -= 1
+            prod *= int(sizes[j])
+        if prod != old:
+            return None
+        if j < b:
+            k = j  # the outermost piece carries the batch
+        elif b < len(sizes):
+            k = b  # a dim of 1 was dropped: the batch merges into the next dim out
+        else:
+            return None
+    c = list(sizes)
+    v = c[k] * s
+    if abs(v - round(v)) > 1e-9:
+        return None
+    c[k] = round(v)
+    return c
+
+
+def rescale_slice(base: str, ins: dict, orig_shapes: list, t: torch.Tensor, mutate: bool) -> None:
+    """slice/narrow whose end was tied to x's (batch-carrying) size: keep the same distance
+    from the end (PyTorch records `x[:-1]` as end = B - 1)."""
+    vals = ins.get("values", [])
+    if len(vals) < 4 or not orig_shapes or not isinstance(orig_shapes[0], list):
+        return
+    dim, a, b = vals[1], vals[2], vals[3]
+    if not isinstance(dim, int) or not orig_shapes[0] or not -len(orig_shapes[0]) <= dim < len(orig_shapes[0]):
+        return
+    old, new = orig_shapes[0][dim], int(t.shape[dim])
+    if old == new:
+        return
+    if base == "slice" and isinstance(b, int) and 0 < b <= old and old - b < old / 2:
+        ins["values"][3] = new - (old - b)  # x[:B] -> x[:sB], x[:B-1] -> x[:sB-1]
+    elif base == "narrow" and isinstance(a, int) and isinstance(b, int) and a + b == old:
+        ins["values"][3] = new - a
+
+
+ALL_TO_ALL = frozenset(("alltoall_base_",))
+
+
+def base_name(name: str) -> str:
+    return name.split("::", 1)[-1].split(".", 1)[0]
+
+
+def rescale_splits(ins: dict, orig_shapes: list, tensors: dict) -> None:
+    """c10d::alltoall_base_(output, input, group, output_split_sizes, input_split_sizes, ...):
+    explicit split sizes follow their tensor's new dim 0 (empty lists split evenly: nothing to do)."""
+    vals = ins.get("values", [])
+    for t_arg, j in ((0, 3), (1, 4)):
+        t = tensors.get(t_arg)
+        splits = vals[j] if j < len(vals) else None
+        if not (isinstance(t, torch.Tensor) and t.dim() and isinstance(splits, list) and splits):
+            continue
+        if t_arg >= len(orig_shapes) or not isinstance(orig_shapes[t_arg], list) or not orig_shapes[t_arg]:
+            continue
+        old, new = int(orig_shapes[t_arg][0]), int(t.shape[0])
+        if old and new != old and all(isinstance(x, int) for x in splits):
+            scaled = [x * new // old for x in splits]
+            scaled[-1] += new - sum(scaled)  # splits that do not scale evenly: the remainder goes last
+            vals[j] = scaled

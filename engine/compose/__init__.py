@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 _HOME = {
     "Benchmark": "build",
     "compose": "build",
-    "export": "export",
     "propagate": "meta_check",
     "BenchmarkSpec": "spec",
     "Segment": "spec",
@@ -34,7 +33,6 @@ _HOME = {
 
 if TYPE_CHECKING:
     from engine.compose.build import Benchmark, compose
-    from engine.compose.export import export
     from engine.compose.meta_check import propagate
     from engine.compose.spec import BenchmarkSpec, Segment, Sharding, load_spec, save_spec, spec_from_dict
     from engine.compose.validate import validate_et
@@ -44,6 +42,15 @@ def __getattr__(name: str) -> Any:
     if name not in _HOME:
         raise AttributeError(f"module 'engine.compose' has no attribute {name!r}")
     return getattr(importlib.import_module(f"engine.compose.{_HOME[name]}"), name)
+
+
+# `export` is also the name of its submodule (torch-free). Loading a submodule binds the package
+# attribute to the module, so a lazy `export` was the module ("'module' object is not callable"
+# in `mystique compose`) whenever engine.compose.export had loaded first (Benchmark.summary).
+# Loaded here, once, the name below stays the function.
+import engine.compose.export as _export_module  # noqa: E402
+
+export = _export_module.export
 
 
 __all__ = [

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg = SimConfig.from_json(args.config) if args.config else SimConfig()
     except (ValueError, TypeError) as exc:
-        raise TraceError(f"--config: {exc}") from None
+        raise TraceError(f"--config {exc}") from None
     with progress_bar("simulate", enabled=not args.json) as cb:
         trace = _load(args.paths, cb)
         result = simulate(trace, spec, config=cfg, progress=cb)

@@ -53,6 +53,15 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+# `export` is also the name of its submodule (torch-free). Loading a submodule binds the package
+# attribute to the module, so a lazy `export` was the module ("'module' object is not callable"
+# in `mystique compose`) whenever engine.compose.export had loaded first (Benchmark.summary).
+# Loaded here, once, the name below stays the function.
+import engine.compose.export as _export_module  # noqa: E402
+
+export = _export_module.export
+
+
 __all__ = [
     "Benchmark",
     "BenchmarkSpec",

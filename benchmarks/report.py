@@ -289,6 +289,7 @@ def memory(d: dict) -> list[str]:
             num(r["holds"]),
         ]
         for r in d["rows"]
+        if "error" not in r
     ]
     return table(
         [
@@ -302,7 +303,10 @@ def memory(d: dict) -> list[str]:
             "holds",
         ],
         rows,
-    ) + [f"Run {d.get('date')}: `ReplayResult.memory['rss_bound_bytes']` against the replay's peak RSS (VmHWM).", ""]
+    ) + [
+        f"Run {d.get('date')}: `ReplayResult.memory['rss_bound_bytes']` against the replay's peak RSS (VmHWM / ru_maxrss reset before the replay; distributed rows: the pre-launch per-rank estimate against the largest rank's ru_maxrss).",
+        "",
+    ]
 
 
 def responsiveness(d: dict) -> list[str]:

@@ -66,7 +66,9 @@ def register(subparsers) -> None:
     p.add_argument(
         "--allow-trace-code",
         action="store_true",
-        help="allow executing code shipped inside the trace (PT2 Triton kernels); off by default",
+        help="also run what a trace could use to reach outside the replay: ops that may touch files, "
+        "devices or the network (aten::from_file, save, ops with path arguments; docs/security.md) "
+        "and code shipped inside the trace (PT2 Triton kernels); off by default",
     )
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: the capture's)")
     p.add_argument("--no-profile", action="store_true", help="do not write the replay's Kineto trace")

@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from engine.errors import TraceError
+from engine.trace.vocab import COMM_PREFIXES
 
 REPLAY_KEYS = ("iteration_ms", "median_ms", "per_op", "coverage")
 """Keys a replay.json must hold to be read at all."""
@@ -298,7 +299,7 @@ def coverage_report(steps, failures: dict[int, str]) -> tuple[Coverage, list[Ski
     skipped_ops: list[SkippedOp] = []
     replayed = substituted = comm_sel = comm_rep = 0
     for st in steps:
-        is_comm = getattr(st, "coll", None) is not None or str(st.name).startswith(("c10d::", "record_param_comms"))
+        is_comm = getattr(st, "coll", None) is not None or str(st.name).startswith(COMM_PREFIXES)
         comm_sel += is_comm
         cat = by_category.setdefault(st.category, CategoryCoverage(selected=0, replayed=0, substituted=0, skipped=0))
         cat["selected"] += 1

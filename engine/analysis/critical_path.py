@@ -8,7 +8,8 @@ on the unchanged schedule and on every what-if prediction alike. It crosses
   - lanes through launches (host -> GPU), syncs and event waits (GPU -> host / stream),
   - ranks through collectives: a member starts at the latest arrival of all members, so the
     walk moves to the rank that arrived last.
-Ties prefer the cross-lane edge (a sync that ended when the GPU finished is the GPU's doing).
+Ties prefer the cross-lane edge (a sync that ended when the GPU finished is the GPU's doing),
+except a launch (a kernel its stream would have started then anyway was held by the stream).
 
 Each piece is attributed to one kind (`Kind`): compute (non-communication GPU work; host
 operators on CPU-only ranks), communication (collective kernels / host collectives), launch/host
@@ -152,8 +153,19 @@ def _binding(g: TaskGraph, T: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
         last = np.r_[d[1:] != d[:-1], True]
         best, bd = o[last], d[last]
         tol = _TOL + 1e-9 * np.abs(T[bd])
-        ok = (val[best] >= T[bd] - tol) & (val[best] >= lane_val[bd] - tol)
+        # ties go to the cross-lane edge, except a launch: a kernel its stream would have
+        # started then anyway was held by the stream (the busy resource), not by its launch
+        launch = g.e_kind[best] == EDGE_KINDS.index(EdgeKind.LAUNCH)
+        beats_lane = np.where(launch, val[best] > lane_val[bd] + tol, val[best] >= lane_val[bd] - tol)
+        ok = (val[best] >= T[bd] - tol) & beats_lane
         edge[bd[ok]] = best[ok]
+    # a kernel bound by its launch although its stream was still busy when it was launched sat
+    # in the stream's queue: the stream held it (its gap before starting is the stream's idle)
+    if len(g.e_src):
+        k = np.flatnonzero(edge >= 0)
+        k = k[(g.e_kind[edge[k]] == EDGE_KINDS.index(EdgeKind.LAUNCH)) & ~first[k]]
+        queued = T[k - 1] > T[g.e_src[edge[k]]] + _TOL
+        edge[k[queued]] = -1
     has = edge >= 0
     prev = np.where(has, g.e_src[np.maximum(edge, 0)] if len(g.e_src) else -1, np.arange(npts) - 1)
     prev[first & ~has] = -1

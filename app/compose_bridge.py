@@ -16,10 +16,11 @@ import orjson
 import pandas as pd
 import streamlit as st
 
+from engine.compose.shard.kinds import SHARDINGS
 from engine.errors import TraceError
 
 DTYPES = ("as traced", "fp32", "bf16", "fp16")
-SHARDING = ("none", "dp", "tp", "embedding")
+SHARDING = ("none", *(k.value for k in SHARDINGS))  # the registry's kinds (engine.compose.shard.kinds)
 
 
 def et_sources(trace, paths: list[str]) -> list[str]:

@@ -3,6 +3,7 @@ repeat / batch scale / dtype / sharding, see the composed op list, closure and m
 load and export the benchmark. The spec lives in session state as a plain dict (small,
 JSON-ready: the engine's BenchmarkSpec layout); `app.compose_bridge` talks to engine.compose."""
 
+from dataclasses import fields
 from pathlib import Path
 
 import orjson
@@ -10,7 +11,7 @@ import streamlit as st
 
 from app import compose_bridge as bridge
 from app import state, views
-from engine.compose.spec import EMBEDDING_PLANS
+from engine.compose.shard.kinds import SHARDINGS, ShardKind
 from engine.errors import TraceError
 from engine.figures.selection import selection_to_node_ids
 
@@ -92,16 +93,19 @@ kind = c[2].selectbox(
     key="compose_sharding",
     help="dp/tp: data/tensor parallel degree; embedding: shard embedding tables over ranks",
 )
-if kind == "none":
-    spec["sharding"] = None
-elif kind == "embedding":
-    plans = list(EMBEDDING_PLANS)
-    plan = c[3].selectbox("Plan", plans, index=plans.index(shard.get("plan", "table")), key="compose_plan")
-    ranks = int(c[3].number_input("Ranks", 1, 1024, int(shard.get("ranks") or 2), key="compose_ranks"))
-    spec["sharding"] = {"kind": "embedding", "plan": plan, "ranks": ranks}
-else:
-    degree = int(c[3].number_input("Degree (ranks)", 1, 1024, int(shard.get("degree") or 2), key="compose_degree"))
-    spec["sharding"] = {"kind": kind, "degree": degree}
+sharding: dict | None = None
+if kind != "none":  # the kind's own fields (engine.compose.shard.kinds), drawn from their metadata
+    sharding = {"kind": kind}
+    for f in fields(SHARDINGS[ShardKind(kind)]):
+        m, key = f.metadata, f"compose_{f.name}"
+        if "choices" in m:
+            opts = list(m["choices"])
+            pick = opts.index(shard.get(f.name, m["default"]))
+            sharding[f.name] = c[3].selectbox(m["label"], opts, index=pick, key=key)
+        else:
+            v = int(shard.get(f.name) or m["default"])
+            sharding[f.name] = int(c[3].number_input(m["label"], m["min"], m["max"], v, key=key))
+spec["sharding"] = sharding
 spec["name"] = st.text_input("Benchmark name", spec.get("name", "benchmark"), key="compose_name")
 
 st.subheader("3 · Result")

@@ -11,11 +11,40 @@ Spec paths: `sources` resolve against the spec file's folder first, then the cur
 directory (examples/*.json use repo-root-relative paths, run from the repo root).
 """
 
-from engine.compose.build import Benchmark, compose
-from engine.compose.export import export
-from engine.compose.meta_check import propagate
-from engine.compose.spec import BenchmarkSpec, Segment, Sharding, load_spec, save_spec, spec_from_dict
-from engine.compose.validate import validate_et
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Names load on first use (PEP 562), so the torch-free parts (spec, shard.kinds, marker) import
+# without the meta-tensor machinery that needs torch.
+_HOME = {
+    "Benchmark": "build",
+    "compose": "build",
+    "export": "export",
+    "propagate": "meta_check",
+    "BenchmarkSpec": "spec",
+    "Segment": "spec",
+    "Sharding": "spec",
+    "load_spec": "spec",
+    "save_spec": "spec",
+    "spec_from_dict": "spec",
+    "validate_et": "validate",
+}
+
+if TYPE_CHECKING:
+    from engine.compose.build import Benchmark, compose
+    from engine.compose.export import export
+    from engine.compose.meta_check import propagate
+    from engine.compose.spec import BenchmarkSpec, Segment, Sharding, load_spec, save_spec, spec_from_dict
+    from engine.compose.validate import validate_et
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'engine.compose' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"engine.compose.{_HOME[name]}"), name)
+
 
 __all__ = [
     "Benchmark",

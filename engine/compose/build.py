@@ -339,9 +339,8 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
     from engine.compose.transforms.scale import param_storages, parameters
 
     meta["param_storages"] = sorted(param_storages(traces[0]))
-    if spec.sharding is not None and spec.sharding.kind == "dp":
-        src = traces[spec.segments[0].source]
-        ctx.params = parameters(src)
+    if spec.sharding is not None and spec.sharding.needs_params:
+        ctx.params = parameters(traces[spec.segments[0].source])
     meta["time"] = __import__("datetime").datetime.now().strftime("%Y-%m-%d %H:%M:%S")
     bench = Benchmark(spec=spec, ranks={0: nodes}, replay_ids={0: replay}, meta=meta, context=ctx)
     from engine.compose.transforms.dtype import change_dtype
@@ -353,11 +352,9 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
         meta["batch_size"] = spec.batch_size or infer_batch(
             traces[spec.segments[0].source], paths[spec.segments[0].source]
         )
-    dp = spec.sharding is not None and spec.sharding.kind == "dp"
     # dp applies batch_scale / degree in one step; embedding sharding scales its tables' bags and
     # lookups (it keeps only the lookups, and a TBE's global batch is no dim of the dense part)
-    emb = spec.sharding is not None and spec.sharding.kind == "embedding"
-    if spec.batch_scale != 1.0 and not dp and not emb:
+    if spec.batch_scale != 1.0 and not (spec.sharding is not None and spec.sharding.scales_batch):
         report(progress, 0.65, f"scaling batch x{spec.batch_scale:g}")
         scale_batch(bench, 0, spec.batch_scale, meta["batch_size"])
     if spec.dtype is not None:
@@ -369,7 +366,7 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
         ctx.dtype_baseline_failures = _failures(base)
         change_dtype(bench, 0, spec.dtype)
     if spec.sharding is not None:
-        report(progress, 0.8, f"sharding ({spec.sharding.kind})")
+        report(progress, 0.8, f"sharding ({spec.sharding.kind.value})")
         from engine.compose.shard import apply_sharding
 
         apply_sharding(bench, traces, paths, scaled(progress, 0.8, 1.0))

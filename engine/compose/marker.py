@@ -65,8 +65,12 @@ def _spec_world_size(folder: Path) -> int | None:
     sh = spec.get("sharding")
     if not isinstance(sh, dict):
         return 1 if "segments" in spec else None  # a spec without sharding has one rank
-    n = sh.get("ranks") if sh.get("kind") == "embedding" else sh.get("degree")
-    return int(n) if isinstance(n, int) else None
+    from engine.compose.shard.kinds import sharding_from_dict
+
+    try:
+        return sharding_from_dict(sh).world_size
+    except TraceError:
+        return None  # a bad sharding is the spec's problem to report; the marker check stays lenient
 
 
 def check_folder(folder: str | os.PathLike) -> dict:

@@ -15,6 +15,7 @@ JSON layout (version 1)::
      "warmup": 1, "iters": 5,
      "sharding": null | {"kind": "embedding", "plan": "table"|"row"|"column"|"greedy", "ranks": N}
                       | {"kind": "dp", "degree": N} | {"kind": "tp", "degree": N}}
+                                          # one dataclass per kind: engine.compose.shard.kinds
 """
 
 from __future__ import annotations
@@ -25,12 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from engine import jsonio
+from engine.compose.shard.kinds import EMBEDDING_PLANS, SHARDINGS, Sharding, sharding_from_dict
 from engine.errors import TraceError, reject_unknown_fields
-from engine.simulate.whatif.sharding import PLANNERS
 
 SPEC_VERSION = 1
 DTYPES = (None, "fp32", "bf16", "fp16")
-EMBEDDING_PLANS = tuple(PLANNERS)  # the planners compose and the what-if share (table, row, column, greedy)
 
 
 def _int(v: Any, what: str, lo: int) -> int:
@@ -61,39 +61,6 @@ class Segment:
 
     def to_dict(self) -> dict:
         return {"selection": dict(self.selection), "source": self.source, "repeat": self.repeat, "label": self.label}
-
-
-@dataclass(kw_only=True, slots=True)
-class Sharding:
-    """How to split the benchmark across ranks (see module docstring)."""
-
-    kind: str
-    plan: str | None = None
-    ranks: int | None = None
-    degree: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind == "embedding":
-            if self.plan not in EMBEDDING_PLANS:
-                raise TraceError(f"sharding plan must be one of {', '.join(EMBEDDING_PLANS)}, not {self.plan!r}")
-            self.ranks = _int(self.ranks, "sharding ranks", 1)
-            if self.degree is not None:
-                raise TraceError("embedding sharding takes 'ranks', not 'degree'")
-        elif self.kind in ("dp", "tp"):
-            self.degree = _int(self.degree, f"{self.kind} sharding degree", 1)
-            if self.plan is not None or self.ranks is not None:
-                raise TraceError(f"{self.kind} sharding takes only 'degree'")
-        else:
-            raise TraceError(f"sharding kind must be 'embedding', 'dp' or 'tp', not {self.kind!r}")
-
-    @property
-    def world_size(self) -> int:
-        n = self.ranks if self.kind == "embedding" else self.degree
-        assert n is not None  # validated in __post_init__
-        return int(n)
-
-    def to_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
 
 @dataclass(kw_only=True, slots=True)
@@ -140,13 +107,8 @@ class BenchmarkSpec:
             self.batch_size = _int(self.batch_size, "batch_size", 1)
         self.warmup = _int(self.warmup, "warmup", 0)
         self.iters = _int(self.iters, "iters", 1)
-        if isinstance(self.sharding, dict):
-            try:
-                self.sharding = Sharding(**self.sharding)
-            except TypeError as e:
-                raise TraceError(f"sharding: {e}") from None
-        elif self.sharding is not None and not isinstance(self.sharding, Sharding):
-            raise TraceError(f"sharding must be an object or null, not {self.sharding!r}")
+        if self.sharding is not None and not isinstance(self.sharding, tuple(SHARDINGS.values())):
+            self.sharding = sharding_from_dict(self.sharding)
 
     def source_paths(self) -> list[Path]:
         """Absolute source paths: relative ones resolve against the spec's folder, then the cwd."""
@@ -255,4 +217,13 @@ def save_spec(spec: BenchmarkSpec, path: str | os.PathLike) -> Path:
     return p
 
 
-__all__ = ["SPEC_VERSION", "BenchmarkSpec", "Segment", "Sharding", "load_spec", "save_spec", "spec_from_dict"]
+__all__ = [
+    "EMBEDDING_PLANS",
+    "SPEC_VERSION",
+    "BenchmarkSpec",
+    "Segment",
+    "Sharding",
+    "load_spec",
+    "save_spec",
+    "spec_from_dict",
+]

@@ -41,7 +41,10 @@ replay.json (one JSON object; * = required when read):
                                    communication, idle (distributed replays)
     collectives       {kind: {count, bytes}}  collectives executed per iteration
     world_size        int          ranks that ran (1 for a single-process replay)
-    ranks             [{...}]      distributed runs: one entry per rank
+    ranks             [{...}]      distributed runs: one entry per rank {rank, recorded_rank,
+                                   iteration_ms, median_ms, coverage, breakdown {compute_ms,
+                                   comm_ms, exposed_comm_ms, idle_ms} (engine.replay.commstats),
+                                   collectives, kineto_path, replay_json, skipped_ops}
     spmd              {...} | null --mirror-rank: which recorded rank every rank replays
     source            {"traces": [{path, sha256}], "derived_from": [sha256, ...]}: content
                                    hashes of the ET(s) replayed (and, for a composed benchmark,

@@ -1,0 +1,152 @@
+"""The sharding kinds a spec may name: one frozen spec dataclass per kind, in one registry.
+
+Why a registry: the kind used to be a string tested in if/elif chains in the spec, the sharding
+dispatcher, the composer and the compose page; a new kind meant editing all four. Here a kind
+is one class: its fields are the spec's JSON fields (with the UI's label and bounds in their
+metadata), `world_size` its rank count, `apply` the transform (imported when it runs, so this
+module, and with it the spec, imports without torch), and two flags tell the composer what the
+transform does itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from typing import Any, ClassVar
+
+from engine.errors import TraceError
+from engine.simulate.whatif.sharding import PLANNERS
+
+EMBEDDING_PLANS = tuple(PLANNERS)  # the planners compose and the what-if share (table, row, column, greedy)
+
+
+class ShardKind(Enum):
+    EMBEDDING = "embedding"
+    DP = "dp"
+    TP = "tp"
+
+
+def _count(label: str, default: int) -> Any:
+    """A rank count field: an integer >= 1 (`label` and `default` are the UI's)."""
+    return field(metadata={"label": label, "min": 1, "max": 1024, "default": default})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _ShardingSpec:
+    kind: ClassVar[ShardKind]
+    # what the transform does itself, so the composer does not: apply spec.batch_scale (dp
+    # divides the global batch over its ranks in one step; embedding scales its tables' bags)
+    scales_batch: ClassVar[bool] = False
+    # needs the model's parameters (ComposeContext.params) from the source trace
+    needs_params: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v, m = getattr(self, f.name), f.metadata
+            what = f"{self.kind.value} sharding {f.name}"
+            if "choices" in m and v not in m["choices"]:
+                raise TraceError(f"{what} must be one of {', '.join(m['choices'])}, not {v!r}")
+            if "min" in m and (isinstance(v, bool) or not isinstance(v, int) or v < m["min"]):
+                raise TraceError(f"{what} must be an integer >= {m['min']}, not {v!r}")
+
+    @property
+    def world_size(self) -> int:
+        raise NotImplementedError
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind.value, **{f.name: getattr(self, f.name) for f in fields(self)}}
+
+    def apply(self, bench: Any, traces: list, paths: list) -> dict:
+        """Shard `bench` in place (rank 0 -> world_size ranks); returns the sharding's meta."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EmbeddingSharding(_ShardingSpec):
+    """Embedding tables over `ranks` ranks by a planner (engine.compose.shard.planners)."""
+
+    kind: ClassVar[ShardKind] = ShardKind.EMBEDDING
+    scales_batch: ClassVar[bool] = True
+    plan: str = field(metadata={"label": "Plan", "choices": EMBEDDING_PLANS, "default": "table"})
+    ranks: int = _count("Ranks", 2)
+
+    @property
+    def world_size(self) -> int:
+        return self.ranks
+
+    def apply(self, bench: Any, traces: list, paths: list) -> dict:
+        from engine.compose.shard.embedding import shard_embeddings
+
+        return shard_embeddings(bench, paths[bench.spec.segments[0].source])
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DpSharding(_ShardingSpec):
+    """Data parallel: every rank runs batch / degree samples, gradients all-reduced in buckets."""
+
+    kind: ClassVar[ShardKind] = ShardKind.DP
+    scales_batch: ClassVar[bool] = True
+    needs_params: ClassVar[bool] = True
+    degree: int = _count("Degree (ranks)", 2)
+
+    @property
+    def world_size(self) -> int:
+        return self.degree
+
+    def apply(self, bench: Any, traces: list, paths: list) -> dict:
+        from engine.compose.shard.dp import shard_dp
+
+        return shard_dp(bench)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TpSharding(_ShardingSpec):
+    """Tensor parallel: consecutive linear layers split column- then row-wise over `degree` ranks."""
+
+    kind: ClassVar[ShardKind] = ShardKind.TP
+    degree: int = _count("Degree (ranks)", 2)
+
+    @property
+    def world_size(self) -> int:
+        return self.degree
+
+    def apply(self, bench: Any, traces: list, paths: list) -> dict:
+        from engine.compose.shard.tp import shard_tp
+
+        return shard_tp(bench)
+
+
+Sharding = EmbeddingSharding | DpSharding | TpSharding
+SHARDINGS: dict[ShardKind, type[Sharding]] = {c.kind: c for c in (DpSharding, TpSharding, EmbeddingSharding)}
+
+
+def sharding_from_dict(d: Any) -> Sharding:
+    """Validate a spec's `sharding` object into its kind's dataclass (TraceError names the field)."""
+    if not isinstance(d, dict):
+        raise TraceError(f"sharding must be an object or null, not {d!r}")
+    names = [k.value for k in SHARDINGS]
+    try:
+        kind = ShardKind(d.get("kind"))
+    except ValueError:
+        raise TraceError(f"sharding kind must be one of {', '.join(map(repr, names))}, not {d.get('kind')!r}") from None
+    cls = SHARDINGS[kind]
+    known = [f.name for f in fields(cls)]
+    extra = sorted(set(d) - {"kind", *known})
+    if extra:
+        raise TraceError(f"{kind.value} sharding takes only {', '.join(map(repr, known))}, not {', '.join(extra)}")
+    missing = [k for k in known if k not in d]
+    if missing:
+        raise TraceError(f"{kind.value} sharding needs {', '.join(map(repr, missing))}")
+    return cls(**{k: d[k] for k in known})
+
+
+__all__ = [
+    "EMBEDDING_PLANS",
+    "SHARDINGS",
+    "DpSharding",
+    "EmbeddingSharding",
+    "ShardKind",
+    "Sharding",
+    "TpSharding",
+    "sharding_from_dict",
+]

@@ -20,6 +20,7 @@ KIND_COLORS = {
     "sync_wait": "#2a9d8f",
     "idle": "#adb5bd",
 }
+HAND_OFF = {"mode": "lines+markers", "name": "hand-off between ranks", "line": {"color": "#e63946", "width": 2}}
 KIND_LABELS = {
     "compute": "compute",
     "communication": "communication",
@@ -68,15 +69,7 @@ def critical_path_figure(segments: pd.DataFrame, *, origin_us: float | None = No
             a, b = seg.iloc[i - 1], seg.iloc[i]
             xs += [float(a["start_us"] + a["dur_us"]) - origin, float(b["start_us"]) - origin, None]
             ys += [ylab[int(a["rank"])], ylab[int(b["rank"])], None]
-        fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=ys,
-                mode="lines+markers",
-                name="hand-off between ranks",
-                line=dict(color="#e63946", width=2),
-            )
-        )
+        fig.add_trace(go.Scatter(x=xs, y=ys, **HAND_OFF))
     fig.update_layout(
         barmode="overlay",
         title=title,

@@ -18,7 +18,8 @@ sync / event-wait / thread hand-off latencies) or idle (a lane waiting with noth
 
 Walks: one per (rank, ProfilerStep) from the step's end back to its start; without steps, one
 from the last point to the first. `CriticalPath` reports means over the walks (ms per
-iteration) and keeps the pieces of the longest walk for drawing.
+iteration) and keeps the pieces of one walk for drawing (the one that crosses the most ranks,
+then the longest).
 """
 
 from __future__ import annotations
@@ -75,9 +76,9 @@ _EDGE_KIND = {
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CriticalPath:
-    """Means over the walks (ms per iteration) and the pieces of the longest walk.
+    """Means over the walks (ms per iteration) and the pieces of the walk drawn.
 
-    segments: one row per piece of the longest walk: rank, lane, task (-1: idle), name, kind,
+    segments: one row per piece of the walk drawn (most ranks crossed, then longest): rank, lane, task (-1: idle), name, kind,
     via ("lane" or the edge kind that set it), start_us (absolute, as the events' ts_us),
     dur_us. collectives: collective tasks on the path (name -> ms) and the cross-rank hand-offs
     it follows (`crossings`)."""
@@ -334,7 +335,11 @@ def _summarise(g: TaskGraph, seg: pd.DataFrame, n_walks: int) -> CriticalPath:
         {"from_rank": int(r["rank"]), "to_rank": int(r["to_rank"]), "collective": _next_comm(seg, i)}
         for i, r in cross.head(50).iterrows()
     ]
-    longest = seg.groupby("walk")["dur_us"].sum().idxmax()
+    # the walk drawn: the longest, preferring one that crosses ranks (the step of the rank
+    # that waited: it shows who held it up)
+    per = seg.groupby("walk").agg(ms=("dur_us", "sum"), ranks=("rank", "nunique"))
+    per["ms"] = per["ms"].round(-1)  # steps within 10 µs count as equally long
+    longest = per.sort_values(["ranks", "ms"], ascending=False, kind="stable").index[0]
     keep = ["rank", "lane", "task", "name", "kind", "via", "start_us", "dur_us"]
     segments = seg.loc[seg["walk"] == longest, keep].reset_index(drop=True)
     return CriticalPath(

@@ -182,22 +182,23 @@ def test_restructured_catalog_salvages_rows_by_column_name(ws):
     assert at.session_state["specs"]["mine"]["segments"] == SPEC["segments"]
 
 
-@pytest.fixture()
-def read_only(ws):
-    """catalog.sqlite made unwritable for this process: immutable as root (permission bits do
-    not stop root), mode 0444 otherwise."""
+@pytest.fixture(params=["file", "folder"])
+def read_only(ws, request):
+    """catalog.sqlite (or its whole folder) made unwritable for this process: immutable as root
+    (permission bits do not stop root), mode 0444 / 0555 otherwise."""
     cat = ws / "catalog.sqlite"
+    target = cat if request.param == "file" else ws
     if os.geteuid() == 0:
-        r = subprocess.run(["chattr", "+i", str(cat)], capture_output=True, text=True)
+        r = subprocess.run(["chattr", "+i", str(target)], capture_output=True, text=True)
         if r.returncode:
-            pytest.skip(f"cannot make {cat} immutable here: {r.stderr.strip()}")
+            pytest.skip(f"cannot make {target} immutable here: {r.stderr.strip()}")
     else:
-        cat.chmod(0o444)
+        target.chmod(0o444 if target == cat else 0o555)
     yield cat
     if os.geteuid() == 0:
-        subprocess.run(["chattr", "-i", str(cat)], check=True)
+        subprocess.run(["chattr", "-i", str(target)], check=True)
     else:
-        cat.chmod(0o644)
+        target.chmod(0o644 if target == cat else 0o755)
 
 
 def test_read_only_catalog_opens_read_only_and_refuses_saves_with_one_line(ws, read_only):

@@ -75,17 +75,6 @@ def build_groups(groups: list[dict], world: int) -> dict[str, object]:
     return out
 
 
-STAGED_JSON = "replay.new.json"
-
-
-def staged_kineto(rank: int) -> str:
-    return f"replay_rank{rank}_kineto.new.json.gz"
-
-
-def final_kineto(rank: int) -> str:
-    return f"replay_rank{rank}_kineto.json.gz"
-
-
 def _ticking(backend, board, rank: int):
     """Wrap each prepared collective so it ticks this rank's progress counter first."""
     if board is None:
@@ -111,7 +100,7 @@ def run_rank(spec: dict) -> int:
     import engine.trace as T
     from engine.distributed.launch import ProgressBoard, init_from_env
     from engine.replay.comm_backend import TorchDistBackend
-    from engine.replay.distributed import config_from_json
+    from engine.replay.distributed import STAGED_JSON, config_from_json, final_kineto, staged_kineto
     from engine.replay.executor import ReplaySession
     from engine.replay.merge import merge
     from engine.replay.seqcheck import process_groups

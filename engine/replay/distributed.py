@@ -40,6 +40,18 @@ from engine.replay.result import ReplayResult
 
 DEFAULT_TIMEOUT_S = 60.0
 
+# Staged names: a rank writes its new result beside the previous one and the launcher swaps them
+# in only when every rank finished (a failed rerun keeps the last good result).
+STAGED_JSON = "replay.new.json"
+
+
+def staged_kineto(rank: int) -> str:
+    return f"replay_rank{rank}_kineto.new.json.gz"
+
+
+def final_kineto(rank: int) -> str:
+    return f"replay_rank{rank}_kineto.json.gz"
+
 
 @dataclass(kw_only=True, slots=True)
 class DistConfig:
@@ -170,7 +182,6 @@ def _promote(out: Path, rank: int) -> dict:
     """A rank's staged result under its final names (kineto renamed, replay.json written
     atomically with the final paths); returns the document."""
     from engine.outdir import atomic_write
-    from engine.replay.dist_worker import STAGED_JSON, final_kineto, staged_kineto
 
     rank_dir = out / f"rank{rank}"
     staged = rank_dir / STAGED_JSON
@@ -190,7 +201,6 @@ def _promote(out: Path, rank: int) -> dict:
 
 
 def _drop_staged(out: Path) -> None:
-    from engine.replay.dist_worker import STAGED_JSON
 
     for f in [*out.glob(f"rank*/{STAGED_JSON}"), *out.glob("rank*/replay_rank*_kineto.new.json.gz")]:
         f.unlink(missing_ok=True)

@@ -13,7 +13,6 @@ the UI shows, instead of a page traceback or a save dropped without a word.
 
 from __future__ import annotations
 
-import enum
 import os
 import sqlite3
 import time
@@ -24,19 +23,7 @@ from typing import Any
 from engine import jsonio
 from engine.errors import TraceError
 from engine.workspace import schema
-from engine.workspace.schema import Health
-
-
-class JobStatus(str, enum.Enum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def finished(self) -> bool:
-        return self in (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED)
+from engine.workspace.schema import Health, JobStatus
 
 
 def default_workspace() -> Path:

@@ -25,6 +25,19 @@ from pathlib import Path
 
 from engine import jsonio
 
+
+class JobStatus(str, enum.Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
 # Version 0 is a catalog written before versions existed: the same tables as version 1.
 SCHEMA_VERSION = 2
 
@@ -97,7 +110,13 @@ class Inspection:
 
 
 def connect_ro(path: Path, *, lenient: bool = False) -> sqlite3.Connection:
-    """A read-only connection; `immutable` when the folder cannot hold the WAL's -shm file.
+    """A read-only connection (see `_connect_ro`)."""
+    return _connect_ro(path, lenient=lenient)[0]
+
+
+def _connect_ro(path: Path, *, lenient: bool = False) -> tuple[sqlite3.Connection, bool]:
+    """A read-only connection, and whether it is `immutable` (used only when the folder cannot
+    hold the WAL's -shm file: it reads the main file alone, ignoring locks and the WAL).
     `lenient`: damaged schema entries are skipped instead of failing every query (salvage)."""
 
     def connect(mode: str) -> sqlite3.Connection:
@@ -108,11 +127,11 @@ def connect_ro(path: Path, *, lenient: bool = False) -> sqlite3.Connection:
         return db
 
     try:
-        return connect("mode=ro")
+        return connect("mode=ro"), False
     except sqlite3.OperationalError as exc:
-        if is_corrupt(exc):
-            raise
-        return connect("immutable=1")
+        if "unable to open" not in str(exc) and "readonly" not in str(exc).replace("-", ""):
+            raise  # locked, busy or damaged: never read around it
+        return connect("immutable=1"), True
 
 
 def inspect(path: Path) -> Inspection:
@@ -125,9 +144,12 @@ def inspect(path: Path) -> Inspection:
     except OSError as exc:
         return Inspection(health=Health.UNREADABLE, reason=_short(exc))
     try:
-        with contextlib.closing(connect_ro(path)) as db:
+        conn, immutable = _connect_ro(path)
+        with contextlib.closing(conn) as db:
             version = int(db.execute("PRAGMA user_version").fetchone()[0])
             check = [r[0] for r in db.execute("PRAGMA quick_check").fetchall()]
+            if check != ["ok"] and immutable:  # the main file without its WAL: not proof of damage
+                return Inspection(health=Health.UNREADABLE, version=version, reason=f"damaged? ({check[0]})")
             if check != ["ok"]:
                 return Inspection(health=Health.BAD, version=version, reason=f"damaged ({check[0]})")
             if version > SCHEMA_VERSION:
@@ -249,8 +271,6 @@ def _copy_rows(src: sqlite3.Connection, db: sqlite3.Connection, table: str) -> i
 
 
 def _valid_job(rec: dict) -> bool:
-    from engine.workspace.catalog import JobStatus
-
     try:
         JobStatus(rec.get("status"))
         return rec.get("kind") is not None and rec.get("params") is not None

@@ -46,20 +46,7 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> Any:
     if name not in _HOME:
         raise AttributeError(f"module 'engine.compose' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"engine.compose.{_HOME[name]}"), name)
-    # importing engine.compose.export binds the *submodule* as this package's `export`: rebind the
-    # name to the function, or `from engine.compose import export` gets the module
-    globals()[name] = value
-    return value
-
-
-# `export` is also the name of its submodule (torch-free). Loading a submodule binds the package
-# attribute to the module, so a lazy `export` was the module ("'module' object is not callable"
-# in `mystique compose`) whenever engine.compose.export had loaded first (Benchmark.summary).
-# Loaded here, once, the name below stays the function.
-import engine.compose.export as _export_module  # noqa: E402
-
-export = _export_module.export
+    return getattr(importlib.import_module(f"engine.compose.{_HOME[name]}"), name)
 
 
 __all__ = [

@@ -17,6 +17,7 @@ from app import prefetch, state  # noqa: E402 -- after the sys.path fix above
 
 st.set_page_config(page_title="mystique-studio", page_icon=":material/biotech:", layout="wide")
 state.ensure_started()
+state.catalog_notice()
 if err := st.session_state.pop("_start_error", None):
     st.warning(err)
 if pending := st.session_state.pop("_pending_current", None):

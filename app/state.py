@@ -61,6 +61,29 @@ def catalog():
     return _catalog(str(workspace_dir().resolve()))
 
 
+def catalog_error(exc: TraceError | str) -> None:
+    """Show a catalog failure once per session, where it happened: a read-only catalog refuses
+    every save with the same line, which must not repeat on every rerun; nothing is swallowed."""
+    shown = st.session_state.setdefault("_catalog_shown", [])
+    msg = str(exc).splitlines()[0]
+    if msg not in shown:
+        shown.append(msg)
+        st.error(msg)
+
+
+def catalog_notice() -> None:
+    """Once per session: what opening the workspace took (a damaged file moved aside and
+    rebuilt, a read-only or newer catalog), as a warning; later refusals say the same line."""
+    try:
+        notice = catalog().notice
+    except TraceError as exc:
+        return catalog_error(exc)
+    shown = st.session_state.setdefault("_catalog_shown", [])
+    if notice and notice not in shown:
+        shown.append(notice)
+        st.warning(notice)
+
+
 def runner():
     from engine.workspace import JobRunner
 
@@ -113,8 +136,8 @@ def save_settings() -> None:
     if changed:
         try:
             catalog().put_settings(changed)
-        except Exception:  # noqa: BLE001 - a read-only workspace must not break the page
-            pass
+        except TraceError as exc:  # CatalogError: read-only, newer schema, full disk
+            catalog_error(exc)
 
 
 def _plain(v):
@@ -160,8 +183,8 @@ def add_trace(name: str, paths: list[str]) -> dict:
     prefetch.request(entry["paths"])
     try:
         catalog().put_trace(name, entry)
-    except Exception:  # noqa: BLE001 - the trace stays loaded in the session
-        pass
+    except TraceError as exc:  # the trace stays loaded in the session; the user is told once
+        catalog_error(exc)
     return entry
 
 
@@ -172,13 +195,19 @@ def rename_trace(old: str, new: str) -> None:
     if old in specs:
         specs[new] = specs.pop(old)
         specs[new]["trace"] = new
-    catalog().rename_trace(old, new)
+    try:
+        catalog().rename_trace(old, new)
+    except TraceError as exc:  # renamed in the session; the user is told once
+        catalog_error(exc)
     st.session_state["_pending_current"] = new  # applied by the router before any picker is drawn
 
 
 def remove_trace(name: str) -> None:
     traces().pop(name, None)
-    catalog().remove_trace(name)
+    try:
+        catalog().remove_trace(name)
+    except TraceError as exc:  # removed from the session; the user is told once
+        catalog_error(exc)
     st.session_state.pop("current", None)
     for key in PICKER_KEYS:
         st.session_state.pop(key, None)
@@ -211,8 +240,8 @@ def get_trace(name: str):
         entry["hash"] = trace.content_hash
         try:
             catalog().put_trace(name, entry)
-        except Exception:  # noqa: BLE001 - the session keeps the new hash
-            pass
+        except TraceError as exc:  # the session keeps the new hash; the user is told once
+            catalog_error(exc)
     return trace
 
 
@@ -277,8 +306,13 @@ def _restore() -> bool:
 
 def replay_runs() -> list[dict]:
     """Finished replay jobs of the workspace, oldest first (what Compare offers)."""
-    out = []
-    for j in catalog().jobs(kind="replay"):
+    out: list[dict] = []
+    try:
+        jobs = catalog().jobs(kind="replay")
+    except TraceError as exc:
+        catalog_error(exc)
+        return out
+    for j in jobs:
         if j["status"].value != "done" or not j.get("result_path") or not Path(j["result_path"]).exists():
             continue
         s = j["summary"]
@@ -301,8 +335,8 @@ def replay_runs() -> list[dict]:
 def save_spec(trace_name: str, spec: dict) -> None:
     try:
         catalog().put_spec(trace_name, spec)
-    except Exception:  # noqa: BLE001 - the spec stays in the session
-        pass
+    except TraceError as exc:  # the spec stays in the session; the user is told once
+        catalog_error(exc)
 
 
 def save_upload(name: str, data: bytes) -> Path:

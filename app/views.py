@@ -236,23 +236,32 @@ def default_window(paths: tuple[str, ...], rank: int | None) -> tuple[float, flo
 
 @view(st.cache_data, max_entries=16, show_spinner="Analysing…")
 def analysis_tables(paths: tuple[str, ...]) -> dict:
-    """Temporal breakdown, kernel table, steps and straggler table of a trace (cached on paths)."""
-    from engine.figures import analysis
+    """The trace's TimeBreakdown (per rank and step) and kernel table (cached on paths)."""
+    from engine.analysis.breakdown import TimeBreakdown
+    from engine.analysis.selftime import kernel_table
 
     ev = load_paths(paths).events
+    bd = TimeBreakdown.from_events(ev)
+    return {"breakdown": bd.table, "per_rank": bd.per_rank(), "mean": bd.mean(), "kernels": kernel_table(ev)}
+
+
+@view(st.cache_data, max_entries=16, show_spinner="Simulating the unchanged schedule for the critical path…")
+def simulated(paths: tuple[str, ...], spec_json: str = "") -> dict:
+    """`simulate(trace, spec)` as plain data: its JSON, the critical path's pieces and top
+    operators, the straggler table and the predicted events (cached on paths and spec)."""
+    import json
+
+    from engine.simulate import simulate
+
+    res = simulate(load_paths(paths), json.loads(spec_json) if spec_json else None)
+    cp = res.critical_path
     return {
-        "breakdown": analysis.temporal_breakdown(ev),
-        "kernels": analysis.kernel_table(ev),
-        "steps": analysis.steps(ev),
-        "stragglers": analysis.straggler_table(ev),
+        "json": res.to_json(),
+        "segments": cp.segments if cp is not None else None,
+        "top_ops": cp.top_ops if cp is not None else None,
+        "stragglers": res.stragglers,
+        "events": res.predicted.events,
     }
-
-
-@view(st.cache_data, max_entries=16, show_spinner="Finding the critical path…")
-def critical_path(paths: tuple[str, ...], start_us: float, end_us: float, rank: int | None):
-    from engine.figures.analysis import critical_path as cp
-
-    return cp(load_paths(paths).events, start_us, end_us, rank)
 
 
 @view(st.cache_resource, max_entries=8, show_spinner=False)

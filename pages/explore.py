@@ -3,10 +3,12 @@
 import streamlit as st
 
 from app import state, views
+from engine.analysis import selftime
 from engine.errors import TraceError
 from engine.figures import breakdown
 from engine.figures.selection import selected_keys, selection_to_node_ids
 from engine.trace.ranks import of_rank, ranks_of
+from engine.trace.vocab import GPU_CATS
 
 st.title("Explore")
 name = state.trace_picker(key="explore_trace")
@@ -127,94 +129,126 @@ elif view == "Timeline":
 
 elif view == "Analysis":
     if not trace.has_kineto:
-        st.info("The analyses need Kineto events.")
+        st.info(selftime.missing_timing(trace))
         st.stop()
     from engine.figures import analysis
+    from engine.figures import critical as cfig
 
     tabs = views.analysis_tables(paths)
-    st.subheader("Temporal breakdown per rank")
-    tb = tabs["breakdown"]
-    if len(tb):
-        st.plotly_chart(analysis.breakdown_figure(tb), key="a_breakdown", width="stretch")
-        st.dataframe(tb.round(2), hide_index=True, key="a_breakdown_table")
+    st.subheader("Time breakdown per rank (ms per step)")
+    per_rank = tabs["per_rank"]
+    if len(per_rank):
+        st.plotly_chart(analysis.breakdown_figure(per_rank), key="a_breakdown", width="stretch")
+        st.dataframe(per_rank.round(3), hide_index=True, key="a_breakdown_table")
+        basis = "GPU work" if (per_rank["basis"] == "gpu").any() else "host operators (no GPU work in this trace)"
         st.caption(
-            "compute / communication / idle over each rank's span of "
-            + ("GPU work" if (tb["basis"] == "gpu").any() else "host ops (no GPU work in this trace)")
-            + "; comm_overlapped_pct: share of communication time hidden under compute."
+            f"Over each rank's ProfilerStep spans, measured on {basis}: compute + exposed communication "
+            "+ idle = the step; communication = exposed + the part hidden under compute "
+            "(definitions: docs/analysis.md). The What-if page and `simulate --json` show the same numbers."
         )
-    st.subheader("Kernels" if (tb["basis"] == "gpu").any() else "Operators (no GPU kernels: host cpu_ops)")
+    gpu = bool((per_rank["basis"] == "gpu").any()) if len(per_rank) else False
+    st.subheader("Kernels (self time)" if gpu else "Operators by self time (no GPU kernels: host cpu_ops)")
     st.dataframe(
         tabs["kernels"].head(200),
         hide_index=True,
         key="a_kernels",
         column_config={
-            "share_pct": st.column_config.ProgressColumn("share %", min_value=0, max_value=100, format="%.1f")
+            "name": st.column_config.TextColumn("name", width="large", help="the whole name (hover a cell)"),
+            "share_pct": st.column_config.ProgressColumn("share %", min_value=0, max_value=100, format="%.1f"),
         },
     )
-    st.subheader("Critical path of a step")
-    stp = tabs["steps"]
-    if rank is not None and "rank" in stp.columns:
-        stp = stp[stp["rank"] == rank]
-    if len(stp):
-        i = st.selectbox("Step", range(len(stp)), format_func=lambda k: str(stp["name"].iloc[k]), key="a_step")
-        row = stp.iloc[i]
-        lo, hi = float(row["ts_us"]), float(row["ts_us"] + row["dur_us"])
-    else:
-        ev_r = trace.events[trace.events["rank"] == rank] if "rank" in trace.events.columns else trace.events
-        lo, hi = (float(x) + float(ev_r["ts_us"].min()) for x in views.default_window(paths, rank))
-        st.caption("No ProfilerStep in this trace: the default window is used as the step.")
-    path = views.critical_path(paths, lo, hi, rank)
-    if len(path):
-        c = st.columns(3)
-        c[0].metric("step µs", f"{hi - lo:,.0f}")
-        c[1].metric("on the path: busy µs", f"{path['dur_us'].sum():,.0f}")
-        c[2].metric("on the path: waiting µs", f"{path['wait_before_us'].sum():,.0f}")
-        by = path.groupby(path["cat"].astype(str), observed=True)["dur_us"].agg(["size", "sum"]).reset_index()
-        st.dataframe(by.rename(columns={"size": "events", "sum": "µs"}), hide_index=True, key="a_cp_by")
-        st.dataframe(path.assign(ts_us=path["ts_us"] - lo), hide_index=True, key="a_cp", height=260)
-    ranks_n = tabs["stragglers"]
-    if len(ranks_n) > 1:
-        st.subheader("Ranks side by side")
-        st.dataframe(ranks_n, hide_index=True, key="a_stragglers")
-        slow = ranks_n[ranks_n["straggler"]]
-        if len(slow):
+    st.subheader("Critical path (across ranks)")
+    try:
+        sim = views.simulated(paths)
+    except TraceError as exc:
+        st.info(f"No critical path: {exc}")
+        st.stop()
+    cp = sim["json"]["critical_path"]
+    if cp:
+        c = st.columns(4)
+        c[0].metric("step ms (simulated, unchanged)", f"{sim['json']['predicted_iteration_ms']:,.3f}")
+        c[1].metric("critical path ms", f"{cp['ms']:,.3f}")
+        c[2].metric("ranks on it", ", ".join(str(r) for r in cp["ranks"]))
+        c[3].metric("collectives on it", len(cp["collectives"]))
+        st.plotly_chart(
+            cfig.critical_path_figure(sim["segments"], title="The longest step's critical path, across ranks"),
+            key="a_cp_fig",
+            width="stretch",
+        )
+        st.dataframe(
+            [{"kind": cfig.KIND_LABELS[k], "ms per step": round(v, 3)} for k, v in cp["by_kind"].items()],
+            hide_index=True,
+            key="a_cp_by",
+        )
+        st.dataframe(cfig.path_table(sim["top_ops"]), hide_index=True, key="a_cp", width="stretch")
+        if cp["collectives"]:
+            st.caption("Collectives on the path: " + ", ".join(list(cp["collectives"])[:8]))
+        st.caption(
+            "The longest path through the simulator's schedule of this trace (engine/analysis/critical_path.py): "
+            "its length is the step; it moves to the rank that arrived last at each collective."
+        )
+    lag = sim["stragglers"]
+    if lag is not None and len(lag) > 1:
+        st.subheader("Stragglers")
+        st.dataframe(lag.round(3), hide_index=True, key="a_stragglers")
+        hit = lag[lag["straggler"]]
+        if len(hit):
+            r = hit.iloc[0]
             st.warning(
-                f"straggler: rank {int(slow['rank'].iloc[0])} (median step "
-                f"{float(slow['median_step_us'].iloc[0]):,.0f} µs, {float(slow['vs_fastest'].iloc[0]):.2f}x the fastest)"
+                f"rank {int(r['rank'])} holds the others up: they wait {float(r['held_others_ms']):,.3f} ms per step "
+                f"for it at collectives; on the critical path its time goes to {r['reason']}."
             )
-        win = st.number_input("Window (µs from each rank's start)", 100.0, value=float(hi - lo), key="a_rank_window")
+        else:
+            st.success("No rank holds the others up at collectives.")
+        st.caption("A rank is named for the time others wait for it, never for its own waiting (waited_ms).")
+    if len(ranks) > 1:
+        st.subheader("Ranks side by side")
+        step_us = float(sim["json"]["predicted_iteration_ms"]) * 1000
+        win = st.number_input(
+            "Window (µs from each rank's start)", 100.0, value=max(step_us, 100.0), key="a_rank_window"
+        )
         st.plotly_chart(views.rank_timelines_fig(paths, float(win)), key="a_rank_timelines", width="stretch")
 
 else:
+    missing = selftime.missing_timing(trace)
+    if missing:
+        st.info(missing)
     if trace.has_kineto:
         c = st.columns(2)
-        ops_t = breakdown.time_by(trace.events, "cpu_op")
+        ops_t = selftime.time_by(trace.events, "cpu_op")
         c[0].plotly_chart(
-            breakdown.bar_figure(ops_t, "name", title="CPU time by operator (Kineto cpu_op)"),
+            breakdown.bar_figure(
+                ops_t[ops_t["kind"] == "operator"], "name", title="CPU self time by operator (Kineto cpu_op)"
+            ),
             key="b_ops",
             width="stretch",
         )
-        k_t = breakdown.time_by(trace.events, breakdown.GPU_CATS)
+        k_t = selftime.time_by(trace.events, GPU_CATS)
         if len(k_t):
             c[1].plotly_chart(
                 breakdown.bar_figure(k_t, "name", title="GPU time by kernel"), key="b_kernels", width="stretch"
             )
-            idle = breakdown.gpu_idle(trace.events)
+            idle = selftime.gpu_idle(trace.events)
             st.plotly_chart(breakdown.idle_figure(idle), key="b_idle", width="stretch")
             st.dataframe(idle, hide_index=True, key="b_idle_table")
         else:
             c[1].info("No GPU kernels in this trace.")
-    if trace.has_et:
+        ann = selftime.time_by(trace.events, ("user_annotation", "cpu_op"))
+        ann = ann[ann["kind"] == "annotation"]
+        if len(ann):
+            st.subheader("Annotations (what they span; not operators)")
+            st.dataframe(ann.head(50), hide_index=True, key="b_annotations")
+    if trace.has_et and trace.has_kineto:
         c = st.columns(2)
         for col, key in zip(c, ("category", "phase")):
-            t = breakdown.op_time_by(trace.ops, key)
+            t = selftime.op_time_by(trace.ops, key)
             col.plotly_chart(
-                breakdown.bar_figure(t, key, title=f"Linked CPU time by {key} (leaf ops)"),
+                breakdown.bar_figure(t, key, "total_us", title=f"Linked CPU time by {key} (leaf ops)"),
                 key=f"b_{key}",
                 width="stretch",
             )
-        st.subheader("Top operators")
-        top = breakdown.top_ops(trace.ops, 50)
+        st.subheader("Top operators (self time; annotations apart)")
+        top = selftime.top_ops(trace.ops, 50)
         ev = st.dataframe(top, hide_index=True, on_select="rerun", selection_mode="multi-row", key="b_top")
         ids = selection_to_node_ids(ev, "table", table_ids=top["id"].tolist() if "id" in top else [])
         if ids:

@@ -54,6 +54,14 @@ mode = c[3].selectbox(
     help="top: highest rebuildable op per call path; leaf: lowest (closer to kernels)",
 )
 host_gaps = c[4].checkbox("Reproduce CPU gaps", value=False, key="replay_gaps")
+allow_code = st.checkbox(
+    "Allow trace code",
+    value=DEFAULTS.allow_trace_code,
+    key="replay_allow_trace_code",
+    help="also run ops that may touch files, devices or the network (aten::from_file, save, ops with "
+    "path arguments) and code shipped in the trace. Off: they are skipped with a reason. Turn on "
+    "only for a trace you trust (docs/security.md).",
+)
 rank_files = state.rank_inputs(name, bench if target.startswith("composed") else None)
 dist_opts = None
 if len(rank_files["ranks"]) > 1 or not target.startswith("selection"):
@@ -85,7 +93,14 @@ def job_params() -> dict:
         "paths": list(state.traces()[name]["paths"]),
         "op_ids": None,
         "rank": None,
-        "config": {"device": device, "warmup": warmup, "iters": iters, "mode": mode, "host_gaps": host_gaps},
+        "config": {
+            "device": device,
+            "warmup": warmup,
+            "iters": iters,
+            "mode": mode,
+            "host_gaps": host_gaps,
+            "allow_trace_code": allow_code,
+        },
     }
     params["config"]["profile"] = True
     params["config"].update(mode_kw)
@@ -125,8 +140,11 @@ def _jobs_panel() -> None:
             label = f"job {j['id']} · {j['target']} · {j['status'].value}"
             cols[0].progress(float(j["fraction"] or 0.0), text=f"{label} · {j['message'] or ''}"[:160])
             if cols[1].button("Cancel", key=f"cancel_{j['id']}"):
-                runner.cancel(j["id"])
-                st.rerun()
+                try:
+                    runner.cancel(j["id"])
+                    st.rerun()
+                except TraceError as exc:  # CatalogError: a read-only catalog cannot record it
+                    state.catalog_error(exc)
     failed = [j for j in jobs if j["status"].value in ("failed", "cancelled")]
     for j in failed[-3:]:
         st.caption(f"job {j['id']} {j['status'].value}: {j.get('error') or ''}")

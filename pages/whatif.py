@@ -68,7 +68,9 @@ def _run(content_hash: str, paths: tuple[str, ...], spec_json: str, cfg_json: st
     trace = views.load_paths(paths)
     base = simulate(trace, config=SimConfig.from_json(cfg_json))
     res = simulate(trace, json.loads(spec_json), config=SimConfig.from_json(cfg_json))
-    return base.to_json(), res.to_json(), res.predicted.events, trace.events
+    cp = res.critical_path
+    path = {"segments": cp.segments, "top_ops": cp.top_ops} if cp is not None else None
+    return base.to_json(), res.to_json(), res.predicted.events, trace.events, path, res.stragglers
 
 
 def edits_in(spec: str) -> bool:
@@ -81,7 +83,7 @@ def edits_in(spec: str) -> bool:
 entry = state.traces()[name]
 try:
     with st.status("Simulating…", expanded=False) as status:
-        base, res, pred_events, orig_events = _run(
+        base, res, pred_events, orig_events, path, lag = _run(
             entry["hash"], tuple(entry["paths"]), spec_text, SimConfig().to_json()
         )
         status.update(
@@ -112,9 +114,48 @@ c[2].metric(  # no badge without edits; an unchanged step is neither good nor ba
 c[3].metric("tasks / edges", f"{res['tasks']:,} / {sum(res['edges'].values()):,}")
 for w in res["warnings"]:
     st.warning(w)
-tab_b, tab_t, tab_s, tab_a = st.tabs(["Breakdown", "Timelines", "Sharding", "Assumptions"])
+tab_b, tab_c, tab_t, tab_s, tab_a = st.tabs(["Breakdown", "Critical path", "Timelines", "Sharding", "Assumptions"])
 with tab_b:
-    st.plotly_chart(wfig.breakdown_bars(base["breakdown"], res["breakdown"]), key="wi_bd", width="stretch")
+    st.plotly_chart(
+        wfig.breakdown_bars(res["measured_breakdown"], res["breakdown"], ("measured (the trace)", "predicted")),
+        key="wi_bd",
+        width="stretch",
+    )
+    st.dataframe(wfig.breakdown_table(res), hide_index=True, key="wi_bd_table")
+    st.caption(
+        "ms per step: compute + exposed communication + idle = the step (docs/analysis.md). "
+        "'measured' is the trace itself, as on Explore's Analysis page."
+    )
+with tab_c:
+    from engine.figures import critical as critfig
+
+    cp = res.get("critical_path")
+    if cp and path is not None:
+        c = st.columns(3)
+        c[0].metric("critical path ms", f"{cp['ms']:,.3f}")
+        c[1].metric("predicted step ms", f"{res['predicted_iteration_ms']:,.3f}")
+        c[2].metric("ranks on it", ", ".join(f"{r} ({v:.1f} ms)" for r, v in cp["ranks"].items()))
+        st.plotly_chart(
+            critfig.critical_path_figure(path["segments"], title="Critical path of the prediction, across ranks"),
+            key="wi_cp_fig",
+            width="stretch",
+        )
+        st.dataframe(
+            [{"kind": critfig.KIND_LABELS[k], "ms per step": round(v, 3)} for k, v in cp["by_kind"].items()],
+            hide_index=True,
+            key="wi_cp_by",
+        )
+        st.dataframe(critfig.path_table(path["top_ops"]), hide_index=True, key="wi_cp", width="stretch")
+        strag = res.get("stragglers") or {}
+        if strag.get("straggler"):
+            s_ = strag["straggler"]
+            st.warning(
+                f"rank {s_['rank']} holds the others up ({s_['held_others_ms']:.3f} ms per step at collectives): {s_['reason']}"
+            )
+        if lag is not None and len(lag) > 1:
+            st.dataframe(lag.round(3), hide_index=True, key="wi_stragglers")
+    else:
+        st.info("No critical path: the prediction has no tasks.")
 with tab_t:
     from engine.figures import compare as cfig
 

@@ -44,6 +44,7 @@ FRESH_DIRS = {
     "MYSTIQUE_UI_DIR": "ui",
 }
 _FRESH_ROOT: list[Path] = []
+ORIGINAL_ENV = {var: os.environ.get(var) for var in FRESH_DIRS}  # before pytest_configure replaced them
 
 
 def pytest_configure(config):

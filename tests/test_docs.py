@@ -133,3 +133,21 @@ def test_readme_is_short_and_names_the_two_commands():
         assert doc in text and (ROOT / doc).is_file()
     for shot in re.findall(r"\]\((docs/screenshots/[^)]+)\)", text):
         assert (ROOT / shot).is_file(), shot
+
+
+def test_replay_cli_json_keys_are_in_its_docstring(tmp_path, capsys, cache_dir):
+    """A real single-rank `mystique replay --json`: every key of the summary it prints (and of
+    its coverage) is named in engine/cli/replay.py's docstring, shown in docs/cli.md."""
+    from engine.cli import replay as cli_replay
+    from engine.cli.main import main
+
+    et = SAMPLES / "mlp" / "mlp_et.json.gz"
+    if not et.exists():
+        pytest.skip("bundled mlp sample missing")
+    args = ["replay", str(et), "--iters", "1", "--warmup", "0", "--no-profile", "--out", str(tmp_path), "--json"]
+    assert main(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {"median_ms", "coverage", "paths"} <= set(data)
+    assert _missing(data, cli_replay) == []
+    assert _missing(data["coverage"], cli_replay) == []
+    assert _missing(data["paths"], cli_replay) == []

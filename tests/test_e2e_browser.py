@@ -368,7 +368,7 @@ def _flow(server, driver, files):
         lab for lab in d.find_elements(By.CSS_SELECTOR, ".st-key-explore_view label") if lab.text.strip() == "Analysis"
     ).click()
     _idle(d, 240)
-    _wait_text(d, "Temporal breakdown per rank", timeout=240)
+    _wait_text(d, "Time breakdown per rank", timeout=240)
     _shot(d, "5_explore_analysis")
 
     # Compose: the Explore selection becomes a segment; export

@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.analysis import selftime
 from engine.figures import breakdown
 from engine.figures import compare as cfig
+from engine.trace.vocab import GPU_CATS
 
 
 @pytest.fixture(scope="module")
@@ -21,21 +23,23 @@ def _golden(manifest, path):
 def test_time_by_operator_and_kernel_sum_the_events(alexnet, manifest):
     g = _golden(manifest, "hta_alexnet/benchmark_result_2869224_1695835535_trace.json.gz")
     ev = alexnet.events
-    ops = breakdown.time_by(ev, "cpu_op")
+    ops = selftime.time_by(ev, "cpu_op")
     assert ops["count"].sum() == g["cpu_ops"]
     assert ops["total_us"].sum() == pytest.approx(ev[ev["cat"].astype(str) == "cpu_op"]["dur_us"].sum())
-    assert (ops["total_us"].diff().dropna() <= 0).all()
-    kernels = breakdown.time_by(ev, "kernel")
+    assert (ops["self_us"].diff().dropna() <= 0).all()  # largest self time first
+    assert ops["self_us"].sum() <= ops["total_us"].sum() + 1e-6
+    kernels = selftime.time_by(ev, "kernel")
     assert kernels["count"].sum() == g["kernels"]
     fig = breakdown.bar_figure(kernels, "name", top=5)
-    assert len(fig.data[0].y) == 5 and fig.data[0].x[-1] == kernels["total_us"].iloc[0]  # largest on top
+    assert len(fig.data[0].y) == 5 and fig.data[0].x[-1] == kernels["self_us"].iloc[0]  # largest on top
+    assert fig.data[0].hovertext[-1] == kernels["name"].iloc[0]  # the whole name in the hover
 
 
 def test_gpu_idle_is_span_minus_union_of_busy(alexnet):
-    idle = breakdown.gpu_idle(alexnet.events)
+    idle = selftime.gpu_idle(alexnet.events)
     assert len(idle) >= 1
     ev = alexnet.events
-    k = ev[ev["cat"].astype(str).isin(breakdown.GPU_CATS)]
+    k = ev[ev["cat"].astype(str).isin(GPU_CATS)]
     assert idle["events"].sum() == len(k)
     for _, r in idle.iterrows():
         part = k[(k["pid"].astype(str) == r["gpu"]) & (k["tid"].astype(str) == r["stream"])]
@@ -48,12 +52,15 @@ def test_gpu_idle_is_span_minus_union_of_busy(alexnet):
 
 def test_op_time_and_top_ops_on_a_linked_trace(simple_add):
     ops = simple_add.ops
-    by_cat = breakdown.op_time_by(ops, "category")
+    by_cat = selftime.op_time_by(ops, "category")
     leaves = ops[ops["n_children"] == 0]
     assert by_cat["total_us"].sum() == pytest.approx(leaves["k_dur_us"].fillna(0).sum())
-    top = breakdown.top_ops(ops, 5)
+    top = selftime.top_ops(ops, 5)
     col = "gpu_dur_us" if ops["gpu_dur_us"].fillna(0).gt(0).any() else "k_dur_us"
-    assert list(top[col]) == sorted(ops[col].dropna().nlargest(5), reverse=True)
+    own = selftime.op_self_us(ops, col)
+    ann = ops["category"].astype(str).to_numpy() == "annotation"
+    assert list(top["self_us"]) == sorted(own[~ann & (own > 0)], reverse=True)[:5]  # self time, no annotations
+    assert "annotation" not in set(top["category"].astype(str))
 
 
 def test_compare_figures(alexnet, simple_add):

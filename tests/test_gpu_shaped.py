@@ -133,7 +133,7 @@ def test_replay_plan_takes_streams_from_the_launches(mlp_gpu):
 
 
 def test_timeline_and_breakdowns_show_the_device_side(mlp_gpu):
-    from engine.figures.breakdown import gpu_idle, time_by
+    from engine.analysis.selftime import gpu_idle, time_by
     from engine.figures.timeline import lane_table, prepare
 
     *_, truth, tr = mlp_gpu

@@ -349,8 +349,10 @@ def test_from_json_refuses_malformed_results_with_one_line(doc, message):
         ReplayResult.from_json(doc, "r/replay.json")
 
 
-def test_cli_exit_code_2_on_bad_files(tmp_path, capsys, cache_dir):
+def test_cli_exit_code_2_on_bad_files(tmp_path, capsys, cache_dir, monkeypatch):
     from engine.cli.main import main
+
+    monkeypatch.chdir(tmp_path)  # runs without --out default to ./replay_out/<name>: never the checkout
 
     assert main(["replay", str(tmp_path / "missing_et.json.gz")]) == 2
     junk = tmp_path / "junk_et.json.gz"
@@ -371,7 +373,8 @@ def test_cli_replays_and_writes_json(tmp_path, capsys, bad_trace):
     assert doc["device"] == "cpu" and len(doc["iteration_ms"]) == 1
 
 
-def test_cli_exported_benchmark_folder_replays_each_rank_sequentially(tmp_path, capsys, cache_dir):
+def test_cli_exported_benchmark_folder_replays_each_rank_sequentially(tmp_path, capsys, cache_dir, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # runs without --out default to ./replay_out/<name>: never the checkout
     from engine.cli.main import main
 
     bench = tmp_path / "bench"
@@ -433,8 +436,10 @@ def test_cli_exported_benchmark_folder_replays_each_rank_sequentially(tmp_path, 
     assert main(["replay", str(bench), "--rank", "5"]) == 2
 
 
-def test_cli_kineto_only_trace_is_a_clear_error(shared_traces, capsys, cache_dir):
+def test_cli_kineto_only_trace_is_a_clear_error(shared_traces, capsys, cache_dir, tmp_path, monkeypatch):
     from engine.cli.main import main
+
+    monkeypatch.chdir(tmp_path)  # runs without --out default to ./replay_out/<name>: never the checkout
 
     path = shared_traces / "hta_event_sync" / "event_sync_trace.json.gz"
     assert main(["replay", str(path)]) == 2

@@ -90,7 +90,8 @@ def test_two_rank_sample_replays_with_collectives_and_merged_result(tmp_path, ca
     assert _workers_gone(before)
 
 
-def test_mirror_rank_runs_one_rank_as_spmd(tmp_path, capsys, cache_dir):
+def test_mirror_rank_runs_one_rank_as_spmd(tmp_path, capsys, cache_dir, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # runs without --out default to ./replay_out/<name>: never the checkout
     et = SAMPLES / "ddp" / "ddp_rank0_et.json.gz"
     code, out, err = _cli(
         [str(et), "--mirror-rank", "0", "--world-size", "2", *FAST, "--no-profile", "--out", str(tmp_path), "--json"],

@@ -41,7 +41,10 @@ def test_samples_reproduce_and_say_cpu_only(model, cache_dir):
     assert abs(j["error_pct"]) <= 3.0
     assert j["cpu_only"] and any("CPU-only" in w for w in j["warnings"])
     assert j["tasks"] == len(r.predicted.events) > 100
-    assert set(j["breakdown"]) == {"compute", "communication", "exposed_communication", "idle"}
+    bd = j["breakdown"]  # the one TimeBreakdown: the additive parts make up the step
+    assert {"step_ms", "compute_ms", "communication_ms", "exposed_communication_ms", "idle_ms"} <= set(bd)
+    assert bd["compute_ms"] + bd["exposed_communication_ms"] + bd["idle_ms"] == pytest.approx(bd["step_ms"], rel=5e-3)
+    assert bd["step_ms"] == pytest.approx(j["predicted_iteration_ms"], rel=5e-3)
 
 
 def test_gpu_trace_edges_and_reproduction(shared_traces, cache_dir):

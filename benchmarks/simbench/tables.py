@@ -126,8 +126,8 @@ def dp(r: dict) -> list[str]:
         (
             str(n),
             f"{x['predicted_iteration_ms']:.2f}",
-            f"{x['breakdown']['communication']:.2f}",
-            f"{x['breakdown']['exposed_communication']:.2f}",
+            f"{x['breakdown'].get('communication_ms', x['breakdown'].get('communication', 0)):.2f}",
+            f"{x['breakdown'].get('exposed_communication_ms', x['breakdown'].get('exposed_communication', 0)):.2f}",
             f"{x['wall_s']:.2f}",
         )
         for n, x in r.get("runs", {}).items()

@@ -34,9 +34,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that every `finally` and `with` on the way out runs:
+    rank processes are brought down (engine.distributed.launch.kill_tree) and the output folder's
+    RUNNING marker is removed (engine.outdir.OutputLock), as on Ctrl-C (issue 26)."""
+
+
+def _on_term(signum, frame) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    import signal
+    import threading
+
+    previous = None
+    if args.command != "app" and threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _on_term)  # the dashboard keeps its server's own
+    try:
+        return _run(args)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except TraceError as exc:
@@ -48,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except Terminated:
+        print(f"mystique {args.command}: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print(f"mystique {args.command}: interrupted", file=sys.stderr)
         return 130

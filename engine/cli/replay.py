@@ -11,6 +11,23 @@ exported benchmark) or `--world-size N` start one process per rank (torch.distri
 CPU / NCCL on CUDA) and run the recorded collectives for real; `--mirror-rank R --world-size N`
 replays one rank's trace on N symmetric ranks (SPMD assumption, labelled in the result).
 `--sequential` replays the ranks one after another in this process instead (collectives skipped).
+
+`--json` prints a summary (the full result is the replay.json it writes: engine/replay/result.py):
+
+    name, rank            the trace's name; the rank replayed (null: the file's own)
+    iteration_ms, median_ms   per timed iteration; their median
+    coverage              selected, replayed, substituted, skipped, by_reason,
+                          selected_compute, replayed_compute, compute_rate
+    metrics               the sampled metrics' summary
+    paths                 {trace, et, kineto, replay_json, ...}: the files involved
+    device                "cpu" | "cuda:N"
+    original_median_ms    the capture's unprofiled median step, when its meta is known
+  several ranks with --sequential: {"ranks": {rank: summary}}
+  distributed (one process per rank): name, world_size, replay_mode, spmd, iteration_ms (the
+  slowest rank's per iteration), median_ms, coverage (summed over ranks, collectives
+  included), collectives, breakdown, paths, device, original_median_ms, and ranks: one entry per
+  rank {rank, recorded_rank, iteration_ms, median_ms, coverage, breakdown {compute_ms, comm_ms,
+  exposed_comm_ms, idle_ms}, collectives, kineto_path, replay_json}
 """
 
 from __future__ import annotations
@@ -52,7 +69,9 @@ def register(subparsers) -> None:
     p.add_argument(
         "--allow-trace-code",
         action="store_true",
-        help="allow executing code shipped inside the trace (PT2 Triton kernels); off by default",
+        help="also run what a trace could use to reach outside the replay: ops that may touch files, "
+        "devices or the network (aten::from_file, save, ops with path arguments; docs/security.md) "
+        "and code shipped inside the trace (PT2 Triton kernels); off by default",
     )
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: the capture's)")
     p.add_argument("--no-profile", action="store_true", help="do not write the replay's Kineto trace")

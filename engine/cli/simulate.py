@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from engine.analysis.breakdown import PARTS
 from engine.cli.common import print_json, progress_bar
 
 
@@ -71,7 +72,19 @@ def run(args: argparse.Namespace) -> int:
         f"simulated at {data['tasks_per_s'] / 1e6:.2f} M tasks/s ({data['tasks_per_s_measures']}; "
         f"scheduler alone {data['tasks_per_s_schedule'] / 1e6:.2f} M tasks/s)"
     )
-    print("breakdown (ms): " + ", ".join(f"{k} {v:.3f}" for k, v in data["breakdown"].items()))
+    bd = data["breakdown"]
+    print(
+        "breakdown (ms per step): "
+        + ", ".join(f"{k[:-3]} {bd[k]:.3f}" for k in ("step_ms", *PARTS))
+        + " (compute + exposed_communication + idle = step)"
+    )
+    cp = data.get("critical_path")
+    if cp:
+        kinds = ", ".join(f"{k} {v:.3f}" for k, v in cp["by_kind"].items() if v > 0)
+        ranks = ", ".join(f"rank {r} {v:.3f}" for r, v in cp["ranks"].items())
+        print(f"critical path: {cp['ms']:.3f} ms ({kinds}); on {ranks}")
+        if cp["collectives"]:
+            print("  collectives on it: " + ", ".join(list(cp["collectives"])[:5]))
     for key in ("sharding", "dp"):
         if key in data:
             print(f"{key}: {data[key]}")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import TraceError
+from engine.trace.vocab import GPU_CATS
 
 if TYPE_CHECKING:
     from engine.replay.result import ReplayResult
@@ -81,12 +82,7 @@ def original_device(original: Any, meta: dict | None) -> str | None:
     if dev:
         return "cuda" if str(dev).startswith("cuda") else str(dev)
     ev = getattr(original, "events", None)
-    if (
-        ev is not None
-        and len(ev)
-        and "cat" in ev
-        and ev["cat"].astype(str).isin(["kernel", "gpu_memcpy", "gpu_memset"]).any()
-    ):
+    if ev is not None and len(ev) and "cat" in ev and ev["cat"].astype(str).isin(GPU_CATS).any():
         return "cuda"
     t = getattr(original, "tensors", None)
     if t is not None and len(t) and "device" in t:

@@ -72,7 +72,7 @@ def _events_by(trace: Any, keys: list[str]) -> pd.DataFrame:
     ev = trace.events
     if ev is None or ev.empty:
         return pd.DataFrame(columns=[*keys, "count", "dur_us"])
-    from engine.figures.breakdown import self_time
+    from engine.analysis.selftime import self_time
 
     frame = pd.DataFrame({k: ev[k].astype(str) for k in keys})
     frame["dur_us"] = ev["dur_us"].astype("float64").fillna(0.0)

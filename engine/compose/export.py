@@ -15,6 +15,7 @@ from engine import jsonio
 from engine.compose.nodes import is_defined, tensors_of
 from engine.errors import TraceError
 from engine.progress import Progress, report
+from engine.trace.vocab import COMM_PREFIXES
 
 
 def rank_summary(bench, rank: int) -> dict:
@@ -29,7 +30,7 @@ def rank_summary(bench, rank: int) -> dict:
     for n in nodes:
         if n["id"] not in replay:
             continue
-        if n["name"].startswith(("c10d::", "record_param_comms", "nccl:")):
+        if n["name"].startswith(COMM_PREFIXES):
             comm += 1
             comm_bytes += int(next((a["value"] for a in n["attrs"] if a["name"] == "comm_bytes"), 0) or 0)
         for io, _, _, _, v in tensors_of(n):

@@ -10,10 +10,21 @@ Faults: the first rank to exit non-zero (a signal death preferred over the peers
 saw their connection drop) is named in the error, every other rank is terminated, then killed,
 with its whole process tree (psutil), and the launcher waits for all of them. Each rank's
 stderr goes to a file in the run folder so a chatty child never blocks on a full pipe.
+
+A rank that timed out waiting is a victim when another rank stopped progressing (SIGSTOPped,
+hung): every rank ticks its slot in a shared progress board (`progress.bin` in the run folder,
+one 8-byte counter per rank, bumped at every collective and barrier) and the launcher blames a
+stopped rank, else the rank whose counter is behind the one that timed out.
+
+Ranks die with their launcher (issue 26): they run in one process group of their own and each
+asks the kernel for SIGKILL when the launcher goes (`die_with_launcher`: PR_SET_PDEATHSIG via
+prctl on Linux, plus a parent-pid check for a launcher that died before the call), so neither
+SIGTERM nor SIGKILL of the launcher leaves a rank running under pid 1.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import signal
 import socket
@@ -43,6 +54,63 @@ class RankExit:
     rank: int
     returncode: int | None
     stderr_tail: str = ""
+    why: str = ""  # overrides the exit-code description (a stalled rank that did not exit)
+
+
+LAUNCHER_ENV = "MYSTIQUE_LAUNCHER_PID"
+PROGRESS_ENV = "MYSTIQUE_PROGRESS_BOARD"
+PROGRESS_NAME = "progress.bin"
+
+
+def die_with_launcher() -> None:
+    """In a rank: be killed when the launcher that started it dies (Linux PR_SET_PDEATHSIG), and
+    exit now when it is already gone (it died before this call). No-op outside our launcher."""
+    want = os.environ.get(LAUNCHER_ENV)
+    if not want:
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):  # not Linux: the process group and kill_tree remain
+        pass
+    if str(os.getppid()) != want:
+        os._exit(1)
+
+
+class ProgressBoard:
+    """One 8-byte counter per rank in a shared file (module docstring): ranks `tick`, the
+    launcher `read`s. Cheap enough for every collective (a memory write, no system call)."""
+
+    def __init__(self, path: str | os.PathLike, world_size: int, create: bool = False):
+        self.path, self.world = Path(path), world_size
+        if create:
+            self.path.write_bytes(bytes(8 * world_size))
+        self._fh = open(self.path, "r+b")  # noqa: SIM115 - held open with its mapping until close()
+        self._mm = mmap.mmap(self._fh.fileno(), 8 * world_size)
+        self._n = 0
+
+    def tick(self, rank: int) -> None:
+        self._n += 1
+        self._mm[8 * rank : 8 * rank + 8] = self._n.to_bytes(8, "little")
+
+    def read(self) -> list[int]:
+        return [int.from_bytes(self._mm[8 * r : 8 * r + 8], "little") for r in range(self.world)]
+
+    def close(self) -> None:
+        self._mm.close()
+        self._fh.close()
+
+    @classmethod
+    def from_env(cls, rank: int, world_size: int) -> ProgressBoard | None:
+        path = os.environ.get(PROGRESS_ENV)
+        if not path:
+            return None
+        try:
+            return cls(path, world_size)
+        except (OSError, ValueError):
+            return None
 
 
 @dataclass(kw_only=True, slots=True)
@@ -133,6 +201,14 @@ def kill_tree(procs: list[subprocess.Popen], grace_s: float = 3.0) -> None:
             pass
 
 
+def _one_group(procs: list[subprocess.Popen]) -> dict:
+    """Popen arguments putting every rank in one process group of their own (Python >= 3.11): a
+    terminal's Ctrl-C reaches the launcher only, which then brings every rank down (kill_tree)."""
+    if sys.version_info < (3, 11):
+        return {}
+    return {"process_group": procs[0].pid if procs else 0}
+
+
 def launch(
     module: str,
     args: list[str],
@@ -153,11 +229,14 @@ def launch(
     port = free_port()
     procs: list[subprocess.Popen] = []
     errs: list[Path] = []
+    board = ProgressBoard(run_dir / PROGRESS_NAME, world_size, create=True)
     t0 = time.perf_counter()
     try:
         for r in range(world_size):
             env = rank_env(r, world_size, port)
             env.update(extra_env or {})
+            env[LAUNCHER_ENV] = str(os.getpid())
+            env[PROGRESS_ENV] = str(board.path)
             err = run_dir / f"rank{r}.stderr.txt"
             errs.append(err)
             with open(err, "wb") as fh:
@@ -168,6 +247,7 @@ def launch(
                         stdout=subprocess.DEVNULL,
                         stderr=fh,
                         stdin=subprocess.DEVNULL,
+                        **_one_group(procs),
                     )
                 )
         report(progress, 0.05, f"started {world_size} ranks (port {port})")
@@ -185,30 +265,71 @@ def launch(
                 while _is_victim(failed) and time.perf_counter() < end:
                     time.sleep(0.2)
                     failed = _culprit(procs, errs, bad, include_running=True)
+                failed = _stalled(procs, board, failed) or failed
                 break
             if done == world_size:
                 break
             if timeout_s is not None and time.perf_counter() - t0 > timeout_s:
                 stuck = [r for r, c in enumerate(codes) if c is None]
                 failed = RankExit(rank=stuck[0], returncode=None, stderr_tail=f"no result after {timeout_s:.0f} s")
+                failed = _stalled(procs, board, failed) or failed
                 break
             report(progress, 0.05 + 0.9 * done / world_size, f"{done}/{world_size} ranks finished")
             time.sleep(0.05)
     finally:
         kill_tree(procs)
+        board.close()
     wall = time.perf_counter() - t0
     exits = [RankExit(rank=r, returncode=p.returncode, stderr_tail=_tail(errs[r], 2000)) for r, p in enumerate(procs)]
     if failed is not None:
         rc = failed.returncode
-        why = (
+        why = failed.why or (
             f"killed by signal {-rc}"
             if rc is not None and rc < 0
             else (f"exit code {rc}" if rc is not None else "timed out")
         )
-        detail = _last_error_line(failed.stderr_tail)
+        detail = "" if failed.why else _last_error_line(failed.stderr_tail)
         raise RankFailed(failed.rank, f"{why}" + (f": {detail}" if detail else "") + f" (logs in {run_dir})")
     report(progress, 1.0, f"{world_size} ranks finished")
     return LaunchResult(world_size=world_size, wall_s=wall, exits=exits, run_dir=run_dir)
+
+
+def _stalled(procs, board: ProgressBoard, failed: RankExit) -> RankExit | None:
+    """The rank that stopped progressing when `failed` only timed out waiting for it: a running
+    rank the kernel reports stopped (SIGSTOP, a debugger), else the running rank whose progress
+    counter is furthest behind the failed rank's. None when `failed` died itself (a signal or
+    its own error) or nothing is behind it."""
+    if failed.returncode is not None and failed.returncode < 0:
+        return None
+    if failed.returncode is not None and not any(
+        w in _last_error_line(failed.stderr_tail) for w in ("Timed out", "timed out", *_PEER_GONE)
+    ):
+        return None
+    import psutil
+
+    counts = board.read()
+    running = [r for r, p in enumerate(procs) if p.poll() is None and r != failed.rank]
+    for r in running:
+        try:
+            status = psutil.Process(procs[r].pid).status()
+        except psutil.Error:
+            continue
+        if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+            return RankExit(
+                rank=r,
+                returncode=None,
+                why=f"stopped (not running) after {counts[r]} collectives; rank {failed.rank} timed out waiting for it",
+            )
+    behind = [r for r in running if counts[r] < counts[failed.rank]]
+    if not behind:
+        return None
+    r = min(behind, key=lambda k: (counts[k], k))
+    return RankExit(
+        rank=r,
+        returncode=None,
+        why=f"made no progress after {counts[r]} collectives while rank {failed.rank} reached "
+        f"{counts[failed.rank]} and timed out waiting for it",
+    )
 
 
 def _is_victim(e: RankExit) -> bool:

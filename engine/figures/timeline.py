@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from engine.figures.flows import flow_arrows
 from engine.trace.ranks import of_rank
+from engine.trace.vocab import GPU_ACTIVITY_CATS
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -84,7 +86,7 @@ class TimelineView:
             raise ValueError("end_us must be >= start_us")
 
 
-GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
+GPU_CATS = GPU_ACTIVITY_CATS  # rows drawn on GPU stream lanes (work and GPU annotations)
 
 
 def lane_table(events: pd.DataFrame) -> pd.DataFrame:
@@ -479,51 +481,4 @@ def timeline_traces(
                 hovertemplate=HOVER,
             )
         )
-    return out
-
-
-def flow_arrows(
-    events: pd.DataFrame, laid: pd.DataFrame, ev_id: int
-) -> list[tuple[tuple[float, float], tuple[float, float]]]:
-    """Arrows from CPU launches to the GPU work they launched, for one selected event.
-
-    A runtime launch links to its kernels by `correlation`; a cpu_op links through the launches
-    nested inside it (same pid/tid, inside its time range). Coordinates are in `laid` (the
-    output of `prepare`); events outside the current view are skipped.
-    """
-    if "correlation" not in events.columns:
-        return []
-    sel = events[events["ev"] == ev_id]
-    if sel.empty:
-        return []
-    row = sel.iloc[0]
-    cat = str(row["cat"])
-    if cat == "cpu_op" or "annotation" in cat or cat.startswith("python"):
-        same = events[
-            (events["pid"] == row["pid"])
-            & (events["tid"] == row["tid"])
-            & events["cat"].isin(["cuda_runtime", "cuda_driver"])
-        ]
-        t0, t1 = row["ts_us"], row["ts_us"] + row["dur_us"]
-        launches = same[(same["ts_us"] >= t0) & (same["ts_us"] <= t1) & same["correlation"].notna()]
-    elif cat in ("kernel", "gpu_memcpy", "gpu_memset"):
-        launches = events[
-            (events["correlation"] == row["correlation"]) & events["cat"].isin(["cuda_runtime", "cuda_driver"])
-        ]
-    else:
-        launches = sel[sel["correlation"].notna()]
-    if launches.empty:
-        return []
-    gpu = events[
-        events["cat"].isin(["kernel", "gpu_memcpy", "gpu_memset"])
-        & events["correlation"].isin(launches["correlation"].dropna().tolist())
-    ]
-    pos = laid.set_index("ev")[["start_us", "y"]]
-    out = []
-    for _, k in gpu.iterrows():
-        src = launches[launches["correlation"] == k["correlation"]]
-        if src.empty or k["ev"] not in pos.index or src.iloc[0]["ev"] not in pos.index:
-            continue
-        a, b = pos.loc[src.iloc[0]["ev"]], pos.loc[k["ev"]]
-        out.append(((float(a["start_us"]), -float(a["y"])), (float(b["start_us"]), -float(b["y"]))))
     return out

@@ -6,36 +6,66 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from engine.analysis.breakdown import ADDITIVE
+
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-BREAKDOWN_KEYS = ("compute", "communication", "exposed_communication", "idle")
+BREAKDOWN_KEYS = ADDITIVE  # stacked: they add up to the step
 
 
 def breakdown_bars(
-    original: dict[str, float], predicted: dict[str, float], labels=("original", "predicted")
+    original: dict[str, float], predicted: dict[str, float], labels=("measured", "predicted")
 ) -> go.Figure:
-    """Grouped bars per breakdown component (ms per iteration), original next to predicted."""
+    """Stacked bars (ms per step) of two TimeBreakdown JSONs: compute, exposed communication and
+    idle add up to each bar's step; the total communication (exposed + hidden) is in the hover."""
     import plotly.graph_objects as go
 
+    names = {"compute_ms": "compute", "exposed_communication_ms": "exposed communication", "idle_ms": "idle"}
+    colors = {"compute_ms": "#7c5cff", "exposed_communication_ms": "#ff6b6b", "idle_ms": "#adb5bd"}
     fig = go.Figure()
-    for lab, d in zip(labels, (original, predicted)):
+    for k in BREAKDOWN_KEYS:
+        vals = [float(d.get(k, 0.0)) for d in (original, predicted)]
+        comm = [float(d.get("communication_ms", 0.0)) for d in (original, predicted)]
         fig.add_trace(
             go.Bar(
-                name=lab,
-                x=list(BREAKDOWN_KEYS),
-                y=[float(d.get(k, 0.0)) for k in BREAKDOWN_KEYS],
-                text=[f"{float(d.get(k, 0.0)):.2f}" for k in BREAKDOWN_KEYS],
+                name=names[k],
+                x=list(labels),
+                y=vals,
+                text=[f"{v:.2f}" for v in vals],
+                marker_color=colors[k],
+                customdata=comm,
+                hovertemplate="%{x}: %{y:.3f} ms<br>communication in all: %{customdata:.3f} ms<extra></extra>",
             )
         )
+    steps = [float(d.get("step_ms", 0.0)) for d in (original, predicted)]
+    fig.add_trace(
+        go.Scatter(
+            x=list(labels),
+            y=steps,
+            mode="text",
+            text=[f"step {v:.3f} ms" for v in steps],
+            textposition="top center",
+            showlegend=False,
+        )
+    )
     fig.update_layout(
-        barmode="group",
-        yaxis_title="ms per iteration",
-        height=360,
+        barmode="stack",
+        yaxis_title="ms per step",
+        height=380,
         margin={"l": 10, "r": 10, "t": 30, "b": 30},
         legend={"orientation": "h", "y": 1.1},
     )
     return fig
+
+
+def breakdown_table(result: dict) -> pd.DataFrame:
+    """One row per part (ms per step): measured (the trace) and predicted, from `simulate --json`."""
+    keys = ("step_ms", "compute_ms", "communication_ms", "exposed_communication_ms", "idle_ms")
+    m, p = result.get("measured_breakdown") or {}, result.get("breakdown") or {}
+    return pd.DataFrame(
+        {"part": [k[:-3] for k in keys], "measured": [m.get(k) for k in keys], "predicted": [p.get(k) for k in keys]}
+    )
 
 
 def sharding_table(report: dict) -> pd.DataFrame:

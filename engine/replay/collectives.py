@@ -18,13 +18,16 @@ from enum import Enum
 from typing import Any
 
 from engine.replay.reasons import SkipReason
+from engine.trace.vocab import COMM_PREFIXES
 
-COLLECTIVE_PREFIXES = ("c10d::", "nccl:", "gloo:", "record_param_comms", "c10d_functional::", "_c10d_functional::")
+COLLECTIVE_PREFIXES = COMM_PREFIXES
 SKIP_REASON = SkipReason.COLLECTIVE_SINGLE_PROCESS  # kept for callers of the old constant
 
 
 def is_collective(name: str) -> bool:
-    return name.startswith(COLLECTIVE_PREFIXES)
+    """A recorded op the replay runs through the collective backend: the vocabulary's
+    communication prefixes (engine.trace.vocab), i.e. the ops `collective_call` can read."""
+    return name.startswith(COMM_PREFIXES)
 
 
 class CollKind(str, Enum):

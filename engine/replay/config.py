@@ -32,7 +32,8 @@ class ReplayConfig:
                 "auto": up front when the peak estimate fits the device, else lazy
     profile     write the replay's own Kineto trace (ops labelled "et:<id>:<name>")
     out_dir     where the Kineto trace goes (None: no files)
-    allow_trace_code  execute code shipped inside the trace (PT2 Triton .py); off by default
+    allow_trace_code  run ops that may touch files, devices or the network (engine.replay.oppolicy)
+                and code shipped inside the trace (PT2 Triton .py); off by default
     num_threads torch intra-op threads (None: the capture's meta value, else torch's default)
     seed        seed for synthesized tensor values
     metrics     sample CPU/GPU metrics while measuring (engine.metrics.MetricsSampler)

@@ -43,6 +43,19 @@ _OPTIMIZERS = {
     "none": "NONE",
 }
 
+# optimizer state per optimizer: (fp32 values per weight element, fp32 values per row)
+_STATE = {
+    "sgd": (0, 0),
+    "none": (0, 0),
+    "lars_sgd": (1, 0),
+    "rowwise_adagrad": (0, 1),
+    "adagrad": (1, 0),
+    "adam": (2, 0),
+    "lamb": (2, 1),
+    "partial_rowwise_adam": (1, 1),
+    "partial_rowwise_lamb": (1, 1),
+}
+
 
 def _args(schema: str, ins: dict) -> dict[str, tuple[Any, Any, str]]:
     """{argument name: (value, shape, type)} through the recorded schema."""
@@ -87,6 +100,20 @@ class _TBE:
         self.precision = precision  # of the recorded weights and pooled output: fp32, fp16 or bf16
         self.module = None
         self.out = None
+
+    def nbytes(self) -> int:
+        """Bytes this TBE holds once built (counted in the replay's memory estimate, issue 26:
+        a TorchRec DLRM peaked at 7.7x a bound that left them out): the weights in the precision
+        the kernels run in, the optimizer's state (`_STATE`: per element, per row, or none), the
+        synthesized batch (indices, offsets, pooled output and its cast, the output gradient) and
+        the backward's per-index gradient rows."""
+        elem = 2 if self.precision == "fp16" else 4  # bf16 runs in fp32 on CPU (build)
+        n_rows = self.rows * self.tables
+        n_elems = self.rows * sum(self.dims)
+        per_elem, per_row = _STATE.get(self.opt, (2, 1))  # unknown: the largest (Adam-like)
+        total_d = sum(self.dims)
+        batch = self.n_idx * 8 + (self.tables * self.batch + 1) * 8 + 3 * self.batch * total_d * 4
+        return n_elems * elem + per_elem * n_elems * 4 + per_row * n_rows * 4 + batch + self.n_idx * max(self.dims) * 4
 
     def build(self, device: str, seed: int) -> None:
         if self.module is not None:
@@ -189,6 +216,10 @@ class FbgemmTBE:
 
         return run
 
+    def resident_bytes(self) -> int:
+        """Bytes the TBEs prepared so far hold once built (memory estimate)."""
+        return sum(t.nbytes() for t in self.tbes.values())
+
     @staticmethod
     def _spec(op_id: int, name: str, opt: str, a: dict) -> _TBE:
         from engine.replay.resolved import DispatchError
@@ -251,3 +282,7 @@ class CustomOps:
 
     def prepare(self, op_id: int, name: str, schema: str, ins: dict, outs: dict, device: str):
         return self._for(name).prepare(op_id, name, schema, ins, outs, device)
+
+    def resident_bytes(self) -> int:
+        """Bytes every rebuilt library module holds for the run (plan.Plan.resident_bytes)."""
+        return sum(int(getattr(inst, "resident_bytes", lambda: 0)()) for inst in self._inst.values())

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from engine.replay import oppolicy
 from engine.replay.accel import ACCELERATOR_OPS
 from engine.replay.accel import remap as accel_remap
 from engine.replay.collectives import is_collective
@@ -271,8 +272,12 @@ NO_EQUIVALENT = (
 )
 
 
-def resolve(name: str, schema: str, types: list[str], device: str) -> Resolved:
-    """Resolve one recorded op for `device` ("cpu" / "cuda:N"); DispatchError says why not."""
+def resolve(name: str, schema: str, types: list[str], device: str, *, allow_trace_code: bool = False) -> Resolved:
+    """Resolve one recorded op for `device` ("cpu" / "cuda:N"); DispatchError says why not.
+
+    Every op a trace asks for passes `oppolicy` here (the one gate of replay, distributed ranks,
+    the dashboard's worker and compose's shape check): an op that may touch files, devices or
+    the network is refused with `SkipReason.UNSAFE_OP` unless `allow_trace_code`."""
     if is_collective(name):
         raise DispatchError(f"collective {name}", SkipReason.COLLECTIVE_SINGLE_PROCESS)
     on_gpu = device.startswith("cuda")
@@ -286,6 +291,8 @@ def resolve(name: str, schema: str, types: list[str], device: str) -> Resolved:
         return SUBSTITUTIONS_ON_CUDA[name](None, len(types))
     if not on_gpu and name in NO_EQUIVALENT:
         raise DispatchError(f"{name} is CUDA-library only and has no CPU equivalent", SkipReason.NO_CPU_EQUIVALENT)
+    if not allow_trace_code and (why := oppolicy.denied_name(name)):  # before any lookup or library import
+        raise DispatchError(f"{why} ({oppolicy.HINT})", SkipReason.UNSAFE_OP)
     rec_names = None
     target = None
     if schema:
@@ -301,6 +308,8 @@ def resolve(name: str, schema: str, types: list[str], device: str) -> Resolved:
                 target = None
     if target is None:
         target = _by_kinds(name, types)
+    if not allow_trace_code and (why := oppolicy.refusal(target._schema, name)):  # the live schema, not the trace's
+        raise DispatchError(f"{why} ({oppolicy.HINT})", SkipReason.UNSAFE_OP)
     positional, keywords, arg_types = _layout(target, rec_names, len(types))
     for i, t in enumerate(types):
         st = arg_types.get(i)

@@ -14,6 +14,12 @@ gloo on CPU / NCCL on CUDA), each rank replays its trace with `TorchDistBackend`
 `replay.json` (engine.replay.merge). A rank that dies or times out brings the run down
 (`RankFailed` naming it); nothing is left running.
 
+Before launch (issue 26): two files declaring the same rank are refused (they would run as one
+rank with doubled ops); the world's memory is checked against what the machine (or its cgroup)
+has (engine.replay.budget). A previous result in the folder stays until the new one is whole:
+ranks write staged names (`replay.new.json`), promoted to `replay.json` only after every rank
+succeeded; a failed run removes its staged files and leaves the old result as it was.
+
 The same worker runs under torchrun:
     torchrun --nproc-per-node 2 -m engine.replay.dist_worker sample_traces/ddp --out out
 """
@@ -33,6 +39,18 @@ from engine.replay.config import ReplayConfig
 from engine.replay.result import ReplayResult
 
 DEFAULT_TIMEOUT_S = 60.0
+
+# Staged names: a rank writes its new result beside the previous one and the launcher swaps them
+# in only when every rank finished (a failed rerun keeps the last good result).
+STAGED_JSON = "replay.new.json"
+
+
+def staged_kineto(rank: int) -> str:
+    return f"replay_rank{rank}_kineto.new.json.gz"
+
+
+def final_kineto(rank: int) -> str:
+    return f"replay_rank{rank}_kineto.json.gz"
 
 
 @dataclass(kw_only=True, slots=True)
@@ -101,16 +119,20 @@ def replay_distributed(
     names = [str(p) for p in paths]
     report(progress, 0.0, "loading trace")
     trace = T.load(*names)
+    _check_distinct_ranks(trace)
     world, rank_map = plan_ranks(trace, dist)
     if dist.check and dist.mirror_rank is None and world > 1:
         report(progress, 0.05, "checking collective sequences")
         check_sequences(
             sequences(trace, sorted(set(rank_map.values())), config.mode), names[0] if len(names) == 1 else None
         )
+    from engine.replay.budget import check_world_memory
+
+    report(progress, 0.07, f"checking memory for {world} ranks")
+    budget = check_world_memory(trace, names, rank_map, config, names[0] if len(names) == 1 else None)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    for stale in [out / "replay.json", *out.glob("rank*/replay.json")]:
-        stale.unlink(missing_ok=True)
+    _drop_staged(out)
     spec = {
         "paths": [os.path.abspath(p) for p in names],
         "rank_map": {str(k): v for k, v in rank_map.items()},
@@ -121,21 +143,67 @@ def replay_distributed(
         "out_dir": str(out.resolve()),
         "config": config_to_json(config),
         "merge_in_rank0": False,  # this process merges (it holds the output folder's lock)
+        "staged": True,  # ranks write staged names; promoted below once all succeeded
     }
     spec_path = out / "run_spec.json"
     spec_path.write_bytes(jsonio.dumps(spec, option=jsonio.OPT_INDENT_2))
-    launch(
-        "engine.replay.dist_worker",
-        ["--spec", str(spec_path)],
-        world_size=world,
-        run_dir=out / "logs",
-        progress=scaled(progress, 0.1, 0.95),
-    )
-    docs = [jsonio.loads((out / f"rank{r}" / "replay.json").read_bytes()) for r in range(world)]
+    try:
+        launch(
+            "engine.replay.dist_worker",
+            ["--spec", str(spec_path)],
+            world_size=world,
+            run_dir=out / "logs",
+            progress=scaled(progress, 0.1, 0.95),
+        )
+        docs = [_promote(out, r) for r in range(world)]
+    finally:
+        _drop_staged(out)
     res = merge(docs, world_size=world, mirror_rank=dist.mirror_rank, out_dir=out)
+    res.memory = {"world_budget": budget.to_json()}
     res.write(out)
     report(progress, 1.0, "done")
     return res
+
+
+def _check_distinct_ranks(trace) -> None:
+    """Two execution traces declaring the same rank would replay as one rank with both files'
+    ops: refuse, naming both files."""
+    seen: dict[int, str] = {}
+    for s in trace.meta.get("sources") or []:
+        if s.get("kind") != "execution_trace":
+            continue
+        r, path = int(s["rank"]), str(s.get("path"))
+        if r in seen:
+            raise TraceError(f"declares rank {r}, as does {seen[r]}: each rank needs its own file", path)
+        seen[r] = path
+
+
+def _promote(out: Path, rank: int) -> dict:
+    """A rank's staged result under its final names (kineto renamed, replay.json written
+    atomically with the final paths); returns the document."""
+    from engine.outdir import atomic_write
+
+    rank_dir = out / f"rank{rank}"
+    staged = rank_dir / STAGED_JSON
+    try:
+        doc = jsonio.loads(staged.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise TraceError(f"rank {rank} left no readable result: {exc}".splitlines()[0], staged) from None
+    paths = doc.setdefault("paths", {})
+    k_new, k_final = rank_dir / staged_kineto(rank), rank_dir / final_kineto(rank)
+    if doc.get("kineto_path"):
+        os.replace(k_new, k_final)
+        doc["kineto_path"] = paths["kineto"] = str(k_final)
+    paths["replay_json"] = str(rank_dir / "replay.json")
+    atomic_write(rank_dir / "replay.json", jsonio.dumps(doc, option=jsonio.OPT_INDENT_2, default=str))
+    staged.unlink(missing_ok=True)
+    return doc
+
+
+def _drop_staged(out: Path) -> None:
+
+    for f in [*out.glob(f"rank*/{STAGED_JSON}"), *out.glob("rank*/replay_rank*_kineto.new.json.gz")]:
+        f.unlink(missing_ok=True)
 
 
 def config_to_json(config: ReplayConfig) -> dict:

@@ -25,6 +25,7 @@ class MemoryEstimate:
     lazy_peak_bytes: int
     available_bytes: int
     externals_bytes: int
+    resident_bytes: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -64,8 +65,12 @@ def op_bytes(plan: Plan, k: int) -> int:
 
 
 def estimate(plan: Plan, available: int) -> MemoryEstimate:
+    """Eager and lazy peaks of the plan's tensors plus what it holds for the whole run outside
+    the recorded tensor flow (`plan.resident_bytes`: rebuilt TBE tables and optimizer state,
+    collective buffers), which lazy allocation cannot shrink."""
     ext_sizes = _ext_bytes(plan)
     ext_total = sum(ext_sizes.values())
+    resident = plan.resident_bytes
     live = 0
     peak_prod = 0
     lazy_peak = 0
@@ -87,10 +92,11 @@ def estimate(plan: Plan, available: int) -> MemoryEstimate:
             live -= sum(plan.produced_bytes.get(slot, 0) for slot in st.release)
         ext_live -= ends.get(st.index, 0)
     return MemoryEstimate(
-        eager_peak_bytes=ext_total + peak_prod,
-        lazy_peak_bytes=lazy_peak,
+        eager_peak_bytes=ext_total + peak_prod + resident,
+        lazy_peak_bytes=lazy_peak + resident,
         available_bytes=available,
         externals_bytes=ext_total,
+        resident_bytes=resident,
     )
 
 

@@ -68,6 +68,9 @@ class Plan:
     n_slots: int
     produced_bytes: dict[int, int]  # slot -> bytes newly allocated by producing it
     warnings: list[str] = field(default_factory=list)
+    # bytes held for the whole run outside the recorded tensor flow: library modules rebuilt by
+    # custom rebuilders (FBGEMM TBE weights, optimizer state, batch) and collective buffers
+    resident_bytes: int = 0
 
 
 def _is_tensor_type(t: str) -> bool:
@@ -261,7 +264,7 @@ def build_plan(
                 n_slots += 1
             continue
         try:
-            res = resolve(name, str(r.schema or ""), types, device)
+            res = resolve(name, str(r.schema or ""), types, device, allow_trace_code=allow_trace_code)
         except DispatchError as e:
             st.reason, st.detail = e.reason, f"op {st.op_id}: {e}"
             continue
@@ -369,7 +372,21 @@ def build_plan(
             produced_bytes[slot] = 0 if rec.storage_id in in_storages else rec.nbytes()
     lifetimes(steps, externals)
     _async_waits(steps, sel, externals, slot_rec)
-    return Plan(steps=steps, externals=externals, n_slots=n_slots, produced_bytes=produced_bytes)
+    resident = custom.resident_bytes() if custom is not None else 0
+    resident += sum(_coll_bytes(st.coll) for st in steps if st.coll is not None and st.runnable)
+    return Plan(
+        steps=steps, externals=externals, n_slots=n_slots, produced_bytes=produced_bytes, resident_bytes=resident
+    )
+
+
+def _coll_bytes(call: CollectiveCall) -> int:
+    """Buffers a collective backend allocates for one call at plan time (comm_backend: its
+    recorded inputs and outputs; all_to_all/gather take up to world x the input, bounded here by
+    the recorded outputs, which hold what arrives)."""
+    try:
+        return sum(b.nbytes() for b in call.inputs) + sum(b.nbytes() for b in call.outputs)
+    except (TypeError, ValueError, OverflowError):
+        return 0
 
 
 def param_comms_by_parent(ops: pd.DataFrame) -> dict[int, dict]:

@@ -21,6 +21,7 @@ class SkipReason(str, Enum):
     BAD_NUMEL = "bad tensor record: numel contradicts shape"
     BAD_TENSOR = "bad tensor record: invalid"
     TRACE_CODE = "trace code not executed (opt in with --allow-trace-code)"
+    UNSAFE_OP = "op may touch files, devices or the network (opt in with --allow-trace-code)"
     TRACE_CODE_UNSUPPORTED = "trace code (Triton kernel) execution is not supported"
     MEMORY = "needs more memory than the device has free"
     MEMORY_DEPENDENCY = "depends on an op skipped for memory"

@@ -41,7 +41,10 @@ replay.json (one JSON object; * = required when read):
                                    communication, idle (distributed replays)
     collectives       {kind: {count, bytes}}  collectives executed per iteration
     world_size        int          ranks that ran (1 for a single-process replay)
-    ranks             [{...}]      distributed runs: one entry per rank
+    ranks             [{...}]      distributed runs: one entry per rank {rank, recorded_rank,
+                                   iteration_ms, median_ms, coverage, breakdown {compute_ms,
+                                   comm_ms, exposed_comm_ms, idle_ms} (engine.replay.commstats),
+                                   collectives, kineto_path, replay_json, skipped_ops}
     spmd              {...} | null --mirror-rank: which recorded rank every rank replays
     source            {"traces": [{path, sha256}], "derived_from": [sha256, ...]}: content
                                    hashes of the ET(s) replayed (and, for a composed benchmark,
@@ -61,6 +64,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from engine.errors import TraceError
+from engine.trace.vocab import COMM_PREFIXES
 
 REPLAY_KEYS = ("iteration_ms", "median_ms", "per_op", "coverage")
 """Keys a replay.json must hold to be read at all."""
@@ -295,7 +299,7 @@ def coverage_report(steps, failures: dict[int, str]) -> tuple[Coverage, list[Ski
     skipped_ops: list[SkippedOp] = []
     replayed = substituted = comm_sel = comm_rep = 0
     for st in steps:
-        is_comm = getattr(st, "coll", None) is not None or str(st.name).startswith(("c10d::", "record_param_comms"))
+        is_comm = getattr(st, "coll", None) is not None or str(st.name).startswith(COMM_PREFIXES)
         comm_sel += is_comm
         cat = by_category.setdefault(st.category, CategoryCoverage(selected=0, replayed=0, substituted=0, skipped=0))
         cat["selected"] += 1

@@ -4,6 +4,10 @@ the ranks' sequences match (same order, kinds, groups, dtypes and sizes).
 Why before launch: a mismatched set of rank files would otherwise hang every rank in a
 collective until the timeout; checking the recorded sequences names the rank and the op at
 once (exit 2), with nothing started.
+
+Point-to-point ops are matched as pairs, not by position: rank a's sends to b, in order, against
+b's receives from a (a `send` on one rank and its `recv` on the other are one transfer, not a
+mismatch). An all_to_all whose recorded splits disagree names what each side sends and expects.
 """
 
 from __future__ import annotations
@@ -81,9 +85,10 @@ def check_sequences(seqs: dict[int, list[CollectiveCall]], source: str | None = 
     by_pg: dict[str, dict[int, list[CollectiveCall]]] = {}
     for r, calls in seqs.items():
         for c in calls:
-            if c.kind == CollKind.WAIT:
+            if c.kind in (CollKind.WAIT, CollKind.SEND, CollKind.RECV):
                 continue
             by_pg.setdefault(c.pg, {}).setdefault(r, []).append(c)
+    _check_p2p(seqs, source)
     for r in seqs:
         by_pg.setdefault("0", {}).setdefault(r, [])
     for pg, ranks in sorted(by_pg.items()):
@@ -94,7 +99,14 @@ def check_sequences(seqs: dict[int, list[CollectiveCall]], source: str | None = 
                 continue
             mine = ranks[r]
             for i, (a, b) in enumerate(zip(ref, mine)):
-                if a.signature() != b.signature() or not _splits_agree(a, b, ref_rank, r):
+                if a.signature() == b.signature() and not _splits_agree(a, b, ref_rank, r):
+                    raise TraceError(
+                        f"collective mismatch: all_to_all #{i + 1} in group {pg}: rank {ref_rank} (op {a.op_id}) "
+                        f"sends {a.in_splits[r]} rows to rank {r}, but rank {r} (op {b.op_id}) expects "
+                        f"{b.out_splits[ref_rank]} from rank {ref_rank}",
+                        source,
+                    )
+                if a.signature() != b.signature():
                     raise TraceError(
                         f"collective mismatch: rank {r} collective #{i + 1} in group {pg} is {b.describe()}, "
                         f"rank {ref_rank} has {a.describe()}",
@@ -108,6 +120,38 @@ def check_sequences(seqs: dict[int, list[CollectiveCall]], source: str | None = 
                     f"{len(ref)}; rank {longer}'s {extra.describe()} has no partner",
                     source,
                 )
+
+
+def _check_p2p(seqs: dict[int, list[CollectiveCall]], source: str | None) -> None:
+    """Every send from a to b has, in order, a receive on b from a of the same size and dtype."""
+    sends: dict[tuple[int, int], list[CollectiveCall]] = {}
+    recvs: dict[tuple[int, int], list[CollectiveCall]] = {}
+    for r, calls in seqs.items():
+        for c in calls:
+            if c.kind == CollKind.SEND:
+                sends.setdefault((r, c.root), []).append(c)
+            elif c.kind == CollKind.RECV:
+                recvs.setdefault((c.root, r), []).append(c)
+    for a, b in sorted(set(sends) | set(recvs)):
+        if a not in seqs or b not in seqs:
+            continue  # a peer outside the replayed ranks (checked by its own run)
+        ss, rr = sends.get((a, b), []), recvs.get((a, b), [])
+        for i, (s, v) in enumerate(zip(ss, rr)):
+            n_s, n_r = sum(x.numel for x in s.inputs), sum(x.numel for x in (v.inputs or v.outputs))
+            dt_s = s.inputs[0].dtype if s.inputs else ""
+            dt_r = (v.inputs or v.outputs)[0].dtype if (v.inputs or v.outputs) else ""
+            if n_s != n_r or (dt_s and dt_r and dt_s != dt_r):
+                raise TraceError(
+                    f"send/recv mismatch: rank {a}'s send #{i + 1} to rank {b} is {s.describe()}, "
+                    f"rank {b}'s recv #{i + 1} from rank {a} is {v.describe()}",
+                    source,
+                )
+        if len(ss) != len(rr):
+            raise TraceError(
+                f"send/recv mismatch: rank {a} sends {len(ss)} message(s) to rank {b}, "
+                f"rank {b} receives {len(rr)} from rank {a}",
+                source,
+            )
 
 
 def _splits_agree(a: CollectiveCall, b: CollectiveCall, ra: int, rb: int) -> bool:

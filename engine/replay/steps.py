@@ -9,6 +9,9 @@ fatal so a distributed run comes down together; a custom rebuild: recorded like 
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
 from collections.abc import Callable
 
@@ -190,11 +193,36 @@ def busy_wait_ns(ns: int) -> None:
         pass
 
 
+@contextlib.contextmanager
+def _stderr_kept_unless_failed():
+    """Hold what C++ code prints on fd 2 (Kineto's "Failed to write to log file!") and pass it
+    on only when the export worked: a failed export is reported in our one line instead."""
+    import tempfile
+
+    result: dict = {"ok": False}
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield result
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield result
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if result["ok"]:
+                held.seek(0)
+                text = held.read()
+                if text:
+                    os.write(2, text)
+
+
 def profile_iteration(plan: Plan, steps, config: ReplayConfig, sync) -> str:
     """One extra labelled iteration under torch.profiler; returns the gzipped Chrome trace path."""
-    import contextlib
     import gzip
-    import os
     import shutil
 
     from torch.profiler import ProfilerActivity, profile
@@ -205,18 +233,42 @@ def profile_iteration(plan: Plan, steps, config: ReplayConfig, sync) -> str:
     assert out_dir is not None  # the caller profiles only with an output folder
     out_dir.mkdir(parents=True, exist_ok=True)
     raw = out_dir / "replay_kineto.json"
-    with profile(activities=acts) as prof, torch.profiler.record_function("ReplayIteration#0"):
+    from engine.chatter import drop_chatter
+
+    # the profiler prints USDT/STAGE lines to fd 2 on start and stop: not for the user's eyes
+    with drop_chatter(), profile(activities=acts) as prof, torch.profiler.record_function("ReplayIteration#0"):
         for fn in labelled:
             fn()
         sync()
     from engine.outdir import atomic_copy
 
     gz = out_dir / "replay_kineto.json.gz"
+    # Kineto writes `<raw>.tmp` and renames it; on a full disk it fails with no reason given and
+    # leaves that file behind (issue 26), so both names are cleaned up and the reason is found
+    # by a probe write (engine.outdir.prepare names ENOSPC, EDQUOT, EROFS, EACCES)
+    leftovers = (raw, raw.with_name(raw.name + ".tmp"))
     try:
-        try:
-            prof.export_chrome_trace(str(raw))
-        except (OSError, RuntimeError) as exc:
-            raise TraceError(f"cannot write the replay's Kineto trace: {exc}".splitlines()[0], raw) from None
+        with _stderr_kept_unless_failed() as result:
+            try:
+                prof.export_chrome_trace(str(raw))
+                result["ok"] = ok = raw.is_file() and raw.stat().st_size > 0
+            except (OSError, RuntimeError):
+                ok = False
+        if not ok:
+            from engine.outdir import prepare
+
+            for f in leftovers:
+                with contextlib.suppress(OSError):
+                    os.remove(f)
+            try:
+                prepare(out_dir)
+            except TraceError as exc:
+                raise TraceError(
+                    f"cannot write the replay's Kineto trace: {exc.problem.split(': ')[-1]}", raw
+                ) from None
+            free = os.statvfs(out_dir).f_bavail * os.statvfs(out_dir).f_frsize
+            why = f"no space left on device ({free >> 10} KiB free)" if free < 1 << 20 else "the profiler wrote nothing"
+            raise TraceError(f"cannot write the replay's Kineto trace: {why}", raw)
 
         def _gzip(src, dst):
             with gzip.GzipFile(fileobj=dst, mode="wb") as z:
@@ -224,6 +276,7 @@ def profile_iteration(plan: Plan, steps, config: ReplayConfig, sync) -> str:
 
         atomic_copy(raw, gz, _gzip)  # a failed write keeps the previous trace
     finally:
-        with contextlib.suppress(OSError):
-            os.remove(raw)
+        for f in leftovers:
+            with contextlib.suppress(OSError):
+                os.remove(f)
     return str(gz)

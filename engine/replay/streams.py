@@ -21,8 +21,8 @@ import numpy as np
 
 from engine.replay.plan import Plan
 from engine.trace.ranks import of_rank
+from engine.trace.vocab import GPU_CATS as _GPU_CATS
 
-_GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 _LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 
 

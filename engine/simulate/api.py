@@ -7,10 +7,13 @@ from typing import Any
 
 import numpy as np
 
+from engine.analysis.breakdown import TimeBreakdown
+from engine.analysis.critical_path import critical_path
+from engine.analysis.stragglers import straggler_table
 from engine.progress import Progress, report
 from engine.simulate.config import SimConfig
 from engine.simulate.graph import build_graph
-from engine.simulate.result import SimResult, breakdown, iteration_ms, predicted_trace, step_spans
+from engine.simulate.result import SimResult, iteration_ms, predicted_trace
 from engine.simulate.schedule import solve
 
 
@@ -64,16 +67,12 @@ def simulate(
         warnings.append("no ProfilerStep span in the trace: the iteration is the whole simulated span")
         st, en = sched.task_start(g), sched.task_end(g)
         predicted = float((np.nanmax(en) - np.nanmin(st)) / 1000.0) if len(st) else 0.0
-        window = None
-    else:
-        sp = step_spans(pred.events)
-        window = (float(sp["ts_us"].min()) - g.t0_us, float((sp["ts_us"] + sp["dur_us"]).max()) - g.t0_us)
     if measured is not None and wspec.edits:
         measured = None  # a changed setup has no measured counterpart in this trace
-    bd = breakdown(g, sched, window)
-    n_steps = max(len(step_spans(pred.events)), 1)
-    if window is not None and n_steps > 1:
-        bd = {k: v / n_steps * (len(pred.events["rank"].unique())) for k, v in bd.items()}
+    bd = TimeBreakdown.from_events(pred.events)
+    measured_bd = TimeBreakdown.from_events(events)
+    cp = critical_path(g, sched)
+    lag = straggler_table(g, sched, cp, predicted)
     report(progress, 1.0, "done")
     return SimResult(
         graph=g,
@@ -82,6 +81,9 @@ def simulate(
         measured_iteration_ms=measured,
         predicted_iteration_ms=predicted,
         breakdown=bd,
+        measured_breakdown=measured_bd,
+        critical_path=cp,
+        stragglers=lag,
         sim_s=sim_s,
         build_s=build_s,
         warnings=warnings,

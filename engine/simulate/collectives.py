@@ -16,31 +16,26 @@ together), so 1,024 ranks never need 1,024 copies.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from engine.trace.vocab import is_backend_comm, is_comm
+
 if TYPE_CHECKING:
     from engine.simulate.taskgraph import TaskGraph
 
-COMM_KERNEL = re.compile(
-    r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|sendrecv|gloo", re.IGNORECASE
-)
-
 
 def comm_mask(g: TaskGraph) -> np.ndarray:
-    """GPU tasks that are collectives / p2p transfers."""
-    from engine.simulate.edges import HOST_COMM
-
+    """Tasks that are the transfer of a collective / p2p op: communication GPU tasks
+    (engine.trace.vocab.is_comm), and on ranks without GPU work the backend's host op."""
     gpu = g.tasks["gpu"].to_numpy()
     rank = g.tasks["rank"].to_numpy()
     # host backend ops are the transfer only on ranks without GPU work (gloo on CPU); with a GPU
     # the host "nccl:*" op is just the enqueue and the kernel is the collective
     cpu_ranks = ~np.isin(rank, np.unique(rank[gpu]))
-    return (gpu & g.text("name").where(lambda s: bool(COMM_KERNEL.search(s)))) | (
-        ~gpu & cpu_ranks & g.text("name").where(lambda s: s.startswith(HOST_COMM))
-    )
+    names = g.text("name")
+    return (gpu & names.where(is_comm)) | (~gpu & cpu_ranks & names.where(is_backend_comm))
 
 
 def collective_edges(g: TaskGraph) -> None:

@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 
 from engine.simulate.config import SimConfig
-from engine.simulate.taskgraph import RUNTIME_CATS, EdgeKind, TaskGraph
+from engine.simulate.taskgraph import EdgeKind, TaskGraph
 from engine.trace import columns as _cols
+from engine.trace.vocab import RUNTIME_CATS, is_backend_comm
 
-HOST_COMM = ("gloo:", "nccl:", "mpi:", "ucc:")
 _NO_STREAM = -(1 << 62)  # stream code of a lane whose tid is not an integer (never matches)
 
 
@@ -72,11 +72,28 @@ def launch_edges(g: TaskGraph, cfg: SimConfig) -> None:
     hit = pos >= 0
     gidx, lidx = gidx[hit], hidx[pos[hit]]
     _queue_edges(g, cfg, gidx, lidx, EdgeKind.LAUNCH)
+    blocking_launch_edges(g, gidx, lidx)
     unlinked = int(gpu.sum()) - len(gidx)
     if unlinked:
         g.warnings.append(
             f"{unlinked} GPU task(s) have no launching runtime call in the trace; they keep their stream gaps"
         )
+
+
+def blocking_launch_edges(g: TaskGraph, gidx: np.ndarray, lidx: np.ndarray) -> None:
+    """GPU->CPU: a launch call that returned after the GPU task it launched had ended waited for
+    it (a copy to pageable memory, cudaMemcpyAsync on the legacy stream, ...), whatever its
+    name: its return depends on that task's end, weight = the original post-wait time (capped
+    at the call's own segment, as `sync_edges`). Why: without it a GPU-bound loop's host seems
+    to run free, and neither the prediction nor the critical path sees the GPU hold it back."""
+    if not len(gidx):
+        return
+    ep = g.tasks["ep"].to_numpy()
+    g_end, l_end = ep[gidx], ep[lidx]
+    waited = g.pt_time[l_end] >= g.pt_time[g_end]
+    if waited.any():
+        src, dst = g_end[waited], l_end[waited]
+        g.add_edges(src, dst, np.minimum(g.pt_time[dst] - g.pt_time[src], g.pt_d[dst]), EdgeKind.SYNC)
 
 
 def _queue_edges(g: TaskGraph, cfg: SimConfig, gidx: np.ndarray, lidx: np.ndarray, kind: EdgeKind) -> None:
@@ -126,7 +143,7 @@ def host_comm_edges(g: TaskGraph, cfg: SimConfig) -> None:
     rank = t["rank"].to_numpy()
     cpu_ranks = ~np.isin(rank, np.unique(rank[gpu]))  # with a GPU, kernels are the collectives
     names = g.text("name")
-    comm = ~gpu & cpu_ranks & names.where(lambda s: s.startswith(HOST_COMM))
+    comm = ~gpu & cpu_ranks & names.where(is_backend_comm)
     if not comm.any():
         return
     c10d = ~gpu & names.where(lambda s: s.startswith("c10d::") and "wait" not in s)

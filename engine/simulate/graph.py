@@ -42,8 +42,9 @@ import pandas as pd
 from engine.simulate import edges
 from engine.simulate.collectives import collective_edges
 from engine.simulate.config import SimConfig
-from engine.simulate.taskgraph import GPU_CATS, TASK_COLUMNS, TaskGraph, take_columns, task_rows
+from engine.simulate.taskgraph import TASK_COLUMNS, TaskGraph, take_columns, task_rows
 from engine.trace import columns as _cols
+from engine.trace.vocab import GPU_CATS
 
 
 def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:

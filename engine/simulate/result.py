@@ -1,4 +1,5 @@
-"""Simulation output: a predicted `Trace`, its breakdown, Kineto JSON export and the JSON summary.
+"""Simulation output: a predicted `Trace`, its breakdown and critical path, Kineto JSON export and
+the JSON summary (`iteration_ms` and `step_spans` are engine.analysis.steps', re-exported here).
 
 Why a `Trace`: Explore's timeline and breakdowns and Compare read `Trace.events`; a prediction
 in the same shape needs no special casing anywhere downstream.
@@ -12,9 +13,21 @@ in the same shape needs no special casing anywhere downstream.
                                         when edits change the setup
     error_pct               float|null  predicted / measured - 1, in %
     ranks                   [int]       ranks simulated
-    breakdown               {compute, communication, exposed_communication, idle}  ms per
-                                        iteration averaged over ranks (GPU busy time on GPU
-                                        traces, top-level host work on CPU-only ones)
+    breakdown               {...}       the prediction's TimeBreakdown (engine/analysis/
+                                        breakdown.py, docs/analysis.md): step_ms, compute_ms,
+                                        communication_ms, exposed_communication_ms, idle_ms (ms
+                                        per step, means over ranks and steps; compute + exposed
+                                        + idle = step), basis ("gpu"|"cpu"), steps, ranks [{...}]
+    measured_breakdown      {...}       the same of the trace itself (what Explore shows)
+    critical_path           {...}|null  the schedule's longest path (engine/analysis/
+                                        critical_path.py): ms (= the step), by_kind {compute,
+                                        communication, launch_host, sync_wait, idle}, ranks
+                                        {rank: ms}, top_ops [{name, kind, ms}], collectives
+                                        {name: ms}, crossings [{from_rank, to_rank, collective}],
+                                        walks
+    stragglers              {...}|null  with 2+ ranks: straggler {rank, reason, held_others_ms}
+                                        or null, ranks [{rank, held_others_ms, waited_ms,
+                                        on_critical_path_ms, reason, straggler}]
     tasks                   int         tasks in the graph
     edges                   {kind: int} dependencies per kind: intra_thread, inter_thread,
                                         launch, sync, stream_fifo, event_wait, collective, user
@@ -40,7 +53,6 @@ in the same shape needs no special casing anywhere downstream.
 from __future__ import annotations
 
 import gzip
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,9 +60,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engine.simulate.collectives import comm_mask
+from engine.analysis.steps import iteration_ms, step_spans
 from engine.simulate.schedule import Schedule
 from engine.simulate.taskgraph import TaskGraph, take_rows
+
+__all__ = ["SimResult", "export_kineto", "iteration_ms", "predicted_events", "predicted_trace", "step_spans"]
 
 TASKS_PER_S_MEASURES = "graph build + what-if edits + schedule (trace loading and predicted-trace output excluded)"
 
@@ -62,7 +76,10 @@ class SimResult:
     predicted: Any  # engine.trace.model.Trace
     measured_iteration_ms: float | None
     predicted_iteration_ms: float
-    breakdown: dict[str, float]
+    breakdown: Any  # engine.analysis.breakdown.TimeBreakdown of the predicted events
+    measured_breakdown: Any = None  # the same of the trace's own events (what Explore shows)
+    critical_path: Any = None  # engine.analysis.critical_path.CriticalPath of the schedule
+    stragglers: Any = None  # engine.analysis.stragglers.straggler_table (a DataFrame)
     sim_s: float
     build_s: float
     warnings: list[str] = field(default_factory=list)
@@ -91,7 +108,10 @@ class SimResult:
             if not self.measured_iteration_ms
             else round(100 * (self.predicted_iteration_ms / self.measured_iteration_ms - 1), 4),
             "ranks": sorted(int(r) for r in g.lanes["rank"].unique()) if len(g.lanes) else [],
-            "breakdown": {k: round(float(v), 6) for k, v in self.breakdown.items()},
+            "breakdown": self.breakdown.to_json(),
+            "measured_breakdown": None if self.measured_breakdown is None else self.measured_breakdown.to_json(),
+            "critical_path": None if self.critical_path is None else self.critical_path.to_json(),
+            "stragglers": _stragglers_json(self.stragglers),
             "tasks": g.n_tasks,
             "edges": g.edge_counts(),
             "tasks_per_s": round(self.tasks_per_s, 1),
@@ -107,6 +127,15 @@ class SimResult:
         return out
 
 
+def _stragglers_json(table: Any) -> dict[str, Any] | None:
+    if table is None or len(table) < 2:
+        return None
+    from engine.analysis.stragglers import straggler
+
+    rows = [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in r.items()} for r in table.to_dict("records")]
+    return {"straggler": straggler(table), "ranks": rows}
+
+
 def predicted_events(g: TaskGraph, s: Schedule) -> pd.DataFrame:
     """The task rows with simulated ts/dur (original columns kept, `ev` renumbered if copied)."""
     src = g.source.drop(columns=["_scale"], errors="ignore")
@@ -117,108 +146,6 @@ def predicted_events(g: TaskGraph, s: Schedule) -> pd.DataFrame:
     if ev["ev"].duplicated().any():
         ev["ev"] = np.arange(len(ev), dtype=np.int64)
     return ev
-
-
-def step_spans(events: pd.DataFrame) -> pd.DataFrame:
-    """ProfilerStep#N host spans (the iteration the trace measured), one row per step and rank."""
-    from engine.trace import columns as _cols
-
-    m = _cols.where(events["name"], lambda s: s.startswith("ProfilerStep#")) & ~_cols.isin(
-        events["cat"], ("kernel", "gpu_user_annotation")
-    )
-    return events.loc[m, ["rank", "name", "ts_us", "dur_us"]]
-
-
-def iteration_ms(events: pd.DataFrame) -> float | None:
-    """Mean ProfilerStep span in ms over all steps and ranks, None when the trace has none."""
-    st = step_spans(events)
-    if st.empty:
-        return None
-    return float(st["dur_us"].mean()) / 1000.0
-
-
-def _union(start: np.ndarray, end: np.ndarray) -> float:
-    if not len(start):
-        return 0.0
-    o = np.argsort(start)
-    s, e = start[o], end[o]
-    run_end = np.maximum.accumulate(e)
-    new = np.ones(len(s), bool)
-    new[1:] = s[1:] > run_end[:-1]
-    gid = np.cumsum(new) - 1
-    seg_s = s[new]
-    seg_e = np.zeros(gid[-1] + 1)
-    np.maximum.at(seg_e, gid, e)
-    return float((seg_e - seg_s).sum())
-
-
-def _intervals_minus(a_s, a_e, b_s, b_e) -> float:
-    """Length of union(a) not covered by union(b)."""
-    return _union(np.concatenate([a_s, b_s]), np.concatenate([a_e, b_e])) - _union(b_s, b_e)
-
-
-def breakdown(g: TaskGraph, s: Schedule, window: tuple[float, float] | None = None) -> dict[str, float]:
-    """compute / communication / exposed_communication / idle in ms, averaged over ranks.
-
-    GPU traces: busy time of GPU tasks (communication = collective kernels; exposed = the part of
-    it no compute kernel overlaps). CPU-only traces: busy time of top-level host tasks
-    (communication = host collective ops). Window: the simulated step span(s) or the whole run.
-    """
-    t = g.tasks
-    start = s.task_start(g)
-    end = s.task_end(g)
-    gpu = t["gpu"].to_numpy()
-    if gpu.any():
-        comm = comm_mask(g)
-        busy = gpu
-    else:
-        from engine.trace import columns as _cols
-
-        rx = re.compile(r"c10d::|nccl:|gloo:|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all")
-        comm = (t["parent"].to_numpy() < 0) & _cols.where(t["name"], lambda s: bool(rx.search(s)))
-        busy = _shallow_work(t) | comm
-    ranks = t["rank"].to_numpy()
-    out = {"compute": 0.0, "communication": 0.0, "exposed_communication": 0.0, "idle": 0.0}
-    rank_list = np.unique(ranks) if len(ranks) else np.array([0])
-    for r in rank_list:
-        rm = ranks == r
-        if window is None:
-            lo = start[rm].min() if rm.any() else 0.0
-            hi = end[rm].max() if rm.any() else 0.0
-        else:
-            lo, hi = window
-        cs, ce = np.clip(start, lo, hi), np.clip(end, lo, hi)
-        comp = busy & ~comm & rm
-        cm = comm & rm
-        comp_u = _union(cs[comp], ce[comp])
-        comm_u = _union(cs[cm], ce[cm])
-        exposed = _intervals_minus(cs[cm], ce[cm], cs[comp], ce[comp])
-        all_u = _union(cs[busy & rm], ce[busy & rm])
-        out["compute"] += comp_u
-        out["communication"] += comm_u
-        out["exposed_communication"] += exposed
-        out["idle"] += max(hi - lo - all_u, 0.0)
-    n = len(rank_list)
-    return {k: v / n / 1000.0 for k, v in out.items()}
-
-
-def _shallow_work(t: pd.DataFrame) -> np.ndarray:
-    """Host tasks that are work (not annotations) and whose ancestors are all annotations."""
-    from engine.trace import columns as _cols
-
-    annot = _cols.isin(t["cat"], ("user_annotation", "python_function")) | _cols.where(
-        t["name"], lambda s: s.startswith("ProfilerStep#")
-    )
-    parent = t["parent"].to_numpy()
-    gpu = t["gpu"].to_numpy()
-    # ancestor-all-annotation flag, resolved by iterating parent pointers (depth-bounded)
-    under_work = np.zeros(len(t), bool)
-    p = parent.copy()
-    while (p >= 0).any():
-        ok = p >= 0
-        under_work[ok] |= ~annot[p[ok]]
-        p = np.where(ok, parent[np.maximum(p, 0)], -1)
-    return ~gpu & ~annot & ~under_work
 
 
 def predicted_trace(source_meta: dict, g: TaskGraph, s: Schedule, edits: list[dict] | None = None):

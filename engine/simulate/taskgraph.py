@@ -16,11 +16,7 @@ import numpy as np
 import pandas as pd
 
 from engine.trace import columns as _cols
-
-GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
-# Kineto rows that mark something rather than occupy a thread or stream.
-MARKER_CATS = ("Trace", "cuda_sync", "gpu_user_annotation", "gpu_instr", "ac2g", "fwdbwd")
-RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver")
+from engine.trace.vocab import GPU_CATS, MARKER_CATS, RUNTIME_CATS  # noqa: F401  (re-exported)
 
 
 class EdgeKind(Enum):

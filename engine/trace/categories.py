@@ -7,9 +7,8 @@ The rules are ordered; the first that matches wins:
 1. annotation: "## ... ##", "[...]" labels (profiler roots, param's "[param|...]"),
    ProfilerStep#N, "nn.Module: ...", "Optimizer.*", "enumerate(DataLoader)...", and any
    record_function label without a "::" namespace that is not an autograd node.
-2. communication: c10d::*, nccl:*, gloo:*, record_param_comms, and names containing a
-   collective (all_reduce, allreduce, all_gather, allgather, all_to_all, alltoall, broadcast,
-   reduce_scatter, send/recv, barrier).
+2. communication: `engine.trace.vocab.is_comm` (the one answer: c10d::*, nccl:*, gloo:*,
+   record_param_comms, and non-aten names of a collective).
 3. autograd: "autograd::engine::evaluate_function: ...", "*Backward0/1/..." nodes,
    AccumulateGrad, "torch::autograd::*".
 4. view: aten ops that only change metadata (view, reshape, t, transpose, permute, expand,
@@ -29,15 +28,11 @@ import re
 import pandas as pd
 
 from engine.trace.model import CATEGORIES
+from engine.trace.vocab import is_comm
 
 OP_NAME = re.compile(r"^[A-Za-z_]\w*::[A-Za-z_][\w.]*$")
 """A dispatcher operator name, `namespace::op[.overload]` (what a replay can look up and run)."""
 
-_COMM = re.compile(
-    r"all_?reduce|all_?gather|all_?to_?all|broadcast|reduce_?scatter|"
-    r"(?<![a-z])(?:send|recv|isend|irecv|barrier)(?![a-z])|record_param_comms",
-    re.IGNORECASE,
-)
 _VIEW_OPS = frozenset(
     """
 view _unsafe_view view_as reshape reshape_as t transpose transpose_ permute expand expand_as
@@ -68,7 +63,7 @@ def classify(name: str) -> str:
     ):
         return "annotation"
     lower = name.lower()
-    if name.startswith(("c10d::", "nccl:", "gloo:", "mpi:", "ucc:")) or _COMM.search(name):
+    if is_comm(name):
         return "communication"
     if (
         name.startswith(("autograd::", "torch::autograd::"))

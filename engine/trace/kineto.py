@@ -19,9 +19,10 @@ import pandas as pd
 
 from engine.errors import TraceError, malformed_as_trace_error
 from engine.trace.columns import fast_cat
+from engine.trace.vocab import GPU_ACTIVITY_CATS
 
 _NA = -(1 << 63)
-_GPU_CATS = frozenset(("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "gpu_instr"))
+_GPU_CATS = frozenset(GPU_ACTIVITY_CATS)
 _FLOW_PH = frozenset(("s", "f", "t"))
 
 

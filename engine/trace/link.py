@@ -40,10 +40,10 @@ import pandas as pd
 
 from engine.trace.align import fill_gaps
 from engine.trace.columns import isin, where
+from engine.trace.vocab import GPU_CATS as _GPU_CATS
+from engine.trace.vocab import RUNTIME_CATS as _RUNTIME_CATS
 
 _HOST_CATS = ("cpu_op", "user_annotation")
-_GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
-_RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver", "runtime")
 
 
 def _name_codes(a: pd.Series, b: pd.Series) -> tuple[np.ndarray, np.ndarray]:

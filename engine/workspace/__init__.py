@@ -8,7 +8,7 @@ processes (`engine.workspace.jobs`) that write their progress into the catalog, 
 go away while they run. Pure Python (sqlite3), no streamlit.
 """
 
-from engine.workspace.catalog import Catalog, JobStatus, default_workspace
+from engine.workspace.catalog import Catalog, CatalogError, JobStatus, default_workspace
 from engine.workspace.jobs import JobRunner
 
-__all__ = ["Catalog", "JobRunner", "JobStatus", "default_workspace"]
+__all__ = ["Catalog", "CatalogError", "JobRunner", "JobStatus", "default_workspace"]

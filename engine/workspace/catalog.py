@@ -4,42 +4,26 @@ Why SQLite: one file, transactional, safe with several readers and a writer from
 processes (the worker processes update their job row while the dashboard reads it; WAL mode).
 Rows hold handles and small JSON (paths, hashes, specs), never trace data: traces are
 re-loaded from their files (the engine's parse cache makes that fast).
+
+Why every call goes through `_read`/`_write`: "nothing is lost" (issue 26 item 5). A damaged
+file is moved aside and rebuilt (engine.workspace.schema), a read-only or newer-schema file is
+read but never written, and a write that fails (full disk) raises one CatalogError line that
+the UI shows, instead of a page traceback or a save dropped without a word.
 """
 
 from __future__ import annotations
 
-import enum
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from engine import jsonio
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS traces (
-    name TEXT PRIMARY KEY, paths TEXT NOT NULL, hash TEXT, kind TEXT, link_rate REAL, added REAL);
-CREATE TABLE IF NOT EXISTS specs (trace TEXT PRIMARY KEY, spec TEXT NOT NULL, updated REAL);
-CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS jobs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, trace TEXT, target TEXT,
-    params TEXT NOT NULL, status TEXT NOT NULL, fraction REAL DEFAULT 0, message TEXT DEFAULT '',
-    pid INTEGER, created REAL, started REAL, finished REAL, out_dir TEXT, result_path TEXT,
-    error TEXT, summary TEXT);
-"""
-
-
-class JobStatus(str, enum.Enum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def finished(self) -> bool:
-        return self in (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED)
+from engine.errors import TraceError
+from engine.workspace import schema
+from engine.workspace.schema import Health, JobStatus
 
 
 def default_workspace() -> Path:
@@ -51,22 +35,151 @@ def _dumps(v: Any) -> str:
     return jsonio.dumps(v, default=str).decode()
 
 
+class CatalogError(TraceError):
+    """The catalog cannot be read or written (read-only, a newer schema, a full disk): one line
+    naming the file; what the user did stays in the session, nothing on disk is touched."""
+
+
 class Catalog:
-    """The catalog of one workspace folder (created on first use)."""
+    """The catalog of one workspace folder (created on first use), opened defensively.
+
+    `notice`: one line saying what opening it took (a damaged file moved aside and rebuilt, or
+    why it is read-only); the UI shows it once. `read_only`: why writes are refused (None when
+    writable); every write then raises CatalogError with that line instead of dropping silently.
+    """
 
     def __init__(self, root: str | os.PathLike | None = None):
         self.root = Path(root) if root is not None else default_workspace()
-        self.root.mkdir(parents=True, exist_ok=True)
         self.path = self.root / "catalog.sqlite"
-        with self._db() as db:
-            db.executescript(SCHEMA)
+        self.notice: str | None = None
+        self.read_only: str | None = None
+        self._readable = True
+        self._open()
 
-    def _db(self) -> _Closing:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
+    # opening ----------------------------------------------------------------------------
+    def _open(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return self._refuse(f"cannot create the workspace folder ({_why(exc)})", readable=False)
+        found = schema.inspect(self.path)
+        if found.health is Health.BAD:
+            return self._rebuild(found.reason)
+        if found.health is Health.UNREADABLE:
+            return self._refuse(f"cannot open ({found.reason})", readable=False)
+        if found.health is Health.FUTURE:
+            return self._refuse(
+                f"schema version {found.version} is newer than this mystique-studio's {schema.SCHEMA_VERSION}"
+            )
+        why = self._unwritable()
+        if why:
+            return self._refuse(why, readable=found.health is not Health.NEW)
+        if found.health is Health.OK and found.version == schema.SCHEMA_VERSION:
+            return  # no write lock taken just to open: a busy worker does not hold up a page
+        try:
+            with self._db() as db:
+                schema.migrate(db)
+        except sqlite3.Error as exc:
+            if schema.is_corrupt(exc):
+                return self._rebuild(f"damaged ({_why(exc)})")
+            return self._refuse(f"cannot write ({_why(exc)})", readable=found.health is not Health.NEW)
+
+    def _refuse(self, why: str, *, readable: bool = True) -> None:
+        how = "opened read-only" if readable else "working without it"
+        self.read_only = str(CatalogError(f"{why}: {how}, nothing new is saved to it", self.path))
+        self.notice = self.read_only
+        self._readable = readable
+
+    def _unwritable(self) -> str | None:
+        """Why this process cannot write the file or its folder (probed: as root, permission
+        bits say nothing, and an immutable or read-only-mounted file refuses anyway)."""
+        import tempfile
+
+        try:
+            if self.path.exists():
+                with open(self.path, "r+b"):
+                    pass
+            with tempfile.NamedTemporaryFile(dir=self.root, prefix=".catalog-probe-"):
+                pass
+        except OSError as exc:
+            return f"read-only ({_why(exc)})"
+        return None
+
+    def _rebuild(self, reason: str) -> None:
+        """Move the damaged file aside and build a new catalog from what it still holds and
+        from the run folders on disk."""
+        try:
+            bad = schema.move_aside(self.path)
+        except OSError as exc:
+            return self._refuse(f"{reason}; cannot move it aside ({_why(exc)})", readable=False)
+        self.read_only, self._readable = None, True
+        try:
+            with self._db() as db:
+                schema.migrate(db)
+                db.execute("BEGIN IMMEDIATE")
+                got = schema.salvage(bad, db)
+                found = schema.reindex_runs(self.root, db)
+                db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            return self._refuse(f"{reason}; moved it aside to {bad.name}, cannot rebuild it ({_why(exc)})")
+        self.notice = str(
+            CatalogError(
+                f"{reason}; moved it aside to {bad.name} and rebuilt it "
+                f"({got['traces']} traces, {got['specs']} specs, {got['jobs'] + found} jobs recovered, "
+                f"{found} of them from run folders)",
+                self.path,
+            )
+        )
+
+    def _db(self, *, ro: bool = False) -> _Closing:
+        if ro:
+            db = schema.connect_ro(self.path)
+            db.isolation_level = None
+        else:
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA busy_timeout=30000")
         db.row_factory = sqlite3.Row
         return _Closing(db)
+
+    def _read(self, sql: str, args: tuple = (), *, again: bool = True) -> list[sqlite3.Row]:
+        """Rows of a query; a file damaged while open is rebuilt once; other errors are one
+        CatalogError line."""
+        if not self._readable:
+            return []
+        try:
+            with self._db(ro=self.read_only is not None) as db:
+                return db.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            if again and self.read_only is None and schema.is_corrupt(exc) and self._damaged():
+                return self._read(sql, args, again=False)
+            raise CatalogError(f"cannot read ({_why(exc)})", self.path) from None
+
+    def _write(self, fn: Callable[[sqlite3.Connection], Any], *, again: bool = True) -> Any:
+        """`fn(connection)` in write mode; refused with the one-line reason when read-only, and a
+        failed write (full disk, I/O error) is one CatalogError line, never dropped silently."""
+        self.check_writable()
+        try:
+            with self._db() as db:
+                return fn(db)
+        except sqlite3.Error as exc:
+            if again and schema.is_corrupt(exc) and self._damaged():
+                return self._write(fn, again=False)
+            raise CatalogError(f"cannot write ({_why(exc)}); not saved", self.path) from None
+
+    def check_writable(self) -> None:
+        """CatalogError (the one-line reason) when writes are refused."""
+        if self.read_only is not None:
+            raise CatalogError(self.read_only.removeprefix(f"{self.path}: "), self.path)
+
+    def _damaged(self) -> bool:
+        """The file went bad while open: rebuild it (only if it still inspects as damaged, so
+        two processes do not both move a good rebuilt file aside)."""
+        found = schema.inspect(self.path)
+        if found.health is not Health.BAD:
+            return False
+        self._rebuild(found.reason)
+        return self.read_only is None
 
     def runs_dir(self) -> Path:
         d = self.root / "runs"
@@ -75,68 +188,72 @@ class Catalog:
 
     # traces -----------------------------------------------------------------------------
     def put_trace(self, name: str, entry: dict) -> None:
-        with self._db() as db:
-            db.execute(
-                "INSERT OR REPLACE INTO traces VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    name,
-                    _dumps(list(entry["paths"])),
-                    entry.get("hash"),
-                    entry.get("kind"),
-                    entry.get("link_rate"),
-                    time.time(),
-                ),
+        row = (
+            name,
+            _dumps(list(entry["paths"])),
+            entry.get("hash"),
+            entry.get("kind"),
+            entry.get("link_rate"),
+            time.time(),
+        )
+        self._write(
+            lambda db: db.execute(
+                "INSERT OR REPLACE INTO traces (name, paths, hash, kind, link_rate, added) VALUES (?, ?, ?, ?, ?, ?)",
+                row,
             )
+        )
 
     def traces(self) -> dict[str, dict]:
-        with self._db() as db:
-            rows = db.execute("SELECT * FROM traces ORDER BY added").fetchall()
         return {
             r["name"]: {
                 "paths": jsonio.loads(r["paths"]),
-                "hash": r["hash"],
-                "kind": r["kind"],
+                "hash": r["hash"] or "",
+                "kind": r["kind"] or "",
                 "link_rate": r["link_rate"],
             }
-            for r in rows
+            for r in self._read("SELECT * FROM traces ORDER BY added")
         }
 
     def rename_trace(self, old: str, new: str) -> None:
-        with self._db() as db:
+        def fn(db: sqlite3.Connection) -> None:
+            db.execute("BEGIN IMMEDIATE")
             db.execute("UPDATE traces SET name = ? WHERE name = ?", (new, old))
             db.execute("UPDATE specs SET trace = ? WHERE trace = ?", (new, old))
             db.execute("UPDATE jobs SET trace = ? WHERE trace = ?", (new, old))
+            db.execute("COMMIT")
+
+        self._write(fn)
 
     def remove_trace(self, name: str) -> None:
-        with self._db() as db:
-            db.execute("DELETE FROM traces WHERE name = ?", (name,))
+        self._write(lambda db: db.execute("DELETE FROM traces WHERE name = ?", (name,)))
 
     # specs and settings -----------------------------------------------------------------
     def put_spec(self, trace: str, spec: dict) -> None:
-        with self._db() as db:
-            db.execute("INSERT OR REPLACE INTO specs VALUES (?, ?, ?)", (trace, _dumps(spec), time.time()))
+        row = (trace, _dumps(spec), time.time())
+        self._write(lambda db: db.execute("INSERT OR REPLACE INTO specs (trace, spec, updated) VALUES (?, ?, ?)", row))
 
     def specs(self) -> dict[str, dict]:
-        with self._db() as db:
-            return {r["trace"]: jsonio.loads(r["spec"]) for r in db.execute("SELECT * FROM specs").fetchall()}
+        return {r["trace"]: jsonio.loads(r["spec"]) for r in self._read("SELECT * FROM specs")}
 
     def put_settings(self, values: dict[str, Any]) -> None:
-        with self._db() as db:
-            db.executemany("INSERT OR REPLACE INTO settings VALUES (?, ?)", [(k, _dumps(v)) for k, v in values.items()])
+        rows = [(k, _dumps(v)) for k, v in values.items()]
+        self._write(lambda db: db.executemany("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", rows))
 
     def settings(self) -> dict[str, Any]:
-        with self._db() as db:
-            return {r["key"]: jsonio.loads(r["value"]) for r in db.execute("SELECT * FROM settings").fetchall()}
+        return {r["key"]: jsonio.loads(r["value"]) for r in self._read("SELECT * FROM settings")}
 
     # jobs -------------------------------------------------------------------------------
     def add_job(self, kind: str, params: dict, *, trace: str | None = None, target: str = "") -> int:
-        with self._db() as db:
+        row = (kind, trace, target, _dumps(params), JobStatus.QUEUED.value, time.time())
+
+        def fn(db: sqlite3.Connection) -> int:
             cur = db.execute(
-                "INSERT INTO jobs (kind, trace, target, params, status, created) VALUES (?, ?, ?, ?, ?, ?)",
-                (kind, trace, target, _dumps(params), JobStatus.QUEUED.value, time.time()),
+                "INSERT INTO jobs (kind, trace, target, params, status, created) VALUES (?, ?, ?, ?, ?, ?)", row
             )
             assert cur.lastrowid is not None  # set by a successful INSERT
             return int(cur.lastrowid)
+
+        return int(self._write(fn))
 
     def update_job(self, job_id: int, **fields: Any) -> None:
         if not fields:
@@ -146,29 +263,48 @@ class Catalog:
                 fields[k] = _dumps(fields[k])
         if isinstance(fields.get("status"), JobStatus):
             fields["status"] = fields["status"].value
+        unknown = set(fields) - set(schema.TABLES["jobs"])
+        assert not unknown, unknown  # column names are spliced into the statement
         cols = ", ".join(f"{k} = ?" for k in fields)
-        with self._db() as db:
-            db.execute(f"UPDATE jobs SET {cols} WHERE id = ?", (*fields.values(), job_id))
+        self._write(lambda db: db.execute(f"UPDATE jobs SET {cols} WHERE id = ?", (*fields.values(), job_id)))
+
+    def claim_next(self, max_running: int) -> int | None:
+        """Mark the oldest queued job running if fewer than `max_running` run (one transaction,
+        so two pages pumping at once start it once); its id, or None."""
+
+        def fn(db: sqlite3.Connection) -> int | None:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                running = db.execute("SELECT COUNT(*) FROM jobs WHERE status = ?", (JobStatus.RUNNING.value,))
+                row = db.execute(
+                    "SELECT id FROM jobs WHERE status = ? ORDER BY id LIMIT 1", (JobStatus.QUEUED.value,)
+                ).fetchone()
+                if running.fetchone()[0] >= max_running or row is None:
+                    return None
+                db.execute(
+                    "UPDATE jobs SET status = ?, started = ?, message = ? WHERE id = ?",
+                    (JobStatus.RUNNING.value, time.time(), "starting worker", int(row[0])),
+                )
+                return int(row[0])
+            finally:
+                db.execute("COMMIT")
+
+        return self._write(fn)
 
     def job(self, job_id: int) -> dict | None:
-        with self._db() as db:
-            r = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        return _job(r) if r else None
+        rows = self._read("SELECT * FROM jobs WHERE id = ?", (job_id,))
+        return _job(rows[0]) if rows else None
 
     def jobs(self, *, kind: str | None = None) -> list[dict]:
         q = "SELECT * FROM jobs"
         args: tuple[str, ...] = ()
         if kind:
             q, args = q + " WHERE kind = ?", (kind,)
-        with self._db() as db:
-            return [_job(r) for r in db.execute(q + " ORDER BY id", args).fetchall()]
+        return [_job(r) for r in self._read(q + " ORDER BY id", args)]
 
     def next_queued(self) -> dict | None:
-        with self._db() as db:
-            r = db.execute(
-                "SELECT * FROM jobs WHERE status = ? ORDER BY id LIMIT 1", (JobStatus.QUEUED.value,)
-            ).fetchone()
-        return _job(r) if r else None
+        rows = self._read("SELECT * FROM jobs WHERE status = ? ORDER BY id LIMIT 1", (JobStatus.QUEUED.value,))
+        return _job(rows[0]) if rows else None
 
 
 def _job(r: sqlite3.Row) -> dict:
@@ -177,6 +313,13 @@ def _job(r: sqlite3.Row) -> dict:
     d["summary"] = jsonio.loads(d["summary"]) if d.get("summary") else {}
     d["status"] = JobStatus(d["status"])
     return d
+
+
+def _why(exc: BaseException) -> str:
+    """The first line of an error, without the path the message already names."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 class _Closing:

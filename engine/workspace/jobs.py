@@ -37,6 +37,49 @@ def _alive(pid: int | None) -> bool:
             return False
 
 
+CANCEL_GRACE_S = 3.0
+
+
+def stop_group(pid: int, grace_s: float) -> None:
+    """TERM -> KILL the process group led by `pid` (a worker and whatever it started)."""
+    for sig in (signal.SIGCONT, signal.SIGTERM):
+        try:
+            os.killpg(pid, sig)
+        except OSError:
+            return  # no such group: already gone
+    end = time.monotonic() + grace_s
+    while _alive(pid) and time.monotonic() < end:
+        _reap_child(pid)
+        time.sleep(0.05)
+    try:
+        os.killpg(pid, signal.SIGKILL)  # the leader may be gone while its children still run
+    except OSError:
+        pass
+    end = time.monotonic() + 5.0
+    while _alive(pid) and time.monotonic() < end:
+        time.sleep(0.05)
+    _reap_child(pid)
+
+
+def _reap_child(pid: int) -> None:
+    """Collect the worker's exit status when this process started it (no zombie left)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except OSError:
+        pass
+
+
+def _last_line(log: Path) -> str:
+    """The worker's last stderr line (its one-line error), '' when it wrote none."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 4096))
+            lines = [ln for ln in fh.read().decode(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1].strip()[:500] if lines else ""
+
+
 class JobRunner:
     """Submit, start, cancel and watch jobs of one workspace."""
 
@@ -50,38 +93,45 @@ class JobRunner:
         return job_id
 
     def reap(self) -> None:
-        """Mark running jobs whose worker died without a word as failed."""
+        """Settle running jobs whose worker is gone: done when its run folder holds a complete
+        result (the worker could not record it, e.g. on a full disk: the result on disk is the
+        truth), failed otherwise with the last line the worker wrote."""
+        if self.catalog.read_only is not None:
+            return
         for j in self.catalog.jobs():
             if j["status"] == JobStatus.RUNNING and j["pid"] and not _alive(j["pid"]):
                 fresh = self.catalog.job(j["id"])
                 if fresh and fresh["status"] == JobStatus.RUNNING:
-                    self.catalog.update_job(
-                        j["id"], status=JobStatus.FAILED, error="worker process exited", finished=time.time()
-                    )
+                    self.catalog.update_job(j["id"], **self._outcome(fresh))
+
+    def _outcome(self, job: dict) -> dict:
+        from engine.workspace.schema import reindex_summary
+
+        out = self.catalog.root / "runs" / f"job_{job['id']}"
+        last = _last_line(self.catalog.root / "runs" / f"job_{job['id']}.log")
+        summary = reindex_summary(out / "replay.json")
+        if summary is not None:
+            summary.pop("paths", None)
+            note = f"done (recorded from its run folder: {last})" if last else "done (recorded from its run folder)"
+            return {
+                "status": JobStatus.DONE,
+                "fraction": 1.0,
+                "message": note[:200],
+                "finished": time.time(),
+                "out_dir": str(out),
+                "result_path": str(out / "replay.json"),
+                "summary": {**(job.get("summary") or {}), **summary},
+            }
+        return {"status": JobStatus.FAILED, "error": last or "worker process exited", "finished": time.time()}
 
     def pump(self) -> int | None:
         """Start the oldest queued job if fewer than `max_running` run; returns its id."""
-        import sqlite3
-
+        if self.catalog.read_only is not None:
+            return None  # nothing can be recorded: a started job would be lost
         self.reap()
-        db = sqlite3.connect(self.catalog.path, timeout=30, isolation_level=None)
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            running = db.execute("SELECT COUNT(*) FROM jobs WHERE status = ?", (JobStatus.RUNNING.value,)).fetchone()[0]
-            row = db.execute(
-                "SELECT id FROM jobs WHERE status = ? ORDER BY id LIMIT 1", (JobStatus.QUEUED.value,)
-            ).fetchone()
-            if running >= self.max_running or row is None:
-                db.execute("COMMIT")
-                return None
-            job_id = int(row[0])
-            db.execute(
-                "UPDATE jobs SET status = ?, started = ?, message = ? WHERE id = ?",
-                (JobStatus.RUNNING.value, time.time(), "starting worker", job_id),
-            )
-            db.execute("COMMIT")
-        finally:
-            db.close()
+        job_id = self.catalog.claim_next(self.max_running)
+        if job_id is None:
+            return None
         with open(self.catalog.runs_dir() / f"job_{job_id}.log", "ab") as log:  # the child keeps its own copy
             proc = subprocess.Popen(
                 [sys.executable, "-m", "engine.workspace.worker", str(self.catalog.root), str(job_id)],
@@ -94,15 +144,16 @@ class JobRunner:
         self.catalog.update_job(job_id, pid=proc.pid)
         return job_id
 
-    def cancel(self, job_id: int) -> None:
+    def cancel(self, job_id: int, *, grace_s: float = CANCEL_GRACE_S) -> None:
+        """Stop a job: a running worker's process group gets SIGCONT (a stopped worker would
+        hold SIGTERM pending forever), SIGTERM, and SIGKILL after `grace_s`, so the queue moves
+        on; then the job is marked cancelled and the next one starts."""
+        self.catalog.check_writable()  # a cancel that cannot be recorded would not stop the job
         j = self.catalog.job(job_id)
         if j is None or j["status"].finished:
             return
         if j["status"] == JobStatus.RUNNING and j["pid"]:
-            try:
-                os.killpg(j["pid"], signal.SIGTERM)
-            except OSError:
-                pass
+            stop_group(int(j["pid"]), grace_s)
         self.catalog.update_job(job_id, status=JobStatus.CANCELLED, finished=time.time(), message="cancelled")
         self.pump()
 

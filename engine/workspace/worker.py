@@ -61,16 +61,32 @@ JOB_KINDS: dict[str, Callable[[dict, object, Callable[[float, str], None]], dict
 
 
 def main(root: str, job_id: int) -> int:
+    """Run one job. A catalog write that fails (full disk, read-only) does not stop the run:
+    the result is written to the run folder first, the failure is one line on stderr (the
+    job's log) and the reaper records the job from its run folder (`JobRunner.reap`)."""
+    import os
+
     from engine.errors import TraceError
+    from engine.workspace.catalog import CatalogError
     from engine.workspace.jobs import JobRunner
 
     cat = Catalog(root)
     job = cat.job(job_id)
     if job is None:
         return 2
-    import os
+    failed: list[str] = []
 
-    cat.update_job(job_id, pid=os.getpid(), message="starting")
+    def record(**fields) -> bool:
+        try:
+            cat.update_job(job_id, **fields)
+            return True
+        except CatalogError as exc:
+            if str(exc) not in failed:  # one line per distinct failure, not one per progress tick
+                failed.append(str(exc))
+                print(str(exc), file=sys.stderr, flush=True)
+            return False
+
+    record(pid=os.getpid(), message="starting")
     out = cat.runs_dir() / f"job_{job_id}"
     out.mkdir(parents=True, exist_ok=True)
     last = [0.0]
@@ -79,7 +95,7 @@ def main(root: str, job_id: int) -> int:
         now = time.monotonic()
         if now - last[0] >= 0.25 or fraction >= 1.0:
             last[0] = now
-            cat.update_job(job_id, fraction=float(max(0.0, min(1.0, fraction))), message=str(message)[:200])
+            record(fraction=float(max(0.0, min(1.0, fraction))), message=str(message)[:200])
 
     t0 = time.perf_counter()
     try:
@@ -88,26 +104,28 @@ def main(root: str, job_id: int) -> int:
             raise TraceError(f"unknown job kind {job['kind']!r}")
         res = fn(job, out, progress)
         summary = {**res.get("summary", {}), "wall_s": round(time.perf_counter() - t0, 2)}
-        if (cat.job(job_id) or {}).get("status") == JobStatus.RUNNING:
-            cat.update_job(
-                job_id,
-                status=JobStatus.DONE,
-                fraction=1.0,
-                message="done",
-                finished=time.time(),
-                out_dir=str(out),
-                result_path=res.get("result_path"),
-                summary=summary,
-            )
-    except TraceError as exc:
-        cat.update_job(job_id, status=JobStatus.FAILED, error=str(exc), finished=time.time(), message="failed")
+        done = dict(status=JobStatus.DONE, fraction=1.0, message="done", finished=time.time(), out_dir=str(out))
+        done.update(result_path=res.get("result_path"), summary=summary)
+        for attempt in range(3):  # a full disk may free up; the result is on disk either way
+            try:
+                if (cat.job(job_id) or {}).get("status") == JobStatus.RUNNING:
+                    cat.update_job(job_id, **done)
+                break
+            except CatalogError:
+                if attempt == 2:
+                    record(**done)  # prints the one line; the reaper records the run folder
+                time.sleep(0.5)
     except Exception as exc:  # noqa: BLE001 - recorded as the job's one-line error
-        cat.update_job(
-            job_id, status=JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}"[:500], finished=time.time()
-        )
+        error = str(exc) if isinstance(exc, TraceError) else f"{type(exc).__name__}: {exc}"[:500]
+        if not record(status=JobStatus.FAILED, error=error, finished=time.time(), message="failed"):
+            print(error.splitlines()[0], file=sys.stderr, flush=True)  # the reaper records the last line
     finally:
-        JobRunner(cat).pump()
-    return 0
+        try:
+            JobRunner(cat).pump()
+        except (CatalogError, OSError) as exc:
+            if str(exc) not in failed:
+                print(str(exc).splitlines()[0], file=sys.stderr, flush=True)
+    return 3 if failed else 0
 
 
 if __name__ == "__main__":

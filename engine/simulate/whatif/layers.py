@@ -27,9 +27,9 @@ import pandas as pd
 
 from engine.simulate.whatif.rules import Between, Regex
 from engine.simulate.whatif.spec import Edit, register
+from engine.trace.vocab import GPU_CATS
 
 OPT_SPAN = re.compile(r"^## optimizer ##$|^Optimizer\.step")
-GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
 def _end(ev: pd.DataFrame) -> np.ndarray:

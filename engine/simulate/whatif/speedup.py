@@ -2,7 +2,8 @@
 
 Assumptions: selected tasks' own time is divided by `factor` (host tasks: their self time,
 children keep theirs; GPU tasks: their duration; communication: bandwidth-bound, so the whole
-duration); launch latencies, gaps and dependencies are unchanged
+duration); launch latencies, gaps and dependencies are unchanged. `rank` limits it to one rank (a
+factor below 1 slows that rank down: a straggler)
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Annotated
 
 import numpy as np
 
-from engine.simulate.whatif.rules import OneOf, Positive, Regex
+from engine.simulate.whatif.rules import Between, OneOf, Positive, Regex
 from engine.simulate.whatif.selectors import SELECTORS, select
 from engine.simulate.whatif.spec import Edit, bad, register
 
@@ -21,6 +22,7 @@ class Speedup(Edit):
     factor: Annotated[float, Positive()]
     category: Annotated[str | None, OneOf(SELECTORS)] = None
     name: Annotated[str | None, Regex()] = None
+    rank: Annotated[int | None, Between(0, 1 << 20)] = None  # only this rank's tasks (a straggler)
 
     def check(self) -> None:
         if self.category is None and self.name is None:
@@ -28,7 +30,7 @@ class Speedup(Edit):
 
     def apply(self, ctx) -> None:
         g = ctx.graph
-        mask = select(g, self.category, self.name)
+        mask = select(g, self.category, self.name, self.rank)
         if not mask.any():
             ctx.warnings.append(f"speedup: no task matches category={self.category!r} name={self.name!r}")
             return

@@ -215,8 +215,8 @@ def search_events(paths: tuple[str, ...], rank: int | None, pattern: str) -> lis
 
 def capture_meta(paths: tuple[str, ...]) -> dict | None:
     """The capture meta of the trace files (engine.capture.meta rules), None when there is none."""
-    from engine.capture.meta import meta_for
     from engine.errors import TraceError
+    from engine.trace.layout import meta_for
 
     try:
         return meta_for(*paths)

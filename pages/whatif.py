@@ -69,7 +69,7 @@ def _run(content_hash: str, paths: tuple[str, ...], spec_json: str, cfg_json: st
 
     trace = views.load_paths(paths)
     base = simulate(trace, config=SimConfig.from_json(cfg_json))
-    res = simulate(trace, json.loads(spec_json), config=SimConfig.from_json(cfg_json))
+    res = simulate(trace, spec_json, config=SimConfig.from_json(cfg_json))  # the spec parser names bad fields
     cp = res.critical_path
     path = {"segments": cp.segments, "top_ops": cp.top_ops} if cp is not None else None
     return base.to_json(), res.to_json(), res.predicted.events, trace.events, path, res.stragglers
@@ -78,7 +78,7 @@ def _run(content_hash: str, paths: tuple[str, ...], spec_json: str, cfg_json: st
 def edits_in(spec: str) -> bool:
     try:
         return bool(json.loads(spec).get("edits"))
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return True  # a bad spec fails in _run with its own message
 
 

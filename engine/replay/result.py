@@ -33,7 +33,11 @@ replay.json (one JSON object; * = required when read):
                                    `mystique_origin` provenance), "kineto", "replay_json"
     skipped_ops       [SkippedOp]  {op_id, name, reason, detail}: reason is the closed-set
                                    label counted in coverage.by_reason, detail is free text
-    memory            {...}        engine.replay.memory estimate + "lazy", "planned_peak_bytes"
+    memory            {...}        engine.replay.memory estimate (eager/lazy peaks; resident_bytes:
+                                   rebuilt TBE tables, optimizer state, collective buffers) +
+                                   "lazy", "planned_peak_bytes", "rss_bound_bytes"; a distributed
+                                   rank adds its measured "peak_rss_bytes", the merged result the
+                                   pre-launch "world_budget" (engine.replay.budget)
     config            {...}        the ReplayConfig values that shape the numbers
     warnings          [str]
     gpu_iteration_ms  [float]      CUDA-event iteration times (empty on CPU)

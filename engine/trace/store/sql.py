@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from engine.errors import TraceError
-from engine.trace.store.build import TABLES, VIEW_COLUMNS, build
+from engine.trace.store.ingest import TABLES, VIEW_COLUMNS, build
 
 _SETTINGS = (
     "SET python_enable_replacements = false",

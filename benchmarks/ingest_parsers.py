@@ -16,8 +16,9 @@ RSS, `ru_maxrss`) over the uncompressed file and the gzip file:
 - `store_build`: the whole store ingestion (msgspec_chunked + parse_kineto + Parquet);
 - `loader_today`: `engine.trace.load(..., use_cache=False)`, for reference.
 
-Each candidate counts the "X" events it saw; they must agree. Why once each: the machine is
-shared; the load average is recorded beside the figures.
+Each candidate counts the "X" events it saw; they must agree. The candidates run in interleaved
+rounds (`--repeat`, default 3) and the medians are reported: the machine is shared, so a change
+of load during the run hits every candidate alike; the load average is recorded beside them.
 """
 
 from __future__ import annotations
@@ -158,33 +159,76 @@ def tile(src: Path, copies: int, out: Path) -> dict:
             "copies": copies, "items": len(tiled), "json_bytes": out.stat().st_size, "gzip_bytes": gz.stat().st_size}  # fmt: skip
 
 
+def _medians(runs: list[dict]) -> list[dict]:
+    """One row per (candidate, input): the median wall time and peak RSS over the rounds."""
+    import statistics
+
+    out = []
+    keys = dict.fromkeys((r["candidate"], r["input"]) for r in runs)
+    for cand, fmt in keys:
+        rs = [r for r in runs if r["candidate"] == cand and r["input"] == fmt]
+        ok = [r for r in rs if "wall_s" in r]
+        if not ok:
+            out.append({"candidate": cand, "input": fmt, "error": rs[0].get("error", "?")})
+            continue
+        out.append(
+            {
+                "candidate": cand,
+                "input": fmt,
+                "wall_s": round(statistics.median(r["wall_s"] for r in ok), 3),
+                "wall_s_runs": [r["wall_s"] for r in ok],
+                "peak_rss_mb": round(statistics.median(r["peak_rss_mb"] for r in ok), 1),
+                "rss_after_imports_mb": round(statistics.median(r["rss_after_imports_mb"] for r in ok), 1),
+                "x_events": ok[0]["x_events"],
+            }
+        )
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tile", type=int, default=5)
     ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "ingest_parsers.json")
+    ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds; medians are reported")
+    ap.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=CANDIDATES)
+    ap.add_argument("--tile-into", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--one", nargs=2, metavar=("CANDIDATE", "FILE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         print(json.dumps(run_one(args.one[0], Path(args.one[1]))))
         return 0
+    if args.tile_into:
+        print(json.dumps(tile(args.trace, args.tile, args.tile_into)))
+        return 0
     with tempfile.TemporaryDirectory(prefix="ingest-bench-") as tmp:
         big = Path(tmp) / "tiled_kineto.json"
-        info = tile(args.trace, args.tile, big)
+        # Tiled in a child: a child's ru_maxrss starts at its parent's peak (Linux keeps it
+        # across fork and exec), so this process must never hold the tiled document.
+        made = subprocess.run(
+            [sys.executable, __file__, "--trace", str(args.trace), "--tile", str(args.tile), "--tile-into", str(big)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        info = json.loads(made.stdout.strip().splitlines()[-1])
         env = {**os.environ, "PYTHONPATH": str(ROOT), "MYSTIQUE_CACHE_DIR": str(Path(tmp) / "cache")}
         runs = []
-        for fmt, f in (("json", big), ("gzip", big.with_suffix(".json.gz"))):
-            for name in CANDIDATES:
-                r = subprocess.run(
-                    [sys.executable, __file__, "--one", name, str(f)], capture_output=True, text=True, env=env
-                )
-                row = {"candidate": name, "input": fmt}
-                if r.returncode:
-                    row["error"] = (r.stderr.strip().splitlines() or ["?"])[-1][:200]
-                else:
-                    row.update(json.loads(r.stdout.strip().splitlines()[-1]))
-                print(json.dumps(row), file=sys.stderr)
-                runs.append(row)
+        # Rounds interleave the candidates, so a change of the machine's load hits all of them.
+        for rnd in range(args.repeat):
+            for fmt, f in (("json", big), ("gzip", big.with_suffix(".json.gz"))):
+                for name in args.candidates:
+                    r = subprocess.run(
+                        [sys.executable, __file__, "--one", name, str(f)], capture_output=True, text=True, env=env
+                    )
+                    row = {"candidate": name, "input": fmt, "round": rnd}
+                    if r.returncode:
+                        row["error"] = (r.stderr.strip().splitlines() or ["?"])[-1][:200]
+                    else:
+                        row.update(json.loads(r.stdout.strip().splitlines()[-1]))
+                    print(json.dumps(row), file=sys.stderr)
+                    runs.append(row)
+    runs = _medians(runs)
     counts = {r["x_events"] for r in runs if "x_events" in r}
     streaming = [
         r for r in runs if r["candidate"] in ("ijson_yajl2_c", "msgspec_chunked", "orjson_chunked") and "wall_s" in r

@@ -189,3 +189,17 @@ def test_sql_cli_json_matches_the_loader(cache_dir):
         and bad.stderr.startswith("mystique sql: error: SQL error")
         and "Traceback" not in bad.stderr
     )
+
+
+def test_tarball_of_ranks_equals_the_loader(tmp_path, cache_dir):
+    """A .tar.gz of two Kineto ranks goes through safe_io's tar rules and stores each member."""
+    import tarfile
+
+    tgz = tmp_path / "ranks.tar.gz"
+    with tarfile.open(tgz, "w:gz") as tf:
+        for p in sorted((SAMPLES / "ddp").glob("*kineto.json.gz")):
+            tf.add(p, arcname=p.name)
+    _check_equal(tgz)
+    src = query(tgz, "SELECT path, rank FROM sources ORDER BY src")
+    assert [p.split("!")[-1] for p in src["path"]] == ["ddp_rank0_kineto.json.gz", "ddp_rank1_kineto.json.gz"]
+    assert src["rank"].tolist() == [0, 1]

@@ -206,19 +206,17 @@ def search_events(paths: tuple[str, ...], rank: int | None, pattern: str) -> lis
         return []
     t0 = float(ev["ts_us"].min())
     names = ev["name"].astype(str)
-    try:
-        hit = names.str.contains(pattern, case=False, regex=True)
-    except Exception:  # noqa: BLE001 - re.error: plain substring
-        hit = names.str.contains(pattern, case=False, regex=False)
-    m = ev[hit.to_numpy()]
+    from engine.user_regex import search_mask
+
+    m = ev[search_mask(names, pattern)]
     m = m.sort_values("ts_us")
     return list(zip(m["name"].astype(str), (m["ts_us"] - t0).astype(float), m["dur_us"].astype(float)))
 
 
 def capture_meta(paths: tuple[str, ...]) -> dict | None:
     """The capture meta of the trace files (engine.capture.meta rules), None when there is none."""
-    from engine.capture.meta import meta_for
     from engine.errors import TraceError
+    from engine.trace.layout import meta_for
 
     try:
         return meta_for(*paths)

@@ -42,6 +42,10 @@ _OPEN[ord("{")] = _OPEN[ord("[")] = 1
 _OPEN[ord("}")] = _OPEN[ord("]")] = -1
 _VALUE = re.compile(rb"[^ \t\r\n:]")
 MAX_ITEM = 256 << 20  # one event's JSON text (the largest real one is a few KiB)
+_CLASS = np.zeros(256, np.uint8)  # 1: quote, 2: backslash, 3: bracket
+_CLASS[34], _CLASS[92] = 1, 2
+_CLASS[[123, 125, 91, 93]] = 3
+_TABLE = _CLASS.tobytes()
 _DECODER = msgspec.json.Decoder()
 
 
@@ -167,18 +171,21 @@ class KinetoScanner:
         self.found = False
         self.hold = b""  # state 0: the last bytes of a block, which may begin the key
 
-    def _scan(self, b: np.ndarray) -> _Block:
+    def _scan(self, block: bytes) -> _Block:
         """Where a block's unescaped quotes and structural brackets are, and the depth after each
         bracket, carrying the string and depth state across blocks.
 
         Why positions rather than per-byte masks: a cumulative sum over every byte of an 8 MiB
         block cost ~0.4 s; brackets and quotes are a few percent of the bytes."""
         in_str = self.in_str
-        quote = b == 34
-        if self.escape and b[0] == 34:
-            quote[0] = False
-        qpos = np.flatnonzero(quote)
-        if len(qpos) and (b == 92).any():  # a quote after an odd run of backslashes is escaped
+        b = np.frombuffer(block, np.uint8)
+        cls = np.frombuffer(block.translate(_TABLE), np.uint8)  # bytes.translate: ~5x faster than np.take
+        idx = np.flatnonzero(cls)  # quotes, backslashes, brackets
+        kind = cls[idx]
+        qpos = idx[kind == 1]
+        if self.escape and len(qpos) and qpos[0] == 0:
+            qpos = qpos[1:]
+        if len(qpos) and (kind == 2).any():  # a quote after an odd run of backslashes is escaped
             prev = qpos[qpos > 0]
             esc = prev[b[prev - 1] == 92].tolist()
             drop = []
@@ -190,7 +197,7 @@ class KinetoScanner:
                     drop.append(q)
             if drop:
                 qpos = np.setdiff1d(qpos, np.asarray(drop, dtype=qpos.dtype), assume_unique=True)
-        cand = np.flatnonzero((b == 123) | (b == 125) | (b == 91) | (b == 93))
+        cand = idx[kind == 3]
         # a bracket is structural when an even number of quotes (plus the carried state) precede it
         bpos = cand[(np.searchsorted(qpos, cand) + in_str) % 2 == 0]
         step = _OPEN[b[bpos]]
@@ -220,7 +227,7 @@ class KinetoScanner:
             head, self.hold = (block[:-keep], block[-keep:]) if len(block) > keep else (b"", block)
             if not head:
                 return out
-            blk = self._scan(np.frombuffer(head, np.uint8))
+            blk = self._scan(head)
             pos = block.find(_KEY)
             while 0 <= pos < len(head) and not (blk.opening(pos) and blk.depth_at(pos) == 1):
                 pos = block.find(_KEY, pos + 1)
@@ -238,19 +245,19 @@ class KinetoScanner:
             m = _VALUE.search(block, skip)
             if m is None:
                 self._skeleton(block)
-                self._scan(np.frombuffer(block, np.uint8))
+                self._scan(block)
                 return out
             lb = m.start()
             if block[lb] != 91:
                 raise TraceError("'traceEvents' is not a list", self.path)
             self._skeleton(block[: lb + 1])
-            self._scan(np.frombuffer(block[: lb + 1], np.uint8))
+            self._scan(block[: lb + 1])
             self.found, self.state, start = True, 1, lb + 1
             block = block[start:]
             start = 0
             if not block:
                 return out
-        blk = self._scan(np.frombuffer(block, np.uint8))
+        blk = self._scan(block)
         if self.state == 1:
             # the array ends at the structural ']' that brings depth back to 1
             ends = blk.bpos[(blk.depth == 1) & (blk.byte == 93)]
@@ -301,7 +308,7 @@ class KinetoScanner:
         """The decoded skeleton; a TraceError when the document is truncated or no Kineto trace."""
         if self.hold:
             hold, self.hold = self.hold, b""
-            self._scan(np.frombuffer(hold, np.uint8))
+            self._scan(hold)
             self._skeleton(hold)
         if self.state in (1, 3):
             raise TraceError("truncated JSON: 'traceEvents' never ends", self.path)

@@ -203,3 +203,25 @@ def test_tarball_of_ranks_equals_the_loader(tmp_path, cache_dir):
     src = query(tgz, "SELECT path, rank FROM sources ORDER BY src")
     assert [p.split("!")[-1] for p in src["path"]] == ["ddp_rank0_kineto.json.gz", "ddp_rank1_kineto.json.gz"]
     assert src["rank"].tolist() == [0, 1]
+
+
+def test_multi_member_gzip_and_plain_json_equal_the_loader(tmp_path, cache_dir, monkeypatch):
+    """The same document as two gzip members, and uncompressed, read in blocks smaller than one
+    event: the store still equals the loader."""
+    raw = gzip.decompress(SAMPLE_KINETO[0].read_bytes())
+    half = len(raw) // 2
+    two = tmp_path / "two_members_kineto.json.gz"
+    two.write_bytes(gzip.compress(raw[:half]) + gzip.compress(raw[half:]))
+    plain = tmp_path / "plain_kineto.json"
+    plain.write_bytes(raw)
+    monkeypatch.setattr(stream, "BLOCK", 4093)
+    _check_equal(two)
+    _check_equal(plain)
+    trailing = tmp_path / "trailing_kineto.json.gz"
+    trailing.write_bytes(gzip.compress(raw) + b"garbage")
+    with pytest.raises(TraceError, match="unexpected bytes after the gzip stream"):
+        build(trailing)
+    cut = tmp_path / "cut_kineto.json.gz"
+    cut.write_bytes(gzip.compress(raw)[:-100])
+    with pytest.raises(TraceError, match="truncated"):
+        build(cut)

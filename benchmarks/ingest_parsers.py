@@ -24,6 +24,7 @@ of load during the run hits every candidate alike; the load average is recorded 
 from __future__ import annotations
 
 import argparse
+import gc
 import gzip
 import json
 import os
@@ -81,6 +82,9 @@ def _prepare(name: str):
 def run_one(name: str, path: Path) -> dict:
     """One candidate over one file, in this process."""
     _prepare(name)
+    # The cyclic GC off for every candidate, as the loader and the store do while building: it
+    # rescans the millions of fresh event dicts (measured: 1.85 s -> 1.36 s on one chunked run).
+    gc.disable()
     base_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t0 = time.perf_counter()
     if name == "orjson_whole":

@@ -15,6 +15,7 @@ a temporary sibling and renamed into place, so a reader never sees half an entry
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -201,6 +202,9 @@ def build(*paths, rank: int | None = None, use_cache: bool = True) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}-", dir=root))
     except OSError as exc:
         raise TraceError(f"cannot write the trace store: {exc.strerror or exc}", root) from None
+    # As in the loader: the cyclic GC would rescan every block's fresh event dicts (none form cycles)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
     try:
         for t in TABLES:
             (tmp / t).mkdir()
@@ -234,6 +238,9 @@ def build(*paths, rank: int | None = None, use_cache: bool = True) -> Path:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     return final
 
 

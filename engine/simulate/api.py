@@ -8,8 +8,6 @@ from typing import Any
 import numpy as np
 
 from engine.analysis.breakdown import TimeBreakdown
-from engine.analysis.critical_path import critical_path
-from engine.analysis.stragglers import straggler_table
 from engine.progress import Progress, report
 from engine.simulate.config import SimConfig
 from engine.simulate.graph import build_graph
@@ -43,6 +41,9 @@ def simulate(
     report(progress, 0.05, "building task graph")
     t0 = time.perf_counter()
     ctx = apply_edits(wspec, trace, cfg, stage="events")
+    from engine.simulate.budget import check_tasks
+
+    check_tasks(len(ctx.events), "simulate")  # one task per event: refused before the graph is built
     g = build_graph(ctx.events, cfg)
     ctx.graph = g
     if "_scale" in g.tasks:  # time factors left by structural edits (e.g. optimizer growth)
@@ -71,6 +72,11 @@ def simulate(
         measured = None  # a changed setup has no measured counterpart in this trace
     bd = TimeBreakdown.from_events(pred.events)
     measured_bd = TimeBreakdown.from_events(events)
+    # late: engine.analysis reads the simulator's graph types, so importing engine.analysis
+    # first must not run this package's __init__ into a half-imported critical_path
+    from engine.analysis.critical_path import critical_path
+    from engine.analysis.stragglers import straggler_table
+
     cp = critical_path(g, sched)
     lag = straggler_table(g, sched, cp, predicted)
     report(progress, 1.0, "done")

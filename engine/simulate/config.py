@@ -28,21 +28,46 @@ class SimConfig:
     max_rounds: int = 1_000_000
 
     def __post_init__(self) -> None:
-        for f in ("stream_bound_gap_us", "thread_block_us", "thread_window_us"):
-            v = getattr(self, f)
-            if not isinstance(v, (int, float)) or v < 0:
-                raise ValueError(f"SimConfig.{f} must be a non-negative number, got {v!r}")
-        if not isinstance(self.max_rounds, int) or self.max_rounds <= 0:
-            raise ValueError(f"SimConfig.max_rounds must be a positive int, got {self.max_rounds!r}")
+        """Each field passes the what-if field rules (engine.simulate.whatif.rules: finite numbers,
+        bounds, a linear-time regex); ValueError "field: problem" otherwise."""
+        from engine.simulate.whatif.rules import MAX_US, Between, Finite, Regex, problem_with
+
+        rules = {
+            "stream_bound_gap_us": (Finite(), Between(0, MAX_US)),
+            "thread_block_us": (Finite(), Between(0, MAX_US)),
+            "thread_window_us": (Finite(), Between(0, MAX_US)),
+            "sync_regex": (Regex(),),
+            "max_rounds": (Finite(), Between(1, 1 << 40)),
+        }
+        for f in fields(self):
+            v = getattr(self, f.name)
+            want = {"str": str, "int": int}.get(str(f.type), float)
+            if isinstance(v, bool) or not isinstance(v, (int, float) if want is float else want):
+                raise ValueError(f"{f.name}: expected {'a number' if want is float else want.__name__}, got {v!r}")
+            problem = next((p for r in rules[f.name] if (p := problem_with(r, v)) is not None), None)
+            if problem is not None:
+                raise ValueError(f"{f.name}: {problem}")
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str | dict[str, Any]) -> SimConfig:
-        data = json.loads(text) if isinstance(text, str) else dict(text)
+        """From JSON text or a dict; ValueError "field: problem" (NaN, deep nesting and huge
+        numbers are read, then refused naming their field, as in what-if specs)."""
+        if isinstance(text, str):
+            from engine.simulate.whatif.spec import SpecError, _loads
+
+            try:
+                data = _loads(text, None, "simulator settings")
+            except SpecError as exc:
+                raise ValueError(exc.detail) from None
+        else:
+            data = dict(text)
+        if not isinstance(data, dict):
+            raise ValueError("must be a JSON object of SimConfig fields")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"SimConfig: unknown field(s) {unknown}")
+            raise ValueError(f"{unknown[0]}: unknown field; known: {', '.join(sorted(known))}")
         return cls(**data)

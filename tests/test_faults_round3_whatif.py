@@ -206,17 +206,17 @@ def test_6_config_numbers_name_their_field(cache_dir, config, problem):
     one_line_error(cli("simulate", SAMPLES / "mlp", "--config", config, cache=cache_dir), "--config", problem)
 
 
-def _compose_spec(tmp_path, name="s.json", **fields):
+def _compose_spec(tmp_path, fname="s.json", **fields):
     spec = {"version": 1, "sources": [str(SAMPLES / "mlp" / "mlp_et.json.gz")], "segments": [{"selection": {}}]}
     spec.update(fields)
-    p = tmp_path / name
+    p = tmp_path / fname
     p.write_text(json.dumps(spec))
     return p, spec
 
 
 @pytest.fixture
 def good_compose(tmp_path, cache_dir):
-    spec, _ = _compose_spec(tmp_path, "good.json")
+    spec, _ = _compose_spec(tmp_path, fname="good.json")
     out = tmp_path / "bench"
     r = cli("compose", spec, "--out", out, "--json", cache=cache_dir)
     assert r.returncode == 0, r.stderr[-1500:]

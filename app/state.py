@@ -151,14 +151,15 @@ DEFAULT_SAMPLE = "mlp"
 
 def sample_sets() -> dict[str, list[str]]:
     """Bundled samples: folder name -> [ET, Kineto] paths (whichever exist)."""
+    from engine.trace.layout import resolve
+
     out = {}
     if SAMPLES.is_dir():
         for d in sorted(p for p in SAMPLES.iterdir() if p.is_dir()):
-            files = [str(p) for p in (d / f"{d.name}_et.json.gz", d / f"{d.name}_kineto.json.gz") if p.exists()]
-            # multi-rank samples: every rank's ET + Kineto (one multi-rank trace)
-            files = files or [str(p) for p in sorted(d.glob(f"{d.name}_rank*_*.json.gz"))]
-            if files:
-                out[d.name] = files
+            try:  # a capture folder, or every rank's ET + Kineto of a multi-rank one (engine.trace.layout)
+                out[d.name] = [str(f) for f in resolve(d).files]
+            except TraceError:
+                continue  # not a trace folder
     return out
 
 

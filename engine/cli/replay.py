@@ -26,19 +26,22 @@ replays one rank's trace on N symmetric ranks (SPMD assumption, labelled in the 
   distributed (one process per rank): name, world_size, replay_mode, spmd, iteration_ms (the
   slowest rank's per iteration), median_ms, coverage (summed over ranks, collectives
   included), collectives, breakdown, paths, device, original_median_ms, and ranks: one entry per
-  rank {rank, recorded_rank, iteration_ms, median_ms, coverage, breakdown {compute_ms, comm_ms,
-  exposed_comm_ms, idle_ms}, collectives, kineto_path, replay_json}
+  rank {rank, recorded_rank, iteration_ms, median_ms, coverage, breakdown {step_ms, compute_ms,
+  communication_ms, exposed_communication_ms, idle_ms}, collectives, kineto_path, replay_json}
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.cli.common import print_json, progress_bar
 from engine.errors import TraceError
+
+if TYPE_CHECKING:
+    from engine.trace.layout import Inputs
 
 
 def register(subparsers) -> None:
@@ -96,135 +99,34 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-_ET_NAME = re.compile(r"^(?P<name>.+?)(_et)?\.json(\.gz|\.tar\.gz)?$")
-
-
-def _name_of(path: Path) -> str:
-    m = _ET_NAME.match(path.name)
-    return (m.group("name") if m else path.stem) if path.is_file() else path.name
-
-
-def _meta_for(et: Path) -> dict:
-    """The capture meta of an ET (engine.capture.meta rules), or {}."""
-    from engine.capture.meta import meta_for
-
-    return meta_for(et) or {}
-
-
-def _spec_meta(spec: Path) -> dict:
-    """Thread count of the capture a composed benchmark came from (its first source's meta)."""
-    from engine import jsonio
-
-    try:
-        doc = jsonio.loads(spec.read_bytes())
-    except (OSError, jsonio.JSONDecodeError):
-        raise TraceError("benchmark spec is not valid JSON", spec) from None
-    for src in (doc.get("sources") or [])[:1] if isinstance(doc, dict) else []:
-        src_path = Path(str(src))
-        if not src_path.is_absolute():
-            src_path = spec.parent / src_path
-        meta = _meta_for(src_path) if src_path.is_file() else {}
-        if isinstance(meta.get("num_threads"), int):
-            return {"num_threads": meta["num_threads"]}
-    return {}
-
-
-def resolve_inputs(trace: str, kineto: str | None, rank: int | None) -> list[tuple[int | None, list[Path], dict, str]]:
-    """[(rank, paths to load, capture meta, name)] for one TRACE argument."""
-    p = Path(trace)
-    if not p.exists():
-        raise TraceError("no such file or folder", p)
-    if p.is_dir():
-        rank_files = sorted(p.glob("rank_*.et.json*"))
-        if (p / "spec.json").is_file() and rank_files:
-            from engine.compose.marker import check_folder
-
-            check_folder(p)  # an interrupted compose is not replayed as a complete benchmark
-            meta = _spec_meta(p / "spec.json")
-            out = []
-            for f in rank_files:
-                m = re.match(r"rank_(\d+)\.et\.json", f.name)
-                r = int(m.group(1)) if m else None
-                if rank is None or r == rank:
-                    out.append((r, [f], meta, f"{p.name}_rank{r}"))
-            if not out:
-                raise TraceError(f"exported benchmark has no rank {rank}", p)
-            return out
-        ets = sorted(p.glob("*_et.json*"))
-        if len(ets) != 1:
-            raise TraceError(f"folder holds {len(ets)} '*_et.json*' files; give one ET file", p)
-        p = ets[0]
-    paths = [p]
-    if kineto:
-        k = Path(kineto)
-        if not k.is_file():
-            raise TraceError("no such Kineto file", k)
-        paths.append(k)
-    else:
-        name = _name_of(p)
-        k = p.parent / f"{name}_kineto.json.gz"
-        if k.is_file():
-            paths.append(k)
-    return [(rank, paths, _meta_for(p), _name_of(p))]
-
-
-def _rank_files(p: Path) -> list[Path] | None:
-    """The per-rank ET files of a folder holding several ranks, or None."""
-    if not p.is_dir():
-        return None
-    exported = sorted(p.glob("rank_*.et.json*"))
-    if (p / "spec.json").is_file() and len(exported) > 1:
-        return exported
-    ets = sorted(p.glob("*_et.json*"))
-    if len(ets) > 1 and all(re.search(r"rank[_\-]?\d+", f.name) for f in ets):
-        return ets + sorted(p.glob("*_kineto.json*"))
-    return None
-
-
 def run(args: argparse.Namespace) -> int:
-    traces = list(args.trace)
-    p0 = Path(traces[0])
-    if len(traces) == 1 and p0.is_dir() and (p0 / "spec.json").is_file() and any(p0.glob("rank_*.et.json*")):
-        from engine.compose.marker import check_folder
+    from engine.trace.layout import resolve
 
-        check_folder(p0)  # an interrupted compose is not replayed (distributed or rank by rank)
-    multi = _rank_files(Path(traces[0])) if len(traces) == 1 else None
+    traces = list(args.trace)
+    # what the path(s) are (engine.trace.layout); an interrupted compose is refused there
+    inputs = resolve(*traces, kineto=args.kineto if len(traces) == 1 else None)
     distributed = (
-        len(traces) > 1 or args.world_size is not None or args.mirror_rank is not None or (multi and args.rank is None)
+        len(traces) > 1
+        or args.world_size is not None
+        or args.mirror_rank is not None
+        or (inputs.multi_rank and args.rank is None)
     )
     if distributed and not args.sequential:
-        return run_distributed(args, multi if multi else [Path(t) for t in traces])
-    if multi and args.rank is not None and not (Path(traces[0]) / "spec.json").is_file():
-        # one rank of a multi-rank capture folder, in this process
-        pick = [f for f in multi if "_et.json" in f.name and re.search(rf"rank[_\-]?{args.rank}(?!\d)", f.name)]
-        if len(pick) != 1:
-            raise TraceError(f"no ET file of rank {args.rank} in the folder", traces[0])
-        return run_single(args, str(pick[0]))
+        return run_distributed(args, inputs)
     if len(traces) > 1:
         raise TraceError("several trace files replay together (distributed); --sequential takes one folder")
-    return run_single(args, traces[0])
+    return run_single(args, inputs)
 
 
-def run_distributed(args: argparse.Namespace, files: list[Path]) -> int:
+def run_distributed(args: argparse.Namespace, inputs: Inputs) -> int:
     from engine.distributed.launch import RankFailed
     from engine.replay import ReplayConfig
     from engine.replay.distributed import DistConfig, replay_distributed
 
-    for f in files:
-        if not f.exists():
-            raise TraceError("no such file or folder", f)
-    if len(files) == 1 and files[0].is_dir():
-        ets = sorted(files[0].glob("*_et.json*")) or sorted(files[0].glob("rank_*.et.json*"))
-        if len(ets) != 1:
-            raise TraceError(f"folder holds {len(ets)} ET files", files[0])
-        files = [ets[0], *sorted(files[0].glob("*_kineto.json*"))]
-    name = _name_of(files[0]).split("_rank")[0] if files[0].is_file() else files[0].name
-    if files[0].name.startswith("rank_"):
-        name = files[0].parent.name
+    files = inputs.files
+    name = inputs.name.split("_rank")[0]
     out = Path(args.out) if args.out else Path("replay_out") / name
-    metas = [_meta_for(f) for f in files if "_et.json" in f.name]
-    if files[0].parent.joinpath("spec.json").is_file():
-        metas.append(_spec_meta(files[0].parent / "spec.json"))
+    metas = [r.meta for r in inputs.ranks]
     threads = args.threads or next((m["num_threads"] for m in metas if isinstance(m.get("num_threads"), int)), None)
     cfg = _config(args, ReplayConfig, out, threads, metrics=False)
     dcfg = DistConfig(
@@ -277,7 +179,8 @@ def run_distributed(args: argparse.Namespace, files: list[Path]) -> int:
         b = r["breakdown"]
         print(
             f"  rank {r['rank']}: median {r['median_ms']:.2f} ms; compute {b.get('compute_ms', 0):.2f}, "
-            f"comm {b.get('comm_ms', 0):.2f}, exposed comm {b.get('exposed_comm_ms', 0):.2f}, idle {b.get('idle_ms', 0):.2f} ms"
+            f"comm {b.get('communication_ms', 0):.2f}, exposed comm {b.get('exposed_communication_ms', 0):.2f}, "
+            f"idle {b.get('idle_ms', 0):.2f} ms"
         )
     for kind, v in d["collectives"].items():
         print(f"  {kind}: {v['count']} calls, {v['bytes'] / 2**20:.2f} MiB")
@@ -285,12 +188,19 @@ def run_distributed(args: argparse.Namespace, files: list[Path]) -> int:
     return 0
 
 
-def run_single(args: argparse.Namespace, trace_arg: str) -> int:
+def run_single(args: argparse.Namespace, inputs: Inputs) -> int:
     import engine.trace as T
     from engine.outdir import OutputLock
     from engine.replay import ReplayConfig, replay
+    from engine.trace.layout import InputKind
 
-    jobs = resolve_inputs(trace_arg, args.kineto, args.rank)
+    if inputs.kind in (InputKind.COMPOSED, InputKind.RANKS):  # the folder's ranks, or the one asked for
+        picked = inputs.ranks if args.rank is None else (inputs.rank(args.rank),)
+        jobs = [(r.rank if args.rank is None else args.rank, list(r.files), r.meta, r.name) for r in picked]
+    else:  # one trace: --rank picks a rank inside it
+        (r,) = inputs.ranks
+        jobs = [(args.rank, list(r.files), r.meta, r.name)]
+    trace_arg = " ".join(map(str, args.trace))
     results = {}
     for rank, paths, meta, name in jobs:
         out = Path(args.out) if args.out else Path("replay_out") / name

@@ -29,18 +29,10 @@ def register(subparsers) -> None:
 
 def _load(paths: list[str], progress):
     from engine.trace import load
+    from engine.trace.layout import resolve
 
-    expanded: list[str] = []
-    for p in paths:
-        q = Path(p)
-        folder = q.parent if q.name.endswith("_meta.json") else q if q.is_dir() else None
-        if folder is not None and any(folder.glob("*_kineto.json*")):
-            # a capture folder: its Kineto trace plus its ET (shapes for the batch/layers edits)
-            expanded.extend(str(x) for x in sorted(folder.glob("*_kineto.json*")))
-            expanded.extend(str(x) for x in sorted(folder.glob("*_et.json*")))
-        else:
-            expanded.append(p)
-    return load(*expanded, progress=progress)
+    # a capture folder or its meta: its Kineto trace(s) plus ET(s) (shapes for the batch/layers edits)
+    return load(*resolve(*paths).files, progress=progress)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 
 def load_original(*paths: str | os.PathLike, progress: Progress | None = None) -> tuple[Any, dict | None]:
     """(Trace, capture meta or None) from one capture folder/meta file or trace file(s)."""
-    from engine.capture.meta import is_capture, read_meta
     from engine.trace import load
+    from engine.trace.layout import is_capture, read_meta
 
     ps = [Path(p) for p in paths]
     for p in ps:

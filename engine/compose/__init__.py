@@ -13,44 +13,25 @@ directory (examples/*.json use repo-root-relative paths, run from the repo root)
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
-# Names load on first use (PEP 562), so the torch-free parts (spec, shard.kinds, marker) import
-# without the meta-tensor machinery that needs torch.
-_HOME = {
-    "Benchmark": "build",
-    "compose": "build",
-    "propagate": "meta_check",
-    "BenchmarkSpec": "spec",
-    "Segment": "spec",
-    "Sharding": "spec",
-    "load_spec": "spec",
-    "save_spec": "spec",
-    "spec_from_dict": "spec",
-    "validate_et": "validate",
-}
+from engine.compose.build import Benchmark, compose
+from engine.compose.export import export
+from engine.compose.spec import BenchmarkSpec, Segment, Sharding, load_spec, save_spec, spec_from_dict
+from engine.compose.validate import validate_et
 
 if TYPE_CHECKING:
-    from engine.compose.build import Benchmark, compose
     from engine.compose.meta_check import propagate
-    from engine.compose.spec import BenchmarkSpec, Segment, Sharding, load_spec, save_spec, spec_from_dict
-    from engine.compose.validate import validate_et
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module 'engine.compose' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"engine.compose.{_HOME[name]}"), name)
+    """`propagate` loads on first use (PEP 562): it needs torch, and the rest of the package
+    (spec, shard.kinds, build, export) imports without it."""
+    if name == "propagate":
+        from engine.compose.meta_check import propagate
 
-
-# `export` is also the name of its submodule (torch-free). Loading a submodule binds the package
-# attribute to the module, so a lazy `export` was the module ("'module' object is not callable"
-# in `mystique compose`) whenever engine.compose.export had loaded first (Benchmark.summary).
-# Loaded here, once, the name below stays the function.
-import engine.compose.export as _export_module  # noqa: E402
-
-export = _export_module.export
+        return propagate
+    raise AttributeError(f"module 'engine.compose' has no attribute {name!r}")
 
 
 __all__ = [

@@ -22,7 +22,6 @@ progress board at every collective and barrier (a stalled rank is blamed, not it
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import sys
 from pathlib import Path
@@ -33,14 +32,9 @@ from engine import jsonio
 def _spec_from_args(a: argparse.Namespace) -> dict:
     from engine.replay.config import ReplayConfig
     from engine.replay.distributed import config_to_json
+    from engine.trace.layout import resolve
 
-    paths: list[str] = []
-    for p in a.paths:
-        if os.path.isdir(p):
-            paths += sorted(glob.glob(os.path.join(p, "*_et.json*")) + glob.glob(os.path.join(p, "rank_*.et.json*")))
-            paths += sorted(glob.glob(os.path.join(p, "*_kineto.json*")))
-        else:
-            paths.append(p)
+    paths = [str(f) for f in resolve(*a.paths).files]  # a folder: its ranks' files (engine.trace.layout)
     world = int(os.environ["WORLD_SIZE"])
     cfg = ReplayConfig(
         warmup=a.warmup,

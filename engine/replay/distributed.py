@@ -223,24 +223,20 @@ def config_from_json(d: dict, out_dir: Path | None) -> ReplayConfig:
 def rank_inputs(paths: Sequence[str | os.PathLike], ranks: Sequence[int], bench_dir: str | None = None) -> dict:
     """What a distributed run of a loaded trace (or of a composed benchmark folder) takes:
     {"paths": files, "ranks": recorded ranks}. A composed folder gives its `rank_<r>.et.json`."""
-    import re
-
     if bench_dir:
-        files = sorted(Path(bench_dir).glob("rank_*.et.json*"))
-        rs = [int(m.group(1)) for f in files if (m := re.match(r"rank_(\d+)\.", f.name))]
-        return {"paths": [str(f) for f in files], "ranks": rs}
+        from engine.trace.layout import resolve
+
+        inputs = resolve(bench_dir)
+        return {"paths": [str(f) for f in inputs.files], "ranks": inputs.rank_numbers}
     return {"paths": [str(p) for p in paths], "ranks": sorted(int(r) for r in ranks)}
 
 
 def capture_rank_medians(paths: Sequence[str | os.PathLike]) -> dict[int, float]:
-    """{rank: unprofiled median step ms} from the `*_rank<r>_meta.json` files next to `paths`."""
-    out: dict[int, float] = {}
-    for folder in {Path(p).parent for p in paths}:
-        for m in folder.glob("*_meta.json"):
-            try:
-                meta = jsonio.loads(m.read_bytes())
-            except (OSError, ValueError):
-                continue
-            if isinstance(meta, dict) and isinstance(meta.get("rank"), int) and meta.get("median_ms"):
-                out[meta["rank"]] = float(meta["median_ms"])
-    return out
+    """{rank: unprofiled median step ms} from the ranks' capture metas (`*_rank<r>_meta.json`
+    beside their files, engine.trace.layout); {} when there are none or they are unreadable."""
+    from engine.trace.layout import rank_medians, resolve
+
+    try:
+        return rank_medians(resolve(*paths))
+    except TraceError:
+        return {}

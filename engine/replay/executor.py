@@ -407,7 +407,7 @@ def _meta_threads(trace) -> int | None:
     v = meta.get("num_threads") or (meta.get("capture") or {}).get("num_threads")
     if isinstance(v, int) and v > 0:
         return v
-    from engine.capture.meta import meta_for
+    from engine.trace.layout import meta_for
 
     for src in meta.get("sources") or []:
         if src.get("kind") != "execution_trace" or not src.get("path"):
@@ -465,7 +465,7 @@ def source_of(trace, rank) -> dict:
         from pathlib import Path
 
         from engine import jsonio
-        from engine.compose.marker import MARKER
+        from engine.trace.layout import MARKER
 
         mk = Path(str(s.get("path", "")).split("!", 1)[0]).parent / MARKER
         try:

@@ -30,9 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from engine.compare.fidelity import geomean_error, iqr_over_median, step_errors  # noqa: E402 -- after sys.path
+from harness import ROOT  # first: puts the repo root on sys.path (benchmarks/harness.py)
+
+from engine.compare.fidelity import geomean_error, iqr_over_median, step_errors
 
 SAMPLES = ("ddp", "dlrm_a2a", "dlrm_tbe")
 

@@ -60,10 +60,13 @@ def op_table(trace, pattern: str = "") -> pd.DataFrame:
         if c in t:
             t[c] = t[c].astype(str)
     if pattern:
+        from engine.errors import TraceError
+        from engine.user_regex import compile_user
+
         try:
-            t = t[t["name"].str.contains(pattern, regex=True)]
-        except Exception as exc:  # noqa: BLE001 -- re.error from a user's regex: shown, table unfiltered
-            st.warning(f"bad regex {pattern!r}: {exc}")
+            t = t[compile_user(pattern, "the name filter").mask(t["name"])]
+        except TraceError as exc:  # a user's bad regex: shown, table unfiltered
+            st.warning(str(exc))
     return t.reset_index(drop=True)
 
 

@@ -206,11 +206,9 @@ def search_events(paths: tuple[str, ...], rank: int | None, pattern: str) -> lis
         return []
     t0 = float(ev["ts_us"].min())
     names = ev["name"].astype(str)
-    try:
-        hit = names.str.contains(pattern, case=False, regex=True)
-    except Exception:  # noqa: BLE001 - re.error: plain substring
-        hit = names.str.contains(pattern, case=False, regex=False)
-    m = ev[hit.to_numpy()]
+    from engine.user_regex import search_mask
+
+    m = ev[search_mask(names, pattern)]
     m = m.sort_values("ts_us")
     return list(zip(m["name"].astype(str), (m["ts_us"] - t0).astype(float), m["dur_us"].astype(float)))
 

@@ -1,9 +1,12 @@
 """Replay memory: the estimate made before the run vs the measured peak RSS of the run.
 
-For every sample ET (sample_traces/) and every shared ET (../shared/traces, when present) this
+For every sample ET (sample_traces/), the TBE sample with TorchRec-sized tables (its weights
+grown 40x to 256 MB: FBGEMM's own tables and optimizer state, issue 26), every shared ET
+(../shared/traces, when present) and the 2-rank samples run distributed (the launcher's per-rank
+estimate, engine.replay.budget, against the largest rank's own ru_maxrss) this
 replays the trace in a fresh process (CPU, 1 warm-up + 2 measured iterations, profiling on:
-the heaviest configuration), with the peak RSS counter (VmHWM) reset right before the replay
-so the peak is the replay's own, and records `ReplayResult.memory["rss_bound_bytes"]` (the
+the heaviest configuration), with the peak RSS counters (VmHWM, ru_maxrss) reset right before
+the replay so the peak is the replay's own, and records `ReplayResult.memory["rss_bound_bytes"]` (the
 upper bound the engine computes before allocating, engine.replay.memory.rss_bound) next to the
 measured peak. Prints a Markdown table and writes benchmarks/results/memory.json.
 
@@ -45,12 +48,46 @@ big = len(tr.ops) > int(sys.argv[3])  # bounded replay (module docstring)
 warmup, iters, profile = (0, 1, False) if big else (1, 2, True)
 cfg = ReplayConfig(warmup=warmup, iters=iters, profile=profile, out_dir=sys.argv[2], num_threads=1 if big else None)
 res = replay(tr, config=cfg, rank=ranks[0])
+import resource
 hwm = [int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM")][0]
+maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # reset with VmHWM above
 m = res.memory
-print(json.dumps({"rss_before": rss0, "peak_rss": hwm, "bound": m["rss_bound_bytes"],
+print(json.dumps({"rss_before": rss0, "peak_rss": max(hwm, maxrss), "bound": m["rss_bound_bytes"],
+                  "resident": m.get("resident_bytes", 0),
                   "planned_tensors": m["planned_peak_bytes"], "lazy": m["lazy"], "ops": res.coverage["selected"],
                   "replayed": res.coverage["replayed"], "seconds": round(time.perf_counter() - t0, 1),
                   "warmup": warmup, "iters": iters, "profile": profile}))
+"""
+
+
+BIG_TBE_NUMEL = 64_000_000  # 256 MB of fp32 embedding weights (the sample's tables are 6 MB)
+
+
+def big_tbe(folder: Path) -> Path:
+    """The TBE sample's rank 0 with its tables grown to TorchRec-like size (the weights' numel is
+    rewritten in every op that records it): the rows where FBGEMM's own memory dominates."""
+    import gzip
+
+    src = ROOT / "sample_traces" / "dlrm_tbe" / "dlrm_tbe_rank0_et.json.gz"
+    out = folder / "dlrm_tbe_big_rank0_et.json"
+    out.write_text(gzip.decompress(src.read_bytes()).decode().replace("1600000", str(BIG_TBE_NUMEL)))
+    return out
+
+
+DIST = r"""
+import json, sys
+from engine.replay import ReplayConfig
+from engine.replay.distributed import DistConfig, replay_distributed
+cfg = ReplayConfig(warmup=1, iters=2, profile=True)
+res = replay_distributed(sys.argv[2:], config=cfg, dist=DistConfig(), out_dir=sys.argv[1])
+b = res.memory["world_budget"]
+ranks = [json.load(open(r["replay_json"])) for r in res.ranks]
+print(json.dumps({"rss_before": b["baseline_bytes"], "bound": max(b["per_rank_bytes"].values()),
+                  "peak_rss": max(d["memory"]["peak_rss_bytes"] for d in ranks),
+                  "planned_tensors": max(d["memory"]["planned_peak_bytes"] for d in ranks),
+                  "resident": max(d["memory"].get("resident_bytes", 0) for d in ranks),
+                  "ops": res.coverage["selected"], "replayed": res.coverage["replayed"],
+                  "warmup": 1, "iters": 2, "profile": True, "lazy": False}))
 """
 
 
@@ -59,6 +96,7 @@ def traces() -> list[tuple[str, Path]]:
     for d in sorted((ROOT / "sample_traces").iterdir()):
         for f in sorted(d.glob("*_et.json*")):
             out.append((f"sample/{f.name.split('_et.json')[0]}", f))
+    out.append(("sample/dlrm_tbe_rank0 tables x40", Path("BIG_TBE")))  # built in the run's temp folder
     if SHARED.is_dir():
         for f in sorted(SHARED.rglob("*.json*")):
             name = f.name.lower()
@@ -69,6 +107,11 @@ def traces() -> list[tuple[str, Path]]:
                 or name.endswith("_et.json.tar.gz")
             ):
                 out.append((f"shared/{f.parent.name}", f))
+    # distributed: the pre-launch per-rank estimate (engine.replay.budget) against the largest
+    # peak RSS a rank measured (its own ru_maxrss, the whole rank process)
+    for d in ("ddp", "dlrm_a2a", "dlrm_tbe"):
+        files = sorted((ROOT / "sample_traces" / d).glob("*_rank*_et.json*"))
+        out.append((f"distributed/{d} (2 ranks, per rank)", Path("DIST:" + ",".join(map(str, files)))))
     return out
 
 
@@ -89,9 +132,15 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             env = {**os.environ, "PYTHONPATH": str(ROOT), "MYSTIQUE_CACHE_DIR": str(Path(tmp) / "cache")}
             t0 = time.time()
+            if str(path) == "BIG_TBE":
+                path = big_tbe(Path(tmp))
+            if str(path).startswith("DIST:"):
+                cmd = [sys.executable, "-c", DIST, str(Path(tmp) / "out"), *str(path)[5:].split(",")]
+            else:
+                cmd = [sys.executable, "-c", CHILD, str(path), str(Path(tmp) / "out"), str(args.big_ops)]
             try:
                 p = subprocess.run(
-                    [sys.executable, "-c", CHILD, str(path), str(Path(tmp) / "out"), str(args.big_ops)],
+                    cmd,
                     capture_output=True,
                     text=True,
                     timeout=args.timeout,

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -54,12 +52,10 @@ def pct(x: object, digits: int = 1, signed: bool = False) -> str:
     return f"{100 * float(x):{'+' if signed else ''}.{digits}f} %"  # type: ignore[arg-type]
 
 
-def geomean_abs(xs: list[float]) -> float:
-    xs = [abs(x) for x in xs if x]
-    return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else math.nan
-
-
 def load_speed(d: dict) -> list[str]:
+    """The shared param_resnet ET (14,392 nodes) and Kineto trace (111,631 events), medians of
+    repeated loads; `--param-repo PATH` times param's `ExecutionTrace` interleaved with ours (param
+    is not vendored)."""
     r, t = d["results"], d.get("targets_s", {})
     names = {
         "et_load_graph": "ET load + call tree + data-dependency DAG",
@@ -99,6 +95,7 @@ def load_speed(d: dict) -> list[str]:
 
 
 def coverage(d: dict) -> list[str]:
+    """Every shared ET replayed on CPU, one process."""
     rows = []
     for r in d["records"]:
         c = r["coverage"]
@@ -119,6 +116,8 @@ def coverage(d: dict) -> list[str]:
 
 
 def fidelity(d: dict) -> list[str]:
+    """Each sample's live step (no profiler) and its replay alternate in one process; the paired
+    error is the median of per-round differences, which cancels the machine's drift."""
     rows = [
         [
             r["model"],
@@ -142,6 +141,8 @@ def fidelity(d: dict) -> list[str]:
 
 
 def distributed(d: dict) -> list[str]:
+    """Each rank runs the live model and the distributed replay of its own trace on the same process
+    group, alternating step by step; a step's time is its slowest rank's."""
     rows = []
     for r in d["records"]:
         cov = r.get("coverage", {})
@@ -190,6 +191,8 @@ def distributed(d: dict) -> list[str]:
 
 
 def compose_scaling(d: dict) -> list[str]:
+    """Composed benchmarks replayed on CPU against their originals, interleaved rounds in ABBA
+    order."""
     out = [f"{d.get('rounds')} interleaved rounds, device {d.get('device')}, {d.get('threads')} thread(s).", ""]
     rows = []
     if "round_trip" in d:
@@ -236,6 +239,9 @@ def compose_scaling(d: dict) -> list[str]:
 
 
 def lib_compositions(d: dict) -> list[str]:
+    """Every transform of the real-library samples (gpt2_hf, resnet_tv, dlrm_tbe) composed, exported
+    and replayed on CPU; multi-rank compositions with one process per rank and real gloo
+    collectives."""
     rows = []
     for r in d["rows"]:
         c = r.get("coverage", {})
@@ -276,6 +282,8 @@ def lib_compositions(d: dict) -> list[str]:
 
 
 def memory(d: dict) -> list[str]:
+    """Each ET replayed in a fresh process with the peak-RSS counter reset just before; the bound is
+    what the engine computes before allocating (`engine.replay.memory.rss_bound`)."""
     mib = 2**20
     rows = [
         [
@@ -289,6 +297,7 @@ def memory(d: dict) -> list[str]:
             num(r["holds"]),
         ]
         for r in d["rows"]
+        if "error" not in r
     ]
     return table(
         [
@@ -302,10 +311,14 @@ def memory(d: dict) -> list[str]:
             "holds",
         ],
         rows,
-    ) + [f"Run {d.get('date')}: `ReplayResult.memory['rss_bound_bytes']` against the replay's peak RSS (VmHWM).", ""]
+    ) + [
+        f"Run {d.get('date')}: `ReplayResult.memory['rss_bound_bytes']` against the replay's peak RSS (VmHWM / ru_maxrss reset before the replay; distributed rows: the pre-launch per-rank estimate against the largest rank's ru_maxrss).",
+        "",
+    ]
 
 
 def responsiveness(d: dict) -> list[str]:
+    """Streamlit AppTest: the server side of a page run, no browser drawing."""
     rows = []
     for view, v in d.get("explore_resnet", {}).items():
         rows.append(
@@ -320,6 +333,8 @@ def responsiveness(d: dict) -> list[str]:
 
 
 def responsiveness_browser(d: dict) -> list[str]:
+    """Headless Chromium through selenium, from the click to the chart drawn; cold = fresh server
+    and parse cache, warm = a second server with the parse cache on disk."""
     fr, met = d.get("first_render_ms", {}), d.get("first_render_met", {})
     t = d.get("targets_s", {})
     rows = [
@@ -341,6 +356,9 @@ def responsiveness_browser(d: dict) -> list[str]:
 
 
 def simulate(d: dict) -> list[str]:
+    """Reproduction of unchanged traces, what-ifs checked against real re-captures, sharding plans
+    checked against replays of each plan (thread CPU time, interleaved rounds), speed on the largest
+    shared traces."""
     out: list[str] = []
     rep = d.get("reproduction")
     if rep:
@@ -356,20 +374,13 @@ def simulate(d: dict) -> list[str]:
     wi = d.get("whatif")
     if wi:
         out += ["**What-if against a real re-capture** (predicted vs measured ratio variant / base):", ""]
+        # fmt: off
         out += table(
             ["case", "variant", "predicted ratio", "measured ratio (thread CPU)", "error (CPU)", "error (wall)"],
-            [
-                [
-                    k,
-                    json.dumps(v.get("variant")),
-                    f"{v['predicted_ratio']:.3f}",
-                    f"{v['measured']['ratio_cpu']:.3f}",
-                    f"{v['error_pct_cpu']:+.1f} %",
-                    f"{v['error_pct_wall']:+.1f} %",
-                ]
-                for k, v in wi.items()
-            ],
+            [[k, json.dumps(v.get("variant")), f"{v['predicted_ratio']:.3f}", f"{v['measured']['ratio_cpu']:.3f}",
+              f"{v['error_pct_cpu']:+.1f} %", f"{v['error_pct_wall']:+.1f} %"] for k, v in wi.items()],
         )
+        # fmt: on
     sh = d.get("sharding")
     if sh:
         out += ["**Sharding plans**: the what-if's pick vs the measured fastest plan:", ""]
@@ -392,46 +403,26 @@ def simulate(d: dict) -> list[str]:
     sp = d.get("speed")
     if sp:
         out += ["**Speed** (warm; medians):", ""]
+        # fmt: off
         out += table(
-            [
-                "trace",
-                "events",
-                "tasks",
-                "graph build ms",
-                "schedule ms",
-                "tasks/s build + schedule",
-                "tasks/s scheduler alone",
-                "load",
-            ],
-            [
-                [
-                    k,
-                    num(v["events"]),
-                    num(v["tasks"]),
-                    num(1e3 * v["build_s_median"], 1),
-                    num(1e3 * v["schedule_s_median"], 1),
-                    f"{v['tasks_per_s_build_and_schedule'] / 1e6:.2f} M",
-                    f"{v['tasks_per_s_schedule'] / 1e6:.2f} M",
-                    num(v.get("loadavg_1m"), 1),
-                ]
-                for k, v in sp.items()
-            ],
+            ["trace", "events", "tasks", "graph build ms", "schedule ms", "tasks/s build + schedule",
+             "tasks/s scheduler alone", "load"],
+            [[k, num(v["events"]), num(v["tasks"]), num(1e3 * v["build_s_median"], 1),
+              num(1e3 * v["schedule_s_median"], 1), f"{v['tasks_per_s_build_and_schedule'] / 1e6:.2f} M",
+              f"{v['tasks_per_s_schedule'] / 1e6:.2f} M", num(v.get("loadavg_1m"), 1)] for k, v in sp.items()],
         )
+        # fmt: on
     dp = d.get("dp")
     if dp:
         out += [f"**Data-parallel what-if** from one rank of `{dp['trace']}`:", ""]
+        runs = sorted(dp["runs"].items(), key=lambda kv: int(kv[0]))
+        # fmt: off
         out += table(
             ["DP ranks", "predicted ms", "communication ms", "exposed comm ms"],
-            [
-                [
-                    n,
-                    num(r["predicted_iteration_ms"]),
-                    num(r["breakdown"]["communication"]),
-                    num(r["breakdown"]["exposed_communication"]),
-                ]
-                for n, r in sorted(dp["runs"].items(), key=lambda kv: int(kv[0]))
-            ],
+            [[n, num(r["predicted_iteration_ms"]), num(r["breakdown"]["communication"]),
+              num(r["breakdown"]["exposed_communication"])] for n, r in runs],
         )
+        # fmt: on
     cm = d.get("costmodel")
     if cm:
         errs = {k: v.get("heldout_err_pct") for k, v in cm.get("microbench", {}).get("curves", {}).items()}
@@ -445,70 +436,19 @@ def simulate(d: dict) -> list[str]:
     return out
 
 
-# results file stem -> (title, script, formatter, how it is measured: method only, never a figure)
-SECTIONS: dict[str, tuple[str, str, Callable[[dict], list[str]], str]] = {
-    "load_speed": (
-        "Loading",
-        "load_speed.py",
-        load_speed,
-        "The shared param_resnet ET (14,392 nodes) and Kineto trace (111,631 events), medians of repeated loads; "
-        "`--param-repo PATH` times param's `ExecutionTrace` interleaved with ours (param is not vendored).",
-    ),
-    "coverage": ("Replay coverage", "coverage.py", coverage, "Every shared ET replayed on CPU, one process."),
-    "fidelity": (
-        "Replay fidelity on CPU",
-        "fidelity.py",
-        fidelity,
-        "Each sample's live step (no profiler) and its replay alternate in one process; the paired error is the "
-        "median of per-round differences, which cancels the machine's drift.",
-    ),
-    "distributed": (
-        "Distributed replay on CPU gloo",
-        "distributed.py",
-        distributed,
-        "Each rank runs the live model and the distributed replay of its own trace on the same process group, "
-        "alternating step by step; a step's time is its slowest rank's.",
-    ),
-    "compose_scaling": (
-        "Composition",
-        "compose_scaling.py",
-        compose_scaling,
-        "Composed benchmarks replayed on CPU against their originals, interleaved rounds in ABBA order.",
-    ),
-    "lib_compositions": (
-        "Real-library compositions",
-        "lib_compositions.py",
-        lib_compositions,
-        "Every transform of the real-library samples (gpt2_hf, resnet_tv, dlrm_tbe) composed, exported and "
-        "replayed on CPU; multi-rank compositions with one process per rank and real gloo collectives.",
-    ),
-    "memory": (
-        "Replay memory: estimate vs measured peak RSS",
-        "memory.py",
-        memory,
-        "Each ET replayed in a fresh process with the peak-RSS counter reset just before; the bound is what the "
-        "engine computes before allocating (`engine.replay.memory.rss_bound`).",
-    ),
-    "responsiveness": (
-        "Dashboard responsiveness (server side)",
-        "responsiveness.py",
-        responsiveness,
-        "Streamlit AppTest: the server side of a page run, no browser drawing.",
-    ),
-    "responsiveness_browser": (
-        "Dashboard responsiveness in a real browser",
-        "responsiveness_browser.py",
-        responsiveness_browser,
-        "Headless Chromium through selenium, from the click to the chart drawn; cold = fresh server and parse "
-        "cache, warm = a second server with the parse cache on disk.",
-    ),
-    "simulate": (
-        "Simulation and what-if",
-        "simulate.py",
-        simulate,
-        "Reproduction of unchanged traces, what-ifs checked against real re-captures, sharding plans checked "
-        "against replays of each plan (thread CPU time, interleaved rounds), speed on the largest shared traces.",
-    ),
+# results file stem -> section title. The script is benchmarks/<stem>.py, the formatter the function
+# of the same name, and its docstring says how the figures are measured (method only, no figure).
+SECTIONS = {
+    "load_speed": "Loading",
+    "coverage": "Replay coverage",
+    "fidelity": "Replay fidelity on CPU",
+    "distributed": "Distributed replay on CPU gloo",
+    "compose_scaling": "Composition",
+    "lib_compositions": "Real-library compositions",
+    "memory": "Replay memory: estimate vs measured peak RSS",
+    "responsiveness": "Dashboard responsiveness (server side)",
+    "responsiveness_browser": "Dashboard responsiveness in a real browser",
+    "simulate": "Simulation and what-if",
 }
 
 
@@ -516,14 +456,14 @@ def render(results: Path = RESULTS) -> str:
     out = [HEADER]
     files = {p.stem: p for p in sorted(results.glob("*.json"))}
     out.append(
-        "Sections: "
-        + ", ".join(f"[{SECTIONS[k][0]}](#{_anchor(SECTIONS[k][0])})" for k in SECTIONS if k in files)
-        + ".\n"
+        "Sections: " + ", ".join(f"[{SECTIONS[k]}](#{_anchor(SECTIONS[k])})" for k in SECTIONS if k in files) + ".\n"
     )
-    for stem, (title, script, fn, method) in SECTIONS.items():
+    for stem, title in SECTIONS.items():
         if stem not in files:
             continue
-        out += [f"## {title}", "", f"`benchmarks/{script}` → `benchmarks/results/{stem}.json`. {method}", ""]
+        fn = globals()[stem]
+        method = " ".join((fn.__doc__ or "").split())
+        out += [f"## {title}", "", f"`benchmarks/{stem}.py` → `benchmarks/results/{stem}.json`. {method}", ""]
         try:
             out += fn(json.loads(files[stem].read_text()))
         except (KeyError, TypeError, ValueError) as exc:  # a benchmark changed its file's layout

@@ -20,13 +20,15 @@ name = state.trace_picker("Trace", key="wi_trace", kinds=("kineto",))
 if name is None:
     st.stop()
 
+wi_ranks = [str(r) for r in (state.get_trace(name).meta.get("ranks") or [])]
 edits: list[dict] = []
 with st.expander("Edits", expanded=True):
     c = st.columns(3)
     if c[0].checkbox("Speed-up", key="wi_sp"):
         cat = c[0].selectbox("category", sorted(SELECTORS), index=sorted(SELECTORS).index("gemm"), key="wi_sp_cat")
-        fac = c[0].number_input("factor", 0.01, 1000.0, 2.0, key="wi_sp_f")
-        edits.append({"kind": "speedup", "category": cat, "factor": fac})
+        fac = c[0].number_input("factor (below 1: slower)", 0.01, 1000.0, 2.0, key="wi_sp_f")
+        on = c[0].selectbox("on rank", ["all", *wi_ranks], key="wi_sp_rank")
+        edits.append({"kind": "speedup", "category": cat, "factor": fac, **({} if on == "all" else {"rank": int(on)})})
     if c[1].checkbox("Layers", key="wi_ly"):
         mod = c[1].text_input("module regex", r"blocks\.\d+", key="wi_ly_m")
         lo, hi = field_bounds("layers", "copies")
@@ -66,9 +68,9 @@ def _run(content_hash: str, paths: tuple[str, ...], spec_json: str, cfg_json: st
     from engine.simulate import simulate
 
     trace = views.load_paths(paths)
-    cfg = SimConfig.from_dict(json.loads(cfg_json))
+    cfg = SimConfig.parse(cfg_json)
     base = simulate(trace, config=cfg)
-    res = simulate(trace, json.loads(spec_json), config=cfg)
+    res = simulate(trace, spec_json, config=cfg)  # the spec parser names bad fields
     cp = res.critical_path
     path = {"segments": cp.segments, "top_ops": cp.top_ops} if cp is not None else None
     return base.to_json(), res.to_json(), res.predicted.events, trace.events, path, res.stragglers
@@ -77,7 +79,7 @@ def _run(content_hash: str, paths: tuple[str, ...], spec_json: str, cfg_json: st
 def edits_in(spec: str) -> bool:
     try:
         return bool(json.loads(spec).get("edits"))
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return True  # a bad spec fails in _run with its own message
 
 

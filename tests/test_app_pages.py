@@ -192,7 +192,8 @@ def test_explore_renders_graph_timeline_and_breakdowns(app):
     _ok(at)
     assert {"b_ops", "b_category", "b_phase"} <= charts()
     top = at.dataframe(key="b_top").value
-    assert len(top) > 0 and (top["k_dur_us"].diff().dropna() <= 0).all()  # sorted, largest first
+    assert len(top) > 0 and (top["self_us"].diff().dropna() <= 0).all()  # by self time, largest first
+    assert "annotation" not in set(top["category"].astype(str))  # annotations apart (issue 23)
 
 
 def test_compose_replay_compare_flow(app):

@@ -151,3 +151,14 @@ def test_replay_cli_json_keys_are_in_its_docstring(tmp_path, capsys, cache_dir):
     assert _missing(data, cli_replay) == []
     assert _missing(data["coverage"], cli_replay) == []
     assert _missing(data["paths"], cli_replay) == []
+
+
+def test_architecture_names_only_files_that_exist():
+    """Every `module.py` the hand-written architecture page names is a file of the repository."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    names = set(re.findall(r"`([\w/]+\.py)`", text))
+    assert len(names) > 10
+    tops = ("engine", "app", "pages", "benchmarks", "tests")
+    files = {p.relative_to(ROOT).as_posix() for top in tops for p in (ROOT / top).rglob("*.py")}
+    missing = [n for n in names if not any(f == n or f.endswith("/" + n) for f in files)]
+    assert missing == [], f"docs/architecture.md names files that do not exist: {missing}"

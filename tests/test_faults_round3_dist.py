@@ -135,6 +135,7 @@ def _big_tbe(tmp_path: Path, numel: int) -> Path:
     DLRM's tables are GBs; the sample's are 6 MB)."""
     text = gzip.decompress(TBE0.read_bytes()).decode()
     assert text.count("1600000") >= 4  # the weights' numel, in every op that records them
+    tmp_path.mkdir(exist_ok=True)
     out = tmp_path / "big_tbe_rank0_et.json"
     out.write_text(text.replace("1600000", str(numel)))
     return out
@@ -158,13 +159,14 @@ def test_3_tbe_tables_are_counted_and_bound_the_measured_peak(tmp_path, cache_di
     m = json.loads(p.stdout.strip().splitlines()[-1])
     assert m["resident_bytes"] >= 256_000_000  # the rebuilt tables are in the plan's peak
     assert m["rss_bound_bytes"] >= m["peak"], (m["rss_bound_bytes"] >> 20, m["peak"] >> 20)
-    # CLI in a cgroup too small for the tables: refused before allocating, in one line
+    # CLI in a cgroup too small for 1 GB of tables: refused before allocating, in one line
+    huge = _big_tbe(tmp_path / "huge", 256_000_000)
     out = tmp_path / "o"
     out.mkdir()
     (out / "replay.json").write_text('{"previous": true}')
-    with memory_cgroup(560 << 20) as pre:
-        r = cli("replay", et, "--out", out, *FAST, cache=cache_dir, pre=pre, timeout=300)
-    one_line_error(r, str(et), "replay needs about", "GiB")
+    with memory_cgroup(640 << 20) as pre:
+        r = cli("replay", huge, "--out", out, *FAST, cache=cache_dir, pre=pre, timeout=300)
+    one_line_error(r, str(huge), "replay needs about", "GiB")
     assert (out / "replay.json").read_text() == '{"previous": true}'
     none_left(out)
 

@@ -97,3 +97,24 @@ def test_engine_has_no_import_circles():
     """No module of engine/ imports, at load time or later, a module that imports it back."""
     circles = import_circles()
     assert not circles, f"{len(circles)} import circle(s) in engine/: " + "; ".join(" <-> ".join(c) for c in circles)
+
+
+def test_package_names_are_not_shadowed_by_submodules():
+    """A lazily exported name that is also a submodule's name is rebound to the module as soon as
+    anything imports that submodule (engine.compose.export once was: `export(bench, out)` then
+    raised "'module' object is not callable" depending on test order)."""
+    import importlib
+    import pkgutil
+    import types
+
+    import engine
+
+    for info in pkgutil.walk_packages(engine.__path__, "engine."):
+        if not info.ispkg:
+            continue
+        pkg = importlib.import_module(info.name)
+        names = getattr(pkg, "__all__", [])
+        for sub in pkgutil.iter_modules(pkg.__path__):
+            if sub.name in names:
+                importlib.import_module(f"{info.name}.{sub.name}")
+                assert not isinstance(getattr(pkg, sub.name), types.ModuleType), f"{info.name}.{sub.name}"

@@ -11,7 +11,19 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCKED = ("streamlit", "plotly", "orjson", "msgspec", "pyarrow", "psutil", "pynvml", "tqdm", "selenium", "hypothesis")
+BLOCKED = (
+    "streamlit",
+    "plotly",
+    "orjson",
+    "msgspec",
+    "pyarrow",
+    "psutil",
+    "pynvml",
+    "tqdm",
+    "selenium",
+    "hypothesis",
+    "re2",
+)
 
 SCRIPT = textwrap.dedent("""
     import json, sys, time

@@ -69,7 +69,9 @@ def test_two_rank_sample_replays_with_collectives_and_merged_result(tmp_path, ca
         assert r["collectives"] == expected, (r["rank"], r["collectives"], expected)
         assert set(expected) == {"all_reduce", "all_to_all", "broadcast"}
         b = r["breakdown"]
-        assert b["compute_ms"] > 0 and b["exposed_comm_ms"] >= 0 and b["comm_ms"] > 0
+        assert b["compute_ms"] > 0 and b["exposed_communication_ms"] >= 0 and b["communication_ms"] > 0
+        parts = b["compute_ms"] + b["exposed_communication_ms"] + b["idle_ms"]
+        assert parts == pytest.approx(b["step_ms"], rel=5e-3)  # the one TimeBreakdown: parts make the step
     assert doc["median_ms"] == pytest.approx(
         max(r["iteration_ms"][0] for r in doc["ranks"]), rel=1e-6
     )  # iteration = slowest rank

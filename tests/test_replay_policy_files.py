@@ -15,232 +15,41 @@ rewrites the victim and creates the new file: the gate really gates.
 
 from __future__ import annotations
 
-import copy
-import gzip
-import hashlib
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import torch
-from clirun import MLP_ET
 from conftest import ROOT
+from crafted_et import FILLED, craft, snapshot
 
 from engine.replay.reasons import SkipReason
 
 UNSAFE = SkipReason.UNSAFE_OP.value
-_PATH_LIKE = re.compile(r"(file|path|dir|folder|url|uri|name|location|root|dest|src|prefix)", re.IGNORECASE)
-_REVIEWED = {"group_name", "post_op_name", "api_name"}  # see test_replay_policy_scan.py
-FILL = 7.0
-
-
-def _snapshot(root: Path, skip: tuple[Path, ...] = ()) -> dict[str, tuple]:
-    """{relative path: (kind, size, mtime_ns, sha256)} of everything under `root` but `skip`."""
-    out: dict[str, tuple] = {}
-    for p in sorted(root.rglob("*")):
-        if any(p == s or s in p.parents for s in skip):
-            continue
-        st = p.lstat()
-        digest = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() and not p.is_symlink() else ""
-        out[str(p.relative_to(root))] = ("dir" if p.is_dir() else "file", st.st_size, st.st_mtime_ns, digest)
-    return out
-
-
-class _Builder:
-    """Appends nodes to the MLP ET, shaped like its own recorded nodes."""
-
-    def __init__(self) -> None:
-        self.doc = json.loads(gzip.decompress(MLP_ET.read_bytes()))
-        self.tmpl = next(n for n in self.doc["nodes"] if n["name"] == "aten::relu")
-        self.step = next(n["id"] for n in self.doc["nodes"] if n["name"].startswith("ProfilerStep"))
-        self.next_id = max(n["id"] for n in self.doc["nodes"]) + 1
-        self.next_tensor = 900_000
-        self.hostile: dict[int, str] = {}  # node id -> op name
-
-    def tensor(self, numel: int = 16) -> list:
-        self.next_tensor += 2
-        return [self.next_tensor, self.next_tensor + 1, 0, numel, 4, "cpu"]
-
-    def add(self, name: str, schema: str, ins: list[tuple], outs: list[tuple], hostile: bool = True) -> int:
-        n = copy.deepcopy(self.tmpl)
-        n["id"], n["name"], n["ctrl_deps"] = self.next_id, name, self.step
-        n["inputs"] = {k: [x[i] for x in ins] for i, k in enumerate(("values", "types", "shapes", "strides"))}
-        n["outputs"] = {k: [x[i] for x in outs] for i, k in enumerate(("values", "types", "shapes", "strides"))}
-        for a in n["attrs"]:
-            if a["name"] == "op_schema":
-                a["value"] = schema
-        self.doc["nodes"].append(n)
-        self.next_id += 1
-        if hostile:
-            self.hostile[n["id"]] = name
-        return n["id"]
-
-    def value(self, t, target: str) -> tuple | None:
-        """(value, ET type, shape, strides) for an argument of JIT type `t`, or None."""
-        k, text = t.kind(), str(t)
-        if k == "OptionalType":
-            return self.value(t.getElementType(), target)
-        if k == "StringType":
-            return (target, "String", [], [])
-        if k in ("TensorType", "AnyType", "VarType"):
-            return (self.tensor(), "Tensor(float)", [16], [1])
-        if k == "ListType" and str(t.getElementType()) in ("int", "SymInt"):
-            return ([16], "GenericList[Int]", [[]], [[]])
-        if k == "ListType" and str(t.getElementType()) == "str":
-            return ([target], "GenericList[String]", [[]], [[]])
-        leaf = {
-            "bool": (True, "Bool"),
-            "int": (16, "Int"),
-            "SymInt": (16, "Int"),
-            "float": (1.0, "Double"),
-            "Scalar": (1.0, "Double"),
-            "ScalarType": (6, "Int"),
-            "Layout": (0, "Int"),
-            "MemoryFormat": (0, "Int"),
-            "Device": ("cpu", "Device"),
-        }.get(text)
-        return (*leaf, [], []) if leaf else None
-
-    def from_schema(self, s, target: str) -> int | None:
-        ins = []
-        for a in s.arguments:
-            v = self.value(a.type, target)
-            if v is None:
-                if not str(a.type).startswith("Optional"):
-                    return None
-                v = ("<None>", "None", [], [])
-            ins.append(v)
-        outs = [(self.tensor(), "Tensor(float)", [16], [1]) for r in s.returns if r.type.kind() == "TensorType"]
-        name = s.name  # the recorded name has no overload: the schema string carries it
-        return self.add(name, str(s), ins, outs)
-
-
-def _path_like_schemas() -> list:
-    found = []
-    for s in torch._C._jit_get_all_schemas():
-        if any(
-            ("str" in str(a.type) or str(a.type) in ("Any", "t"))
-            and _PATH_LIKE.search(a.name)
-            and a.name not in _REVIEWED
-            for a in s.arguments
-        ):
-            found.append(s)
-    return found
-
-
-FROM_FILE = (
-    "aten::from_file(str filename, bool? shared=None, int? size=0, *, ScalarType? dtype=None, "
-    "Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"
-)
 
 
 @pytest.fixture()
 def crafted(tmp_path):
-    """(trace path, victim, new-file path, hostile node ids); the targets lie in `tmp_path/outside`."""
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    victim = outside / "victim.bin"
-    victim.write_bytes(bytes(range(64)))  # 16 float32
-    (outside / "keep.txt").write_text("nothing may change me\n")
-    created = outside / "created.bin"
-    b = _Builder()
-
-    def from_file(target: str) -> list:
-        t = b.tensor()
-        b.add(
-            "aten::from_file",
-            FROM_FILE,
-            [
-                (target, "String", [], []),
-                (True, "Bool", [], []),
-                (16, "Int", [], []),
-                (6, "Int", [], []),
-                (0, "Int", [], []),
-                ("cpu", "Device", [], []),
-                (False, "Bool", [], []),
-            ],
-            [(t, "Tensor(float)", [16], [1])],
-        )
-        return t
-
-    for target in (str(victim), str(created), "relative_victim.bin"):
-        t = from_file(target)
-        b.add(
-            "aten::fill_",
-            "aten::fill_.Scalar(Tensor(a!) self, Scalar value) -> Tensor(a!)",
-            [(t, "Tensor(float)", [16], [1]), (FILL, "Double", [], [])],
-            [(t, "Tensor(float)", [16], [1])],
-            hostile=False,
-        )
-    b.add(
-        "aten::save",
-        "aten::save(t item, str filename) -> ()",
-        [(b.tensor(), "Tensor(float)", [16], [1]), (str(outside / "saved.pt"), "String", [], [])],
-        [],
-    )
-    for name, schema in [
-        ("aten::load", ""),
-        ("aten::_load_from_file", ""),
-        ("image::read_file", "image::read_file(str path) -> Tensor"),
-        ("torchvision::read_file", "torchvision::read_file(str filename) -> Tensor"),
-    ]:
-        b.add(
-            name, schema, [(str(outside / "victim.bin"), "String", [], [])], [(b.tensor(), "Tensor(uint8)", [16], [1])]
-        )
-    b.add(
-        "torchvision::write_file",
-        "torchvision::write_file(str filename, Tensor data) -> ()",
-        [(str(outside / "written.bin"), "String", [], []), (b.tensor(), "Tensor(uint8)", [16], [1])],
-        [],
-    )
-    scanned = []
-    for i, s in enumerate(_path_like_schemas()):
-        nid = b.from_schema(s, str(outside / f"scan_{i}.bin"))
-        if nid is not None:
-            scanned.append(s.name + (f".{s.overload_name}" if s.overload_name else ""))
-    assert {"aten::from_file", "aten::from_file.out", "aten::save"} <= set(scanned)
-    et = tmp_path / "traces" / "crafted_et.json.gz"
-    et.parent.mkdir()
-    et.write_bytes(gzip.compress(json.dumps(b.doc).encode()))
     (tmp_path / "cwd").mkdir()
-    return et, victim, created, b.hostile
+    return craft(tmp_path)
+
+
+def _run(tmp_path: Path, *args: str, script: str | None = None) -> subprocess.CompletedProcess:
+    """`python -m engine.cli.main ARGS` (or `python -I SCRIPT ARGS`) in a fresh process whose
+    working folder is `tmp_path/cwd` (where a relative path in the trace would land)."""
+    cmd = [sys.executable, "-I", script] if script else [sys.executable, "-m", "engine.cli.main"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MYSTIQUE_CACHE_DIR": str(tmp_path / "cache")}
+    r = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=300, cwd=tmp_path / "cwd", env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    return r
 
 
 def _replay(et: Path, out: Path, tmp_path: Path, *extra: str) -> dict:
-    """`python -m engine.cli.main replay ET --out OUT` in a fresh process whose working folder is
-    `tmp_path/cwd` (where a relative path in the trace would land)."""
-    cmd = [sys.executable, "-m", "engine.cli.main", "replay", str(et), "--out", str(out)]
-    cmd += ["--iters", "1", "--warmup", "0", "--no-profile", "--json", *extra]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MYSTIQUE_CACHE_DIR": str(tmp_path / "cache")}
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path / "cwd", env=env)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "Traceback" not in r.stderr
+    _run(tmp_path, "replay", str(et), "--out", str(out), "--iters", "1", "--warmup", "0", "--no-profile", *extra)
     return json.loads((out / "replay.json").read_text())
-
-
-@pytest.mark.parametrize("mirror", [False, True], ids=["single-process", "mirror-rank"])
-def test_crafted_trace_touches_no_file_outside_out(crafted, tmp_path, mirror):
-    et, victim, created, hostile = crafted
-    out = tmp_path / "out"
-    before = _snapshot(tmp_path, skip=(out, tmp_path / "cache"))
-    extra = ("--world-size", "2", "--mirror-rank", "0") if mirror else ()
-    doc = _replay(et, out, tmp_path, *extra)
-    after = _snapshot(tmp_path, skip=(out, tmp_path / "cache"))
-    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
-    assert not changed, f"created, removed or changed outside --out: {changed}"  # bytes and mtimes
-    assert victim.read_bytes() == bytes(range(64)) and not created.exists()
-    assert list((tmp_path / "cwd").iterdir()) == []
-    ranks = 2 if mirror else 1
-    skipped = [s for s in _skips(doc, out) if s["op_id"] in hostile]
-    assert len(skipped) == ranks * len(hostile)
-    assert {s["reason"] for s in skipped} == {UNSAFE}
-    assert all("--allow-trace-code" in s["detail"] for s in skipped)
-    assert doc["coverage"]["by_reason"][UNSAFE] == ranks * len(hostile)
-    assert doc["coverage"]["replayed"] > 0  # the rest of the MLP still replays
 
 
 def _skips(doc: dict, out: Path) -> list[dict]:
@@ -250,12 +59,79 @@ def _skips(doc: dict, out: Path) -> list[dict]:
     return doc["skipped_ops"]
 
 
-def test_allow_trace_code_really_runs_the_op(crafted, tmp_path):
-    et, victim, created, _ = crafted
-    doc = _replay(et, tmp_path / "out", tmp_path, "--allow-trace-code")
+def _unchanged(tmp_path: Path, before: dict, *skip: Path) -> None:
+    after = snapshot(tmp_path, skip=(tmp_path / "cache", *skip))
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    assert not changed, f"created, removed or changed outside --out: {changed}"  # bytes and mtimes
+
+
+@pytest.mark.parametrize("mirror", [False, True], ids=["single-process", "mirror-rank"])
+def test_crafted_trace_touches_no_file_outside_out(crafted, tmp_path, mirror):
+    out = tmp_path / "out"
+    before = snapshot(tmp_path, skip=(out, tmp_path / "cache"))
+    extra = ("--world-size", "2", "--mirror-rank", "0") if mirror else ()
+    doc = _replay(crafted.et, out, tmp_path, *extra)
+    _unchanged(tmp_path, before, out)
+    assert crafted.victim.read_bytes() == bytes(range(64)) and not crafted.created.exists()
+    assert list((tmp_path / "cwd").iterdir()) == []
+    ranks = 2 if mirror else 1
+    skipped = [s for s in _skips(doc, out) if s["op_id"] in crafted.hostile]
+    assert len(skipped) == ranks * len(crafted.hostile)
+    assert {s["reason"] for s in skipped} == {UNSAFE}
+    assert all("--allow-trace-code" in s["detail"] for s in skipped)
+    assert doc["coverage"]["by_reason"][UNSAFE] == ranks * len(crafted.hostile)
+    assert doc["coverage"]["replayed"] > 0  # the rest of the MLP still replays
+
+
+@pytest.mark.parametrize("mirror", [False, True], ids=["single-process", "mirror-rank"])
+def test_allow_trace_code_really_runs_the_op(crafted, tmp_path, mirror):
+    extra = ("--world-size", "2", "--mirror-rank", "0") if mirror else ()  # the opt-in reaches every rank
+    doc = _replay(crafted.et, tmp_path / "out", tmp_path, "--allow-trace-code", *extra)
     # the opt-in is what the gate holds back: from_file + fill_ rewrote the victim, made a file
-    filled = torch.full((16,), FILL, dtype=torch.float32).numpy().tobytes()
-    assert victim.read_bytes() == filled
-    assert created.read_bytes() == filled
-    assert (tmp_path / "cwd" / "relative_victim.bin").read_bytes() == filled
+    assert crafted.victim.read_bytes() == FILLED
+    assert crafted.created.read_bytes() == FILLED
+    assert (tmp_path / "cwd" / "relative_victim.bin").read_bytes() == FILLED
     assert UNSAFE not in doc["coverage"]["by_reason"]
+
+
+def test_compose_and_its_standalone_script_touch_no_file(crafted, tmp_path):
+    """`compose` runs ops in its shape check, and `run_benchmark.py` replays with torch only."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "name": "crafted",
+                "sources": [str(crafted.et)],
+                "segments": [{"selection": {}, "repeat": 1}],
+                "device": "cpu",
+                "warmup": 0,
+                "iters": 1,
+            }
+        )
+    )
+    bench = tmp_path / "bench"
+    before = snapshot(tmp_path, skip=(bench, tmp_path / "cache"))
+    doc = json.loads(_run(tmp_path, "compose", str(spec), "--out", str(bench), "--json", "--script").stdout)
+    assert any("--allow-trace-code" in u for u in doc["validation"]["0"]["meta"]["unchecked_ops"])
+    res = json.loads(_run(tmp_path, "--iters", "1", "--warmup", "0", script=doc["script"]).stdout.splitlines()[-1])
+    _unchanged(tmp_path, before, bench)
+    assert res["skipped"]["unsafe op (--allow-trace-code)"] == len(crafted.hostile) and res["ran"] > 0
+    _run(tmp_path, "--iters", "1", "--warmup", "0", "--allow-trace-code", script=doc["script"])
+    assert crafted.victim.read_bytes() == FILLED  # the script's gate gates too
+
+
+def test_dashboard_worker_touches_no_file(tmp_path):
+    """The Replay page's job (engine.workspace.worker.run_replay) with the page's default config."""
+    from engine.workspace.worker import run_replay
+
+    c = craft(tmp_path, relative=False)
+    out = tmp_path / "job"
+    before = snapshot(tmp_path, skip=(out, tmp_path / "cache"))
+    job = {"params": {"paths": [str(c.et)], "op_ids": None, "rank": None, "config": {"warmup": 0, "iters": 1}}}
+    summary = run_replay(job, out, lambda f, m: None)["summary"]
+    _unchanged(tmp_path, before, out)
+    assert summary["coverage"]["by_reason"][UNSAFE] == len(c.hostile)
+    job["params"]["config"]["allow_trace_code"] = True  # the page's "Allow trace code" checkbox
+    run_replay(job, tmp_path / "job2", lambda f, m: None)
+    assert c.victim.read_bytes() == FILLED

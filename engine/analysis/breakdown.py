@@ -56,6 +56,42 @@ class TimeBreakdown:
         """The breakdown of a `Trace.events` table (or a simulator prediction's events)."""
         return cls(table=_table(events))
 
+    @classmethod
+    def from_parts(
+        cls, *, step_ms: list[float], compute_ms: list[float], communication_ms: list[float], exposed_ms: list[float]
+    ) -> TimeBreakdown:
+        """One row per iteration of time measured as parts by a clock of its own (a replay times
+        its ops, not intervals): idle is what is left of the step, and compute is cut to the
+        step less the exposed communication when the two overlap in the measurement, so the
+        parts still add up to the step."""
+        rows = []
+        for i, (st, c, m, x) in enumerate(zip(step_ms, compute_ms, communication_ms, exposed_ms)):
+            x = min(max(x, 0.0), st)
+            c = min(max(c, 0.0), st - x)
+            rows.append(
+                {
+                    "rank": 0,
+                    "step": f"iteration {i}",
+                    "start_us": 0.0,
+                    "step_ms": st,
+                    "compute_ms": c,
+                    "communication_ms": max(m, x),
+                    "exposed_communication_ms": x,
+                    "idle_ms": st - c - x,
+                    "basis": "replay",
+                }
+            )
+        return cls(table=pd.DataFrame(rows, columns=list(COLUMNS)))
+
+    def median_step(self) -> dict[str, float]:
+        """The parts of the iteration with the median step time (parts that add up, unlike
+        per-part medians)."""
+        t = self.table
+        if t.empty:
+            return {}
+        row = t.iloc[int(np.argsort(t["step_ms"].to_numpy(), kind="stable")[(len(t) - 1) // 2])]
+        return {k: round(float(row[k]), 4) for k in ("step_ms", *PARTS)}
+
     def mean(self) -> dict[str, float]:
         """Means over ranks and steps (ms per iteration): step_ms and the PARTS."""
         t = self.table

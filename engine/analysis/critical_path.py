@@ -8,7 +8,8 @@ on the unchanged schedule and on every what-if prediction alike. It crosses
   - lanes through launches (host -> GPU), syncs and event waits (GPU -> host / stream),
   - ranks through collectives: a member starts at the latest arrival of all members, so the
     walk moves to the rank that arrived last.
-Ties prefer the cross-lane edge (a sync that ended when the GPU finished is the GPU's doing).
+Ties prefer the cross-lane edge (a sync that ended when the GPU finished is the GPU's doing),
+except a launch (a kernel its stream would have started then anyway was held by the stream).
 
 Each piece is attributed to one kind (`Kind`): compute (non-communication GPU work; host
 operators on CPU-only ranks), communication (collective kernels / host collectives), launch/host
@@ -17,7 +18,8 @@ sync / event-wait / thread hand-off latencies) or idle (a lane waiting with noth
 
 Walks: one per (rank, ProfilerStep) from the step's end back to its start; without steps, one
 from the last point to the first. `CriticalPath` reports means over the walks (ms per
-iteration) and keeps the pieces of the longest walk for drawing.
+iteration) and keeps the pieces of one walk for drawing (the one that crosses the most ranks,
+then the longest).
 """
 
 from __future__ import annotations
@@ -74,9 +76,9 @@ _EDGE_KIND = {
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CriticalPath:
-    """Means over the walks (ms per iteration) and the pieces of the longest walk.
+    """Means over the walks (ms per iteration) and the pieces of the walk drawn.
 
-    segments: one row per piece of the longest walk: rank, lane, task (-1: idle), name, kind,
+    segments: one row per piece of the walk drawn (most ranks crossed, then longest): rank, lane, task (-1: idle), name, kind,
     via ("lane" or the edge kind that set it), start_us (absolute, as the events' ts_us),
     dur_us. collectives: collective tasks on the path (name -> ms) and the cross-rank hand-offs
     it follows (`crossings`)."""
@@ -152,8 +154,19 @@ def _binding(g: TaskGraph, T: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
         last = np.r_[d[1:] != d[:-1], True]
         best, bd = o[last], d[last]
         tol = _TOL + 1e-9 * np.abs(T[bd])
-        ok = (val[best] >= T[bd] - tol) & (val[best] >= lane_val[bd] - tol)
+        # ties go to the cross-lane edge, except a launch: a kernel its stream would have
+        # started then anyway was held by the stream (the busy resource), not by its launch
+        launch = g.e_kind[best] == EDGE_KINDS.index(EdgeKind.LAUNCH)
+        beats_lane = np.where(launch, val[best] > lane_val[bd] + tol, val[best] >= lane_val[bd] - tol)
+        ok = (val[best] >= T[bd] - tol) & beats_lane
         edge[bd[ok]] = best[ok]
+    # a kernel bound by its launch although its stream was still busy when it was launched sat
+    # in the stream's queue: the stream held it (its gap before starting is the stream's idle)
+    if len(g.e_src):
+        k = np.flatnonzero(edge >= 0)
+        k = k[(g.e_kind[edge[k]] == EDGE_KINDS.index(EdgeKind.LAUNCH)) & ~first[k]]
+        queued = T[k - 1] > T[g.e_src[edge[k]]] + _TOL
+        edge[k[queued]] = -1
     has = edge >= 0
     prev = np.where(has, g.e_src[np.maximum(edge, 0)] if len(g.e_src) else -1, np.arange(npts) - 1)
     prev[first & ~has] = -1
@@ -322,7 +335,11 @@ def _summarise(g: TaskGraph, seg: pd.DataFrame, n_walks: int) -> CriticalPath:
         {"from_rank": int(r["rank"]), "to_rank": int(r["to_rank"]), "collective": _next_comm(seg, i)}
         for i, r in cross.head(50).iterrows()
     ]
-    longest = seg.groupby("walk")["dur_us"].sum().idxmax()
+    # the walk drawn: the longest, preferring one that crosses ranks (the step of the rank
+    # that waited: it shows who held it up)
+    per = seg.groupby("walk").agg(ms=("dur_us", "sum"), ranks=("rank", "nunique"))
+    per["ms"] = per["ms"].round(-1)  # steps within 10 µs count as equally long
+    longest = per.sort_values(["ranks", "ms"], ascending=False, kind="stable").index[0]
     keep = ["rank", "lane", "task", "name", "kind", "via", "start_us", "dur_us"]
     segments = seg.loc[seg["walk"] == longest, keep].reset_index(drop=True)
     return CriticalPath(

@@ -41,7 +41,7 @@ def register(subparsers) -> None:
         "--limits",
         default=None,
         help="JSON file of compose size limits overriding the defaults "
-        "(max_nodes, max_tensors, max_bytes, max_ranks, max_sources, max_segments)",
+        "(max_nodes, max_tensors, max_bytes, max_ranks, max_sources, max_segments, max_rank_bytes)",
     )
     p.set_defaults(func=run)
 
@@ -67,6 +67,13 @@ def run(args: argparse.Namespace) -> int:
         except TraceError as exc:
             raise TraceError(exc.problem, exc.path or args.spec) from None
         res = export(bench, args.out)
+        world_size = bench.world_size
+        script = None
+        if args.script:
+            from engine.compose.script import write_script
+
+            script = str(write_script(bench, res["dir"]))
+    del bench  # validation parses each written rank back: the composition is not held meanwhile (limits.py)
     checks = {}
     if not args.no_validate:
         for r, p in res["ranks"].items():
@@ -79,16 +86,14 @@ def run(args: argparse.Namespace) -> int:
         "ranks": {str(r): p for r, p in res["ranks"].items()},
         "summary": summary,
         "validation": checks,
-        "command": f"mystique replay {res['dir']}" + (" --rank R" if bench.world_size > 1 else ""),
+        "command": f"mystique replay {res['dir']}" + (" --rank R" if world_size > 1 else ""),
     }
-    if args.script:
-        from engine.compose.script import write_script
-
-        out["script"] = str(write_script(bench, res["dir"]))
+    if script is not None:
+        out["script"] = script
     if args.json:
         print_json(out)
         return 0
-    print(f"composed {spec.name!r}: {bench.world_size} rank(s) -> {res['dir']}")
+    print(f"composed {spec.name!r}: {world_size} rank(s) -> {res['dir']}")
     for r, s in summary["ranks"].items():
         print(
             f"  rank {r}: {s['replay_ops']} replayed ops ({s['nodes']} nodes), {s['communication_ops']} collective(s) "

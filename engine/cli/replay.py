@@ -26,8 +26,8 @@ replays one rank's trace on N symmetric ranks (SPMD assumption, labelled in the 
   distributed (one process per rank): name, world_size, replay_mode, spmd, iteration_ms (the
   slowest rank's per iteration), median_ms, coverage (summed over ranks, collectives
   included), collectives, breakdown, paths, device, original_median_ms, and ranks: one entry per
-  rank {rank, recorded_rank, iteration_ms, median_ms, coverage, breakdown {compute_ms, comm_ms,
-  exposed_comm_ms, idle_ms}, collectives, kineto_path, replay_json}
+  rank {rank, recorded_rank, iteration_ms, median_ms, coverage, breakdown {step_ms, compute_ms,
+  communication_ms, exposed_communication_ms, idle_ms}, collectives, kineto_path, replay_json}
 """
 
 from __future__ import annotations
@@ -180,7 +180,8 @@ def run_distributed(args: argparse.Namespace, inputs: Inputs) -> int:
         b = r["breakdown"]
         print(
             f"  rank {r['rank']}: median {r['median_ms']:.2f} ms; compute {b.get('compute_ms', 0):.2f}, "
-            f"comm {b.get('comm_ms', 0):.2f}, exposed comm {b.get('exposed_comm_ms', 0):.2f}, idle {b.get('idle_ms', 0):.2f} ms"
+            f"comm {b.get('communication_ms', 0):.2f}, exposed comm {b.get('exposed_communication_ms', 0):.2f}, "
+            f"idle {b.get('idle_ms', 0):.2f} ms"
         )
     for kind, v in d["collectives"].items():
         print(f"  {kind}: {v['count']} calls, {v['bytes'] / 2**20:.2f} MiB")

@@ -41,14 +41,10 @@ def run(args: argparse.Namespace) -> int:
     from engine.simulate.whatif import WhatIfSpec
 
     spec = WhatIfSpec.parse(args.what_if) if args.what_if else None
-    from engine import jsonio
-
     try:
-        cfg = SimConfig.from_dict(jsonio.loads(args.config)) if args.config else SimConfig()
-    except jsonio.JSONDecodeError as exc:
-        raise TraceError(f"--config is not valid JSON: {str(exc).splitlines()[0]}") from None
+        cfg = SimConfig.parse(args.config) if args.config else SimConfig()
     except TraceError as exc:
-        raise TraceError(f"--config: {exc.problem}") from None
+        raise TraceError(f"--config {exc.problem}") from None
     with progress_bar("simulate", enabled=not args.json) as cb:
         trace = _load(args.paths, cb)
         result = simulate(trace, spec, config=cfg, progress=cb)

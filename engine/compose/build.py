@@ -370,6 +370,9 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
         from engine.compose.shard import apply_sharding
 
         apply_sharding(bench, traces, paths, scaled(progress, 0.8, 1.0))
+    from engine.compose.export import rank_summary
+
+    limits.check_ranks({r: rank_summary(bench, r)["estimated_memory_bytes"] for r in bench.ranks})
     report(progress, 1.0, "composed")
     return bench
 

@@ -22,6 +22,13 @@ from engine.errors import TraceError
 # upper bound.
 NODE_BYTES = 6144
 TENSOR_BYTES = 64  # beyond the node's own share: tensors make nodes with many arguments larger
+# Validating a written rank (`mystique compose` does it unless --no-validate) parses its file
+# back: 9.1 KiB per node at the peak (GPT-2 listed 40 times, 51,921 nodes, ru_maxrss growth),
+# more than the composed node since parsed dicts share no strings. One rank is validated at a
+# time, after the composition is released, so the bound is the larger of the two phases. The
+# estimate once counted only the first: a GPT-2 source listed 1,000 times passed at ~2 GB and
+# used 11.9 GB.
+VALIDATE_NODE_BYTES = 10240
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -34,6 +41,7 @@ class ComposeLimits:
     max_ranks: int = 1024  # sharding world size
     max_sources: int = 64  # distinct source traces loaded
     max_segments: int = 4096
+    max_rank_bytes: int = 1 << 40  # tensors one rank's ops touch (1 TiB: beyond any device or host)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -85,6 +93,20 @@ class ComposeLimits:
                 "lower 'repeat' or the rank count, or raise the limits with --limits"
             )
 
+    def check_ranks(self, per_rank_bytes: dict[int, int]) -> None:
+        """Refuse a composition one of whose ranks needs more memory than any machine has (the
+        tensors its ops touch, engine.compose.export.rank_summary): a TBE of 40 TB per rank was
+        accepted and failed only at replay."""
+        if not per_rank_bytes:
+            return
+        rank, need = max(per_rank_bytes.items(), key=lambda kv: kv[1])
+        if need > self.max_rank_bytes:
+            raise TraceError(
+                f"rank {rank} would need ~{need / 2**30:,.1f} GiB for its tensors, over the limit of "
+                f"{self.max_rank_bytes / 2**30:,.1f} GiB per rank (max_rank_bytes); lower batch_scale or "
+                "the tables, shard over more ranks, or raise the limit with --limits"
+            )
+
 
 @dataclass(kw_only=True, slots=True)
 class ComposeEstimate:
@@ -95,7 +117,10 @@ class ComposeEstimate:
 
     @property
     def bytes(self) -> int:
-        return self.nodes * NODE_BYTES + self.tensors * TENSOR_BYTES
+        """Peak of composing (every rank's nodes) or of validating one written rank (module docstring)."""
+        compose_b = self.nodes * NODE_BYTES + self.tensors * TENSOR_BYTES
+        validate_b = -(-self.nodes // max(1, self.ranks)) * VALIDATE_NODE_BYTES
+        return max(compose_b, validate_b)
 
 
 def estimate(segments: list[tuple[int, int, int]], ranks: int) -> ComposeEstimate:
@@ -106,4 +131,4 @@ def estimate(segments: list[tuple[int, int, int]], ranks: int) -> ComposeEstimat
     return ComposeEstimate(nodes=nodes, tensors=tensors, ranks=ranks, detail=f"({parts}) nodes x {ranks:,} rank(s)")
 
 
-__all__ = ["NODE_BYTES", "ComposeEstimate", "ComposeLimits", "estimate"]
+__all__ = ["NODE_BYTES", "VALIDATE_NODE_BYTES", "ComposeEstimate", "ComposeLimits", "estimate"]

@@ -33,6 +33,7 @@ BENIGN_STR_ARGS = set(__BENIGN__)
 DENIED_NAMESPACES = tuple(__DENIED_NS__)
 DENIED_WORDS = re.compile(__DENIED_WORDS__)
 DENIED_NAMES = re.compile(__DENIED_NAMES__)
+UNSAFE = "unsafe op (--allow-trace-code)"
 DTYPES = {"float": torch.float32, "double": torch.float64, "c10::Half": torch.float16, "c10::BFloat16": torch.bfloat16,
           "long int": torch.int64, "int": torch.int32, "bool": torch.bool, "unsigned char": torch.uint8,
           "signed char": torch.int8, "short int": torch.int16}
@@ -58,12 +59,15 @@ def plain_str(t):
     return k == "StringType" or (k in ("OptionalType", "ListType") and all(plain_str(c) for c in t.containedTypes()))
 
 
-def unsafe(name, schema):
+def unsafe_name(name):
     ns, _, op = name.partition("::")
     op = op.split(".", 1)[0]
-    if ns in DENIED_NAMESPACES or DENIED_NAMES.match(ns + "::" + op) or DENIED_WORDS.search(op):
-        return True
-    return any(can_hold_str(a.type) and not (a.name in BENIGN_STR_ARGS and plain_str(a.type)) for a in schema.arguments)
+    return ns in DENIED_NAMESPACES or bool(DENIED_NAMES.match(ns + "::" + op) or DENIED_WORDS.search(op))
+
+
+def unsafe_schema(schema):
+    return unsafe_name(schema.name) or any(
+        can_hold_str(a.type) and not (a.name in BENIGN_STR_ARGS and plain_str(a.type)) for a in schema.arguments)
 
 
 def is_tensor(v):
@@ -80,6 +84,9 @@ class Interp:
             if name.startswith(("c10d::", "nccl:", "record_param_comms")):
                 self.skipped["collective"] = self.skipped.get("collective", 0) + 1
                 continue
+            if not allow_trace_code and unsafe_name(name):  # before any lookup
+                self.skipped[UNSAFE] = self.skipped.get(UNSAFE, 0) + 1
+                continue
             schema = next((a["value"] for a in n["attrs"] if a["name"] == "op_schema"), "")
             try:
                 parsed = torch._C.parse_schema(schema)
@@ -88,8 +95,8 @@ class Interp:
             except Exception as e:  # unknown op in this torch build
                 self.skipped[type(e).__name__] = self.skipped.get(type(e).__name__, 0) + 1
                 continue
-            if not allow_trace_code and (unsafe(name, ov._schema) or unsafe(ov._schema.name, ov._schema)):
-                self.skipped["unsafe op (--allow-trace-code)"] = self.skipped.get("unsafe op (--allow-trace-code)", 0) + 1
+            if not allow_trace_code and unsafe_schema(ov._schema):  # the live schema, not the recorded one
+                self.skipped[UNSAFE] = self.skipped.get(UNSAFE, 0) + 1
                 continue
             self.steps.append((n, ov, parsed))
 

@@ -21,6 +21,7 @@ JSON layout (version 1)::
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,24 @@ from typing import Any
 from engine import jsonio
 from engine.compose.shard.kinds import EMBEDDING_PLANS, SHARDINGS, Sharding, sharding_from_dict
 from engine.errors import TraceError, reject_unknown_fields
+from engine.simulate.whatif.rules import MAX_FACTOR, Between, Finite, Positive, Rule, problem_with
 
 SPEC_VERSION = 1
 DTYPES = (None, "fp32", "bf16", "fp16")
+
+
+MAX_NAME_CHARS = 200
+MAX_DEVICES = 1024  # cuda:N beyond any machine's device count (a typo or a 20-digit number)
+_NAME = re.compile(rf"[^\x00-\x1f\x7f]{{1,{MAX_NAME_CHARS}}}")  # no NUL or other control characters
+_DEVICE = re.compile(r"cpu|cuda(:(0|[1-9][0-9]{0,2}|10[01][0-9]|102[0-3]))?")
+
+
+def _rules(name: str, value: Any, *rules: Rule) -> None:
+    """TraceError "name: problem" from the first of the what-if field rules (rules.py) `value` fails."""
+    for r in rules:
+        problem = problem_with(r, value)
+        if problem is not None:
+            raise TraceError(f"{name} {problem}")
 
 
 def _int(v: Any, what: str, lo: int) -> int:
@@ -91,17 +107,15 @@ class BenchmarkSpec:
         for i, s in enumerate(self.segments):
             if s.source >= len(self.sources):
                 raise TraceError(f"segments[{i}].source {s.source} is out of range ({len(self.sources)} sources)")
-        if self.device not in ("cpu", "cuda") and not str(self.device).startswith("cuda:"):
-            raise TraceError(f"device must be 'cpu', 'cuda' or 'cuda:N', not {self.device!r}")
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+            raise TraceError(f"name must be a string of 1 to {MAX_NAME_CHARS} printable characters, not {self.name!r}")
+        if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):
+            raise TraceError(f"device must be 'cpu', 'cuda' or 'cuda:N' (N < {MAX_DEVICES}), not {self.device!r}")
         if self.dtype not in DTYPES:
             raise TraceError(f"dtype must be null, 'fp32', 'bf16' or 'fp16', not {self.dtype!r}")
-        if (
-            isinstance(self.batch_scale, bool)
-            or not isinstance(self.batch_scale, (int, float))
-            or not (self.batch_scale > 0)
-            or self.batch_scale == float("inf")
-        ):
+        if isinstance(self.batch_scale, bool) or not isinstance(self.batch_scale, (int, float)):
             raise TraceError(f"batch_scale must be a number > 0, not {self.batch_scale!r}")
+        _rules("batch_scale", self.batch_scale, Finite(), Positive(), Between(1 / MAX_FACTOR, MAX_FACTOR))
         self.batch_scale = float(self.batch_scale)
         if self.batch_size is not None:
             self.batch_size = _int(self.batch_size, "batch_size", 1)
@@ -161,39 +175,13 @@ def spec_from_dict(d: Any, base_dir: str | os.PathLike | None = None) -> Benchma
     return BenchmarkSpec(**d, base_dir=None if base_dir is None else os.fspath(base_dir))
 
 
-_MAX_SPEC_BYTES = 64 << 20
-
-
 def read_json_file(path: str | os.PathLike, what: str = "spec") -> Any:
-    """A small JSON file read defensively: a FIFO or device would block `read()` forever and a
-    folder or unreadable file raised a traceback, so the path must be a regular file (checked
-    with stat before opening), opened non-blocking, of bounded size; errors name the file."""
-    import stat
+    """A small JSON file read defensively (engine.trace.safe_io.read_spec_bytes: regular files
+    only, bounded size); errors name the file."""
+    from engine.trace.safe_io import read_spec_bytes
 
     p = Path(path)
-    try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise TraceError(f"{what} file not found", p) from None
-    except OSError as e:
-        raise TraceError(f"cannot read the {what} file: {e.strerror or e}", p) from None
-    if stat.S_ISDIR(st.st_mode):
-        raise TraceError(f"{what} path is a folder, not a JSON file", p)
-    if not stat.S_ISREG(st.st_mode):
-        raise TraceError(f"{what} path is not a regular file (a FIFO, socket or device)", p)
-    if st.st_size > _MAX_SPEC_BYTES:
-        raise TraceError(f"{what} file is {st.st_size:,} bytes, over the {_MAX_SPEC_BYTES:,}-byte limit", p)
-    try:
-        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO after the stat
-                raise TraceError(f"{what} path is not a regular file", p)
-            with os.fdopen(fd, "rb", closefd=False) as fh:
-                data = fh.read(_MAX_SPEC_BYTES + 1)
-        finally:
-            os.close(fd)
-    except OSError as e:
-        raise TraceError(f"cannot read the {what} file: {e.strerror or e}", p) from None
+    data = read_spec_bytes(p, what)
     try:
         return jsonio.loads(data)
     except jsonio.JSONDecodeError as e:

@@ -295,15 +295,16 @@ def launch(
 
 
 def _stalled(procs, board: ProgressBoard, failed: RankExit) -> RankExit | None:
-    """The rank that stopped progressing when `failed` only timed out waiting for it: a running
-    rank the kernel reports stopped (SIGSTOP, a debugger), else the running rank whose progress
-    counter is furthest behind the failed rank's. None when `failed` died itself (a signal or
-    its own error) or nothing is behind it."""
-    if failed.returncode is not None and failed.returncode < 0:
-        return None
-    if failed.returncode is not None and not any(
-        w in _last_error_line(failed.stderr_tail) for w in ("Timed out", "timed out", *_PEER_GONE)
-    ):
+    """The rank that stopped progressing when `failed` only timed out waiting for it (or saw its
+    peer go): a running rank the kernel reports stopped (SIGSTOP, a debugger), else the running
+    rank whose progress counter is furthest behind the failed rank's. None when `failed` died of
+    its own (killed, or its own error) or nothing is behind it."""
+    last = _last_error_line(failed.stderr_tail)
+    timed_out = "Timed out" in last or "timed out" in last  # gloo may abort (SIGABRT) on it
+    died_of_its_own = failed.returncode is not None and (
+        failed.returncode < 0 or not any(w in last for w in _PEER_GONE)
+    )  # a kill, or its own error
+    if died_of_its_own and not timed_out:
         return None
     import psutil
 

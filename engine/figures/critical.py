@@ -20,6 +20,7 @@ KIND_COLORS = {
     "sync_wait": "#2a9d8f",
     "idle": "#adb5bd",
 }
+HAND_OFF = {"mode": "lines+markers", "name": "hand-off between ranks", "line": {"color": "#e63946", "width": 2}}
 KIND_LABELS = {
     "compute": "compute",
     "communication": "communication",
@@ -68,23 +69,15 @@ def critical_path_figure(segments: pd.DataFrame, *, origin_us: float | None = No
             a, b = seg.iloc[i - 1], seg.iloc[i]
             xs += [float(a["start_us"] + a["dur_us"]) - origin, float(b["start_us"]) - origin, None]
             ys += [ylab[int(a["rank"])], ylab[int(b["rank"])], None]
-        fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=ys,
-                mode="lines+markers",
-                name="hand-off between ranks",
-                line=dict(color="#e63946", width=2),
-            )
-        )
+        fig.add_trace(go.Scatter(x=xs, y=ys, **HAND_OFF))
     fig.update_layout(
         barmode="overlay",
         title=title,
-        height=140 + 60 * len(ranks),
+        height=190 + 60 * len(ranks),
         xaxis_title="µs from the step's start",
         yaxis=dict(categoryorder="array", categoryarray=[ylab[r] for r in reversed(ranks)]),
-        margin=dict(l=10, r=10, t=40, b=30),
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0.0),
+        margin=dict(l=10, r=10, t=40, b=90),
+        legend=dict(orientation="h", yanchor="top", y=-0.35, xanchor="left", x=0.0),
     )
     return fig
 

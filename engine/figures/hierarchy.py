@@ -241,11 +241,9 @@ def search_keys(model: GraphModel, ops: pd.DataFrame, pattern: str) -> set:
     if not pattern:
         return set()
     names = ops.drop_duplicates("id").set_index("id")["name"].astype(str)
-    try:
-        hit = names.str.contains(pattern, case=False, regex=True)
-    except Exception:  # noqa: BLE001 - re.error: plain substring
-        hit = names.str.contains(pattern, case=False, regex=False)
-    hit_ids = set(names.index[hit.to_numpy()].tolist())
+    from engine.user_regex import search_mask
+
+    hit_ids = set(names.index[search_mask(names, pattern)].tolist())
     return {k for k, m in model.groups.items() if hit_ids.intersection(m)}
 
 

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
 PARTS = (
     ("compute_ms", "compute"),
-    ("comm_ms", "communication"),
-    ("exposed_comm_ms", "exposed communication"),
+    ("communication_ms", "communication"),
+    ("exposed_communication_ms", "exposed communication"),
     ("idle_ms", "idle"),
 )
 

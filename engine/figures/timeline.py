@@ -436,10 +436,9 @@ def timeline_traces(
 
     hits = None
     if search:
-        try:
-            hits = ev["name"].astype(str).str.contains(search, case=False, regex=True).to_numpy()
-        except Exception:  # noqa: BLE001 - re.error from a user's pattern: treat as a plain substring
-            hits = ev["name"].astype(str).str.contains(search, case=False, regex=False).to_numpy()
+        from engine.user_regex import search_mask  # linear time; a bad regex is plain text
+
+        hits = search_mask(ev["name"], search)
     out = []
     lo = float(ev["start_us"].min()) if len(ev) else 0.0
     hi = float((ev["start_us"] + ev["dur_us"]).max()) if len(ev) else 1.0

@@ -7,7 +7,7 @@ the subgraph needs from outside are listed so the replay can synthesize them.
 
 Criteria combine with AND; each criterion left as None does not filter:
   ids             exact ET node ids
-  name_pattern    regex searched in op names (``re.search``: "addmm" matches "aten::addmm")
+  name_pattern    regex searched in op names (RE2, engine.user_regex: "addmm" matches "aten::addmm")
   module          a module/annotation label: ops inside an annotation with exactly that name
                   (``nn.Module: body``, ``## forward ##``) or whose `module` column equals it; when
                   no label equals it, it is used as a regex searched in labels and modules
@@ -21,7 +21,6 @@ Criteria combine with AND; each criterion left as None does not filter:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +33,7 @@ from engine.trace.columns import where
 from engine.trace.model import PHASES
 from engine.trace.ranks import of_rank, rank_ops, resolve_rank
 from engine.trace.tree import any_marked_ancestor, parent_positions
+from engine.user_regex import UserRegex, compile_user
 
 if TYPE_CHECKING:
     from engine.trace.model import Trace
@@ -106,13 +106,8 @@ def _as_int(v) -> int:
     return int(v)
 
 
-def _compile(pattern: str, what: str) -> re.Pattern:
-    if not isinstance(pattern, str):
-        raise TraceError(f"{what} must be a string, not {pattern!r}")
-    try:
-        return re.compile(pattern)
-    except re.error as e:
-        raise TraceError(f"bad regular expression in {what} {pattern!r}: {e}") from None
+def _compile(pattern: str, what: str) -> UserRegex:
+    return compile_user(pattern, what)
 
 
 def selection_from_dict(d: dict[str, Any]) -> Selection:
@@ -170,7 +165,7 @@ def _match_module(ops: pd.DataFrame, module: str) -> np.ndarray:
     if "category" in ops.columns:
         label_like = (ops["category"].astype(object) == "annotation").to_numpy()
     name_hit = np.fromiter(
-        (bool(label_like[i]) and rx.search(str(n)) is not None for i, n in enumerate(names)),
+        (bool(label_like[i]) and rx.search(str(n)) for i, n in enumerate(names)),
         dtype=bool,
         count=len(names),
     )
@@ -202,7 +197,7 @@ def _match(trace: Trace, ops: pd.DataFrame, sel: Selection, rank: int) -> np.nda
         hit &= np.isin(ids, want)
     if sel.name_pattern is not None:
         rx = _compile(sel.name_pattern, "name_pattern")
-        hit &= where(ops["name"], lambda s: s != "" and rx.search(s) is not None)
+        hit &= where(ops["name"], lambda s: s != "" and rx.search(s))
     if sel.module is not None:
         hit &= _match_module(ops, sel.module)
     if sel.phase is not None:

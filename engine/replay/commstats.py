@@ -1,18 +1,19 @@
 """Communication accounting of a replay: collective counts/bytes by type, and the per-iteration
 split of a rank's time into compute, communication, exposed communication and idle.
 
-Definitions (medians over measured iterations, ms):
-  compute          time in non-collective ops, less the time they spent waiting on async work
-  communication    time from issuing each collective to its completion being observed
-                   (blocking calls: their duration; async: issue to wait)
-  exposed_comm     time the replaying thread was blocked on communication (blocking calls +
-                   waits): communication not hidden behind compute
-  idle             iteration - compute - exposed_comm (host overhead, gaps)
+The split is the one `TimeBreakdown` (engine/analysis/breakdown.py, docs/analysis.md) with its
+keys, measured by the replay's own clock: the parts of the median iteration (ms):
+  step_ms                   the iteration
+  compute_ms                time in non-collective ops, less the time they spent waiting on
+                            async work
+  communication_ms          time from issuing each collective to its completion being observed
+                            (blocking calls: their duration; async: issue to wait)
+  exposed_communication_ms  time the replaying thread was blocked on communication (blocking
+                            calls + waits): communication not hidden behind compute
+  idle_ms                   step - compute - exposed communication (host overhead, gaps)
 """
 
 from __future__ import annotations
-
-import statistics
 
 
 def executed_collectives(plan, backend) -> dict:
@@ -48,13 +49,14 @@ def breakdown(plan, op_ns: list[list[int]], iter_ms: list[float], backend) -> di
     waits = waits[-n:] if len(waits) >= n else [0] * n
     step_waits = step_waits[-n:] if len(step_waits) >= n else [0] * n
     asyncs = asyncs[-n:] if len(asyncs) >= n else [0] * n
-    rows: dict[str, list[float]] = {"compute_ms": [], "comm_ms": [], "exposed_comm_ms": [], "idle_ms": []}
+    from engine.analysis.breakdown import TimeBreakdown
+
+    rows: dict[str, list[float]] = {"step_ms": [], "compute_ms": [], "communication_ms": [], "exposed_ms": []}
     for row, it, w, sw, a in zip(op_ns, iter_ms, waits, step_waits, asyncs):
         blocking = sum(row[k] for k in comm_idx)
         compute = sum(t for k, t in enumerate(row) if k not in is_comm) - sw
-        exposed = blocking + w
+        rows["step_ms"].append(float(it))
         rows["compute_ms"].append(compute / 1e6)
-        rows["comm_ms"].append((blocking + a) / 1e6)
-        rows["exposed_comm_ms"].append(exposed / 1e6)
-        rows["idle_ms"].append(max(0.0, it - (compute + exposed) / 1e6))
-    return {k: round(statistics.median(v), 4) for k, v in rows.items()}
+        rows["communication_ms"].append((blocking + a) / 1e6)
+        rows["exposed_ms"].append((blocking + w) / 1e6)
+    return TimeBreakdown.from_parts(**rows).median_step()

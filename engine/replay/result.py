@@ -33,17 +33,24 @@ replay.json (one JSON object; * = required when read):
                                    `mystique_origin` provenance), "kineto", "replay_json"
     skipped_ops       [SkippedOp]  {op_id, name, reason, detail}: reason is the closed-set
                                    label counted in coverage.by_reason, detail is free text
-    memory            {...}        engine.replay.memory estimate + "lazy", "planned_peak_bytes"
+    memory            {...}        engine.replay.memory estimate (eager/lazy peaks; resident_bytes:
+                                   rebuilt TBE tables, optimizer state, collective buffers) +
+                                   "lazy", "planned_peak_bytes", "rss_bound_bytes"; a distributed
+                                   rank adds its measured "peak_rss_bytes", the merged result the
+                                   pre-launch "world_budget" (engine.replay.budget)
     config            {...}        the ReplayConfig values that shape the numbers
     warnings          [str]
     gpu_iteration_ms  [float]      CUDA-event iteration times (empty on CPU)
-    breakdown         {...}        per-iteration medians (ms): compute, communication, exposed
-                                   communication, idle (distributed replays)
+    breakdown         {...}        the median iteration's TimeBreakdown (ms; distributed
+                                   replays): step_ms, compute_ms, communication_ms,
+                                   exposed_communication_ms, idle_ms (compute + exposed + idle
+                                   = step; docs/analysis.md)
     collectives       {kind: {count, bytes}}  collectives executed per iteration
     world_size        int          ranks that ran (1 for a single-process replay)
     ranks             [{...}]      distributed runs: one entry per rank {rank, recorded_rank,
-                                   iteration_ms, median_ms, coverage, breakdown {compute_ms,
-                                   comm_ms, exposed_comm_ms, idle_ms} (engine.replay.commstats),
+                                   iteration_ms, median_ms, coverage, breakdown {step_ms, compute_ms,
+                                   communication_ms, exposed_communication_ms, idle_ms} (the
+                                   TimeBreakdown of engine.replay.commstats),
                                    collectives, kineto_path, replay_json, skipped_ops}
     spmd              {...} | null --mirror-rank: which recorded rank every rank replays
     source            {"traces": [{path, sha256}], "derived_from": [sha256, ...]}: content

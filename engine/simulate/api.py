@@ -43,6 +43,9 @@ def simulate(
     report(progress, 0.05, "building task graph")
     t0 = time.perf_counter()
     ctx = apply_edits(wspec, trace, cfg, stage="events")
+    from engine.simulate.budget import check_tasks
+
+    check_tasks(len(ctx.events), "simulate")  # one task per event: refused before the graph is built
     g = build_graph(ctx.events, cfg)
     ctx.graph = g
     if "_scale" in g.tasks:  # time factors left by structural edits (e.g. optimizer growth)

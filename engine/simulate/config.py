@@ -3,12 +3,13 @@
 Why these knobs exist: a trace records *when* things happened, not *why*. The graph builder
 infers the why (launch, sync, cross-thread hand-off) with a few thresholds; they are named here
 so a user can see and change them, and so `from_dict` can restore a run's exact settings (the
-shape of every engine config: engine.settings).
+shape of every engine config: engine.settings). `parse` reads the CLI's `--config` JSON text.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from engine.errors import TraceError
 from engine.settings import Settings
@@ -29,14 +30,48 @@ class SimConfig(Settings):
     # Safety valve for the round-based solver (each round resolves at least one lane segment).
     max_rounds: int = 1_000_000
 
-    WHAT = "simulate config"
+    WHAT = "simulator settings"
 
     def __post_init__(self) -> None:
-        for f in ("stream_bound_gap_us", "thread_block_us", "thread_window_us"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
-                raise TraceError(f"simulate config {f} must be a non-negative number, not {v!r}")
-        if isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int) or self.max_rounds <= 0:
-            raise TraceError(f"simulate config max_rounds must be a positive integer, not {self.max_rounds!r}")
-        if not isinstance(self.sync_regex, str):
-            raise TraceError(f"simulate config sync_regex must be a string, not {self.sync_regex!r}")
+        """Each field passes the what-if field rules (engine.simulate.whatif.rules: finite numbers,
+        bounds, a linear-time regex); TraceError "field: problem" otherwise."""
+        from engine.simulate.whatif.rules import MAX_US, Between, Finite, Regex, problem_with
+
+        rules = {
+            "stream_bound_gap_us": (Finite(), Between(0, MAX_US)),
+            "thread_block_us": (Finite(), Between(0, MAX_US)),
+            "thread_window_us": (Finite(), Between(0, MAX_US)),
+            "sync_regex": (Regex(),),
+            "max_rounds": (Finite(), Between(1, 1 << 40)),
+        }
+        for f in fields(self):
+            v = getattr(self, f.name)
+            want = {"str": str, "int": int}.get(str(f.type), float)
+            if isinstance(v, bool) or not isinstance(v, (int, float) if want is float else want):
+                raise TraceError(f"{f.name}: expected {'a number' if want is float else want.__name__}, got {v!r}")
+            problem = next((p for r in rules[f.name] if (p := problem_with(r, v)) is not None), None)
+            if problem is not None:
+                raise TraceError(f"{f.name}: {problem}")
+
+    @classmethod
+    def from_dict(cls, d: Any) -> SimConfig:
+        """Inverse of `to_dict`; TraceError "field: problem" (an unknown field names itself)."""
+        if not isinstance(d, dict):
+            raise TraceError("must be a JSON object of SimConfig fields")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise TraceError(f"{unknown[0]}: unknown field; known: {', '.join(sorted(known))}")
+        return cls(**d)
+
+    @classmethod
+    def parse(cls, text: str) -> SimConfig:
+        """From JSON text (the CLI's --config); NaN, deep nesting and huge numbers are read, then
+        refused naming their field, as in what-if specs."""
+        from engine.simulate.whatif.spec import SpecError, _loads
+
+        try:
+            data = _loads(text, None, "simulator settings")
+        except SpecError as exc:
+            raise TraceError(exc.detail) from None
+        return cls.from_dict(data)

@@ -8,8 +8,6 @@ changes (a kernel's launch latency, a sync's post-wait time).
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 
@@ -17,6 +15,7 @@ from engine.simulate.config import SimConfig
 from engine.simulate.taskgraph import EdgeKind, TaskGraph
 from engine.trace import columns as _cols
 from engine.trace.vocab import RUNTIME_CATS, is_backend_comm
+from engine.user_regex import compile_user
 
 _NO_STREAM = -(1 << 62)  # stream code of a lane whose tid is not an integer (never matches)
 
@@ -211,9 +210,9 @@ def sync_edges(g: TaskGraph, cfg: SimConfig, stream_syncs: SyncEvents) -> None:
     segment, so a GPU that finished long before the call does not delay it). A Kineto
     "Stream Sync" event with the call's correlation id limits the wait to that stream."""
     t = g.tasks
-    rx = re.compile(cfg.sync_regex)
+    rx = compile_user(cfg.sync_regex, "sync_regex")
     is_sync = (~t["gpu"].to_numpy()) & g.text("cat").where(lambda c: c in RUNTIME_CATS)
-    is_sync &= g.text("name").where(lambda s: bool(rx.search(s)))
+    is_sync &= g.text("name").where(rx.search)
     sidx = np.flatnonzero(is_sync)
     if not len(sidx):
         return

@@ -81,11 +81,52 @@ def file_rank(doc: dict) -> tuple[int | None, int | None]:
     return (None if r == _NA else r), (None if w == _NA else w)
 
 
+MAX_TS_US = 1e17  # ~3,170 years after the Unix epoch: a Kineto clock (us) never reads more
+MAX_DUR_US = 1e12  # ~11.6 days for one event
+
+
+def _rank_warnings(path: str, rank: int | None, world: int | None) -> list[str]:
+    """`distributedInfo` that names no process: a negative rank or world size, a rank outside it."""
+    out = []
+    if rank is not None and rank < 0:
+        out.append(f"{path}: distributedInfo.rank is {rank}, a negative rank; ignored")
+    if world is not None and world < 1:
+        out.append(f"{path}: distributedInfo.world_size is {world}; ignored")
+    elif rank is not None and world is not None and rank >= world:
+        out.append(f"{path}: distributedInfo.rank {rank} is outside world_size {world}")
+    return out
+
+
+def _time_warnings(path: str, ts: np.ndarray, dur: np.ndarray) -> list[str]:
+    """Timestamps no clock produces (NaN, infinite, past `MAX_TS_US`, negative durations or
+    past `MAX_DUR_US`): a timeline or a sum over them is meaningless, so the user is told which."""
+    out = []
+    with np.errstate(invalid="ignore"):
+        bad_ts = ~np.isfinite(ts) | (np.abs(ts) > MAX_TS_US)
+        bad_dur = ~np.isfinite(dur) | (dur < 0) | (dur > MAX_DUR_US)
+    if bad_ts.any():
+        out.append(
+            f"{path}: {int(bad_ts.sum()):,} event(s) have a timestamp no clock produces "
+            f"(e.g. ts {ts[bad_ts][0]:g} us; the bound is {MAX_TS_US:g}); times involving them are meaningless"
+        )
+    if bad_dur.any():
+        out.append(
+            f"{path}: {int(bad_dur.sum()):,} event(s) have an impossible duration "
+            f"(e.g. dur {dur[bad_dur][0]:g} us; the bound is 0 to {MAX_DUR_US:g}); times involving them are meaningless"
+        )
+    return out
+
+
 def _parse(doc: dict, path: str, rank: int, rank_fixed: bool):
     evs = doc["traceEvents"]
     if not isinstance(evs, list):
         raise TraceError("Kineto 'traceEvents' is not a list", path)
     f_rank, world = file_rank(doc)
+    warns = _rank_warnings(path, f_rank, world)
+    if f_rank is not None and f_rank < 0:
+        f_rank = None  # a negative rank names no process: the file name's or the caller's rank is used
+    if world is not None and world < 1:
+        world = None
     if f_rank is not None and not rank_fixed:
         rank = f_rank
     cat_l, name_l, pid_l, tid_l, ts_l, dur_l = [], [], [], [], [], []
@@ -184,8 +225,10 @@ def _parse(doc: dict, path: str, rank: int, rank_fixed: bool):
             "tid": fast_cat(fl_tid),
         }
     )
+    warns.extend(_time_warnings(path, events["ts_us"].to_numpy(), events["dur_us"].to_numpy()))
     props = doc.get("deviceProperties")
     meta = {
+        "warnings": warns,
         "events": len(evs),
         "rank": rank,
         "rank_in_file": f_rank,

@@ -284,6 +284,7 @@ def _build(raws, digests, rank_arg, limit, key, progress) -> Trace:
                 ev_l.append(ev)
                 fl_l.append(fl)
                 iterations.extend(km["iterations"])
+                warn.extend(km["warnings"])
                 world = world if world is not None else km["world_size"]
                 meta_k["process_names"].update(km["process_names"])
                 meta_k["thread_names"].update(km["thread_names"])

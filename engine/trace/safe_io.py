@@ -242,13 +242,20 @@ def _read_tar(data: bytes, path: str, limit: int) -> list[Blob]:
 
 
 def list_files(path: str | os.PathLike) -> list[Path]:
-    """The files behind one user-supplied path: itself, or a directory's trace files (sorted)."""
+    """The files behind one user-supplied path: itself, or a directory's trace files (sorted).
+
+    A capture folder's `<name>_meta.json` (engine.capture.meta) describes the traces beside it
+    and is no trace itself: `info` on the folder failed on it while replay and compare, which
+    read it as the capture's meta, accepted the folder."""
     p = Path(path)
     if p.is_dir():
         files = sorted(
             f
             for f in p.iterdir()
-            if f.is_file() and not f.is_symlink() and f.name.lower().endswith(_TRACE_SUFFIXES + _TAR_SUFFIXES)
+            if f.is_file()
+            and not f.is_symlink()
+            and f.name.lower().endswith(_TRACE_SUFFIXES + _TAR_SUFFIXES)
+            and not f.name.endswith("_meta.json")
         )
         if not files:
             raise TraceError("directory holds no .json, .json.gz or .tar.gz trace", p)
@@ -256,6 +263,44 @@ def list_files(path: str | os.PathLike) -> list[Path]:
     if not p.exists():
         raise TraceError("no such file or directory", p)
     return [p]
+
+
+MAX_SPEC_BYTES = 64 << 20  # a hand-written spec or settings file; the largest real one is a few KiB
+
+
+def read_spec_bytes(path: str | os.PathLike, what: str = "spec", limit: int = MAX_SPEC_BYTES) -> bytes:
+    """A small settings file (a compose spec, a what-if spec, compose limits) read defensively,
+    the one home of that read: a FIFO or device would block `read()` forever (and /dev/zero
+    reads without end), and a folder or an unreadable file raised a traceback, so the path must
+    be a regular file (checked with stat before opening, and again on the open descriptor in
+    case it was swapped), opened non-blocking, of at most `limit` bytes; errors name the file."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise TraceError(f"{what} file not found", p) from None
+    except OSError as e:
+        raise TraceError(f"cannot read the {what} file: {e.strerror or e}", p) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise TraceError(f"{what} path is a folder, not a JSON file", p)
+    if not stat.S_ISREG(st.st_mode):
+        raise TraceError(f"{what} path is not a regular file (a FIFO, socket or device)", p)
+    if st.st_size > limit:
+        raise TraceError(f"{what} file is {st.st_size:,} bytes, over the {limit:,}-byte limit", p)
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO after the stat
+                raise TraceError(f"{what} path is not a regular file", p)
+            with os.fdopen(fd, "rb", closefd=False) as fh:
+                data = fh.read(limit + 1)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise TraceError(f"cannot read the {what} file: {e.strerror or e}", p) from None
+    if len(data) > limit:
+        raise TraceError(f"{what} file grew past the {limit:,}-byte limit while being read", p)
+    return data
 
 
 def read_raw(path: Path, limit: int | None = None) -> bytes:

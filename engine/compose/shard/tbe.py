@@ -21,6 +21,9 @@ import math
 import re
 
 from engine.compose.nodes import is_defined
+from engine.errors import TraceError
+
+_MAX_COUNT = 2**62  # a count or dimension of a recorded TBE argument (beyond: a corrupt or hostile ET)
 
 TBE_FWD_PREFIX = "fbgemm::split_embedding_codegen_lookup_"
 _EB_SCHEMA = (
@@ -109,16 +112,28 @@ def _args(n: dict) -> dict | None:
         return None
     if not (d_off and idx_shape and off_shape):
         return None
+    counts = {
+        "weights numel": w_shape[0] if w_shape else w[3],
+        "D_offsets length": d_off[0],
+        "indices length": idx_shape[0],
+        "offsets length": off_shape[0],
+    }
+    for what, v in (*counts.items(), ("total_D", total_d), ("max_D", max_d)):
+        lo = 1 if what in ("total_D", "max_D", "D_offsets length", "offsets length") else 0
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= _MAX_COUNT:
+            raise TraceError(
+                f"TBE op {n.get('id')} ({n.get('name')}): {what} is {v!r}; it must be an integer between {lo} and 2**62"
+            )
     return {
         "weight": w,
-        "weight_numel": int(w_shape[0]) if w_shape else int(w[3]),
-        "tables": int(d_off[0]) - 1,
+        "weight_numel": counts["weights numel"],
+        "tables": counts["D_offsets length"] - 1,
         "total_d": total_d,
         "max_d": max_d,
         "indices": idx,
-        "lookups": int(idx_shape[0]),
+        "lookups": counts["indices length"],
         "offsets": off,
-        "offsets_len": int(off_shape[0]),
+        "offsets_len": counts["offsets length"],
     }
 
 

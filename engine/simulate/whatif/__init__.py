@@ -29,9 +29,13 @@ class EditContext:
 def apply_edits(spec: WhatIfSpec, trace: Any, config: SimConfig, *, stage: str, ctx: EditContext | None = None):
     if ctx is None:
         ctx = EditContext(trace=trace, config=config, events=trace.events)
-    for edit in spec.edits:
+    for i, edit in enumerate(spec.edits):
         if type(edit).stage == stage:
-            edit.apply(ctx)
+            try:
+                edit.apply(ctx)
+            except SpecError as exc:  # an edit names its own field; the spec path is added here
+                where = exc.field if exc.field.startswith("edits[") else f"edits[{i}].{exc.field}"
+                raise SpecError(where, exc.detail, exc.path or spec.path) from None
     if stage == "graph" and spec.edits:
         ctx.report.setdefault("assumptions", spec.assumptions())
     return ctx

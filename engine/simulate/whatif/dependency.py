@@ -11,8 +11,9 @@ from typing import Annotated
 import numpy as np
 
 from engine.simulate.taskgraph import EdgeKind
-from engine.simulate.whatif.rules import Between, Regex
+from engine.simulate.whatif.rules import MAX_US, Between, Regex
 from engine.simulate.whatif.spec import Edit, register
+from engine.user_regex import compile_user
 
 
 @register("dependency")
@@ -20,13 +21,13 @@ class Dependency(Edit):
     after: Annotated[str, Regex()]
     before: Annotated[str, Regex()]
     occurrence: Annotated[int, Between(0)] = 0
-    delay_us: float = 0.0
+    delay_us: Annotated[float, Between(-MAX_US, MAX_US)] = 0.0
 
     def apply(self, ctx) -> None:
         g = ctx.graph
         names = g.tasks["name"].astype(str)
-        a = np.flatnonzero(names.str.contains(self.after, regex=True).to_numpy())
-        b = np.flatnonzero(names.str.contains(self.before, regex=True).to_numpy())
+        a = np.flatnonzero(compile_user(self.after, "after").mask(names))
+        b = np.flatnonzero(compile_user(self.before, "before").mask(names))
         if len(a) <= self.occurrence or len(b) <= self.occurrence:
             ctx.warnings.append(
                 f"dependency: fewer than {self.occurrence + 1} tasks match {self.after!r}/{self.before!r}"

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from engine.simulate.costmodel import Curve, curves_from_samples, family_of
-from engine.simulate.whatif.rules import Positive
+from engine.simulate.whatif.rules import MAX_FACTOR, Between, Positive
 from engine.simulate.whatif.spec import Edit, register
 
 SKIP_CATEGORIES = ("view", "allocation", "autograd", "annotation", "communication")
@@ -60,7 +60,7 @@ def scale_shape(shape: tuple[int, ...], targets: set[int], scale: float, once: b
 @dataclass(kw_only=True, slots=True)
 class DimScale(Edit):
     once: ClassVar[bool] = True  # batch: one axis per tensor; hidden: every matching axis
-    scale: Annotated[float, Positive()]
+    scale: Annotated[float, Positive(), Between(1 / MAX_FACTOR, MAX_FACTOR)]
     size: Annotated[int, Positive()]
     multiples: Annotated[tuple[int, ...], Positive()] = ()
 

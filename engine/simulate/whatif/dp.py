@@ -22,7 +22,7 @@ from typing import Annotated
 import numpy as np
 
 from engine.simulate.collectives import comm_mask
-from engine.simulate.whatif.rules import Between
+from engine.simulate.whatif.rules import MAX_US, Between
 from engine.simulate.whatif.spec import Edit, SpecError, register
 
 KINDS = {
@@ -45,7 +45,7 @@ def kind_of(name: str) -> str:
 class DataParallel(Edit):
     ranks: Annotated[int, Between(1, 1_000_000)]
     from_ranks: Annotated[int | None, Between(2, why="the trace's collectives must span ranks to calibrate")] = None
-    alpha_us: Annotated[float | None, Between(0)] = None
+    alpha_us: Annotated[float | None, Between(0, MAX_US)] = None
 
     def apply(self, ctx) -> None:
         g = ctx.graph

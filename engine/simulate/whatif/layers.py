@@ -28,6 +28,7 @@ import pandas as pd
 from engine.simulate.whatif.rules import Between, Regex
 from engine.simulate.whatif.spec import Edit, register
 from engine.trace.vocab import GPU_CATS
+from engine.user_regex import compile_user
 
 OPT_SPAN = re.compile(r"^## optimizer ##$|^Optimizer\.step")
 
@@ -135,7 +136,7 @@ class Layers(Edit):
         if "_scale" not in ev:
             ev["_scale"] = 1.0
         names = ev["name"].astype(str)
-        rx = re.compile(self.module)
+        rx = compile_user(self.module, "module")
         heads = [
             int(i)
             for i in np.flatnonzero(names.str.startswith("nn.Module: ").to_numpy())
@@ -167,11 +168,14 @@ class Layers(Edit):
                 lo = float(ev["ts_us"].to_numpy()[bwd].min())
                 hi = float(_end(ev)[bwd].max())
                 b_rows = self._range_rows(ev, bwd[0], lo, hi)
+                self._check_size(len(ev) + self.copies * len(b_rows), names.iat[i])
                 ev = duplicate(ev, b_rows, lo, hi, rank, self.copies, f"bwd:{hid}")
             else:
                 ctx.warnings.append(f"layers: no backward nodes found for module event {hid}; forward only")
             i = int(np.flatnonzero(ev["ev"].to_numpy() == hid)[0])
-            ev = duplicate(ev, span_rows(ev, i), fwd_lo, fwd_hi, rank, self.copies, f"fwd:{hid}")
+            f_rows = span_rows(ev, i)
+            self._check_size(len(ev) + self.copies * len(f_rows), names.iat[i])
+            ev = duplicate(ev, f_rows, fwd_lo, fwd_hi, rank, self.copies, f"fwd:{hid}")
             names = ev["name"].astype(str)
         share_total = float(sum(shares.values()))
         opt = np.flatnonzero(names.map(lambda s: bool(OPT_SPAN.search(s))).to_numpy())
@@ -190,6 +194,17 @@ class Layers(Edit):
                 "optimizer_factor": round(factor, 4),
             }
         )
+
+    def _check_size(self, n_events: int, module: str) -> None:
+        """Refuse a copy step whose result would not fit (engine.simulate.budget), before making it."""
+        from engine.errors import TraceError
+        from engine.simulate.budget import check_tasks
+        from engine.simulate.whatif.spec import SpecError
+
+        try:
+            check_tasks(n_events, f"copying {module!r} {self.copies:,} times")
+        except TraceError as exc:
+            raise SpecError("copies", exc.problem + "; lower copies or match fewer modules") from None
 
     @staticmethod
     def _range_rows(ev: pd.DataFrame, anchor: int, lo: float, hi: float) -> np.ndarray:

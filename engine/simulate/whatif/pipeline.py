@@ -19,7 +19,7 @@ from typing import Annotated
 
 import numpy as np
 
-from engine.simulate.whatif.rules import Between
+from engine.simulate.whatif.rules import MAX_US, Between
 from engine.simulate.whatif.spec import Edit, SpecError, register
 
 SPANS = {"forward": "## forward ##", "backward": "## backward ##", "optimizer": "## optimizer ##"}
@@ -29,7 +29,7 @@ SPANS = {"forward": "## forward ##", "backward": "## backward ##", "optimizer": 
 class Pipeline(Edit):
     stages: Annotated[int, Between(1, 4096)]
     microbatches: Annotated[int, Between(1, 1_000_000)]
-    p2p_us: Annotated[float, Between(0)] = 0.0
+    p2p_us: Annotated[float, Between(0, MAX_US)] = 0.0
 
     def apply(self, ctx) -> None:
         from engine.trace import columns as _cols

@@ -8,13 +8,23 @@ parser prefixes with the edit's path (`edits[2].copies: must be between 1 and 10
 
 A rule on a tuple-typed field applies to each item, except `NonEmpty`, which applies to the
 tuple. `None` (an optional field left out) passes every rule.
+
+Every number field also gets `Finite` without declaring it (`implicit_rules`): NaN or Infinity
+in a time or a factor made every prediction `null`, and an integer past 64 bits overflowed
+numpy; `MAX_US` and `MAX_FACTOR` are the bounds time and scale fields declare.
 """
 
 from __future__ import annotations
 
-import re
+import math
+import types
+import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar
+
+MAX_US = 1e12  # a time field's upper bound: ~11.6 days, beyond any traced step
+MAX_FACTOR = 1e6  # a speed-up or a shape scale: a million times is past any what-if question
+INT64_MAX = 2**63 - 1
 
 
 class Rule:
@@ -37,13 +47,49 @@ class Between(Rule):
     def problem(self, value: Any) -> str | None:
         if (self.lo is None or value >= self.lo) and (self.hi is None or value <= self.hi):
             return None
+        lo, hi = _num(self.lo), _num(self.hi)
         if self.hi is None:
-            text = f"must be >= {self.lo}"
+            text = f"must be >= {lo}"
         elif self.lo is None:
-            text = f"must be <= {self.hi}"
+            text = f"must be <= {hi}"
         else:
-            text = f"must be between {self.lo} and {self.hi}"
-        return f"{text}, got {value}" + (f" ({self.why})" if self.why else "")
+            text = f"must be between {lo} and {hi}"
+        return f"{text}, got {_num(value)}" + (f" ({self.why})" if self.why else "")
+
+
+def _num(v: Any) -> str:
+    """A bound or value as a reader writes it: 1000, 2.5, 1e+12 (not 1000000000000.0)."""
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+@dataclass(frozen=True, slots=True)
+class Finite(Rule):
+    """A float that is a number (not NaN, not +-Infinity), an int that fits 64 bits."""
+
+    def problem(self, value: Any) -> str | None:
+        if isinstance(value, bool):
+            return None
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"must be a finite number, got {value}"
+        if isinstance(value, int) and abs(value) > INT64_MAX:
+            digits = getattr(value, "digits", None) or int(value.bit_length() * 0.30103) + 1
+            return f"out of range: an integer of {digits:,} digits does not fit in 64 bits"
+        return None
+
+
+def is_number_type(tp: Any) -> bool:
+    """Whether a field's type (maybe Annotated, optional or a tuple of) holds ints or floats."""
+    tp = typing.get_args(tp)[0] if typing.get_origin(tp) is typing.Annotated else tp
+    if tp in (int, float):
+        return True
+    if typing.get_origin(tp) in (typing.Union, types.UnionType, tuple, list):
+        return any(is_number_type(a) for a in typing.get_args(tp) if a is not Ellipsis)
+    return False
+
+
+def implicit_rules(tp: Any) -> tuple[Rule, ...]:
+    """Rules every field of type `tp` has without declaring them (`Finite` for numbers)."""
+    return (Finite(),) if is_number_type(tp) else ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,14 +112,16 @@ class OneOf(Rule):
 
 @dataclass(frozen=True, slots=True)
 class Regex(Rule):
-    """value compiles as a regex, so a typo is found when the spec is read, not mid-simulation."""
+    """value compiles as a regex (engine.user_regex: linear time, so a catastrophic pattern cannot
+    hang the simulation), so a typo is found when the spec is read, not mid-simulation."""
 
     def problem(self, value: Any) -> str | None:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            return f"not a valid regex ({exc})"
-        return None
+        from engine.user_regex import MAX_PATTERN_CHARS, regex_problem
+
+        if len(value) > MAX_PATTERN_CHARS:
+            return f"a pattern of {len(value):,} characters is over the limit of {MAX_PATTERN_CHARS:,}"
+        why = regex_problem(value)
+        return f"not a valid regex ({why})" if isinstance(why, str) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from engine.simulate.collectives import comm_mask
 from engine.simulate.taskgraph import TaskGraph
 from engine.trace import columns as _cols
 from engine.trace.vocab import is_comm
+from engine.user_regex import compile_user
 
 GEMM_RX = re.compile(
     r"gemm|cutlass|xmma|cublas|matmul|aten::(addmm|mm|bmm|baddbmm|linear|matmul|conv|convolution|_convolution|cudnn_conv|mkldnn_conv)",
@@ -51,5 +52,5 @@ def select(g: TaskGraph, category: str | None, name: str | None, rank: int | Non
     if category is not None:
         mask &= SELECTORS[category](g)
     if name is not None:
-        mask &= _names_match(g, re.compile(name))
+        mask &= compile_user(name, "name").mask(g.tasks["name"])
     return mask

@@ -31,7 +31,7 @@ else:  # pragma: no cover -- Python 3.10
     from typing_extensions import dataclass_transform
 
 from engine.errors import TraceError
-from engine.simulate.whatif.rules import Rule, bounds, problem_with
+from engine.simulate.whatif.rules import Rule, bounds, implicit_rules, problem_with
 
 SPEC_VERSION = 1
 
@@ -91,11 +91,12 @@ def register(kind: str, stage: str = "graph") -> Callable[[type[E]], type[E]]:
             raise TypeError(f"edit {kind!r}: declare field rules (rules.py) or override check(), not __post_init__")
         cls = dataclass(kw_only=True, slots=True)(cls)
         hints = typing.get_type_hints(cls, include_extras=True)
-        cls.rules = {
-            name: tuple(m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Rule))
+        declared = {
+            name: implicit_rules(hint) + tuple(m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Rule))
             for name, hint in hints.items()
-            if any(isinstance(m, Rule) for m in getattr(hint, "__metadata__", ()))
+            if name in {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]  # cls was just made a dataclass
         }
+        cls.rules = {name: rules for name, rules in declared.items() if rules}
         doc = sys.modules[cls.__module__].__doc__ or ""
         if "Assumptions: " not in doc:
             raise TypeError(f"{cls.__module__} docstring lacks the 'Assumptions: ' paragraph of edit {kind!r}")
@@ -132,7 +133,10 @@ def _check_type(value: Any, tp: Any, where: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise SpecError(where, f"expected a number, got {value!r}")
-        return float(value)
+        try:
+            return float(value) if not isinstance(value, BigInt) else value
+        except OverflowError:  # an integer past float range: Finite names the field
+            return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise SpecError(where, f"expected an integer, got {value!r}")
@@ -146,6 +150,33 @@ def _check_type(value: Any, tp: Any, where: str) -> Any:
             raise SpecError(where, f"expected true/false, got {value!r}")
         return value
     return value
+
+
+class BigInt(int):
+    """An integer literal too long for Python's int() (over 4,300 digits), kept as its digit
+    count so the field it sits in is named (`Finite` refuses it) instead of the parser raising."""
+
+    digits: int
+
+
+def _big_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # over sys.get_int_max_str_digits(): a finite stand-in far past 64 bits
+        n = BigInt(1 << 80)
+        n.digits = len(text.lstrip("-"))
+        return n
+
+
+def _loads(text: str, path: str | None, what: str = "a what-if spec") -> Any:
+    """JSON text -> objects, every failure a SpecError: NaN and Infinity literals are read (the
+    field rules then name the field that holds them), as are integers of any length."""
+    try:
+        return json.loads(text, parse_int=_big_int)
+    except json.JSONDecodeError as exc:
+        raise SpecError("(document)", f"not valid JSON ({exc.msg} at line {exc.lineno})", path) from None
+    except RecursionError:
+        raise SpecError("(document)", f"nested too deeply to be {what}", path) from None
 
 
 def parse_edit(data: Any, where: str) -> Edit:
@@ -191,30 +222,31 @@ class WhatIfSpec:
     version: int = SPEC_VERSION
     edits: list[Edit] = field(default_factory=list)
     raw: list[dict] = field(default_factory=list)
+    path: str | None = None  # the spec file, named by errors found while applying it
 
     @classmethod
     def parse(cls, data: Any, path: str | None = None) -> WhatIfSpec:
         """From a dict, a JSON string or a file path; every problem is a SpecError naming the field."""
         if isinstance(data, (str, Path)) and not (isinstance(data, str) and data.lstrip().startswith("{")):
-            p = Path(data)
+            from engine.trace.safe_io import read_spec_bytes
+
+            path = str(data)
+            raw = read_spec_bytes(data, "what-if spec")
             try:
-                text = p.read_text()
-            except OSError as exc:
-                raise TraceError(f"cannot read what-if spec: {exc.strerror}", p) from None
-            path = str(p)
-            data = text
+                data = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise SpecError(
+                    "(document)", f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})", path
+                ) from None
         if isinstance(data, str):
-            try:
-                data = json.loads(data)
-            except json.JSONDecodeError as exc:
-                raise SpecError("(document)", f"not valid JSON ({exc.msg} at line {exc.lineno})", path) from None
+            data = _loads(data, path)
         if not isinstance(data, dict):
             raise SpecError("(document)", "a what-if spec must be a JSON object", path)
         unknown = sorted(set(data) - {"version", "edits", "description"})
         if unknown:
             raise SpecError(unknown[0], "unknown top-level field; known: version, edits, description", path)
         version = data.get("version")
-        if version != SPEC_VERSION:
+        if type(version) is not int or version != SPEC_VERSION:  # `true == 1` in Python
             raise SpecError(
                 "version", f"unsupported version {version!r}; this build reads version {SPEC_VERSION}", path
             )
@@ -225,7 +257,7 @@ class WhatIfSpec:
             edits = [parse_edit(e, f"edits[{i}]") for i, e in enumerate(raw)]
         except SpecError as exc:
             raise SpecError(exc.field, exc.detail, path) from None
-        return cls(version=version, edits=edits, raw=list(raw))
+        return cls(version=version, edits=edits, raw=list(raw), path=path)
 
     def to_json(self) -> dict:
         return {"version": self.version, "edits": list(self.raw)}

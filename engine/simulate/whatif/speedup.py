@@ -12,14 +12,14 @@ from typing import Annotated
 
 import numpy as np
 
-from engine.simulate.whatif.rules import Between, OneOf, Positive, Regex
+from engine.simulate.whatif.rules import MAX_FACTOR, Between, OneOf, Positive, Regex
 from engine.simulate.whatif.selectors import SELECTORS, select
 from engine.simulate.whatif.spec import Edit, bad, register
 
 
 @register("speedup")
 class Speedup(Edit):
-    factor: Annotated[float, Positive()]
+    factor: Annotated[float, Positive(), Between(1 / MAX_FACTOR, MAX_FACTOR)]
     category: Annotated[str | None, OneOf(SELECTORS)] = None
     name: Annotated[str | None, Regex()] = None
     rank: Annotated[int | None, Between(0, 1 << 20)] = None  # only this rank's tasks (a straggler)

@@ -263,7 +263,14 @@ def simulated(paths: tuple[str, ...], spec_json: str = "") -> dict:
 
 
 @view(st.cache_resource, max_entries=8, show_spinner=False)
-def rank_timelines_fig(paths: tuple[str, ...], window_us: float | None):
+def rank_timelines_fig(paths: tuple[str, ...], window_us: float | None, with_path: bool = True):
+    """The ranks side by side, the critical path of the unchanged schedule highlighted on top of
+    each rank's lanes (the unchanged schedule reproduces the trace's times: its error_pct)."""
+    from engine.errors import TraceError
     from engine.figures.analysis import rank_timelines
 
-    return rank_timelines(load_paths(paths).events, window_us)
+    try:
+        seg = simulated(paths)["segments"] if with_path else None
+    except TraceError:
+        seg = None
+    return rank_timelines(load_paths(paths).events, window_us, path=seg)

@@ -190,3 +190,21 @@ def test_pages_agree_on_shared_multi_rank_traces(rel, shared_traces, cache_dir):
 def test_pages_agree_on_two_rank_samples(name, cache_dir):
     files = sorted((SAMPLES / name).glob(f"{name}_rank*_kineto.json.gz"))
     _pairs(files, _sample(name), cache_dir)
+
+
+def test_analysis_imports_without_torch_or_plotly():
+    """engine/analysis and the vocabulary are pure pandas/numpy; compare no longer pulls in the
+    plotting package through them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, engine.analysis.breakdown, engine.analysis.critical_path, engine.analysis.stragglers, "
+        "engine.analysis.selftime, engine.trace.vocab, engine.trace.intervals, engine.compare.traces; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'plotly', 'streamlit') or m.startswith('engine.figures')]; "
+        "assert not bad, bad[:5]; print('ok')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr[-2000:]

@@ -83,6 +83,15 @@ def test_analysis_and_whatif_draw_the_critical_path_across_ranks(server, driver)
     assert sorted(bars["lanes"]) == ["rank 0", "rank 1"] and bars["handoffs"] >= 2, bars
     _scroll_to(d, ".st-key-a_cp_fig")
     _shot(d, "11_analysis_ddp_critical_path_across_ranks")
+    chart = _wait_css(d, ".st-key-a_rank_timelines .js-plotly-plot", timeout=300)
+    rows = d.execute_script(
+        """const out = new Set(); for (const t of arguments[0]._fullData)
+             if ((t.name || '').startsWith('critical path')) out.add(t.yaxis); return [...out];""",
+        chart,
+    )
+    assert len(rows) == 2, rows  # the path highlighted on both ranks' timelines
+    _scroll_to(d, ".st-key-a_rank_timelines")
+    _shot(d, "11b_ranks_side_by_side_critical_path_highlighted")
     # What-if: rank 1 twice as slow -> the path moves onto rank 1, which is named the straggler
     _nav(d, "what-if")
     _wait_css(d, ".st-key-wi_sp label", timeout=300).click()

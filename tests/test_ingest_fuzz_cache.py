@@ -153,3 +153,23 @@ def test_enclosing_innermost_interval_at_epoch_timestamps():
     q = np.array([base + 15, base + 25, base + 35, base + 200, base + 15, base + 13])
     qk = np.array([0, 0, 0, 0, 1, 0])
     assert enclosing(hs, he, hk, q, qk).tolist() == [1, 0, 2, -1, -1, 3]
+
+
+def test_cache_hit_names_the_files_given_now(tmp_path, cache_dir):
+    """The cache is keyed by content: a copy of a trace elsewhere hits the first load's entry, yet
+    its sources (and so replay.json's provenance) must name the copy, not the first path."""
+    import shutil
+
+    from conftest import SAMPLES
+
+    src = SAMPLES / "mlp"
+    a, b = tmp_path / "a", tmp_path / "somewhere_else" / "b"
+    for d in (a, b):
+        shutil.copytree(src, d)
+    files = ["mlp_et.json.gz", "mlp_kineto.json.gz"]
+    first = load(*[a / f for f in files])
+    again = load(*[b / f for f in files])
+    assert len(list(cache_dir.iterdir())) == 1  # the second load was a cache hit
+    assert sorted(s["path"] for s in first.meta["sources"]) == sorted(str(a / f) for f in files)
+    assert sorted(s["path"] for s in again.meta["sources"]) == sorted(str(b / f) for f in files)
+    assert not any(str(a) in w for w in again.meta["warnings"])

@@ -36,10 +36,15 @@ def breakdown_figure(per_rank: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def rank_timelines(events: pd.DataFrame, window_us: float | None = None, bar_limit: int = 1500) -> go.Figure:
-    """One timeline row per rank, each from its own start, sharing the µs axis."""
+def rank_timelines(
+    events: pd.DataFrame, window_us: float | None = None, bar_limit: int = 1500, path: pd.DataFrame | None = None
+) -> go.Figure:
+    """One timeline row per rank, each from its own start, sharing the µs axis; `path` (a
+    CriticalPath's segments) is highlighted in a "critical path" row on top of each rank's lanes."""
+    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
+    from engine.figures.critical import KIND_COLORS, KIND_LABELS
     from engine.figures.timeline import TimelineView, aggregate_trace, level_of_detail, prepare, timeline_traces
 
     ranks = sorted(int(r) for r in events["rank"].unique())
@@ -56,9 +61,30 @@ def rank_timelines(events: pd.DataFrame, window_us: float | None = None, bar_lim
         if len(agg):
             fig.add_trace(aggregate_trace(agg, legend=k == 1), row=k, col=1)
         lanes = ev.attrs["lanes"]
-        fig.update_yaxes(
-            tickvals=[-v for v in lanes.values()], ticktext=list(lanes.keys()), fixedrange=True, row=k, col=1
-        )
+        ticks, labels = [-v for v in lanes.values()], list(lanes.keys())
+        on = path[(path["rank"] == r) & (path["dur_us"] > 0)] if path is not None else None
+        if on is not None and len(on):
+            origin = float(ev.attrs["origin_us"])
+            for kind, part in on.groupby("kind", sort=False):
+                fig.add_trace(
+                    go.Bar(
+                        base=part["start_us"].to_numpy(float) - origin,
+                        x=part["dur_us"].to_numpy(float),
+                        y=np.full(len(part), 1.5),
+                        orientation="h",
+                        width=1.2,
+                        marker=dict(color=KIND_COLORS.get(str(kind), "#e63946"), line=dict(color="#e63946", width=1)),
+                        name=f"critical path: {KIND_LABELS.get(str(kind), kind)}",
+                        legendgroup=f"cp_{kind}",
+                        showlegend=k == 1,
+                        hovertext=part["name"].astype(str).to_list(),
+                        hovertemplate="critical path: %{hovertext}<br>%{x:,.1f} µs<extra></extra>",
+                    ),
+                    row=k,
+                    col=1,
+                )
+            ticks, labels = [1.5, *ticks], ["critical path", *labels]
+        fig.update_yaxes(tickvals=ticks, ticktext=labels, fixedrange=True, row=k, col=1)
         total_rows += int(ev["y"].max()) + 2 if len(ev) else 2
     fig.update_layout(
         barmode="overlay",

@@ -73,11 +73,11 @@ def critical_path_figure(segments: pd.DataFrame, *, origin_us: float | None = No
     fig.update_layout(
         barmode="overlay",
         title=title,
-        height=190 + 60 * len(ranks),
+        height=160 + 60 * len(ranks),
         xaxis_title="µs from the step's start",
         yaxis=dict(categoryorder="array", categoryarray=[ylab[r] for r in reversed(ranks)]),
-        margin=dict(l=10, r=10, t=40, b=90),
-        legend=dict(orientation="h", yanchor="top", y=-0.35, xanchor="left", x=0.0),
+        margin=dict(l=10, r=10, t=60, b=40),
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1.0),
     )
     return fig
 

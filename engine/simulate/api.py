@@ -8,8 +8,6 @@ from typing import Any
 import numpy as np
 
 from engine.analysis.breakdown import TimeBreakdown
-from engine.analysis.critical_path import critical_path
-from engine.analysis.stragglers import straggler_table
 from engine.progress import Progress, report
 from engine.simulate.config import SimConfig
 from engine.simulate.graph import build_graph
@@ -74,6 +72,11 @@ def simulate(
         measured = None  # a changed setup has no measured counterpart in this trace
     bd = TimeBreakdown.from_events(pred.events)
     measured_bd = TimeBreakdown.from_events(events)
+    # late: engine.analysis reads the simulator's graph types, so importing engine.analysis
+    # first must not run this package's __init__ into a half-imported critical_path
+    from engine.analysis.critical_path import critical_path
+    from engine.analysis.stragglers import straggler_table
+
     cp = critical_path(g, sched)
     lag = straggler_table(g, sched, cp, predicted)
     report(progress, 1.0, "done")

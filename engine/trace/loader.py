@@ -40,7 +40,7 @@ from engine.trace.model import PHASES, Trace
 from engine.trace.pairing import check_link, check_ranks, et_pid, kineto_pids
 from engine.trace.ranks import ranks_of
 
-LOADER_VERSION = "h1-2"  # h1-2: sources carry pid / rank_declared (pairing checks)
+LOADER_VERSION = "h1-3"  # h1-2: sources carry pid / rank_declared (pairing checks); h1-3: meta["files"]
 _RANK_RE = (
     re.compile(r"rank[_\-]?(\d{1,5})", re.IGNORECASE),
     re.compile(r"[_\-](\d{1,5})(?:\.pt)?(?:\.trace)?\.json(?:\.gz)?$", re.IGNORECASE),
@@ -197,6 +197,7 @@ def load(*paths, rank: int | None = None, progress=None, use_cache: bool = True)
 
         hit = load_cached(key)
         if hit is not None:
+            _rebase_paths(hit.meta, [os.fspath(f) for f in files])
             report(progress, 1.0, "loaded from cache")
             return hit
     # Parsing allocates millions of small containers and none of them form cycles; the cyclic
@@ -215,6 +216,33 @@ def load(*paths, rank: int | None = None, progress=None, use_cache: bool = True)
         save_cached(key, trace)
     report(progress, 1.0, "done")
     return trace
+
+
+def _rebase_paths(meta: dict, files: list[str]) -> None:
+    """A cache hit names the files given now, not those of the load that filled the cache.
+
+    Why: the cache is keyed by content, so the same bytes under another path (a copy, another
+    checkout, a re-captured folder) hit the first load's entry; its `sources[*].path` then named
+    the other file, and replay.json's provenance (`paths.et`) pointed at it.
+    """
+    old = meta.get("files") or []
+    if len(old) != len(files):
+        return
+    moves = [(o, n) for o, n in zip(old, files) if o != n]
+    if not moves:
+        return
+    for src in meta.get("sources", []):
+        for o, n in moves:
+            path = src.get("path", "")
+            if path == o or path.startswith(o + "!"):  # a file, or a member of a tar file
+                src["path"] = n + path[len(o) :]
+                break
+    warnings = meta.get("warnings") or []
+    for i, w in enumerate(warnings):
+        for o, n in moves:
+            w = w.replace(o, n)
+        warnings[i] = w
+    meta["files"] = list(files)
 
 
 def _adopt_kineto_rank(undeclared_et, ops_l, ten_l, sources) -> None:
@@ -336,6 +364,7 @@ def _build(raws, digests, rank_arg, limit, key, progress) -> Trace:
     schemas = [s["schema"] for s in sources if s["kind"] == "execution_trace"]
     meta = {
         "sources": sources,
+        "files": [os.fspath(f) for f, _ in raws],  # as given to load(): a cache hit rebases paths on them
         "kind": "+".join(kinds),
         "schema": schemas[0] if schemas else "",
         "nodes": sum(s.get("nodes", 0) for s in sources),

@@ -79,7 +79,7 @@ def _replay_cpu_ms(traces: dict, rounds: int) -> dict:
 def sharding(ranks=(2, 4), plans=("table", "row", "column", "greedy"), rounds: int = 31, configs=None) -> dict:
     from engine.compose import compose, export, spec_from_dict
     from engine.simulate.calibrate import calibrate
-    from engine.simulate.whatif.sharding import EmbeddingModel, Shard, rank_us, tables_from_trace
+    from engine.simulate.planners import EmbeddingModel, Shard, rank_us, tables_from_trace
 
     calibrate("cpu", 1)  # the embedding model's microbenchmarks (cached by shape; a first run takes ~1 min)
     tmp = Path(tempfile.mkdtemp(prefix="simshard_"))

@@ -30,6 +30,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine import jsonio
 from engine.errors import TraceError
@@ -37,6 +38,9 @@ from engine.progress import Progress, report, scaled
 from engine.replay.config import ReplayConfig
 from engine.replay.result import ReplayResult
 from engine.settings import Settings
+
+if TYPE_CHECKING:
+    from engine.trace.model import Trace
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -76,7 +80,7 @@ class DistConfig(Settings):
             raise TraceError(f"collective timeout must be between 0 and 86400 s, not {self.timeout_s!r}")
 
 
-def plan_ranks(trace, dist: DistConfig) -> tuple[int, dict[int, int]]:
+def plan_ranks(trace: Trace, dist: DistConfig) -> tuple[int, dict[int, int]]:
     """(world size, {process rank: recorded rank to replay})."""
     ranks = sorted(int(r) for r in trace.ops["rank"].unique()) if len(trace.ops) else []
     if not ranks:
@@ -155,7 +159,7 @@ def replay_distributed(
     return res
 
 
-def _check_distinct_ranks(trace) -> None:
+def _check_distinct_ranks(trace: Trace) -> None:
     """Two execution traces declaring the same rank would replay as one rank with both files'
     ops: refuse, naming both files."""
     seen: dict[int, str] = {}

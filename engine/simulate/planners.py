@@ -38,11 +38,14 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from engine.simulate.costmodel import EMB_TERMS, cache_dir, embedding_features
+
+if TYPE_CHECKING:
+    from engine.trace.model import Trace
 
 FWD = ("aten::embedding_bag",)
 BWD = ("aten::_embedding_bag_backward",)
@@ -67,7 +70,7 @@ class Shard:
     lookups: int
 
 
-def tables_from_trace(trace: Any) -> list[Table]:
+def tables_from_trace(trace: Trace) -> list[Table]:
     """One table per embedding weight (its storage), with per-step figures.
 
     Why by weight: an ET that recorded k steps looks every table up k times, and those lookups are

@@ -126,7 +126,7 @@ def refusal(schema: Any, name: str | None = None) -> str | None:
 
     `name` is the recorded name (shown in the message; the schema's own name is checked too)."""
     shown = name or schema.name
-    for n in {schema.name, shown}:
+    for n in dict.fromkeys((schema.name, shown)):  # the live name first, each once
         why = denied_name(n)
         if why:
             return why

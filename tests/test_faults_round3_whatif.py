@@ -199,10 +199,11 @@ def test_6_whatif_documents_refused_in_one_line(tmp_path, cache_dir, good_sim, t
 def test_6_config_numbers_name_their_field(cache_dir, config, problem):
     """Was: NaN/Infinity config fields gave null predictions; deep nesting and 5,000 digits
     raised tracebacks."""
+    from engine.errors import TraceError
     from engine.simulate import SimConfig
 
-    with pytest.raises(ValueError, match=problem.split(":")[0]):
-        SimConfig.from_json(config)
+    with pytest.raises(TraceError, match=problem.split(":")[0]):
+        SimConfig.parse(config)
     one_line_error(cli("simulate", SAMPLES / "mlp", "--config", config, cache=cache_dir), "--config", problem)
 
 

@@ -437,9 +437,11 @@ def simulate(d: dict) -> list[str]:
 
 
 def ingest_parsers(d: dict) -> list[str]:
-    """One big Kineto file built by tiling a shared real trace in time; each candidate parser runs
-    once in a fresh process (wall time after imports; peak RSS is the process's `ru_maxrss`, growth
-    is peak minus RSS after imports), over the plain and the gzip file."""
+    """One big Kineto file built by tiling a shared real trace in time; each candidate runs in a
+    fresh process, in interleaved rounds (medians; wall time after imports, cyclic GC off; peak RSS
+    is the process's `ru_maxrss`, growth is peak minus RSS after imports), over the plain and the
+    gzip file. `*_whole` parse the whole document (memory grows with the file); ijson and the
+    `*_chunked` scans stream (memory bounded by one block)."""
     rows = [
         [
             r["candidate"],

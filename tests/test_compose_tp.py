@@ -102,3 +102,26 @@ def test_rank_compute_scales_with_the_degree(tmp_path, cache_dir):
     r = measure.tp_linear("mlp", degrees=(2,), rounds=5, tmp=tmp_path)
     assert r["tp2"]["skipped"] == 3  # the three all_reduce: collectives in a single-process replay
     assert 0.35 <= r["tp2"]["paired_ratio"] <= 0.75, r
+
+
+def test_gpt2_attention_blocks_are_found_and_every_block_says_what_was_split(cache_dir):
+    """GPT-2 (HF Conv1D, fused QKV [256, 768], 4 heads): the walk back from each out-projection
+    reaches its fused QKV through split/view/matmul/softmax; benchmark.json's `blocks` names
+    every MLP pair, every linear left whole with why, and the replicated norms/embeddings."""
+    from engine.compose.shard.tp import _linears
+    from engine.compose.shard.tp_attention import attention_blocks, producers_with_lists
+
+    bench = compose(spec_from_dict({"sources": [str(_src("gpt2_hf"))], "segments": [{"selection": {}}]}))
+    nodes, replay = bench.ranks[0], set(bench.replay_ids[0])
+    params = set(bench.meta.get("param_storages", ()))
+    lin = _linears(nodes, replay, params, bench.context.phase_of)
+    blocks, _ = attention_blocks(lin, producers_with_lists(nodes, replay), set(), 2)
+    assert [([c.shape for c in cols], row.shape) for cols, row, _ in blocks][:2] == [
+        ([(768, 256)], (256, 256)),
+        ([(768, 256)], (256, 256)),
+    ]
+    assert all("aten::matmul" in w.core and w.blocked is None for _, _, w in blocks)
+    sh = _tp("gpt2_hf", 2)
+    kinds = [b["block"] for b in sh.meta["sharding"]["blocks"]]
+    assert kinds.count("mlp") == 2 and "aten::layer_norm" in kinds and "aten::embedding" in kinds
+    assert all(b["split"] or b["why"] for b in sh.meta["sharding"]["blocks"])

@@ -26,9 +26,11 @@ from engine.compose.meta_sizes import (
     ALL_TO_ALL,
     RESHAPES,
     SIZE_ARG_OPS,
+    SPLITS,
     base_name,
     layout_candidate,
     rescale_slice,
+    rescale_split,
     rescale_splits,
     size_candidates,
 )
@@ -117,9 +119,17 @@ class _Runner:
             d = self.seeds[key]
             shp = shp[:d] + [self.scaled(shp[d], node)] + shp[d + 1 :]
             st = None
-        elif self.s != 1.0 and shp and v[1] in self.by_storage and self.by_storage[v[1]][1] == shp:
+        elif (
+            (self.batch is not None or "backward" in node["name"])
+            and self.s != 1.0
+            and shp
+            and v[1] in self.by_storage
+            and self.by_storage[v[1]][1] == shp
+        ):
             # an alias never made by an op (a tensor autograd saved): same storage and recorded
-            # shape as a tensor already made, so it has that tensor's new shape
+            # shape as a tensor already made, so it has that tensor's new shape. Under a weight
+            # split only for backward ops reading saved tensors: storage ids are recycled, and a
+            # norm's internal [S] buffer would take a split [H/tp] tensor's shape where S == H
             shp = list(self.by_storage[v[1]][0].shape)
             st = None
         elif (
@@ -152,6 +162,8 @@ class _Runner:
         """Scale the first dim known to carry the batch (batch dims lead; a later dim that
         happens to equal B, e.g. 10 classes at batch 10, is left alone)."""
         out = list(shp)
+        if self.batch is None:  # a weight split (tensor parallel): dims equal to a split width are
+            return out  # no batch; only the meta runs say which tensors change
         for i, d in enumerate(out):
             if d in self.S and (d > 1 or (i == 0 and self.batch == 1)):  # batch 1 leads as a dim of 1
                 out[i] = self.scaled(d, node)
@@ -290,6 +302,8 @@ def propagate(
         base = name.split("::", 1)[-1].split(".", 1)[0]
         if scale != 1.0 and base in ("slice", "narrow") and isinstance(tensors.get(0), torch.Tensor):
             rescale_slice(base, ins, orig_shapes, tensors[0], mutate)
+        if scale != 1.0 and base in SPLITS and isinstance(tensors.get(0), torch.Tensor):
+            rescale_split(base, ins, orig_shapes, tensors[0], scale, mutate)
         size_arg = None
         if scale != 1.0 and base in SIZE_ARG_OPS:
             for i, (t, v) in enumerate(zip(types, ins.get("values", []))):
@@ -308,6 +322,8 @@ def propagate(
                     and isinstance(orig_shapes[0], list)
                 ):
                     lay = layout_candidate(list(t0.shape), orig_shapes[0], ins["values"][size_arg], scale)
+                    if list(t0.shape) == orig_shapes[0]:  # an unchanged input reshapes as recorded
+                        lay = list(ins["values"][size_arg])
                     if lay is not None:
                         cands = [lay] + [c for c in cands if c != lay]
                 for cand in cands:

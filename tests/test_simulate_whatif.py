@@ -77,6 +77,20 @@ def test_batch_scales_gemms_not_optimizer(cache_dir):
     assert set(r.extra["cost_model"]) == {"gemm", "embedding", "memory"}
 
 
+def test_batch_without_size_infers_it_from_the_trace(cache_dir):
+    """A user does not know the batch: left out, it is inferred (mlp's 256) and reported, and the
+    prediction equals the one with the size given."""
+    from engine.simulate import simulate
+
+    tr = _sample("mlp")
+    given = simulate(tr, _spec({"kind": "batch", "size": 256, "scale": 2.0}))
+    r = simulate(tr, _spec({"kind": "batch", "scale": 2.0}))
+    assert r.extra["batch"][0]["size"] == 256 and r.extra["batch"][0]["inferred"] is True
+    assert any("inferred 256" in w for w in r.warnings)
+    assert r.predicted_iteration_ms == pytest.approx(given.predicted_iteration_ms, rel=1e-9)
+    assert given.extra["batch"][0]["inferred"] is False
+
+
 def test_batch_needs_the_et(cache_dir):
     from engine.simulate import simulate
     from engine.simulate.whatif import SpecError

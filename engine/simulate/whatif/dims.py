@@ -64,7 +64,7 @@ def scale_shape(shape: tuple[int, ...], targets: set[int], scale: float, once: b
 class DimScale(Edit):
     once: ClassVar[bool] = True  # batch: one axis per tensor; hidden: every matching axis
     scale: Annotated[float, Positive(), Between(1 / MAX_FACTOR, MAX_FACTOR)]
-    size: Annotated[int, Positive()]
+    size: Annotated[int | None, Positive()] = None  # batch: inferred from the trace when left out
     multiples: Annotated[tuple[int, ...], Positive()] = ()
 
     def apply(self, ctx) -> None:
@@ -86,7 +86,8 @@ class DimScale(Edit):
         keep = ~np.isin(cats, SKIP_CATEGORIES)
         ids, names = ids[keep], names[keep]
         shapes = op_shapes(trace, ids)
-        targets = {self.size} | {self.size * m for m in self.multiples}
+        size = self.size if self.size is not None else self._infer(trace)
+        targets = {size} | {size * m for m in self.multiples}
         rows = []
         for oid, name in zip(ids, names):
             fam = family_of(name)
@@ -126,8 +127,35 @@ class DimScale(Edit):
         changed = int((np.abs(factor - 1) > 1e-9).sum())
         ctx.report.setdefault("cost_model", {}).update({k: v.to_json() for k, v in curves.items()})
         ctx.report.setdefault(self.kind, []).append(
-            {"scale": self.scale, "size": self.size, "multiples": list(self.multiples), "tasks_rescaled": changed}
+            {
+                "scale": self.scale,
+                "size": size,
+                "inferred": self.size is None,
+                "multiples": list(self.multiples),
+                "tasks_rescaled": changed,
+            }
         )
+        if self.size is None:
+            ctx.warnings.append(
+                f"{self.kind}: no size given; inferred {size} from the trace (dim 0 of the model's first input)"
+            )
+
+    def _infer(self, trace) -> int:
+        """The batch a user does not know: dim 0 of the forward pass's first non-parameter input,
+        as batch scaling in compose infers it (`engine.compose.transforms.scale.infer_batch`)."""
+        from engine.simulate.whatif.spec import SpecError
+
+        if self.kind != "batch":
+            raise SpecError("size", f"the {self.kind} edit needs a size (the dimension to scale)")
+        from engine.compose.transforms.scale import infer_batch
+        from engine.errors import TraceError
+
+        try:
+            return infer_batch(trace)
+        except (TraceError, KeyError, ValueError, IndexError) as e:
+            raise SpecError(
+                "size", f"could not infer the batch from the trace ({str(e).split(': ')[-1]}); give a size"
+            ) from None
 
 
 @register("batch")

@@ -123,7 +123,7 @@ def replay_distributed(
     from engine.replay.budget import check_world_memory
 
     report(progress, 0.07, f"checking memory for {world} ranks")
-    budget = check_world_memory(trace, names, rank_map, config, names[0] if len(names) == 1 else None)
+    budget = check_world_memory(trace, names, rank_map, config, names[0])  # names the (first) trace file
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _drop_staged(out)

@@ -64,15 +64,19 @@ def test_mlp_pairs_split_weights_and_insert_allreduces(tmp_path, cache_dir):
     assert _linear_weights(_src("mlp")) == [(1024, 512), (1024, 1024), (1024, 1024), (512, 1024)]
 
 
-def test_transformer_splits_only_the_mlp_blocks(cache_dir):
+def test_transformer_splits_mlp_pairs_and_attention_by_heads(cache_dir):
     bench = _tp("transformer", 2)
     sh = bench.meta["sharding"]
-    assert len(sh["pairs"]) == 2  # fc1 -> gelu -> fc2 in each block; attention and the head stay whole
+    assert len(sh["pairs"]) == 2  # fc1 -> gelu -> fc2 in each block
     assert all(p["column"]["weight"] == [1024, 256] and p["row"]["weight"] == [256, 1024] for p in sh["pairs"])
-    assert [c["phase"] for c in sh["collectives"]].count("backward") == 2
+    # fused in_proj [768, 256] -> view [B, T, 3, heads, d] -> SDPA -> out_proj [256, 256], per block
+    assert [(a["qkv"][0]["weight"], a["out_proj"]["weight"]) for a in sh["attention"]] == [([768, 256], [256, 256])] * 2
+    assert all(a["heads_ops"] == ["aten::scaled_dot_product_attention"] for a in sh["attention"])
+    assert [c["phase"] for c in sh["collectives"]].count("backward") == 4
     nodes = bench.ranks[0]
-    qkv = [n for n in nodes if n["name"] == "aten::linear" and n["inputs"]["shapes"][1] == [768, 256]]
-    assert len(qkv) == 2  # replicated, untouched
+    qkv = [n for n in nodes if n["name"] == "aten::linear" and n["inputs"]["shapes"][1] == [384, 256]]
+    assert len(qkv) == 2  # each rank holds half the heads' q, k and v rows
+    assert not [n for n in nodes if n["name"] == "aten::linear" and n["inputs"]["shapes"][1] == [768, 256]]
 
 
 def test_degree_must_divide_and_models_without_pairs_are_refused(tmp_path, capsys, cache_dir):
@@ -125,3 +129,28 @@ def test_gpt2_attention_blocks_are_found_and_every_block_says_what_was_split(cac
     kinds = [b["block"] for b in sh.meta["sharding"]["blocks"]]
     assert kinds.count("mlp") == 2 and "aten::layer_norm" in kinds and "aten::embedding" in kinds
     assert all(b["split"] or b["why"] for b in sh.meta["sharding"]["blocks"])
+
+
+def test_gpt2_tp2_no_rank_holds_a_full_qkv_or_all_heads_and_it_replays_on_2_ranks(tmp_path, capsys, cache_dir):
+    """GPT-2 (HF Conv1D addmm, fused QKV [256, 768], 4 heads of 64): each rank's ET has QKV
+    weights [256, 384], attention scores over 2 heads, out-projection weights [128, 256], and the
+    composed benchmark replays on 2 gloo ranks with every op run."""
+    res = export(_tp("gpt2_hf", 2), tmp_path / "tp2")
+    for p in res["ranks"].values():
+        t = et.load(p, use_cache=False)
+        ops, ten = t.ops, t.tensors
+        fwd = set(ops.loc[ops["phase"].astype(str) == "forward", "id"])
+        addmm = set(ops.loc[ops["name"].astype(str) == "aten::addmm", "id"]) & fwd
+        w = ten[ten["op_id"].isin(addmm) & (ten["io"].astype(str) == "in") & (ten["arg"] == 2)]
+        widths = sorted(tuple(s) for s in w["shape"])
+        assert (256, 768) not in widths and widths.count((256, 384)) == 2, widths
+        assert widths.count((128, 256)) == 2  # out-projection: input rows split
+        mm = set(ops.loc[ops["name"].astype(str).isin(["aten::matmul", "aten::bmm", "aten::_softmax"]), "id"]) & fwd
+        four_d = [tuple(s) for s in ten.loc[ten["op_id"].isin(mm), "shape"] if len(s) == 4]
+        assert four_d and all(s[1] == 2 for s in four_d), four_d  # [B, heads/2, S, *]: never all 4 heads
+    code = cli(
+        ["replay", str(tmp_path / "tp2"), "--iters", "1", "--warmup", "0", "--out", str(tmp_path / "r"), "--json"]
+    )
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["world_size"] == 2
+    assert doc["coverage"]["replayed"] == doc["coverage"]["selected"] > 0 and not doc["coverage"]["by_reason"]

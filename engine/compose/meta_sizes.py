@@ -106,7 +106,9 @@ def layout_candidate(new_in: list, old_in: list, sizes: list, s: float) -> list 
         if prod != old:
             return None
         if j < b:
-            k = j  # the outermost piece carries the batch
+            # the outermost piece carries the batch; a split that does not divide it goes to the
+            # next piece in (a fused [.., 3, heads, d] view: tensor parallelism splits heads)
+            k = next((i for i in range(j, b) if abs(sizes[i] * s - round(sizes[i] * s)) < 1e-9), j)
         elif b < len(sizes):
             k = b  # a dim of 1 was dropped: the batch merges into the next dim out
         else:
@@ -117,6 +119,25 @@ def layout_candidate(new_in: list, old_in: list, sizes: list, s: float) -> list 
         return None
     c[k] = round(v)
     return c
+
+
+def split_slice(base: str, ins: dict, orig_shapes: list, t: torch.Tensor, s: float) -> bool:
+    """Under a weight split, a slice of a dim that shrank by exactly s (a fused QKV's q, k or v
+    piece, in backward) takes the same piece of the split dim: start and end scale by s."""
+    vals = ins.get("values", [])
+    if base != "slice" or len(vals) < 4 or not orig_shapes or not isinstance(orig_shapes[0], list):
+        return False
+    dim, a, b = vals[1], vals[2], vals[3]
+    if not isinstance(dim, int) or not -len(orig_shapes[0]) <= dim < len(orig_shapes[0]):
+        return False
+    old, new = orig_shapes[0][dim], int(t.shape[dim])
+    if old == new or abs(new - old * s) > 1e-9 or not isinstance(a, int) or not isinstance(b, int):
+        return False
+    b = min(b, old)
+    if any(abs(x * s - round(x * s)) > 1e-9 for x in (a, b)):
+        return False
+    vals[2], vals[3] = round(a * s), round(b * s)
+    return True
 
 
 def rescale_slice(base: str, ins: dict, orig_shapes: list, t: torch.Tensor, mutate: bool) -> None:

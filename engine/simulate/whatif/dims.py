@@ -16,7 +16,7 @@ transfers to the new sizes; memory capacity is not checked.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Annotated, ClassVar
 
 import numpy as np
@@ -32,14 +32,24 @@ if TYPE_CHECKING:
 SKIP_CATEGORIES = ("view", "allocation", "autograd", "annotation", "communication")
 
 
+_RANK_KEY = 1 << 40  # op ids restart on every rank: (rank, op id) as one integer key
+
+
+def _key(df: pd.DataFrame, col: str) -> np.ndarray:
+    ids = df[col].to_numpy(dtype=np.float64, na_value=np.nan)
+    rank = df["rank"].to_numpy(dtype=np.float64, na_value=0.0) if "rank" in df else np.zeros(len(df))
+    return rank * _RANK_KEY + ids
+
+
 def op_shapes(trace: Trace, op_ids: np.ndarray) -> dict[int, tuple[list, list, float]]:
-    """op id -> (input shapes, output shapes, mean itemsize), tensors in (arg, sub) order."""
+    """(rank, op id) key -> (input shapes, output shapes, mean itemsize), tensors in (arg, sub) order."""
     ten = trace.tensors
     if ten is None or len(ten) == 0:
         return {}
-    t = ten[ten["op_id"].isin(op_ids)].sort_values(["op_id", "io", "arg", "sub"], kind="stable")
+    ten = ten.assign(_key=_key(ten, "op_id"))
+    t = ten[ten["_key"].isin(op_ids)].sort_values(["_key", "io", "arg", "sub"], kind="stable")
     out: dict[int, tuple[list, list, float]] = {}
-    for op, grp in t.groupby("op_id", sort=False):
+    for op, grp in t.groupby("_key", sort=False):
         io = grp["io"].astype(str).to_numpy()
         shapes = [tuple(int(x) for x in s) if s is not None else () for s in grp["shape"]]
         ins = [s for s, k in zip(shapes, io) if k == "in"]
@@ -77,9 +87,9 @@ class DimScale(Edit):
                 "kind", f"the {self.kind} edit needs the trace's ET (shapes); load the ET with the Kineto trace"
             )
         t = g.tasks
-        op_id = t["op_id"].to_numpy(dtype=np.float64, na_value=np.nan)
+        op_id = _key(t, "op_id")  # a multi-rank set repeats op ids: key them by rank
         linked = np.isfinite(op_id)
-        ops = trace.ops.set_index("id")
+        ops = trace.ops.assign(_key=_key(trace.ops, "id").astype(np.int64)).drop_duplicates("_key").set_index("_key")
         ids = np.unique(op_id[linked]).astype(np.int64)
         cats = ops["category"].astype(str).reindex(ids).fillna("").to_numpy()
         names = ops["name"].astype(str).reindex(ids).fillna("").to_numpy()
@@ -150,9 +160,14 @@ class DimScale(Edit):
         from engine.compose.transforms.scale import infer_batch
         from engine.errors import TraceError
 
+        ops, ten = trace.ops, trace.tensors
+        if "rank" in ops and ops["rank"].nunique() > 1:  # ranks of one SPMD job share the batch
+            r0 = ops["rank"].min()
+            ops, ten = ops[ops["rank"] == r0], ten[ten["rank"] == r0] if "rank" in ten else ten
+            trace = replace(trace, ops=ops, tensors=ten)
         try:
             return infer_batch(trace)
-        except (TraceError, KeyError, ValueError, IndexError) as e:
+        except (TraceError, KeyError, ValueError, IndexError, TypeError, AttributeError) as e:
             raise SpecError(
                 "size", f"could not infer the batch from the trace ({str(e).split(': ')[-1]}); give a size"
             ) from None

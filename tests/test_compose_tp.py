@@ -154,3 +154,15 @@ def test_gpt2_tp2_no_rank_holds_a_full_qkv_or_all_heads_and_it_replays_on_2_rank
     doc = json.loads(capsys.readouterr().out)
     assert code == 0 and doc["world_size"] == 2
     assert doc["coverage"]["replayed"] == doc["coverage"]["selected"] > 0 and not doc["coverage"]["by_reason"]
+
+
+def test_layout_rule_keeps_minus_one_and_splits_heads_of_a_fused_view():
+    """Size lists from the samples: GPT-2's `view(-1, 256)` of its [1, 256, 256] attention output
+    and the transformer's `view(B, T, 3, heads, d)` of a fused QKV. A -1 stays a -1 (it infers
+    the scaled dim); a split that does not divide the outer piece (3 of q/k/v) lands on heads."""
+    from engine.compose.meta_sizes import layout_candidate
+
+    assert layout_candidate([2, 256, 256], [1, 256, 256], [-1, 256], 2.0) == [-1, 256]  # batch x2
+    assert layout_candidate([1, 256, 128], [1, 256, 256], [-1, 256], 0.5) == [-1, 128]  # tp 2
+    assert layout_candidate([3, 128, 384], [3, 128, 768], [3, 128, 3, 4, 64], 0.5) == [3, 128, 3, 2, 64]
+    assert layout_candidate([6, 128, 768], [3, 128, 768], [3, 128, 3, 4, 64], 2.0) == [6, 128, 3, 4, 64]

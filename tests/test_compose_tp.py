@@ -64,15 +64,19 @@ def test_mlp_pairs_split_weights_and_insert_allreduces(tmp_path, cache_dir):
     assert _linear_weights(_src("mlp")) == [(1024, 512), (1024, 1024), (1024, 1024), (512, 1024)]
 
 
-def test_transformer_splits_only_the_mlp_blocks(cache_dir):
+def test_transformer_splits_mlp_pairs_and_attention_by_heads(cache_dir):
     bench = _tp("transformer", 2)
     sh = bench.meta["sharding"]
-    assert len(sh["pairs"]) == 2  # fc1 -> gelu -> fc2 in each block; attention and the head stay whole
+    assert len(sh["pairs"]) == 2  # fc1 -> gelu -> fc2 in each block
     assert all(p["column"]["weight"] == [1024, 256] and p["row"]["weight"] == [256, 1024] for p in sh["pairs"])
-    assert [c["phase"] for c in sh["collectives"]].count("backward") == 2
+    # fused in_proj [768, 256] -> view [B, T, 3, heads, d] -> SDPA -> out_proj [256, 256], per block
+    assert [(a["qkv"][0]["weight"], a["out_proj"]["weight"]) for a in sh["attention"]] == [([768, 256], [256, 256])] * 2
+    assert all(a["heads_ops"] == ["aten::scaled_dot_product_attention"] for a in sh["attention"])
+    assert [c["phase"] for c in sh["collectives"]].count("backward") == 4
     nodes = bench.ranks[0]
-    qkv = [n for n in nodes if n["name"] == "aten::linear" and n["inputs"]["shapes"][1] == [768, 256]]
-    assert len(qkv) == 2  # replicated, untouched
+    qkv = [n for n in nodes if n["name"] == "aten::linear" and n["inputs"]["shapes"][1] == [384, 256]]
+    assert len(qkv) == 2  # each rank holds half the heads' q, k and v rows
+    assert not [n for n in nodes if n["name"] == "aten::linear" and n["inputs"]["shapes"][1] == [768, 256]]
 
 
 def test_degree_must_divide_and_models_without_pairs_are_refused(tmp_path, capsys, cache_dir):
@@ -102,3 +106,63 @@ def test_rank_compute_scales_with_the_degree(tmp_path, cache_dir):
     r = measure.tp_linear("mlp", degrees=(2,), rounds=5, tmp=tmp_path)
     assert r["tp2"]["skipped"] == 3  # the three all_reduce: collectives in a single-process replay
     assert 0.35 <= r["tp2"]["paired_ratio"] <= 0.75, r
+
+
+def test_gpt2_attention_blocks_are_found_and_every_block_says_what_was_split(cache_dir):
+    """GPT-2 (HF Conv1D, fused QKV [256, 768], 4 heads): the walk back from each out-projection
+    reaches its fused QKV through split/view/matmul/softmax; benchmark.json's `blocks` names
+    every MLP pair, every linear left whole with why, and the replicated norms/embeddings."""
+    from engine.compose.shard.tp import _linears
+    from engine.compose.shard.tp_attention import attention_blocks, producers_with_lists
+
+    bench = compose(spec_from_dict({"sources": [str(_src("gpt2_hf"))], "segments": [{"selection": {}}]}))
+    nodes, replay = bench.ranks[0], set(bench.replay_ids[0])
+    params = set(bench.meta.get("param_storages", ()))
+    lin = _linears(nodes, replay, params, bench.context.phase_of)
+    blocks, _ = attention_blocks(lin, producers_with_lists(nodes, replay), set(), 2)
+    assert [([c.shape for c in cols], row.shape) for cols, row, _ in blocks][:2] == [
+        ([(768, 256)], (256, 256)),
+        ([(768, 256)], (256, 256)),
+    ]
+    assert all("aten::matmul" in w.core and w.blocked is None for _, _, w in blocks)
+    sh = _tp("gpt2_hf", 2)
+    kinds = [b["block"] for b in sh.meta["sharding"]["blocks"]]
+    assert kinds.count("mlp") == 2 and "aten::layer_norm" in kinds and "aten::embedding" in kinds
+    assert all(b["split"] or b["why"] for b in sh.meta["sharding"]["blocks"])
+
+
+def test_gpt2_tp2_no_rank_holds_a_full_qkv_or_all_heads_and_it_replays_on_2_ranks(tmp_path, capsys, cache_dir):
+    """GPT-2 (HF Conv1D addmm, fused QKV [256, 768], 4 heads of 64): each rank's ET has QKV
+    weights [256, 384], attention scores over 2 heads, out-projection weights [128, 256], and the
+    composed benchmark replays on 2 gloo ranks with every op run."""
+    res = export(_tp("gpt2_hf", 2), tmp_path / "tp2")
+    for p in res["ranks"].values():
+        t = et.load(p, use_cache=False)
+        ops, ten = t.ops, t.tensors
+        fwd = set(ops.loc[ops["phase"].astype(str) == "forward", "id"])
+        addmm = set(ops.loc[ops["name"].astype(str) == "aten::addmm", "id"]) & fwd
+        w = ten[ten["op_id"].isin(addmm) & (ten["io"].astype(str) == "in") & (ten["arg"] == 2)]
+        widths = sorted(tuple(s) for s in w["shape"])
+        assert (256, 768) not in widths and widths.count((256, 384)) == 2, widths
+        assert widths.count((128, 256)) == 2  # out-projection: input rows split
+        mm = set(ops.loc[ops["name"].astype(str).isin(["aten::matmul", "aten::bmm", "aten::_softmax"]), "id"]) & fwd
+        four_d = [tuple(s) for s in ten.loc[ten["op_id"].isin(mm), "shape"] if len(s) == 4]
+        assert four_d and all(s[1] == 2 for s in four_d), four_d  # [B, heads/2, S, *]: never all 4 heads
+    code = cli(
+        ["replay", str(tmp_path / "tp2"), "--iters", "1", "--warmup", "0", "--out", str(tmp_path / "r"), "--json"]
+    )
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["world_size"] == 2
+    assert doc["coverage"]["replayed"] == doc["coverage"]["selected"] > 0 and not doc["coverage"]["by_reason"]
+
+
+def test_layout_rule_keeps_minus_one_and_splits_heads_of_a_fused_view():
+    """Size lists from the samples: GPT-2's `view(-1, 256)` of its [1, 256, 256] attention output
+    and the transformer's `view(B, T, 3, heads, d)` of a fused QKV. A -1 stays a -1 (it infers
+    the scaled dim); a split that does not divide the outer piece (3 of q/k/v) lands on heads."""
+    from engine.compose.meta_sizes import layout_candidate
+
+    assert layout_candidate([2, 256, 256], [1, 256, 256], [-1, 256], 2.0) == [-1, 256]  # batch x2
+    assert layout_candidate([1, 256, 128], [1, 256, 256], [-1, 256], 0.5) == [-1, 128]  # tp 2
+    assert layout_candidate([3, 128, 384], [3, 128, 768], [3, 128, 3, 4, 64], 0.5) == [3, 128, 3, 2, 64]
+    assert layout_candidate([6, 128, 768], [3, 128, 768], [3, 128, 3, 4, 64], 2.0) == [6, 128, 3, 4, 64]

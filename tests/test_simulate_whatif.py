@@ -77,6 +77,20 @@ def test_batch_scales_gemms_not_optimizer(cache_dir):
     assert set(r.extra["cost_model"]) == {"gemm", "embedding", "memory"}
 
 
+def test_batch_without_size_infers_it_from_the_trace(cache_dir):
+    """A user does not know the batch: left out, it is inferred (mlp's 256) and reported, and the
+    prediction equals the one with the size given."""
+    from engine.simulate import simulate
+
+    tr = _sample("mlp")
+    given = simulate(tr, _spec({"kind": "batch", "size": 256, "scale": 2.0}))
+    r = simulate(tr, _spec({"kind": "batch", "scale": 2.0}))
+    assert r.extra["batch"][0]["size"] == 256 and r.extra["batch"][0]["inferred"] is True
+    assert any("inferred 256" in w for w in r.warnings)
+    assert r.predicted_iteration_ms == pytest.approx(given.predicted_iteration_ms, rel=1e-9)
+    assert given.extra["batch"][0]["inferred"] is False
+
+
 def test_batch_needs_the_et(cache_dir):
     from engine.simulate import simulate
     from engine.simulate.whatif import SpecError
@@ -231,3 +245,51 @@ def test_pipeline_1f1b(cache_dir):
     assert p["bubble_fraction"] == pytest.approx(3 / 11)
     more = simulate(tr, _spec({"kind": "pipeline", "stages": 4, "microbatches": 32})).extra["pipeline"]
     assert more["predicted_step_ms"] < p["predicted_step_ms"] < one["predicted_step_ms"]
+
+
+def test_layers_without_module_finds_the_block_stack_on_a_shared_gpu_trace(shared_traces, cache_dir):
+    """HF BERT on an H100 (Kineto only, nn.Module annotations `BertLayer_0..3` around `Linear_N`,
+    `LayerNorm_N`, ...): the repeated stack is the 4 BertLayers, not the 26 Linears inside them;
+    copying each once lengthens the step."""
+    from engine.simulate import simulate
+    from engine.trace import load
+
+    tr = load(str(shared_traces / "tracelens_bert_small" / "h100_bert_small.json.gz"))
+    base = simulate(tr)
+    r = simulate(tr, _spec({"kind": "layers", "copies": 1}))
+    rep = r.extra["layers"][0]
+    assert rep["module"] == r"BertLayer_\d+" and rep["matched"] == 4
+    assert rep["inferred"] == {"source": "nn.Module", "module": r"BertLayer_\d+", "instances": 4}
+    assert any("repeated block stack" in w for w in r.warnings)
+    assert r.predicted_iteration_ms > base.predicted_iteration_ms
+
+
+def test_layers_and_batch_without_size_or_module_on_samples(cache_dir):
+    """Our transformer (blocks.0, blocks.1; batch 3) and the 2-rank dlrm_tbe set, whose op ids
+    repeat on each rank (a batch edit once leaked pandas' 'cannot reindex on an axis with
+    duplicate labels')."""
+    from engine.simulate import simulate
+    from engine.trace import load
+
+    tr = _sample("transformer")
+    base = simulate(tr)
+    r = simulate(tr, _spec({"kind": "layers"}, {"kind": "batch", "scale": 2.0}))
+    assert r.extra["layers"][0]["module"] == r"blocks\.\d+" and r.extra["layers"][0]["matched"] == 2
+    assert r.extra["batch"][0]["size"] == 3 and r.predicted_iteration_ms > base.predicted_iteration_ms
+    two = load(str(SAMPLES / "dlrm_tbe"))
+    b0 = simulate(two)
+    b = simulate(two, _spec({"kind": "batch", "scale": 2.0}))
+    assert b.extra["batch"][0]["size"] == 256 and b.extra["batch"][0]["tasks_rescaled"] > 0
+    assert b.predicted_iteration_ms > b0.predicted_iteration_ms
+
+
+def test_layers_without_module_refuses_listing_candidates(shared_traces, cache_dir):
+    """HTA's simple-add trace has no repeated indexed module: one field error saying what it saw."""
+    from engine.simulate import simulate
+    from engine.simulate.whatif.spec import SpecError
+    from engine.trace import load
+
+    tr = load(str(shared_traces / "hta_simple_add" / "benchmark_simple_add_trace.json.gz"))
+    with pytest.raises(SpecError, match=r"edits\[0\]\.module.*no repeated block stack found \(candidates: ") as e:
+        simulate(tr, _spec({"kind": "layers"}))
+    assert "\n" not in str(e.value)

@@ -26,11 +26,14 @@ from engine.compose.meta_sizes import (
     ALL_TO_ALL,
     RESHAPES,
     SIZE_ARG_OPS,
+    SPLITS,
     base_name,
     layout_candidate,
     rescale_slice,
+    rescale_split,
     rescale_splits,
     size_candidates,
+    split_slice,
 )
 from engine.compose.nodes import get_slot, is_defined, set_slot, slot_type, tensor_slots, tensors_of
 from engine.errors import TraceError
@@ -86,10 +89,27 @@ class _Runner:
         self.by_storage: dict[int, tuple] = {}  # storage id -> latest (meta tensor, recorded shape)
         self.shapes: dict[tuple, list[int]] = {}  # key -> its exact new shape (a rule beyond dim x s)
         self.report = MetaReport()
+        # recorded shape -> the one new shape every tensor recorded so became (None: several)
+        self.by_shape: dict[tuple, list[int] | None] = {}
+        self.parent: dict[int, int | None] = {}  # node id -> ctrl_deps
+        self.maker: dict[tuple, int] = {}  # key -> the node whose meta run made it last
+
+    def made_by_ancestor(self, key: tuple, node_id: int) -> bool:
+        """Was `key` made by an op enclosing `node_id`? Its kernel's inner ops (a layer norm's
+        views of its saved mean) read recycled tensor keys and must not redo its outputs."""
+        m = self.maker.get(key)
+        p, hops = self.parent.get(node_id), 0
+        while m is not None and p is not None and hops < 64:
+            if p == m:
+                return True
+            p, hops = self.parent.get(p), hops + 1
+        return False
 
     def put(self, key: tuple, t: torch.Tensor, rec: list) -> None:
         self.env[key] = (t, rec)
         self.by_storage[key[1]] = (t, rec)
+        seen = self.by_shape.get(tuple(rec), list(t.shape))
+        self.by_shape[tuple(rec)] = seen if seen == list(t.shape) else None
 
     def scaled(self, d: int, node) -> int:
         v = d * self.s
@@ -117,11 +137,23 @@ class _Runner:
             d = self.seeds[key]
             shp = shp[:d] + [self.scaled(shp[d], node)] + shp[d + 1 :]
             st = None
-        elif self.s != 1.0 and shp and v[1] in self.by_storage and self.by_storage[v[1]][1] == shp:
+        elif (
+            (self.batch is not None or "backward" in node["name"])
+            and self.s != 1.0
+            and shp
+            and v[1] in self.by_storage
+            and self.by_storage[v[1]][1] == shp
+        ):
             # an alias never made by an op (a tensor autograd saved): same storage and recorded
-            # shape as a tensor already made, so it has that tensor's new shape
+            # shape as a tensor already made, so it has that tensor's new shape. Under a weight
+            # split only for backward ops reading saved tensors: storage ids are recycled, and a
+            # norm's internal [S] buffer would take a split [H/tp] tensor's shape where S == H
             shp = list(self.by_storage[v[1]][0].shape)
             st = None
+        elif self.batch is None and "backward" in node["name"] and self.by_shape.get(tuple(shp)):
+            # a weight split, a saved tensor under a recycled key: every tensor of its recorded
+            # shape (a [B, heads, S, S] score) became the same shape, so this one did too
+            shp, st = list(self.by_shape[tuple(shp)] or shp), None
         elif (
             (self.inner.get(key, 1 << 62) < node["id"] or self.inner_storages.get(v[1], 1 << 62) < node["id"])
             and v[1] not in self.params
@@ -152,6 +184,8 @@ class _Runner:
         """Scale the first dim known to carry the batch (batch dims lead; a later dim that
         happens to equal B, e.g. 10 classes at batch 10, is left alone)."""
         out = list(shp)
+        if self.batch is None:  # a weight split (tensor parallel): dims equal to a split width are
+            return out  # no batch; only the meta runs say which tensors change
         for i, d in enumerate(out):
             if d in self.S and (d > 1 or (i == 0 and self.batch == 1)):  # batch 1 leads as a dim of 1
                 out[i] = self.scaled(d, node)
@@ -221,6 +255,7 @@ def propagate(
     run.shapes = {k: list(v) for k, v in (shapes or {}).items()}
     rep = run.report
     want = {int(i) for i in replay_ids}
+    run.parent = {n["id"]: n.get("ctrl_deps") for n in nodes}
     run_ids = set(want)
     if scale != 1.0:  # children too: tensors they make (saved for backward) get real meta shapes
         run_ids |= {n["id"] for n in nodes if OP_NAME.match(n["name"]) and not n["name"].startswith("c10d::")}
@@ -288,8 +323,11 @@ def propagate(
             continue
         out = None
         base = name.split("::", 1)[-1].split(".", 1)[0]
-        if scale != 1.0 and base in ("slice", "narrow") and isinstance(tensors.get(0), torch.Tensor):
+        sliced = scale != 1.0 and base in ("slice", "narrow") and isinstance(tensors.get(0), torch.Tensor)
+        if sliced and (batch is not None or not (mutate and split_slice(base, ins, orig_shapes, tensors[0], scale))):
             rescale_slice(base, ins, orig_shapes, tensors[0], mutate)
+        if scale != 1.0 and base in SPLITS and isinstance(tensors.get(0), torch.Tensor):
+            rescale_split(base, ins, orig_shapes, tensors[0], scale, mutate)
         size_arg = None
         if scale != 1.0 and base in SIZE_ARG_OPS:
             for i, (t, v) in enumerate(zip(types, ins.get("values", []))):
@@ -308,6 +346,8 @@ def propagate(
                     and isinstance(orig_shapes[0], list)
                 ):
                     lay = layout_candidate(list(t0.shape), orig_shapes[0], ins["values"][size_arg], scale)
+                    if list(t0.shape) == orig_shapes[0]:  # an unchanged input reshapes as recorded
+                        lay = list(ins["values"][size_arg])
                     if lay is not None:
                         cands = [lay] + [c for c in cands if c != lay]
                 for cand in cands:
@@ -392,13 +432,14 @@ def _bind_outputs(run: _Runner, node, res, outs, out) -> None:
                 outs, arg, sub, key, rec, t.dtype if isinstance(t, torch.Tensor) else _dtype(slot_type(outs, arg, sub))
             )
             continue
-        if not run.is_replay and key in run.from_replay:
+        if not run.is_replay and (key in run.from_replay or run.made_by_ancestor(key, node["id"])):
             hit = run.env[key][0]
             if run.mutate and list(hit.shape) != rec:
                 run._write(outs, arg, sub, hit)
             continue
         if run.is_replay:
             run.from_replay.add(key)
+        run.maker[key] = node["id"]
         if not isinstance(t, torch.Tensor):
             run.put((v[0], v[1]), _meta(rec, None, _dtype(slot_type(outs, arg, sub))), rec)
             continue

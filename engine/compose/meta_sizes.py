@@ -64,7 +64,21 @@ def layout_candidate(new_in: list, old_in: list, sizes: list, s: float) -> list 
     before that suffix (or the one the block ends inside) is where the scaled dim went. This is
     what decides a batch-1 trace, where every dim is a multiple of the batch and numel alone
     cannot tell the batch from the sequence or hidden dim."""
-    if len(new_in) != len(old_in) or any(not isinstance(x, int) or x < 0 for x in sizes):
+    if len(new_in) != len(old_in) or any(not isinstance(x, int) or x < -1 for x in sizes):
+        return None
+    if sizes.count(-1) == 1:  # an inferred dim: solve it on the recorded input, decide, keep the -1
+        i = sizes.index(-1)
+        rest = 1
+        for j, x in enumerate(sizes):
+            rest *= x if j != i else 1
+        numel = 1
+        for d in old_in:
+            numel *= int(d)
+        if rest <= 0 or numel % rest:
+            return None
+        solved = layout_candidate(new_in, old_in, [numel // rest if j == i else x for j, x in enumerate(sizes)], s)
+        return None if solved is None else [-1 if j == i else x for j, x in enumerate(solved)]
+    if any(x < 0 for x in sizes):
         return None
     diff = [i for i, (a, b) in enumerate(zip(new_in, old_in)) if a != b]
     if len(diff) != 1:
@@ -92,7 +106,9 @@ def layout_candidate(new_in: list, old_in: list, sizes: list, s: float) -> list 
         if prod != old:
             return None
         if j < b:
-            k = j  # the outermost piece carries the batch
+            # the outermost piece carries the batch; a split that does not divide it goes to the
+            # next piece in (a fused [.., 3, heads, d] view: tensor parallelism splits heads)
+            k = next((i for i in range(j, b) if abs(sizes[i] * s - round(sizes[i] * s)) < 1e-9), j)
         elif b < len(sizes):
             k = b  # a dim of 1 was dropped: the batch merges into the next dim out
         else:
@@ -103,6 +119,25 @@ def layout_candidate(new_in: list, old_in: list, sizes: list, s: float) -> list 
         return None
     c[k] = round(v)
     return c
+
+
+def split_slice(base: str, ins: dict, orig_shapes: list, t: torch.Tensor, s: float) -> bool:
+    """Under a weight split, a slice of a dim that shrank by exactly s (a fused QKV's q, k or v
+    piece, in backward) takes the same piece of the split dim: start and end scale by s."""
+    vals = ins.get("values", [])
+    if base != "slice" or len(vals) < 4 or not orig_shapes or not isinstance(orig_shapes[0], list):
+        return False
+    dim, a, b = vals[1], vals[2], vals[3]
+    if not isinstance(dim, int) or not -len(orig_shapes[0]) <= dim < len(orig_shapes[0]):
+        return False
+    old, new = orig_shapes[0][dim], int(t.shape[dim])
+    if old == new or abs(new - old * s) > 1e-9 or not isinstance(a, int) or not isinstance(b, int):
+        return False
+    b = min(b, old)
+    if any(abs(x * s - round(x * s)) > 1e-9 for x in (a, b)):
+        return False
+    vals[2], vals[3] = round(a * s), round(b * s)
+    return True
 
 
 def rescale_slice(base: str, ins: dict, orig_shapes: list, t: torch.Tensor, mutate: bool) -> None:
@@ -121,6 +156,31 @@ def rescale_slice(base: str, ins: dict, orig_shapes: list, t: torch.Tensor, muta
         ins["values"][3] = new - (old - b)  # x[:B] -> x[:sB], x[:B-1] -> x[:sB-1]
     elif base == "narrow" and isinstance(a, int) and isinstance(b, int) and a + b == old:
         ins["values"][3] = new - a
+
+
+SPLITS = ("split", "split_with_sizes")
+
+
+def rescale_split(base: str, ins: dict, orig_shapes: list, t: torch.Tensor, s: float, mutate: bool) -> None:
+    """split(x, size, dim) / split_with_sizes(x, sizes, dim) along a dim that scaled by exactly s:
+    the piece sizes scale with it, so the op keeps its number of outputs (a fused QKV [.., 3H]
+    split by H: tensor parallelism halves both, q, k and v keep their places)."""
+    vals = ins.get("values", [])
+    if len(vals) < 2 or not orig_shapes or not isinstance(orig_shapes[0], list) or not orig_shapes[0]:
+        return
+    dim = vals[2] if len(vals) > 2 and isinstance(vals[2], int) else 0
+    if not -len(orig_shapes[0]) <= dim < len(orig_shapes[0]):
+        return
+    old, new = int(orig_shapes[0][dim]), int(t.shape[dim])
+    if old == new or abs(new - old * s) > 1e-9:
+        return
+    size = vals[1]
+    pieces = size if isinstance(size, list) else [size]
+    if not all(isinstance(x, int) for x in pieces) or any(abs(x * s - round(x * s)) > 1e-9 for x in pieces):
+        return
+    if mutate:  # scaled runs always mutate (a check-only run keeps s = 1)
+        scaled = [round(x * s) for x in pieces]
+        vals[1] = scaled if isinstance(size, list) else scaled[0]
 
 
 ALL_TO_ALL = frozenset(("alltoall_base_",))

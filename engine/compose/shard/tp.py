@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from engine.compose.meta_check import propagate
 from engine.compose.nodes import attr, get_slot, is_defined, tensors_of
 from engine.compose.shard.dp import allreduce_node, renumber
+from engine.compose.shard.tp_attention import attention_blocks, producers_with_lists
 from engine.compose.transforms.scale import prune_to_replay
 from engine.errors import TraceError
 
@@ -264,17 +265,7 @@ def _grad_input_mm(nodes: list[dict], replay: set[int], col: Linear, phase_of: P
     return None
 
 
-def shard_tp(bench) -> dict:
-    """Split bench.ranks[0] into N identical tensor-parallel ranks (module docstring)."""
-    n = int(bench.spec.sharding.degree)
-    nodes = bench.ranks[0]
-    replay = set(bench.replay_ids[0])
-    params = set(bench.meta.get("param_storages", ()))
-    phase_of = bench.context.phase_of
-    pairs = _pairs(_linears(nodes, replay, params, phase_of), _producers(nodes, replay))
-    if not pairs:
-        raise TraceError("tp sharding found no pair of consecutive linear layers (d -> h -> d) to split")
-    seeds: dict[tuple[int, int], int] = {}
+def _seed_pairs(pairs, n: int, seeds: dict) -> None:
     for col, row in pairs:
         for lin, dim in ((col, 0), (row, 1)):
             if lin.shape[dim] % n:
@@ -286,32 +277,101 @@ def shard_tp(bench) -> dict:
         if col.bias is not None:
             seeds[col.bias] = 0
         seeds[row.weight] = 1 - row.out_dim
+
+
+def _replicated(nodes: list[dict], replay: set[int], phase_of: PhaseOf) -> list[dict]:
+    """Norms and embeddings: Megatron keeps them whole on every rank (they are cheap next to the
+    matmuls, and a vocab-parallel embedding would need its own all_reduce)."""
+    counts: dict[str, int] = {}
+    for nd in nodes:
+        if nd["id"] in replay and phase_of(nd) == "forward":
+            base = nd["name"].split("::", 1)[-1].split(".", 1)[0]
+            if "norm" in base or base.startswith("embedding"):
+                counts[nd["name"]] = counts.get(nd["name"], 0) + 1
+    return [
+        {"op": k, "count": v, "split": None, "why": "norms and embeddings stay replicated (Megatron)"}
+        for k, v in sorted(counts.items())
+    ]
+
+
+def _blocks(pairs, attn, whole: list[dict], replicated: list[dict]) -> list[dict]:
+    """What was split and what was not, and why: one entry per MLP pair, attention block, linear
+    left whole and replicated op kind (benchmark.json's `sharding.blocks`)."""
+    out: list[dict] = [
+        {
+            "block": "mlp",
+            "nodes": [c.node_id, r.node_id],
+            "split": "column/row pair: the hidden activation stays split, one all_reduce per direction",
+        }
+        for c, r in pairs
+    ]
+    out += [
+        {
+            "block": "attention",
+            "nodes": [*(c.node_id for c in cols), row.node_id],
+            "split": "heads: q/k/v column-parallel, out-projection row-parallel, one all_reduce per direction",
+        }
+        for cols, row, _ in attn
+    ]
+    out += [{"block": "linear", "nodes": [w["node"]], "split": None, "why": w["why"]} for w in whole]
+    out += [{"block": r["op"], "count": r["count"], "split": None, "why": r["why"]} for r in replicated]
+    return out
+
+
+def shard_tp(bench) -> dict:
+    """Split bench.ranks[0] into N identical tensor-parallel ranks (module docstring)."""
+    n = int(bench.spec.sharding.degree)
+    nodes = bench.ranks[0]
+    replay = set(bench.replay_ids[0])
+    params = set(bench.meta.get("param_storages", ()))
+    phase_of = bench.context.phase_of
+    linears = _linears(nodes, replay, params, phase_of)
+    pairs = _pairs(linears, _producers(nodes, replay))
+    used = {lin.node_id for p in pairs for lin in p}
+    attn, whole = attention_blocks(linears, producers_with_lists(nodes, replay), used, n)
+    if not pairs and not attn:
+        raise TraceError("tp sharding found no pair of consecutive linear layers (d -> h -> d) to split")
+    seeds: dict[tuple[int, int], int] = {}
+    _seed_pairs(pairs, n, seeds)
+    mlp_seeds = dict(seeds)
+    _seed_pairs([(c, row) for cols, row, _ in attn for c in cols], n, seeds)
     _optimizer_state(nodes, replay, seeds, phase_of)
-    rep = propagate(
-        nodes, bench.replay_ids[0], scale=1.0 / n, seeds=seeds, mutate=True, params=params, label=f"tp degree {n}"
-    )
+    label = f"tp degree {n}"
+    backup = copy.deepcopy(nodes) if attn and pairs else None
+    try:
+        rep = propagate(nodes, bench.replay_ids[0], scale=1.0 / n, seeds=seeds, mutate=True, params=params, label=label)
+    except TraceError as e:
+        if backup is None:
+            raise
+        # heads that do not split (a head count the degree does not divide, an op the meta run
+        # cannot follow): keep attention whole, split the MLPs, and say why
+        nodes[:] = backup
+        for cols, row, _ in attn:
+            for lin in (*cols, row):
+                whole.append({"node": lin.node_id, "weight": list(lin.shape), "split": None, "why": f"attention: {e}"})
+        attn = []
+        _optimizer_state(nodes, replay, mlp_seeds, phase_of)
+        rep = propagate(
+            nodes, bench.replay_ids[0], scale=1.0 / n, seeds=mlp_seeds, mutate=True, params=params, label=label
+        )
     nodes = prune_to_replay(nodes, bench.replay_ids[0])
     by_id = {nd["id"]: nd for nd in nodes}
     tid = max(max(v[0], v[1]) for nd in nodes for _, _, _, _, v in tensors_of(nd) if is_defined(v)) + 1
     inserts: dict[int, dict] = {}  # after node id -> all_reduce node
     comms: list = []
-    for k, (col, row) in enumerate(pairs):
+    units = [([col], row, "mlp") for col, row in pairs] + [(cols, row, "attention") for cols, row, _ in attn]
+    for k, (cols, row, _kind) in enumerate(units):
         sites = [("forward", by_id[row.node_id], [*row.input_shape[:-1], row.shape[0]])]
-        mm = _grad_input_mm(nodes, replay, col, phase_of)
+        mms = [m for m in (_grad_input_mm(nodes, replay, c, phase_of) for c in cols) if m is not None]
+        # separate q/k/v: their input gradients are summed, one all_reduce after the last suffices
+        mm = max(mms, key=lambda m: m["id"]) if mms else None
         if mm is not None:
-            sites.append(
-                (
-                    "backward",
-                    mm,
-                    list(
-                        next(
-                            get_slot(mm["outputs"], "shapes", arg, None)
-                            for io, _, arg, sub, _ in tensors_of(mm)
-                            if io == "out" and sub is None
-                        )
-                    ),
-                )
+            shape = next(
+                get_slot(mm["outputs"], "shapes", arg, None)
+                for io, _, arg, sub, _ in tensors_of(mm)
+                if io == "out" and sub is None
             )
+            sites.append(("backward", mm, list(shape)))
         for phase, after, shape in sites:
             v = next(v for io, _, _, sub, v in tensors_of(after) if io == "out" and sub is None)
             et_dtype = next(
@@ -326,6 +386,7 @@ def shard_tp(bench) -> dict:
                     "after_node": after["id"],
                     "phase": phase,
                     "pair": k,
+                    "block": _kind,
                     "shape": shape,
                     "bytes": attr(node, "comm_bytes"),
                 }
@@ -348,6 +409,15 @@ def shard_tp(bench) -> dict:
             }
             for c, r in pairs
         ],
+        "attention": [
+            {
+                "qkv": [{"node": c.node_id, "weight": list(c.shape), "split": "out_features (by heads)"} for c in cols],
+                "out_proj": {"node": row.node_id, "weight": list(row.shape), "split": "in_features (by heads)"},
+                "heads_ops": w.core,
+            }
+            for cols, row, w in attn
+        ],
+        "blocks": _blocks(pairs, attn, whole, _replicated(nodes, replay, phase_of)),
         "collectives": comms,
         "meta_check": rep.to_dict(),
     }

@@ -16,7 +16,7 @@ transfers to the new sizes; memory capacity is not checked.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Annotated, ClassVar
 
 import numpy as np
@@ -32,14 +32,24 @@ if TYPE_CHECKING:
 SKIP_CATEGORIES = ("view", "allocation", "autograd", "annotation", "communication")
 
 
+_RANK_KEY = 1 << 40  # op ids restart on every rank: (rank, op id) as one integer key
+
+
+def _key(df: pd.DataFrame, col: str) -> np.ndarray:
+    ids = df[col].to_numpy(dtype=np.float64, na_value=np.nan)
+    rank = df["rank"].to_numpy(dtype=np.float64, na_value=0.0) if "rank" in df else np.zeros(len(df))
+    return rank * _RANK_KEY + ids
+
+
 def op_shapes(trace: Trace, op_ids: np.ndarray) -> dict[int, tuple[list, list, float]]:
-    """op id -> (input shapes, output shapes, mean itemsize), tensors in (arg, sub) order."""
+    """(rank, op id) key -> (input shapes, output shapes, mean itemsize), tensors in (arg, sub) order."""
     ten = trace.tensors
     if ten is None or len(ten) == 0:
         return {}
-    t = ten[ten["op_id"].isin(op_ids)].sort_values(["op_id", "io", "arg", "sub"], kind="stable")
+    ten = ten.assign(_key=_key(ten, "op_id"))
+    t = ten[ten["_key"].isin(op_ids)].sort_values(["_key", "io", "arg", "sub"], kind="stable")
     out: dict[int, tuple[list, list, float]] = {}
-    for op, grp in t.groupby("op_id", sort=False):
+    for op, grp in t.groupby("_key", sort=False):
         io = grp["io"].astype(str).to_numpy()
         shapes = [tuple(int(x) for x in s) if s is not None else () for s in grp["shape"]]
         ins = [s for s, k in zip(shapes, io) if k == "in"]
@@ -64,7 +74,7 @@ def scale_shape(shape: tuple[int, ...], targets: set[int], scale: float, once: b
 class DimScale(Edit):
     once: ClassVar[bool] = True  # batch: one axis per tensor; hidden: every matching axis
     scale: Annotated[float, Positive(), Between(1 / MAX_FACTOR, MAX_FACTOR)]
-    size: Annotated[int, Positive()]
+    size: Annotated[int | None, Positive()] = None  # batch: inferred from the trace when left out
     multiples: Annotated[tuple[int, ...], Positive()] = ()
 
     def apply(self, ctx) -> None:
@@ -77,16 +87,17 @@ class DimScale(Edit):
                 "kind", f"the {self.kind} edit needs the trace's ET (shapes); load the ET with the Kineto trace"
             )
         t = g.tasks
-        op_id = t["op_id"].to_numpy(dtype=np.float64, na_value=np.nan)
+        op_id = _key(t, "op_id")  # a multi-rank set repeats op ids: key them by rank
         linked = np.isfinite(op_id)
-        ops = trace.ops.set_index("id")
+        ops = trace.ops.assign(_key=_key(trace.ops, "id").astype(np.int64)).drop_duplicates("_key").set_index("_key")
         ids = np.unique(op_id[linked]).astype(np.int64)
         cats = ops["category"].astype(str).reindex(ids).fillna("").to_numpy()
         names = ops["name"].astype(str).reindex(ids).fillna("").to_numpy()
         keep = ~np.isin(cats, SKIP_CATEGORIES)
         ids, names = ids[keep], names[keep]
         shapes = op_shapes(trace, ids)
-        targets = {self.size} | {self.size * m for m in self.multiples}
+        size = self.size if self.size is not None else self._infer(trace)
+        targets = {size} | {size * m for m in self.multiples}
         rows = []
         for oid, name in zip(ids, names):
             fam = family_of(name)
@@ -126,8 +137,40 @@ class DimScale(Edit):
         changed = int((np.abs(factor - 1) > 1e-9).sum())
         ctx.report.setdefault("cost_model", {}).update({k: v.to_json() for k, v in curves.items()})
         ctx.report.setdefault(self.kind, []).append(
-            {"scale": self.scale, "size": self.size, "multiples": list(self.multiples), "tasks_rescaled": changed}
+            {
+                "scale": self.scale,
+                "size": size,
+                "inferred": self.size is None,
+                "multiples": list(self.multiples),
+                "tasks_rescaled": changed,
+            }
         )
+        if self.size is None:
+            ctx.warnings.append(
+                f"{self.kind}: no size given; inferred {size} from the trace (dim 0 of the model's first input)"
+            )
+
+    def _infer(self, trace) -> int:
+        """The batch a user does not know: dim 0 of the forward pass's first non-parameter input,
+        as batch scaling in compose infers it (`engine.compose.transforms.scale.infer_batch`)."""
+        from engine.simulate.whatif.spec import SpecError
+
+        if self.kind != "batch":
+            raise SpecError("size", f"the {self.kind} edit needs a size (the dimension to scale)")
+        from engine.compose.transforms.scale import infer_batch
+        from engine.errors import TraceError
+
+        ops, ten = trace.ops, trace.tensors
+        if "rank" in ops and ops["rank"].nunique() > 1:  # ranks of one SPMD job share the batch
+            r0 = ops["rank"].min()
+            ops, ten = ops[ops["rank"] == r0], ten[ten["rank"] == r0] if "rank" in ten else ten
+            trace = replace(trace, ops=ops, tensors=ten)
+        try:
+            return infer_batch(trace)
+        except (TraceError, KeyError, ValueError, IndexError, TypeError, AttributeError) as e:
+            raise SpecError(
+                "size", f"could not infer the batch from the trace ({str(e).split(': ')[-1]}); give a size"
+            ) from None
 
 
 @register("batch")

@@ -131,7 +131,7 @@ def param_share(trace: Trace, ev: pd.DataFrame, rows: np.ndarray) -> float | Non
 
 @register("layers", stage="events")
 class Layers(Edit):
-    module: Annotated[str, Regex()]
+    module: Annotated[str | None, Regex()] = None  # None: the repeated block stack (whatif/blocks.py)
     copies: Annotated[int, Between(1, 1000, why="a typo must not schedule a huge graph")] = 1
 
     def apply(self, ctx) -> None:
@@ -139,16 +139,32 @@ class Layers(Edit):
         if "_scale" not in ev:
             ev["_scale"] = 1.0
         names = ev["name"].astype(str)
-        rx = compile_user(self.module, "module")
+        module, found = self.module, None
+        if module is None:
+            from engine.simulate.whatif.blocks import find_block_stack
+            from engine.simulate.whatif.spec import SpecError
+
+            module, found = find_block_stack(ev)
+            if module is None:
+                cands = "; ".join(found["candidates"]) or "no indexed nn.Module or user annotation"
+                raise SpecError("module", f"no repeated block stack found (candidates: {cands}); give a module regex")
+            ctx.warnings.append(
+                f"layers: no module given; copying the repeated block stack {module!r} "
+                f"({found['instances']} {found['source']} instances)"
+            )
+        rx = compile_user(module, "module")
         heads = [
             int(i)
             for i in np.flatnonzero(names.str.startswith("nn.Module: ").to_numpy())
             if rx.fullmatch(names.iat[i][len("nn.Module: ") :])
         ]
+        if found is not None and found.get("source") == "user annotation":
+            user = (ev["cat"].astype(str) == "user_annotation").to_numpy()
+            heads = [int(i) for i in np.flatnonzero(user) if rx.fullmatch(names.iat[i])]
         if not heads:
             from engine.simulate.whatif.spec import SpecError
 
-            raise SpecError("module", f"no 'nn.Module: ...' annotation fully matches {self.module!r}")
+            raise SpecError("module", f"no 'nn.Module: ...' annotation fully matches {module!r}")
         head_ev = ev["ev"].to_numpy()[heads]
         head_ts = ev["ts_us"].to_numpy()[heads]
         shares: dict[str, float] = {}  # per module name: every recorded step repeats the modules
@@ -190,7 +206,8 @@ class Layers(Edit):
         ctx.events = ev
         ctx.report.setdefault("layers", []).append(
             {
-                "module": self.module,
+                "module": module,
+                "inferred": found,
                 "matched": len(heads),
                 "copies": self.copies,
                 "param_share": round(share_total, 4),

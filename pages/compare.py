@@ -29,7 +29,12 @@ if mode == "original vs replay":
         for i, r in enumerate(runs)
     ]
     pick = st.selectbox(
-        "Replay run", range(len(runs)), index=len(runs) - 1, format_func=lambda i: labels[i], key="cmp_run"
+        "Replay run",
+        range(len(runs)),
+        index=len(runs) - 1,
+        format_func=lambda i: labels[i],
+        # keyed by the newest run: a replay that just finished is what Compare opens on (issue 21)
+        key=f"cmp_run:{runs[-1]['job']}",
     )
     run = runs[pick]
     if run["trace"] not in state.traces():

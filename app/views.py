@@ -274,3 +274,11 @@ def rank_timelines_fig(paths: tuple[str, ...], window_us: float | None, with_pat
     except TraceError:
         seg = None
     return rank_timelines(load_paths(paths).events, window_us, path=seg)
+
+
+@view(st.cache_data, max_entries=16, show_spinner="Querying…")
+def sql_result(paths: tuple[str, ...], sql: str):
+    """Read-only SQL over the trace store of `paths` (engine.trace.store.query: built on first use)."""
+    from engine.trace.store import query
+
+    return query(list(paths), sql)

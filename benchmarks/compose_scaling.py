@@ -27,10 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import ROOT  # first: puts the repo root on sys.path (benchmarks/harness.py)
 
-from engine.compose.measure import dlrm_plans, layer_repeat, mlp_batch, round_trip, tp_linear  # noqa: E402 -- after sys.path
+from engine.compose.measure import dlrm_plans, layer_repeat, mlp_batch, round_trip, tp_linear
 
 FIGURES = {
     "round_trip": round_trip,

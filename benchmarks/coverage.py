@@ -18,8 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import ROOT  # first: puts the repo root on sys.path (benchmarks/harness.py)
 
 REFERENCE = {"param_linear": (319, 320), "param_resnet": (1172, 1228)}
 ET_SUFFIXES = ("_et.json.gz", ".json.tar.gz", "chakra.0.0.4.json.gz")

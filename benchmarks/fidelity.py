@@ -26,10 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from engine import jsonio  # noqa: E402 -- after sys.path
-from engine.compare.fidelity import geomean_error, iqr_over_median, step_errors  # noqa: E402 -- after sys.path
+from harness import ROOT  # first: puts the repo root on sys.path (benchmarks/harness.py)
+
+from engine import jsonio
+from engine.compare.fidelity import geomean_error, iqr_over_median, step_errors
 
 MODELS = ("mlp", "cnn", "transformer", "dlrm")
 

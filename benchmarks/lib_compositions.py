@@ -33,9 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT / "sample_traces"
-sys.path.insert(0, str(ROOT))
+from harness import ROOT, SAMPLES  # first: puts the repo root on sys.path (benchmarks/harness.py)
+
+from engine.errors import TraceError
 
 TBE = [str(SAMPLES / "dlrm_tbe" / f"dlrm_tbe_rank{r}_et.json.gz") for r in (0, 1)]
 TBE_SEGMENTS = [{"selection": {}, "source": 0}, {"selection": {}, "source": 1}]
@@ -85,9 +85,6 @@ PER_RANK = {("dlrm_tbe", "x1 (whole step)"): TBE, ("dlrm_tbe", "batch x2 (whole 
 # one-rank compositions of a multi-rank capture: every rank replays the composed rank 0 (its
 # all_to_all, all_reduce and broadcast need their peers): `--world-size N --mirror-rank 0`
 MIRROR = {("dlrm_tbe", "bf16 (whole step)"): 2}
-
-
-from engine.errors import TraceError  # noqa: E402 (after the sys.path insert)
 
 
 def _load() -> list[float]:

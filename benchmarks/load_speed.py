@@ -34,9 +34,9 @@ import time
 import types
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from engine import jsonio  # noqa: E402 -- after sys.path
+from harness import ROOT  # first: puts the repo root on sys.path (benchmarks/harness.py)
+
+from engine import jsonio
 
 REFERENCE = {  # reference (measured by the issue author), seconds
     "param ExecutionTrace loader (resnet ET)": (1.0, 1.3),

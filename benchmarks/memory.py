@@ -78,7 +78,7 @@ DIST = r"""
 import json, sys
 from engine.replay import ReplayConfig
 from engine.replay.distributed import DistConfig, replay_distributed
-cfg = ReplayConfig(warmup=1, iters=2, profile=True)
+cfg = ReplayConfig(warmup=1, iters=2, profile=True, out_dir=sys.argv[1])
 res = replay_distributed(sys.argv[2:], config=cfg, dist=DistConfig(), out_dir=sys.argv[1])
 b = res.memory["world_budget"]
 ranks = [json.load(open(r["replay_json"])) for r in res.ranks]

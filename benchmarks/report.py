@@ -436,6 +436,30 @@ def simulate(d: dict) -> list[str]:
     return out
 
 
+def ingest_parsers(d: dict) -> list[str]:
+    """One big Kineto file built by tiling a shared real trace in time; each candidate parser runs
+    once in a fresh process (wall time after imports; peak RSS is the process's `ru_maxrss`, growth
+    is peak minus RSS after imports), over the plain and the gzip file."""
+    rows = [
+        [
+            r["candidate"],
+            r["input"],
+            num(r.get("wall_s"), 2),
+            num(r.get("peak_rss_mb"), 0),
+            num(r["peak_rss_mb"] - r["rss_after_imports_mb"], 0) if "peak_rss_mb" in r else "-",
+            num(r.get("x_events")) if "x_events" in r else r.get("error", "-"),
+        ]
+        for r in d["runs"]
+    ]
+    i = d["input"]
+    return table(["candidate", "input", "wall s", "peak RSS MiB", "RSS growth MiB", "X events"], rows) + [
+        f"Input: {i['copies']} copies of `{i['source']}`: {i['items']:,} items, {i['json_bytes'] / 2**20:.0f} MiB JSON, "
+        f"{i['gzip_bytes'] / 2**20:.0f} MiB gzip; load average {d['load_average']:.1f} on {d['cpus']} CPUs. "
+        f"Fastest bounded-memory streamer: `{d['winner_streaming']}`.",
+        "",
+    ]
+
+
 # results file stem -> section title. The script is benchmarks/<stem>.py, the formatter the function
 # of the same name, and its docstring says how the figures are measured (method only, no figure).
 SECTIONS = {
@@ -449,6 +473,7 @@ SECTIONS = {
     "responsiveness": "Dashboard responsiveness (server side)",
     "responsiveness_browser": "Dashboard responsiveness in a real browser",
     "simulate": "Simulation and what-if",
+    "ingest_parsers": "Streaming ingestion: JSON parsers compared",
 }
 
 

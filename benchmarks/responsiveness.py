@@ -27,8 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import ROOT  # first: puts the repo root on sys.path (benchmarks/harness.py)
+
 OUT = ROOT / "benchmarks" / "results" / "responsiveness.json"
 RESNET = ("param_resnet/resnet_et.json.gz", "param_resnet/resnet_kineto.json.gz")
 CONTROL = "hta_trace_diff/control.json.gz"

@@ -31,9 +31,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from engine.testing.browser import CHROMEDRIVER, CHROMIUM, FLAGS, free_port  # noqa: E402 -- after sys.path
+from harness import ROOT  # first: puts the repo root on sys.path (benchmarks/harness.py)
+
+from engine.testing.browser import CHROMEDRIVER, CHROMIUM, FLAGS, free_port
 
 OUT = ROOT / "benchmarks" / "results" / "responsiveness_browser.json"
 ART = ROOT / "artifacts" / "bench"

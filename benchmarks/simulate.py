@@ -30,9 +30,8 @@ import os
 import platform
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import harness  # noqa: F401  (first: puts the repo root on sys.path)
 
 from benchmarks.simbench import tables
 from benchmarks.simbench.common import RESULTS

@@ -25,7 +25,7 @@ rank = st.selectbox("Rank", ranks, key="explore_rank") if len(ranks) > 1 else ra
 # only builds the graph.
 view = st.radio(
     "View",
-    ["Operator graph", "Timeline", "Breakdown", "Analysis"],
+    ["Operator graph", "Timeline", "Breakdown", "Analysis", "SQL"],
     horizontal=True,
     key="explore_view",
     label_visibility="collapsed",
@@ -209,7 +209,7 @@ elif view == "Analysis":
         )
         st.plotly_chart(views.rank_timelines_fig(paths, float(win)), key="a_rank_timelines", width="stretch")
 
-else:
+elif view == "Breakdown":
     missing = selftime.missing_timing(trace)
     if missing:
         st.info(missing)
@@ -254,6 +254,26 @@ else:
         if ids:
             state.set_selection(name, ids, "table")
             st.success(f"selected {len(ids)} ET ops")
+
+elif view == "SQL":
+    # Read-only SQL over the trace store (engine.trace.store, docs/store.md): the same views and
+    # lock-down as `mystique sql`; a bad query or a refused file access is one line of error.
+    st.caption(
+        "Read-only SQL (DuckDB) over the trace store's views `events`, `flows` and `sources` "
+        "(Kineto events; columns in docs/store.md). Files outside the store cannot be read or written."
+    )
+    sql = st.text_area(
+        "SQL",
+        "SELECT cat, count(*) AS n, sum(dur_us) AS total_us FROM events GROUP BY cat ORDER BY total_us DESC",
+        key="explore_sql",
+    )
+    try:
+        res = views.sql_result(paths, sql)
+    except TraceError as exc:
+        st.error(str(exc))
+    else:
+        st.dataframe(res.head(10_000), hide_index=True, key="explore_sql_result")
+        st.caption(f"{len(res):,} rows" + (" (first 10,000 shown)" if len(res) > 10_000 else ""))
 
 sel = state.selection()
 if sel["ids"] and sel["trace"] == name:

@@ -12,6 +12,7 @@ import streamlit as st
 from app import state
 from engine.errors import TraceError
 from engine.graph.replayset import SelectionMode
+from engine.replay.collectives import ReplayMode
 from engine.replay.config import ReplayConfig  # no torch: engine.replay imports its executor lazily
 
 st.title("Replay")
@@ -80,7 +81,7 @@ if len(rank_files["ranks"]) > 1 or not target.startswith("selection"):
             "a one-rank trace runs as N symmetric ranks (SPMD)",
         )
     )
-    rmode = d[1].selectbox("Mode", ["full", "compute-only", "comm-only"], key="replay_rmode")
+    rmode = d[1].selectbox("Mode", [m.value for m in ReplayMode], key="replay_rmode")
     if world > 1 or n_rec > 1:
         dist_opts = {"world_size": world, "mirror_rank": None if world == n_rec else rank_files["ranks"][0]}
     mode_kw = {"replay_mode": rmode}

@@ -68,8 +68,9 @@ def _run(content_hash: str, paths: tuple[str, ...], spec_json: str, cfg_json: st
     from engine.simulate import simulate
 
     trace = views.load_paths(paths)
-    base = simulate(trace, config=SimConfig.from_json(cfg_json))
-    res = simulate(trace, spec_json, config=SimConfig.from_json(cfg_json))  # the spec parser names bad fields
+    cfg = SimConfig.parse(cfg_json)
+    base = simulate(trace, config=cfg)
+    res = simulate(trace, spec_json, config=cfg)  # the spec parser names bad fields
     cp = res.critical_path
     path = {"segments": cp.segments, "top_ops": cp.top_ops} if cp is not None else None
     return base.to_json(), res.to_json(), res.predicted.events, trace.events, path, res.stragglers
@@ -86,7 +87,7 @@ entry = state.traces()[name]
 try:
     with st.status("Simulating…", expanded=False) as status:
         base, res, pred_events, orig_events, path, lag = _run(
-            entry["hash"], tuple(entry["paths"]), spec_text, SimConfig().to_json()
+            entry["hash"], tuple(entry["paths"]), spec_text, json.dumps(SimConfig().to_dict(), sort_keys=True)
         )
         status.update(
             label=f"Simulated {res['tasks']:,} tasks at {res['tasks_per_s'] / 1e6:.2f} M tasks/s (graph build + schedule)",

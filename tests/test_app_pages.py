@@ -470,3 +470,24 @@ def test_replay_page_hints_mirror_rank_for_one_rank_of_a_multi_rank_job(app):
     _wait_runs(at, 1)
     hints = [i.value for i in at.info if "--mirror-rank 0 --world-size 2" in i.value]
     assert hints and "2-rank job" in hints[0] and "World size (processes) to 2" in hints[0], [i.value for i in at.info]
+
+
+def test_explore_sql_box_queries_the_store_read_only(app, tmp_path):
+    """Explore's SQL view (issue 22) answers through engine.trace.store.query: the counts per
+    category equal the loader's, and a query naming a file outside the store is an error line."""
+    from engine.trace import load
+
+    at = _page(app, "explore")
+    at.radio(key="explore_view").set_value("SQL")
+    at.run()
+    _ok(at)
+    (res,) = [d.value for d in at.dataframe]  # the only table of this view
+    paths = app.session_state["traces"]["sample:mlp"]["paths"]
+    want = load(*paths).events["cat"].astype(str).value_counts()
+    assert dict(zip(res["cat"], res["n"])) == want.to_dict()
+    secret = tmp_path / "secret.csv"
+    secret.write_text("a\n1\n")
+    at.text_area(key="explore_sql").input(f"SELECT * FROM read_csv('{secret}')")
+    at.run()
+    _ok(at)
+    assert any("Permission" in e.value for e in at.error)

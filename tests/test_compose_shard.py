@@ -125,7 +125,7 @@ def test_greedy_plan_balances_cost():
 def test_composed_plan_is_the_plan_the_whatif_ranks():
     """One planner for compose and the what-if: the composed greedy shards are the what-if's."""
     from engine.compose.shard.embedding import cost_model, cost_tables
-    from engine.simulate.whatif.sharding import PLANNERS
+    from engine.simulate.planners import PLANNERS
 
     tables = [
         Table(index=i, fwd={}, bwd={}, rows=r, dim=32, itemsize=4, lookups=lk, batch=512)
@@ -169,7 +169,7 @@ def two_step_dlrm(tmp_path_factory):
 def test_a_two_step_trace_shards_each_table_once(two_step_dlrm, tmp_path):
     """Was: a table per lookup, so two recorded steps composed six 'tables' (the same table on
     two ranks) and the what-if counted each backward twice."""
-    from engine.simulate.whatif.sharding import tables_from_trace
+    from engine.simulate.planners import tables_from_trace
 
     trace = et.load(two_step_dlrm["et"], two_step_dlrm["kineto"])
     names = trace.ops["name"].astype(str)

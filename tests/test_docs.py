@@ -46,7 +46,7 @@ def test_cli_md_lists_every_command_and_option():
 
     text = (ROOT / "docs" / "cli.md").read_text()
     (subs,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    assert len(subs.choices) == 7
+    assert len(subs.choices) == 8  # info capture replay compare compose simulate sql app
     for name, sub in subs.choices.items():
         assert f"## mystique {name}" in text
         for a in sub._actions:

@@ -199,24 +199,25 @@ def test_6_whatif_documents_refused_in_one_line(tmp_path, cache_dir, good_sim, t
 def test_6_config_numbers_name_their_field(cache_dir, config, problem):
     """Was: NaN/Infinity config fields gave null predictions; deep nesting and 5,000 digits
     raised tracebacks."""
+    from engine.errors import TraceError
     from engine.simulate import SimConfig
 
-    with pytest.raises(ValueError, match=problem.split(":")[0]):
-        SimConfig.from_json(config)
+    with pytest.raises(TraceError, match=problem.split(":")[0]):
+        SimConfig.parse(config)
     one_line_error(cli("simulate", SAMPLES / "mlp", "--config", config, cache=cache_dir), "--config", problem)
 
 
-def _compose_spec(tmp_path, name="s.json", **fields):
+def _compose_spec(tmp_path, fname="s.json", **fields):
     spec = {"version": 1, "sources": [str(SAMPLES / "mlp" / "mlp_et.json.gz")], "segments": [{"selection": {}}]}
     spec.update(fields)
-    p = tmp_path / name
+    p = tmp_path / fname
     p.write_text(json.dumps(spec))
     return p, spec
 
 
 @pytest.fixture
 def good_compose(tmp_path, cache_dir):
-    spec, _ = _compose_spec(tmp_path, "good.json")
+    spec, _ = _compose_spec(tmp_path, fname="good.json")
     out = tmp_path / "bench"
     r = cli("compose", spec, "--out", out, "--json", cache=cache_dir)
     assert r.returncode == 0, r.stderr[-1500:]

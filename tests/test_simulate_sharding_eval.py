@@ -1,6 +1,7 @@
-"""The sharding benchmark's judging rules (benchmarks/simbench/sharding.py): identical plans merge,
-picks are judged strictly and against a distribution-free CI. Plans composed from the DLRM sample
-by engine/compose."""
+"""The sharding benchmark's judging rules (engine/compare/ranking.py, applied by
+benchmarks/simbench/sharding.py): identical plans merge, picks are judged strictly and against a
+distribution-free CI (engine/compare/fidelity.py). Plans composed from the DLRM sample by
+engine/compose."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import random
 
 import pytest
 
-from benchmarks.simbench import common, sharding
+from engine.compare import fidelity, ranking
 from tests.conftest import ROOT, SAMPLES
 
 
@@ -24,7 +25,7 @@ def _shards(plan: str, n: int) -> list[dict]:
 
 
 def test_one_rank_plans_are_one_benchmark():
-    keys = {p: sharding.assignment(_shards(p, 1)) for p in ("table", "row", "column", "greedy")}
+    keys = {p: ranking.assignment(_shards(p, 1)) for p in ("table", "row", "column", "greedy")}
     assert len(set(keys.values())) == 1
 
 
@@ -34,17 +35,17 @@ def test_equal_sizes_different_rows_stay_apart_and_rank_labels_do_not_matter():
         sorted((x["table"], x["rows"]) for x in s if x["rank"] == r) for s in (row, greedy) for r in (0, 1)
     ]
     assert per_rank_rows[0] == per_rank_rows[2] and per_rank_rows[1] == per_rank_rows[3]  # same sizes per rank
-    assert sharding.assignment(row) != sharding.assignment(greedy)  # but other row ranges: two benchmarks
+    assert ranking.assignment(row) != ranking.assignment(greedy)  # but other row ranges: two benchmarks
     swapped = [dict(x, rank=1 - x["rank"]) for x in row]
-    assert sharding.assignment(swapped) == sharding.assignment(row)
+    assert ranking.assignment(swapped) == ranking.assignment(row)
 
 
 def test_median_ci_order_statistics_and_noise_verdict():
-    assert common.median_ci([float(i) for i in range(1, 22)]) == (6.0, 16.0)  # n=21: 6th and 16th
+    assert fidelity.median_ci([float(i) for i in range(1, 22)]) == (6.0, 16.0)  # n=21: 6th and 16th
     rng = random.Random(0)
     a = [10 + rng.gauss(0, 0.5) for _ in range(41)]
-    assert common.paired(a, [x + rng.gauss(0, 0.5) for x in a])["within_noise"]
-    far = common.paired(a, [x - 1.0 + rng.gauss(0, 0.1) for x in a])
+    assert fidelity.paired_difference(a, [x + rng.gauss(0, 0.5) for x in a])["within_noise"]
+    far = fidelity.paired_difference(a, [x - 1.0 + rng.gauss(0, 0.1) for x in a])
     assert not far["within_noise"] and far["median_ms"] == pytest.approx(1.0, abs=0.1)
 
 
@@ -54,12 +55,12 @@ def test_judge_strict_and_within_noise():
     rng = random.Random(1)
     base = [10 + rng.gauss(0, 0.3) for _ in range(31)]
     close = {"a": base, "b": [x + rng.gauss(0.05, 0.3) for x in base]}
-    j = sharding.judge({"a": 1.1, "b": 1.0}, {"a": 4, "b": 4}, {"a": close["a"], "b": close["b"]})
+    j = ranking.judge({"a": 1.1, "b": 1.0}, {"a": 4, "b": 4}, {"a": close["a"], "b": close["b"]})
     assert j["pick"] == "b" and j["fastest"] == "a" and not j["strict_hit"] and j["hit_within_noise"]
     apart = {"a": base, "b": [x + 1.0 for x in base]}
-    j = sharding.judge({"a": 1.1, "b": 1.0}, {"a": 4, "b": 4}, apart)
+    j = ranking.judge({"a": 1.1, "b": 1.0}, {"a": 4, "b": 4}, apart)
     assert not j["strict_hit"] and not j["hit_within_noise"] and j["pick_minus_fastest"]["ci95_ms"][0] > 0.9
-    j = sharding.judge({"a": 1.0, "b": 1.0005}, {"a": 8, "b": 4}, apart)  # predicted tie: fewer shards wins
+    j = ranking.judge({"a": 1.0, "b": 1.0005}, {"a": 8, "b": 4}, apart)  # predicted tie: fewer shards wins
     assert j["predicted_tie"] == ["a", "b"] and j["pick"] == "b" and not j["hit_within_noise"]
 
 

@@ -1,17 +1,14 @@
-"""Shared helpers of the simulator benchmark: paths, trace loading, captures, noise statistics."""
+"""Shared helpers of the simulator benchmark: paths, trace loading, captures. The noise
+statistics are the engine's (engine.compare.fidelity), the paths and load the harness's."""
 
 from __future__ import annotations
 
-import math
-import os
-import statistics
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-SAMPLES = ROOT / "sample_traces"
+from benchmarks.harness import ROOT, SAMPLES, load1
+from engine.compare.fidelity import median_ci
+from engine.compare.fidelity import paired_difference as paired
+
 SHARED = ROOT.parent / "shared" / "traces"
 RESULTS = ROOT / "benchmarks" / "results" / "simulate.json"
 STEPS = 5  # profiled steps per capture
@@ -54,22 +51,4 @@ def capture_sample(model: str, out: Path, **overrides) -> Path:
     return capture_step(step, cfg, model, out)
 
 
-def load1() -> float:
-    return os.getloadavg()[0]
-
-
-def median_ci(d: list[float], conf: float = 0.95) -> tuple[float, float]:
-    """Distribution-free CI of the median (sign-test order statistics): no normality assumed,
-    robust to the load spikes of a shared machine."""
-    s, n = sorted(d), len(d)
-    k = 0  # largest k with P(Binom(n, 1/2) <= k - 1) <= (1 - conf) / 2
-    while k + 1 <= n // 2 and sum(math.comb(n, i) for i in range(k + 1)) / 2**n <= (1 - conf) / 2:
-        k += 1
-    return (s[k - 1], s[n - k]) if k else (s[0], s[-1])
-
-
-def paired(a: list[float], b: list[float]) -> dict:
-    """Median per-round difference a - b and its 95 % CI; within noise when the CI contains 0."""
-    d = [x - y for x, y in zip(a, b)]
-    lo, hi = median_ci(d)
-    return {"median_ms": statistics.median(d), "ci95_ms": [lo, hi], "within_noise": lo <= 0 <= hi}
+__all__ = ["ROOT", "SAMPLES", "capture_sample", "capture_step", "load", "load1", "median_ci", "pair", "paired"]

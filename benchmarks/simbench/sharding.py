@@ -19,20 +19,18 @@ Rules (also in the README):
   * Strict hit: the pick is the measured fastest (lowest median).
   * Hit within noise: the pick is the measured fastest, or the paired per-round difference
     pick - fastest is not significantly above 0: its 95 % distribution-free CI (sign-test order
-    statistics of the median, common.median_ci) has a lower bound <= 0. That CI is the noise band,
+    statistics of the median, engine.compare.fidelity.median_ci) has a lower bound <= 0. That CI is the noise band,
     reported in ms and in % of the fastest plan's median.
 """
 
 from __future__ import annotations
 
-import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.simbench.common import ROOT, SAMPLES, capture_step, load, load1, median_ci, pair, paired
-
-PRED_TIE_REL = 1e-3  # predicted gaps under 0.1 % are below the embedding model's resolution
+from benchmarks.simbench.common import ROOT, SAMPLES, capture_step, load, load1, pair
+from engine.compare.ranking import assignment, judge
 
 # name: (table rows, pooling per table); None = the bundled sample (sample_traces/dlrm:
 # rows 100k/40k/10k/2k, pooling 20 on every table)
@@ -78,50 +76,10 @@ def _replay_cpu_ms(traces: dict, rounds: int) -> dict:
     return {k: r["runs_ms"] for k, r in alternate(traces, rounds, warmup=1, clock=time.thread_time).items()}
 
 
-def assignment(shards: list[dict]) -> tuple:
-    """What a composed plan runs, up to rank naming: per rank the set of (table, row/col range,
-    lookups) it serves. Equal keys are the same benchmark (rank labels do not change any rank's work)."""
-    per: dict = {}
-    for x in shards:
-        per.setdefault(x["rank"], []).append(
-            (x["table"], x["row_offset"], x["rows"], x["col_offset"], x["dim"], x["lookups"])
-        )
-    return tuple(sorted(tuple(sorted(v)) for v in per.values()))
-
-
-def judge(pred: dict, nshards: dict, per_round: dict) -> dict:
-    """Pick, measured ranking and verdicts of one case (rules in the module docstring)."""
-    meas = {p: statistics.median(v) for p, v in per_round.items()}
-    best = min(pred.values())
-    tied = [p for p in pred if pred[p] <= best * (1 + PRED_TIE_REL)]
-    pick = min(tied, key=lambda p: (nshards[p], pred[p]))
-    p_rank = [pick] + sorted((p for p in pred if p != pick), key=lambda p: pred[p])
-    m_rank = sorted(pred, key=lambda p: meas[p])
-    fastest = m_rank[0]
-    vs = paired(per_round[pick], per_round[fastest])
-    lo, hi = vs["ci95_ms"]
-    pairs = [(a, b) for i, a in enumerate(p_rank) for b in p_rank[i + 1 :]]
-    return {
-        "pick": pick,
-        "fastest": fastest,
-        "predicted_tie": tied if len(tied) > 1 else [],
-        "predicted_ranking": p_rank,
-        "measured_ranking": m_rank,
-        "measured_ms": meas,
-        "plan_ci95_ms": {p: list(median_ci(v)) for p, v in per_round.items()},
-        "pick_minus_fastest": vs,
-        "noise_band_pct": [100 * lo / meas[fastest], 100 * hi / meas[fastest]],
-        "strict_hit": pick == fastest,
-        "hit_within_noise": pick == fastest or lo <= 0,
-        "pairwise_order_ok": sum(meas[a] <= meas[b] for a, b in pairs),
-        "pairs": len(pairs),
-    }
-
-
 def sharding(ranks=(2, 4), plans=("table", "row", "column", "greedy"), rounds: int = 31, configs=None) -> dict:
     from engine.compose import compose, export, spec_from_dict
     from engine.simulate.calibrate import calibrate
-    from engine.simulate.whatif.sharding import EmbeddingModel, Shard, rank_us, tables_from_trace
+    from engine.simulate.planners import EmbeddingModel, Shard, rank_us, tables_from_trace
 
     calibrate("cpu", 1)  # the embedding model's microbenchmarks (cached by shape; a first run takes ~1 min)
     tmp = Path(tempfile.mkdtemp(prefix="simshard_"))

@@ -14,12 +14,17 @@ has no measured time: `missing_timing` says so in one sentence the pages show.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
 from engine.trace import intervals as iv
 from engine.trace.categories import classify
 from engine.trace.vocab import GPU_CATS, cat_mask
+
+if TYPE_CHECKING:
+    from engine.trace.model import Trace
 
 
 def self_time(events: pd.DataFrame) -> np.ndarray:
@@ -141,7 +146,7 @@ def top_annotations(ops: pd.DataFrame, n: int = 25) -> pd.DataFrame:
     return a[cols].assign(name=a["name"].astype(str)).nlargest(n, "k_dur_us").reset_index(drop=True)
 
 
-def missing_timing(trace) -> str | None:
+def missing_timing(trace: Trace) -> str | None:
     """Why a trace's breakdowns are empty, in one sentence (None when it has measured time)."""
     if getattr(trace, "has_kineto", False):
         return None

@@ -54,6 +54,7 @@ def register(subparsers) -> None:
     p.add_argument("--kineto", default=None, help="Kineto trace to link (streams, host gaps)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     from engine.graph.replayset import SelectionMode
+    from engine.replay.collectives import ReplayMode
     from engine.replay.config import ReplayConfig
 
     d = ReplayConfig()  # the one source of defaults (the UI reads it too)
@@ -85,8 +86,8 @@ def register(subparsers) -> None:
     p.add_argument("--mirror-rank", type=int, default=None, help="distributed: every rank replays this recorded rank")
     p.add_argument(
         "--replay-mode",
-        choices=("full", "compute-only", "comm-only"),
-        default="full",
+        choices=[m.value for m in ReplayMode],
+        default=d.replay_mode.value,
         help="full (compute + communication, default), compute-only, or comm-only",
     )
     p.add_argument(

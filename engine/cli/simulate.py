@@ -42,9 +42,9 @@ def run(args: argparse.Namespace) -> int:
 
     spec = WhatIfSpec.parse(args.what_if) if args.what_if else None
     try:
-        cfg = SimConfig.from_json(args.config) if args.config else SimConfig()
-    except (ValueError, TypeError) as exc:
-        raise TraceError(f"--config {exc}") from None
+        cfg = SimConfig.parse(args.config) if args.config else SimConfig()
+    except TraceError as exc:
+        raise TraceError(f"--config {exc.problem}") from None
     with progress_bar("simulate", enabled=not args.json) as cb:
         trace = _load(args.paths, cb)
         result = simulate(trace, spec, config=cfg, progress=cb)

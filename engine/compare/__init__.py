@@ -6,17 +6,20 @@ compare(trace_a, trace_b) -> TraceDiff
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.compare.replay import Comparison, compare_replay, rel_error
 from engine.compare.traces import TraceDiff, compare_traces
 from engine.replay.result import REPLAY_KEYS, ReplayResult
 
+if TYPE_CHECKING:
+    from engine.trace.model import Trace
+
 __all__ = ["REPLAY_KEYS", "Comparison", "TraceDiff", "compare", "compare_replay", "compare_traces", "rel_error"]
 
 
 def compare(
-    original: Any, replay: Any, *, original_meta: dict | None = None, labels: tuple[str, str] = ("a", "b")
+    original: Trace, replay: Any, *, original_meta: dict | None = None, labels: tuple[str, str] = ("a", "b")
 ) -> Comparison | TraceDiff:
     """Original Trace vs a ReplayResult (-> Comparison) or vs another Trace (-> TraceDiff)."""
     if isinstance(replay, ReplayResult):

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from engine.errors import TraceError
 from engine.trace.vocab import GPU_CATS
 
 if TYPE_CHECKING:
     from engine.replay.result import ReplayResult
+    from engine.trace.model import Trace
 
 
 def check_replay_folder(path: str | os.PathLike) -> None:
@@ -46,7 +47,7 @@ def check_replay_folder(path: str | os.PathLike) -> None:
             )
 
 
-def original_hashes(trace: Any) -> set[str]:
+def original_hashes(trace: Trace) -> set[str]:
     return {
         str(s["sha256"])
         for s in (getattr(trace, "meta", {}) or {}).get("sources", [])
@@ -54,7 +55,7 @@ def original_hashes(trace: Any) -> set[str]:
     }
 
 
-def check_source(original: Any, replay: ReplayResult, path: str | None, warnings: list[str]) -> None:
+def check_source(original: Trace, replay: ReplayResult, path: str | None, warnings: list[str]) -> None:
     """Refuse a replay whose recorded source hashes match none of the original's ETs."""
     src = replay.source
     mine = original_hashes(original)
@@ -76,7 +77,7 @@ def check_source(original: Any, replay: ReplayResult, path: str | None, warnings
         )
 
 
-def original_device(original: Any, meta: dict | None) -> str | None:
+def original_device(original: Trace, meta: dict | None) -> str | None:
     """'cuda' / 'cpu' for the original: the capture meta, else GPU activity or CUDA tensors."""
     dev = (meta or {}).get("device")
     if dev:
@@ -94,7 +95,7 @@ def original_device(original: Any, meta: dict | None) -> str | None:
     return None
 
 
-def check_device(original: Any, meta: dict | None, replay: ReplayResult, warnings: list[str]) -> None:
+def check_device(original: Trace, meta: dict | None, replay: ReplayResult, warnings: list[str]) -> None:
     o = original_device(original, meta)
     r = replay.device
     r_kind = "cuda" if r.startswith("cuda") else (r or None)

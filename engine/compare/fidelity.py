@@ -1,8 +1,11 @@
-"""Summary figures of a timing-fidelity measurement: replay times against original times.
+"""Paired statistics of timing measurements: replay against original, plan against plan.
 
-One home for the figures both fidelity benchmarks report (benchmarks/fidelity.py for one
-process, benchmarks/distributed.py for a job), so a change to how an error is computed reaches
-both tables and both results files alike.
+The one home for the figures the fidelity benchmarks (benchmarks/fidelity.py for one process,
+benchmarks/distributed.py for a job), the compose measurements (engine.compose.measure) and the
+simulator benchmark (benchmarks/simbench) report, so a change to how an error or a noise band is
+computed reaches every table and results file alike. Why paired: runs taken alternately share
+the machine's load, so per-round ratios and differences cancel a slow drift that medians of
+each side alone keep.
 """
 
 from __future__ import annotations
@@ -33,8 +36,33 @@ def step_errors(original_ms: Sequence[float], replay_ms: Sequence[float]) -> dic
     }
 
 
+def paired_ratio(a: Sequence[float], b: Sequence[float]) -> float:
+    """Median of per-round ratios a_i / b_i (rounds run alternately share the machine's load)."""
+    return statistics.median(x / y for x, y in zip(a, b))
+
+
+def median_ci(d: Sequence[float], conf: float = 0.95) -> tuple[float, float]:
+    """Distribution-free CI of the median (sign-test order statistics): no normality assumed,
+    robust to the load spikes of a shared machine."""
+    s, n = sorted(d), len(d)
+    k = 0  # largest k with P(Binom(n, 1/2) <= k - 1) <= (1 - conf) / 2
+    while k + 1 <= n // 2 and sum(math.comb(n, i) for i in range(k + 1)) / 2**n <= (1 - conf) / 2:
+        k += 1
+    return (s[k - 1], s[n - k]) if k else (s[0], s[-1])
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float]) -> dict:
+    """Median per-round difference a - b and its 95 % CI; within noise when the CI contains 0."""
+    d = [x - y for x, y in zip(a, b)]
+    lo, hi = median_ci(d)
+    return {"median_ms": statistics.median(d), "ci95_ms": [lo, hi], "within_noise": lo <= 0 <= hi}
+
+
 def geomean_error(errors: Iterable[float]) -> float:
     """Geometric mean of relative errors, each floored at 1e-6 (one exact replay would make it 0);
     NaN when there are none."""
     floored = [max(e, 1e-6) for e in errors]
     return math.exp(sum(math.log(e) for e in floored) / len(floored)) if floored else float("nan")
+
+
+__all__ = ["geomean_error", "iqr_over_median", "median_ci", "paired_difference", "paired_ratio", "step_errors"]

@@ -40,12 +40,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from engine.compare.curves import align
 from engine.replay.result import ReplayResult
+
+if TYPE_CHECKING:
+    from engine.trace.model import Trace
 
 
 def rel_error(original: float, replay: float) -> float:
@@ -91,7 +94,7 @@ class Comparison:
         }
 
 
-def original_step_ms(trace: Any, meta: dict[str, Any] | None) -> tuple[float, str]:
+def original_step_ms(trace: Trace, meta: dict[str, Any] | None) -> tuple[float, str]:
     """(median step ms, source): the capture's unprofiled median, else the profiled iterations."""
     if meta and meta.get("median_ms") is not None:
         return float(meta["median_ms"]), "capture meta median_ms (unprofiled)"
@@ -102,7 +105,7 @@ def original_step_ms(trace: Any, meta: dict[str, Any] | None) -> tuple[float, st
 
 
 def compare_replay(
-    original: Any,
+    original: Trace,
     replay: ReplayResult,
     *,
     original_meta: dict[str, Any] | None = None,

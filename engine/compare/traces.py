@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from engine.compare.replay import json_clean, json_records, rel_error
+
+if TYPE_CHECKING:
+    from engine.trace.model import Trace
 
 
 @dataclass(kw_only=True, slots=True)
@@ -62,13 +65,13 @@ class TraceDiff:
         }
 
 
-def _iter_stats(trace: Any) -> dict[str, Any]:
+def _iter_stats(trace: Trace) -> dict[str, Any]:
     iters = [it for it in (trace.meta.get("iterations") or []) if it.get("dur_us")]
     durs = [float(it["dur_us"]) for it in iters]
     return {"iterations": len(durs), "median_iter_ms": float(np.median(durs)) / 1e3 if durs else math.nan}
 
 
-def _events_by(trace: Any, keys: list[str]) -> pd.DataFrame:
+def _events_by(trace: Trace, keys: list[str]) -> pd.DataFrame:
     ev = trace.events
     if ev is None or ev.empty:
         return pd.DataFrame(columns=[*keys, "count", "dur_us"])

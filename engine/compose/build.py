@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from engine.compose.spec import BenchmarkSpec
 from engine.errors import TraceError
 from engine.progress import Progress, report, scaled
 from engine.trace.ranks import of_rank
+
+if TYPE_CHECKING:
+    from engine.trace.model import Trace
 
 _SKIP_ANCESTORS = ("[pytorch|profiler|execution_trace|",)
 
@@ -89,7 +92,7 @@ class _Ids:
         return self.tensor
 
 
-def _max_tensor_id(trace) -> int:
+def _max_tensor_id(trace: Trace) -> int:
     t = trace.tensors
     if len(t) == 0:
         return 0
@@ -133,7 +136,7 @@ def _chain_pairs(sub, phase: dict, params: set) -> dict[tuple[int, int], tuple[i
     return pairs
 
 
-def _segment_nodes(trace, sub) -> tuple[list[dict], set[int], dict[int, str]]:
+def _segment_nodes(trace: Trace, sub) -> tuple[list[dict], set[int], dict[int, str]]:
     """Node dicts of a Subgraph (id order) plus its annotation ancestors (module/phase labels),
     the ids to replay, and each node's phase (by source node id)."""
     ops = of_rank(trace.ops, sub.rank)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine.compare.fidelity import paired_ratio
 from engine.resources import data_root, sample_traces_dir
 
 
@@ -86,13 +87,8 @@ def round_trip(model: str = "mlp", rounds: int = 7, tmp: Path | None = None) -> 
     )
     r = alternate({"original": _load(sample(model)), "composed": _load(paths[0])}, rounds)
     r["ratio"] = r["composed"]["median_ms"] / r["original"]["median_ms"]
-    r["paired_ratio"] = _paired(r["composed"]["runs_ms"], r["original"]["runs_ms"])
+    r["paired_ratio"] = paired_ratio(r["composed"]["runs_ms"], r["original"]["runs_ms"])
     return r
-
-
-def _paired(a: list, b: list) -> float:
-    """Median of per-round ratios a_i / b_i: adjacent runs share the machine's load."""
-    return statistics.median(x / y for x, y in zip(a, b))
 
 
 def mlp_batch(scale: float = 2.0, rounds: int = 7, tmp: Path | None = None) -> dict:
@@ -104,7 +100,7 @@ def mlp_batch(scale: float = 2.0, rounds: int = 7, tmp: Path | None = None) -> d
     )
     r = alternate({"x1": _load(p1[0]), f"x{scale:g}": _load(p2[0])}, rounds)
     r["ratio"] = r[f"x{scale:g}"]["median_ms"] / r["x1"]["median_ms"]
-    r["paired_ratio"] = _paired(r[f"x{scale:g}"]["runs_ms"], r["x1"]["runs_ms"])
+    r["paired_ratio"] = paired_ratio(r[f"x{scale:g}"]["runs_ms"], r["x1"]["runs_ms"])
     return r
 
 
@@ -124,7 +120,7 @@ def layer_repeat(ks=(1, 2, 4), rounds: int = 7, tmp: Path | None = None, module:
     base = r[f"k{ks[0]}"]["median_ms"] / ks[0]
     r["linearity"] = {f"k{k}": r[f"k{k}"]["median_ms"] / (k * base) for k in ks}
     r["paired_linearity"] = {
-        f"k{k}": _paired(r[f"k{k}"]["runs_ms"], [x * k / ks[0] for x in r[f"k{ks[0]}"]["runs_ms"]]) for k in ks
+        f"k{k}": paired_ratio(r[f"k{k}"]["runs_ms"], [x * k / ks[0] for x in r[f"k{ks[0]}"]["runs_ms"]]) for k in ks
     }
     return r
 
@@ -188,6 +184,6 @@ def tp_linear(model: str = "mlp", degrees=(2, 4), rounds: int = 7, tmp: Path | N
     for n in degrees:
         r[f"tp{n}"].update(info[f"tp{n}"])
         r[f"tp{n}"]["ratio"] = r[f"tp{n}"]["median_ms"] / r["tp1"]["median_ms"]
-        r[f"tp{n}"]["paired_ratio"] = _paired(r[f"tp{n}"]["runs_ms"], r["tp1"]["runs_ms"])
+        r[f"tp{n}"]["paired_ratio"] = paired_ratio(r[f"tp{n}"]["runs_ms"], r["tp1"]["runs_ms"])
     r["model"] = model
     return r

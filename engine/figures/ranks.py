@@ -14,6 +14,8 @@ import pandas as pd
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
+    from engine.trace.model import Trace
+
 PARTS = (
     ("compute_ms", "compute"),
     ("communication_ms", "communication"),
@@ -61,7 +63,7 @@ def rank_bars(report: dict[str, Any]) -> go.Figure:
     return fig
 
 
-def original_rank_ms(trace, meta_by_rank: dict[int, float] | None = None) -> dict[int, float]:
+def original_rank_ms(trace: Trace, meta_by_rank: dict[int, float] | None = None) -> dict[int, float]:
     """The original's step time per rank: capture meta medians when given (unprofiled), else the
     mean ProfilerStep span of each rank in the trace."""
     if meta_by_rank:

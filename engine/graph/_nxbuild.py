@@ -82,8 +82,8 @@ def _build(nodes, node_attrs, src, dst, edge_attrs, graph_attrs):
         g.add_edges_from((s, d, a) for s, d, a in zip(src, dst, edge_dicts))
         return g
     g._node.update(zip(nodes, node_dicts))
-    succ = {n: {} for n in nodes}
-    pred = {n: {} for n in nodes}
+    succ: dict[Any, dict] = {n: {} for n in nodes}
+    pred: dict[Any, dict] = {n: {} for n in nodes}
     src, dst = (x.tolist() if hasattr(x, "tolist") else list(x) for x in (src, dst))  # plain ints
     try:
         _fill(succ, src, dst, edge_dicts)

@@ -24,8 +24,12 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from engine.errors import TraceError
+
+if TYPE_CHECKING:
+    from engine.trace.model import Trace
 
 COMM_BYTES = 96 << 20  # process group per rank: gloo pairs/buffers, threads (measured ~40 MiB on CPU)
 
@@ -106,7 +110,7 @@ def _measure(paths: list[str], fbgemm: bool) -> int | None:
         return None
 
 
-def _rank_bound(trace, rank: int, config, baseline: int) -> int:
+def _rank_bound(trace: Trace, rank: int, config, baseline: int) -> int:
     """Peak RSS bound of one rank replaying recorded `rank` (the plan a rank builds)."""
     from engine.graph import replay_ops
     from engine.replay.custom import CustomOps
@@ -131,7 +135,7 @@ def _rank_bound(trace, rank: int, config, baseline: int) -> int:
     return rss_bound(planned, len(plan.steps), profile=profile, metrics=False, rss_now=baseline) + COMM_BYTES
 
 
-def world_budget(trace, paths: list[str], rank_map: dict[int, int], config) -> WorldBudget:
+def world_budget(trace: Trace, paths: list[str], rank_map: dict[int, int], config) -> WorldBudget:
     from engine.replay.memory import HEADROOM
     from engine.sysinfo import _host_available, cgroup_available_bytes
 
@@ -152,7 +156,7 @@ def world_budget(trace, paths: list[str], rank_map: dict[int, int], config) -> W
     )
 
 
-def check_world_memory(trace, paths: list[str], rank_map: dict[int, int], config, source=None) -> WorldBudget:
+def check_world_memory(trace: Trace, paths: list[str], rank_map: dict[int, int], config, source=None) -> WorldBudget:
     """Refuse (TraceError, one line) a world whose concurrent ranks do not fit in memory."""
     b = world_budget(trace, paths, rank_map, config)
     if b.total_bytes <= b.available_bytes:

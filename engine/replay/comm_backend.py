@@ -90,7 +90,7 @@ class TorchDistBackend:
         *,
         rank: int,
         world_size: int,
-        groups: dict[str, object] | None = None,
+        groups: dict[str, Any] | None = None,
         device: str = "cpu",
         mirror_of: int | None = None,
     ):
@@ -231,7 +231,8 @@ class TorchDistBackend:
                 works = [(dist.isend if send else dist.irecv)(t, peer, group=group) for t in bufs]
                 if not a:
                     for wk in works:
-                        wk.wait()
+                        if wk is not None:
+                            wk.wait()
                 return works[-1]
         elif k in (CollKind.GATHER, CollKind.SCATTER):
             b = ins[0]

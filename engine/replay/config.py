@@ -1,8 +1,9 @@
 """`ReplayConfig`: every knob of a replay, validated where it is built.
 
-Why a frozen-ish, validated dataclass: the CLI, the UI, compose and the benchmarks all build
+Why a frozen, validated dataclass: the CLI, the UI, compose and the benchmarks all build
 replays; validating once here turns a typo ("cuda:x", iters=0) into a clear `TraceError`
-before any tensor is allocated.
+before any tensor is allocated. Its shape (to_dict/from_dict, Enum fields) is every engine
+config's (engine.settings).
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from pathlib import Path
 
 from engine.errors import TraceError
 from engine.graph.replayset import SelectionMode
+from engine.replay.collectives import ReplayMode
+from engine.settings import Settings, choose
 
 _DEVICE = re.compile(r"^(cpu|cuda|cuda:\d+)$")
 
 
-@dataclass(kw_only=True, slots=True)
-class ReplayConfig:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReplayConfig(Settings):
     """How to replay a trace.
 
     device      "cpu", "cuda" or "cuda:N" (the trace's own device is remapped onto it)
@@ -53,17 +56,12 @@ class ReplayConfig:
     num_threads: int | None = None
     seed: int = 0
     metrics: bool = True
-    replay_mode: str = "full"
+    replay_mode: ReplayMode = ReplayMode.FULL
+
+    WHAT = "replay config"
 
     def __post_init__(self) -> None:
-        from engine.replay.collectives import ReplayMode
-
-        try:
-            self.replay_mode = ReplayMode(str(self.replay_mode))
-        except ValueError:
-            raise TraceError(
-                f"replay_mode must be one of {[m.value for m in ReplayMode]}, not {self.replay_mode!r}"
-            ) from None
+        self._set("replay_mode", choose(ReplayMode, self.replay_mode, "replay_mode"))
         if not isinstance(self.device, str) or not _DEVICE.match(self.device):
             raise TraceError(f"replay device must be 'cpu', 'cuda' or 'cuda:N', not {self.device!r}")
         for name in ("warmup", "iters", "seed"):
@@ -72,7 +70,7 @@ class ReplayConfig:
                 raise TraceError(f"replay {name} must be a non-negative integer, not {v!r}")
         if self.iters < 1:
             raise TraceError(f"replay iters must be at least 1, not {self.iters}")
-        self.mode = SelectionMode.parse(self.mode)
+        self._set("mode", SelectionMode.parse(self.mode))
         if self.lazy not in (True, False, "auto"):
             raise TraceError(f"replay lazy must be true, false or 'auto', not {self.lazy!r}")
         if self.num_threads is not None and (
@@ -80,7 +78,7 @@ class ReplayConfig:
         ):
             raise TraceError(f"replay num_threads must be a positive integer, not {self.num_threads!r}")
         if self.out_dir is not None:
-            self.out_dir = Path(self.out_dir)
+            self._set("out_dir", Path(self.out_dir))
         if self.profile and self.out_dir is None:
             raise TraceError("replay profile=True needs an out_dir for the Kineto trace")
         if self.device.startswith("cuda"):

@@ -98,8 +98,8 @@ class _TBE:
         self.tables, self.rows, self.dims, self.opt = tables, rows, dims, opt
         self.pooling, self.batch, self.n_idx = pooling, batch, n_idx
         self.precision = precision  # of the recorded weights and pooled output: fp32, fp16 or bf16
-        self.module = None
-        self.out = None
+        self.module: Any = None  # fbgemm's SplitTableBatchedEmbeddingBagsCodegen once built
+        self.out: Any = None
 
     def nbytes(self) -> int:
         """Bytes this TBE holds once built (counted in the replay's memory estimate, issue 26:

@@ -237,7 +237,7 @@ def _sub_conv(target: str, transposed: bool, has_bias: bool):
         bias = ("rec", 2) if has_bias else ("const", None)
         if transposed:
             pad, outpad, stride, dil, groups = 2 + b, 3 + b, 4 + b, 5 + b, 6 + b
-            tail = [("const", True), ("rec", outpad)]
+            tail: list[tuple[str, Any]] = [("const", True), ("rec", outpad)]
         else:
             pad, stride, dil, groups = 2 + b, 3 + b, 4 + b, 5 + b
             tail = [("const", False), ("const", [0])]

@@ -31,7 +31,6 @@ from engine import jsonio
 
 def _spec_from_args(a: argparse.Namespace) -> dict:
     from engine.replay.config import ReplayConfig
-    from engine.replay.distributed import config_to_json
     from engine.trace.layout import resolve
 
     paths = [str(f) for f in resolve(*a.paths).files]  # a folder: its ranks' files (engine.trace.layout)
@@ -52,7 +51,7 @@ def _spec_from_args(a: argparse.Namespace) -> dict:
         "timeout_s": a.timeout,
         "groups": None,
         "out_dir": os.path.abspath(a.out),
-        "config": config_to_json(cfg),
+        "config": cfg.to_dict(),
     }
 
 
@@ -94,7 +93,8 @@ def run_rank(spec: dict) -> int:
     import engine.trace as T
     from engine.distributed.launch import ProgressBoard, init_from_env
     from engine.replay.comm_backend import TorchDistBackend
-    from engine.replay.distributed import STAGED_JSON, config_from_json, final_kineto, staged_kineto
+    from engine.replay.config import ReplayConfig
+    from engine.replay.distributed import STAGED_JSON, final_kineto, staged_kineto
     from engine.replay.executor import ReplaySession
     from engine.replay.merge import merge
     from engine.replay.seqcheck import process_groups
@@ -121,7 +121,7 @@ def run_rank(spec: dict) -> int:
             board.tick(rank)
         dist.barrier()
 
-    cfg = config_from_json(spec["config"], rank_dir)
+    cfg = ReplayConfig.from_dict({"metrics": False, **spec["config"], "out_dir": rank_dir})
     staged = bool(spec.get("staged"))
     with ReplaySession(trace, config=cfg, rank=recorded, collectives=backend) as session:
         for _ in range(cfg.warmup):
@@ -162,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--iters", type=int, default=5)
-    p.add_argument("--replay-mode", default="full")
+    from engine.replay.collectives import ReplayMode
+
+    p.add_argument("--replay-mode", choices=[m.value for m in ReplayMode], default=ReplayMode.FULL.value)
     p.add_argument(
         "--allow-trace-code",
         action="store_true",

@@ -26,17 +26,21 @@ The same worker runs under torchrun:
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine import jsonio
 from engine.errors import TraceError
 from engine.progress import Progress, report, scaled
 from engine.replay.config import ReplayConfig
 from engine.replay.result import ReplayResult
+from engine.settings import Settings
+
+if TYPE_CHECKING:
+    from engine.trace.model import Trace
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -53,8 +57,8 @@ def final_kineto(rank: int) -> str:
     return f"replay_rank{rank}_kineto.json.gz"
 
 
-@dataclass(kw_only=True, slots=True)
-class DistConfig:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DistConfig(Settings):
     """world_size   ranks to start (None: the number of recorded ranks)
     mirror_rank    replay this recorded rank on every rank (SPMD assumption)
     timeout_s      bound on every collective (and the rendezvous)
@@ -65,6 +69,8 @@ class DistConfig:
     timeout_s: float = DEFAULT_TIMEOUT_S
     check: bool = True
 
+    WHAT = "distributed replay settings"
+
     def __post_init__(self) -> None:
         if self.world_size is not None and (isinstance(self.world_size, bool) or not 1 <= int(self.world_size) <= 1024):
             raise TraceError(f"world size must be between 1 and 1024, not {self.world_size!r}")
@@ -73,20 +79,8 @@ class DistConfig:
         if not (isinstance(self.timeout_s, (int, float)) and 0 < self.timeout_s <= 86_400):
             raise TraceError(f"collective timeout must be between 0 and 86400 s, not {self.timeout_s!r}")
 
-    def to_json(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
-    @classmethod
-    def from_json(cls, d: dict) -> DistConfig:
-        """Inverse of `to_json` (unknown keys are an error naming them)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        extra = set(d) - names
-        if extra:
-            raise TraceError(f"unknown distributed replay settings: {sorted(extra)}")
-        return cls(**d)
-
-
-def plan_ranks(trace, dist: DistConfig) -> tuple[int, dict[int, int]]:
+def plan_ranks(trace: Trace, dist: DistConfig) -> tuple[int, dict[int, int]]:
     """(world size, {process rank: recorded rank to replay})."""
     ranks = sorted(int(r) for r in trace.ops["rank"].unique()) if len(trace.ops) else []
     if not ranks:
@@ -141,7 +135,7 @@ def replay_distributed(
         "timeout_s": dist.timeout_s,
         "groups": process_groups(trace),
         "out_dir": str(out.resolve()),
-        "config": config_to_json(config),
+        "config": config.to_dict(),
         "merge_in_rank0": False,  # this process merges (it holds the output folder's lock)
         "staged": True,  # ranks write staged names; promoted below once all succeeded
     }
@@ -165,7 +159,7 @@ def replay_distributed(
     return res
 
 
-def _check_distinct_ranks(trace) -> None:
+def _check_distinct_ranks(trace: Trace) -> None:
     """Two execution traces declaring the same rank would replay as one rank with both files'
     ops: refuse, naming both files."""
     seen: dict[int, str] = {}
@@ -204,20 +198,6 @@ def _drop_staged(out: Path) -> None:
 
     for f in [*out.glob(f"rank*/{STAGED_JSON}"), *out.glob("rank*/replay_rank*_kineto.new.json.gz")]:
         f.unlink(missing_ok=True)
-
-
-def config_to_json(config: ReplayConfig) -> dict:
-    d = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
-    d["out_dir"] = str(d["out_dir"]) if d.get("out_dir") is not None else None
-    d["replay_mode"] = str(d["replay_mode"])
-    return d
-
-
-def config_from_json(d: dict, out_dir: Path | None) -> ReplayConfig:
-    d = dict(d)
-    d["out_dir"] = out_dir
-    d.setdefault("metrics", False)
-    return ReplayConfig(**d)
 
 
 def rank_inputs(paths: Sequence[str | os.PathLike], ranks: Sequence[int], bench_dir: str | None = None) -> dict:

@@ -17,7 +17,7 @@ import gc
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -42,6 +42,9 @@ from engine.replay.steps import (
 from engine.replay.tensors import StorageManager
 from engine.trace.ranks import of_rank, ranks_of
 
+if TYPE_CHECKING:
+    from engine.trace.model import Trace
+
 
 def _target_device(cfg: ReplayConfig) -> str:
     if cfg.device == "cuda":
@@ -49,7 +52,7 @@ def _target_device(cfg: ReplayConfig) -> str:
     return cfg.device
 
 
-def _rank_ops(trace, rank):
+def _rank_ops(trace: Trace, rank):
     ops = trace.ops
     if len(ops) == 0:
         raise TraceError("trace has no execution-trace operators to replay (Kineto-only trace?)")
@@ -62,7 +65,7 @@ def _rank_ops(trace, rank):
 
 
 def replay(
-    trace, *, config: ReplayConfig, op_ids=None, progress: Progress | None = None, rank: int | None = None
+    trace: Trace, *, config: ReplayConfig, op_ids=None, progress: Progress | None = None, rank: int | None = None
 ) -> ReplayResult:
     """Replay `trace` (one rank) per `config`; `op_ids`: exact ET ids to run (e.g. a Subgraph's
     `replay_ids`), default: the operator-selection rule of `config.mode` over the whole rank."""
@@ -74,7 +77,7 @@ def replay(
     return _replay(trace, config=config, op_ids=op_ids, progress=progress, rank=rank)
 
 
-def _replay(trace, *, config: ReplayConfig, op_ids, progress: Progress | None, rank: int | None) -> ReplayResult:
+def _replay(trace: Trace, *, config: ReplayConfig, op_ids, progress: Progress | None, rank: int | None) -> ReplayResult:
     with ReplaySession(trace, config=config, op_ids=op_ids, progress=progress, rank=rank) as session:
         total = config.warmup + config.iters
         for it in range(config.warmup):
@@ -97,7 +100,7 @@ class ReplaySession:
 
     def __init__(
         self,
-        trace,
+        trace: Trace,
         *,
         config: ReplayConfig,
         op_ids=None,
@@ -406,7 +409,7 @@ class ReplaySession:
         )
 
 
-def _meta_threads(trace) -> int | None:
+def _meta_threads(trace: Trace) -> int | None:
     """The capture's intra-op thread count: from trace meta, else from the `<name>_meta.json`
     written by `mystique capture` next to the ET file. Thread count dominates CPU step time
     (2 threads on a loaded 2-core machine can be 10x slower than 1), so it must match."""
@@ -462,7 +465,7 @@ def measured_host_gaps(plan: Plan) -> list[int]:
     return out
 
 
-def replayed_et(trace, rank) -> dict | None:
+def replayed_et(trace: Trace, rank) -> dict | None:
     """The ET source document of `rank` (the first ET when the rank is not recorded): a
     distributed rank names its own file, not rank 0's, so compare maps its ids through the right
     provenance (issue 21)."""
@@ -471,7 +474,7 @@ def replayed_et(trace, rank) -> dict | None:
     return (mine or srcs or [None])[0]
 
 
-def source_of(trace, rank) -> dict:
+def source_of(trace: Trace, rank) -> dict:
     """Content hashes of the ET document(s) of `rank` that were replayed (ReplayResult.source)."""
     srcs = [s for s in (trace.meta.get("sources") or []) if s.get("kind") == "execution_trace"]
     mine = [s for s in srcs if rank is None or s.get("rank") == rank] or srcs

@@ -13,13 +13,17 @@ mismatch). An all_to_all whose recorded splits disagree names what each side sen
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from engine.errors import TraceError
 from engine.graph.replayset import SelectionMode
 from engine.replay.collectives import CollectiveCall, CollKind, collective_call, is_collective
 
+if TYPE_CHECKING:
+    from engine.trace.model import Trace
 
-def rank_collectives(trace, rank: int, mode: SelectionMode | str = SelectionMode.TOP) -> list[CollectiveCall]:
+
+def rank_collectives(trace: Trace, rank: int, mode: SelectionMode | str = SelectionMode.TOP) -> list[CollectiveCall]:
     """The collectives a distributed replay of `rank` issues, in op order."""
     from engine.graph import replay_ops
     from engine.replay.plan import param_comms_by_parent
@@ -42,7 +46,7 @@ def rank_collectives(trace, rank: int, mode: SelectionMode | str = SelectionMode
     return out
 
 
-def process_groups(trace) -> list[dict]:
+def process_groups(trace: Trace) -> list[dict]:
     """Recorded process groups other than the default: [{name, ranks}] sorted by name, the same
     list on every rank (what `dist.new_group` must be called with, in order)."""
     ops = trace.ops
@@ -164,7 +168,7 @@ def _splits_agree(a: CollectiveCall, b: CollectiveCall, ra: int, rb: int) -> boo
 
 
 def sequences(
-    trace, ranks: list[int], mode: SelectionMode | str = SelectionMode.TOP
+    trace: Trace, ranks: list[int], mode: SelectionMode | str = SelectionMode.TOP
 ) -> dict[int, list[CollectiveCall]]:
     return {r: rank_collectives(trace, r, mode) for r in ranks}
 

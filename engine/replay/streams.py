@@ -15,7 +15,7 @@ cudaEventRecord/cudaStreamWaitEvent pairs enforce for correct programs.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,10 +23,13 @@ from engine.replay.plan import Plan
 from engine.trace.ranks import of_rank
 from engine.trace.vocab import GPU_CATS as _GPU_CATS
 
+if TYPE_CHECKING:
+    from engine.trace.model import Trace
+
 _LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 
 
-def op_streams(trace, plan: Plan, rank: int | None = None) -> dict[int, int]:
+def op_streams(trace: Trace, plan: Plan, rank: int | None = None) -> dict[int, int]:
     """{plan step index: original stream id} for steps whose launches are found in Kineto."""
     ev = trace.events
     if ev is None or len(ev) == 0:
@@ -57,7 +60,7 @@ def op_streams(trace, plan: Plan, rank: int | None = None) -> dict[int, int]:
     return {k: cnt.most_common(1)[0][0] for k, cnt in votes.items()}
 
 
-def assign_streams(trace, plan: Plan, rank: int | None = None) -> dict[int, Any]:
+def assign_streams(trace: Trace, plan: Plan, rank: int | None = None) -> dict[int, Any]:
     """Set `stream`/`wait_streams` on the plan's steps; returns {stream id: torch.cuda.Stream}."""
     import torch
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -14,9 +14,12 @@ from engine.simulate.graph import build_graph
 from engine.simulate.result import SimResult, iteration_ms, predicted_trace
 from engine.simulate.schedule import solve
 
+if TYPE_CHECKING:
+    from engine.trace.model import Trace
+
 
 def simulate(
-    trace: Any,
+    trace: Trace,
     spec: Any = None,
     *,
     config: SimConfig | None = None,

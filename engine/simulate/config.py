@@ -2,18 +2,21 @@
 
 Why these knobs exist: a trace records *when* things happened, not *why*. The graph builder
 infers the why (launch, sync, cross-thread hand-off) with a few thresholds; they are named here
-so a user can see and change them, and so `from_json` can restore a run's exact settings.
+so a user can see and change them, and so `from_dict` can restore a run's exact settings (the
+shape of every engine config: engine.settings). `parse` reads the CLI's `--config` JSON text.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
+
+from engine.errors import TraceError
+from engine.settings import Settings
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
-class SimConfig:
+class SimConfig(Settings):
     # A GPU task that starts within this many us of its stream predecessor's end was held by the
     # stream (FIFO), not by its launch; its launch latency then falls back to the typical one.
     stream_bound_gap_us: float = 3.0
@@ -27,9 +30,11 @@ class SimConfig:
     # Safety valve for the round-based solver (each round resolves at least one lane segment).
     max_rounds: int = 1_000_000
 
+    WHAT = "simulator settings"
+
     def __post_init__(self) -> None:
         """Each field passes the what-if field rules (engine.simulate.whatif.rules: finite numbers,
-        bounds, a linear-time regex); ValueError "field: problem" otherwise."""
+        bounds, a linear-time regex); TraceError "field: problem" otherwise."""
         from engine.simulate.whatif.rules import MAX_US, Between, Finite, Regex, problem_with
 
         rules = {
@@ -43,31 +48,30 @@ class SimConfig:
             v = getattr(self, f.name)
             want = {"str": str, "int": int}.get(str(f.type), float)
             if isinstance(v, bool) or not isinstance(v, (int, float) if want is float else want):
-                raise ValueError(f"{f.name}: expected {'a number' if want is float else want.__name__}, got {v!r}")
+                raise TraceError(f"{f.name}: expected {'a number' if want is float else want.__name__}, got {v!r}")
             problem = next((p for r in rules[f.name] if (p := problem_with(r, v)) is not None), None)
             if problem is not None:
-                raise ValueError(f"{f.name}: {problem}")
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+                raise TraceError(f"{f.name}: {problem}")
 
     @classmethod
-    def from_json(cls, text: str | dict[str, Any]) -> SimConfig:
-        """From JSON text or a dict; ValueError "field: problem" (NaN, deep nesting and huge
-        numbers are read, then refused naming their field, as in what-if specs)."""
-        if isinstance(text, str):
-            from engine.simulate.whatif.spec import SpecError, _loads
-
-            try:
-                data = _loads(text, None, "simulator settings")
-            except SpecError as exc:
-                raise ValueError(exc.detail) from None
-        else:
-            data = dict(text)
-        if not isinstance(data, dict):
-            raise ValueError("must be a JSON object of SimConfig fields")
+    def from_dict(cls, d: Any) -> SimConfig:
+        """Inverse of `to_dict`; TraceError "field: problem" (an unknown field names itself)."""
+        if not isinstance(d, dict):
+            raise TraceError("must be a JSON object of SimConfig fields")
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted(set(d) - known)
         if unknown:
-            raise ValueError(f"{unknown[0]}: unknown field; known: {', '.join(sorted(known))}")
-        return cls(**data)
+            raise TraceError(f"{unknown[0]}: unknown field; known: {', '.join(sorted(known))}")
+        return cls(**d)
+
+    @classmethod
+    def parse(cls, text: str) -> SimConfig:
+        """From JSON text (the CLI's --config); NaN, deep nesting and huge numbers are read, then
+        refused naming their field, as in what-if specs."""
+        from engine.simulate.whatif.spec import SpecError, _loads
+
+        try:
+            data = _loads(text, None, "simulator settings")
+        except SpecError as exc:
+            raise TraceError(exc.detail) from None
+        return cls.from_dict(data)

@@ -5,18 +5,30 @@ Public API (stable; every other part of the engine builds on it):
     summarize(trace) -> dict            # what `mystique info --json` prints for one trace
 """
 
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from engine.progress import Progress
 from engine.trace.model import CATEGORIES, PHASES, Trace
 
 __all__ = ["CATEGORIES", "PHASES", "Trace", "load", "summarize"]
 
 
-def load(*paths, rank=None, progress=None, use_cache=True):  # implemented in engine.trace.load
+def load(
+    *paths: str | os.PathLike,
+    rank: int | None = None,
+    progress: Progress | None = None,
+    use_cache: bool = True,
+) -> Trace:
+    """Load ET and/or Kineto files into one `Trace` (engine.trace.loader.load has the details)."""
     from engine.trace.loader import load as _load
 
     return _load(*paths, rank=rank, progress=progress, use_cache=use_cache)
 
 
-def summarize(trace):
+def summarize(trace: Trace) -> dict[str, Any]:
     from engine.trace.summary import summarize as _summarize
 
     return _summarize(trace)

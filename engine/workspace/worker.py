@@ -26,7 +26,7 @@ def run_replay(job: dict, out_dir, progress) -> dict:
         from engine.replay.distributed import DistConfig, replay_distributed
 
         result = replay_distributed(
-            p["paths"], config=config, dist=DistConfig.from_json(p["distributed"]), out_dir=out_dir, progress=progress
+            p["paths"], config=config, dist=DistConfig.from_dict(p["distributed"]), out_dir=out_dir, progress=progress
         )
         return _summary(result, result.write(out_dir))
     trace = load(*p["paths"], progress=lambda f, m: progress(0.05 * f, f"loading: {m}"))

@@ -30,9 +30,9 @@ from typing import Any
 
 from engine.compose.nodes import ROOT_ID, is_defined, label_node, make_attrs, root_node, set_attr, set_slot, tensors_of
 from engine.errors import TraceError
-from engine.simulate.whatif.sharding import PLANNERS, EmbeddingModel
-from engine.simulate.whatif.sharding import Shard as TableShard
-from engine.simulate.whatif.sharding import Table as CostTable
+from engine.simulate.planners import PLANNERS, EmbeddingModel
+from engine.simulate.planners import Shard as TableShard
+from engine.simulate.planners import Table as CostTable
 
 FWD = ("aten::embedding_bag", "aten::_embedding_bag", "aten::_embedding_bag_forward_only")
 BWD = ("aten::_embedding_bag_backward", "aten::_embedding_bag_dense_backward")

@@ -15,9 +15,9 @@ from enum import Enum
 from typing import Any, ClassVar
 
 from engine.errors import TraceError
-from engine.simulate.whatif.sharding import PLANNERS
+from engine.simulate.planners import PLANNERS
 
-EMBEDDING_PLANS = tuple(PLANNERS)  # the planners compose and the what-if share (table, row, column, greedy)
+EMBEDDING_PLANS = tuple(PLANNERS)  # the planners compose and the what-if share (engine.simulate.planners)
 
 
 class ShardKind(Enum):
@@ -63,7 +63,7 @@ class _ShardingSpec:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class EmbeddingSharding(_ShardingSpec):
-    """Embedding tables over `ranks` ranks by a planner (engine.compose.shard.planners)."""
+    """Embedding tables over `ranks` ranks by a planner (engine.simulate.planners)."""
 
     kind: ClassVar[ShardKind] = ShardKind.EMBEDDING
     scales_batch: ClassVar[bool] = True

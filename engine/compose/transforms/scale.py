@@ -10,6 +10,7 @@ and optimizer state are read by optimizer-phase ops); B is dim 0 of the first su
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,8 +18,11 @@ from engine.compose.meta_check import propagate
 from engine.compose.nodes import external_reads, is_defined, tensors_of
 from engine.errors import TraceError
 
+if TYPE_CHECKING:
+    from engine.trace.model import Trace
 
-def param_storages(trace) -> set[int]:
+
+def param_storages(trace: Trace) -> set[int]:
     """Storages of parameters and optimizer state: read by optimizer-phase ops and first seen
     as an op *input* (never produced in the step). Storage ids are recycled, so the second
     condition keeps activations/gradients that reuse an id out."""
@@ -36,7 +40,7 @@ def param_storages(trace) -> set[int]:
 _ET_TYPE = {"float32": "float", "bfloat16": "c10::BFloat16", "float16": "c10::Half", "float64": "double"}
 
 
-def parameters(trace) -> list[tuple[int, int, str]]:
+def parameters(trace: Trace) -> list[tuple[int, int, str]]:
     """(numel, itemsize, ET dtype) of the model's parameters in first-use order: float tensors
     the forward reads from outside that the optimizer also touches."""
     from engine.graph import replay_ops
@@ -56,7 +60,7 @@ def parameters(trace) -> list[tuple[int, int, str]]:
     return out
 
 
-def infer_batch(trace, path=None) -> int:
+def infer_batch(trace: Trace, path=None) -> int:
     """B: dim 0 of the first non-parameter external input of a forward op (module docstring)."""
     from engine.graph import replay_ops
 

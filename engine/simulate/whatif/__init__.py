@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from engine.simulate.config import SimConfig
 from engine.simulate.whatif.spec import EDITS, Edit, SpecError, WhatIfSpec, register
+
+if TYPE_CHECKING:
+    from engine.trace.model import Trace
 
 __all__ = ["EDITS", "Edit", "EditContext", "SpecError", "WhatIfSpec", "apply_edits", "register"]
 
@@ -17,7 +20,7 @@ __all__ = ["EDITS", "Edit", "EditContext", "SpecError", "WhatIfSpec", "apply_edi
 class EditContext:
     """What edits read and write: the source trace, the (possibly rewritten) events, the graph."""
 
-    trace: Any
+    trace: Trace
     config: SimConfig
     events: pd.DataFrame
     graph: Any = None
@@ -26,7 +29,7 @@ class EditContext:
     report: dict[str, Any] = field(default_factory=dict)
 
 
-def apply_edits(spec: WhatIfSpec, trace: Any, config: SimConfig, *, stage: str, ctx: EditContext | None = None):
+def apply_edits(spec: WhatIfSpec, trace: Trace, config: SimConfig, *, stage: str, ctx: EditContext | None = None):
     if ctx is None:
         ctx = EditContext(trace=trace, config=config, events=trace.events)
     for i, edit in enumerate(spec.edits):

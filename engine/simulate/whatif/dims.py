@@ -17,7 +17,7 @@ transfers to the new sizes; memory capacity is not checked.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -26,10 +26,13 @@ from engine.simulate.costmodel import Curve, curves_from_samples, family_of
 from engine.simulate.whatif.rules import MAX_FACTOR, Between, Positive
 from engine.simulate.whatif.spec import Edit, register
 
+if TYPE_CHECKING:
+    from engine.trace.model import Trace
+
 SKIP_CATEGORIES = ("view", "allocation", "autograd", "annotation", "communication")
 
 
-def op_shapes(trace: Any, op_ids: np.ndarray) -> dict[int, tuple[list, list, float]]:
+def op_shapes(trace: Trace, op_ids: np.ndarray) -> dict[int, tuple[list, list, float]]:
     """op id -> (input shapes, output shapes, mean itemsize), tensors in (arg, sub) order."""
     ten = trace.tensors
     if ten is None or len(ten) == 0:

@@ -20,7 +20,7 @@ activation memory and cache effects of a deeper model are ignored.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 import pandas as pd
@@ -29,6 +29,9 @@ from engine.simulate.whatif.rules import Between, Regex
 from engine.simulate.whatif.spec import Edit, register
 from engine.trace.vocab import GPU_CATS
 from engine.user_regex import compile_user
+
+if TYPE_CHECKING:
+    from engine.trace.model import Trace
 
 OPT_SPAN = re.compile(r"^## optimizer ##$|^Optimizer\.step")
 
@@ -102,7 +105,7 @@ def duplicate(
     return out
 
 
-def param_share(trace: Any, ev: pd.DataFrame, rows: np.ndarray) -> float | None:
+def param_share(trace: Trace, ev: pd.DataFrame, rows: np.ndarray) -> float | None:
     """Share of the model's parameter elements used by the ops of `rows` (needs an ET)."""
     ops, ten = trace.ops, trace.tensors
     if ops is None or len(ops) == 0 or "phase" not in ops:

@@ -1,6 +1,8 @@
-"""Issue 13's numbered problems, through Streamlit's AppTest (the browser-only one, problem 8,
-is in tests/test_e2e_browser.py). Each test fails on main at 4eb7f39 and passes after; the
-docstrings say why it failed there."""
+"""UI journeys through Streamlit's AppTest: timeline tooltips, a big trace's timeline, the graph
+hierarchy, a session surviving reload and restart, replays in workers, the compare window, the
+embedding-sharding report, the analysis views and the explore prefetch. Written for issue 13's
+numbered problems (the browser-only one, problem 8, is in tests/test_e2e_browser.py; tests are
+named p<N> after them); each failed on main at 4eb7f39, and the docstrings say why."""
 
 from __future__ import annotations
 

@@ -1,0 +1,242 @@
+"""Building a trace store entry: Kineto documents streamed into Parquet, one file per rank.
+
+Why: the store is what analyses, `mystique sql` and (later) the dashboard read column by column
+instead of whole pandas tables (issue 22). Each block of events is parsed by the loader's own
+Kineto parser (`engine.trace.kineto.parse_kineto`) and appended to a Parquet file as a row
+group, so a stored table equals the loader's column for column (tests/test_store.py checks it
+on every shared trace) and memory holds one block at a time.
+
+Layout (docs/store.md): `<cache dir>/store/<key>/` with `manifest.json` and, per table,
+`<table>/rank=<r>/src=<i>/part.parquet` (Hive partitions: `rank` and `src` are columns of the
+query views). The key is the sha256 of the store version, the rank argument, the ranks file
+names give and every input file's bytes, like the loader's parse cache; an entry is written to
+a temporary sibling and renamed into place, so a reader never sees half an entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from engine.errors import TraceError
+from engine.trace import safe_io
+from engine.trace.cache import cache_root
+from engine.trace.kineto import parse_kineto
+from engine.trace.loader import rank_from_name
+from engine.trace.store import stream
+
+STORE_VERSION = "s1"
+_STR = pa.string()
+_INT = pa.int64()
+SCHEMAS = {
+    "events": pa.schema(
+        [
+            ("ev", _INT),
+            ("cat", _STR),
+            ("name", _STR),
+            ("pid", _STR),
+            ("tid", _STR),
+            ("ts_us", pa.float64()),
+            ("dur_us", pa.float64()),
+            ("device", _INT),
+            ("stream", _INT),
+            ("correlation", _INT),
+            ("external_id", _INT),
+            ("rf_id", _INT),
+            ("seq_num", _INT),
+            ("fwd_tid", _INT),
+        ]
+    ),
+    "flows": pa.schema(
+        [("id", _INT), ("cat", _STR), ("ph", _STR), ("ts_us", pa.float64()), ("pid", _STR), ("tid", _STR)]
+    ),
+}
+TABLES = tuple(SCHEMAS)
+# The query views' columns: the loader's order (engine.trace.model), `rank`/`src` from the folders
+VIEW_COLUMNS = {
+    "events": ["ev", "rank", *[f.name for f in SCHEMAS["events"]][1:], "src"],
+    "flows": ["rank", *[f.name for f in SCHEMAS["flows"]], "src"],
+}
+
+
+def store_root() -> Path:
+    return cache_root() / "store"
+
+
+def _hash_file(path: Path, limit: int) -> bytes:
+    """sha256 of a file's bytes read in 1 MiB steps (bounded memory), size-checked first."""
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise TraceError(f"cannot read: {exc.strerror or exc}", path) from None
+    if size > limit:
+        raise TraceError(f"file too large: {size:,} bytes exceeds the limit of {limit:,} (MYSTIQUE_MAX_BYTES)", path)
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+    except OSError as exc:
+        raise TraceError(f"cannot read: {exc.strerror or exc}", path) from None
+    return h.digest()
+
+
+def store_key(files: list[Path], rank: int | None, limit: int) -> str:
+    h = hashlib.sha256(f"{STORE_VERSION}|rank={rank}|n={len(files)}".encode())
+    h.update(repr([rank_from_name(str(f)) for f in files]).encode())
+    for f in files:
+        h.update(_hash_file(f, limit))
+    return h.hexdigest()
+
+
+def _documents(f: Path, limit: int):
+    """(display path, blocks) of each document behind one file: tarballs through safe_io (in memory)."""
+    with open(f, "rb") as fh:
+        head = fh.read(262)
+    is_tar = f.name.lower().endswith(safe_io._TAR_SUFFIXES) or (len(head) >= 262 and head[257:262] == b"ustar")
+    if not is_tar and head[:2] == b"\x1f\x8b":
+        is_tar = f.name.lower().endswith((".tgz", ".tar.gz"))
+    if is_tar:
+        for blob in safe_io.expand(f, safe_io.read_raw(f, limit), limit):
+            data = blob.data
+            yield blob.path, (data[i : i + stream.BLOCK] for i in range(0, len(data), stream.BLOCK))
+    else:
+        yield os.fspath(f), stream.iter_blocks(f, limit)
+
+
+def _arrow(df, table: str) -> pa.Table:
+    """One parsed block as an Arrow table of the store schema (categoricals as plain strings:
+    Parquet dictionary-encodes them per row group)."""
+    schema = SCHEMAS[table]
+    cols = []
+    for field in schema:
+        col = df[field.name]
+        if hasattr(col, "cat"):
+            arr = pa.array(col.cat.codes.to_numpy(), pa.int32())
+            dic = pa.array([str(c) for c in col.cat.categories], _STR)
+            cols.append(pa.DictionaryArray.from_arrays(arr, dic).cast(_STR))
+        else:
+            cols.append(pa.array(col, field.type, from_pandas=True))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _ingest(doc_path: str, blocks, tmp: Path, src: int, ev0: int, fallback: int, rank_fixed: bool) -> dict:
+    """Stream one Kineto document into `<table>/rank=?/src=<src>/part.parquet`; its source record."""
+    parts = {t: tmp / t / f"src={src}.tmp" for t in TABLES}
+    writers = {t: pq.ParquetWriter(parts[t], SCHEMAS[t], compression="zstd") for t in TABLES}
+    counts = {"events": 0, "flows": 0}
+    items = 0
+    km_all: dict = {"process_names": {}, "thread_names": {}, "iterations": [], "warnings": []}
+    skeleton: dict = {}
+    try:
+        for got in stream.scan(blocks, doc_path):
+            if isinstance(got, dict):
+                skeleton = got
+                continue
+            ev, fl, km = parse_kineto({"traceEvents": got}, doc_path, fallback, True)
+            ev["ev"] = np.arange(ev0 + counts["events"], ev0 + counts["events"] + len(ev), dtype=np.int64)
+            items += km["events"]
+            for t, df in (("events", ev), ("flows", fl)):
+                if len(df):
+                    writers[t].write_table(_arrow(df, t))
+                    counts[t] += len(df)
+            km_all["process_names"].update(km["process_names"])
+            km_all["thread_names"].update(km["thread_names"])
+            km_all["iterations"].extend(km["iterations"])
+            km_all["warnings"].extend(km["warnings"])
+    finally:
+        for w in writers.values():
+            w.close()
+    # The skeleton's distributedInfo decides the rank, as in the loader (parse_kineto on it)
+    _, _, meta = parse_kineto({**skeleton, "traceEvents": []}, doc_path, fallback, rank_fixed)
+    rank = meta["rank"]
+    for it in km_all["iterations"]:
+        it["rank"] = rank
+    for t in TABLES:
+        final = tmp / t / f"rank={rank}" / f"src={src}" / "part.parquet"
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(parts[t], final)
+    props = skeleton.get("deviceProperties")
+    return {
+        "src": src,
+        "path": doc_path,
+        "kind": "kineto",
+        "rank": rank,
+        "rank_in_file": meta["rank_in_file"],
+        "world_size": meta["world_size"],
+        "events": items,
+        "rows": counts,
+        "schema_version": skeleton.get("schemaVersion"),
+        "device_properties": props if isinstance(props, list) else [],
+        "warnings": meta["warnings"] + km_all["warnings"],
+        "process_names": km_all["process_names"],
+        "thread_names": km_all["thread_names"],
+        "iterations": km_all["iterations"],
+    }
+
+
+def build(*paths, rank: int | None = None, use_cache: bool = True) -> Path:
+    """The store folder of the Kineto traces behind `paths` (built when absent); TraceError on bad input."""
+    if not paths:
+        raise TraceError("no trace path given")
+    limit = safe_io.max_bytes()
+    files: list[Path] = []
+    for p in paths:
+        files.extend(safe_io.list_files(p))
+    key = store_key(files, rank, limit)
+    final = store_root() / key
+    if use_cache and (final / "manifest.json").is_file():
+        return final
+    root = store_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}-", dir=root))
+    except OSError as exc:
+        raise TraceError(f"cannot write the trace store: {exc.strerror or exc}", root) from None
+    try:
+        for t in TABLES:
+            (tmp / t).mkdir()
+        sources: list[dict] = []
+        skipped: list[dict] = []
+        ev0 = 0
+        for f in files:
+            for doc_path, blocks in _documents(f, limit):
+                name_rank = rank_from_name(doc_path)
+                fallback = name_rank if name_rank is not None else (rank if rank is not None else 0)
+                try:
+                    rec = _ingest(doc_path, blocks, tmp, len(sources), ev0, fallback, False)
+                except stream.NotKineto as exc:
+                    if len(files) == 1 and doc_path == os.fspath(f):  # the one file given is no Kineto trace
+                        raise
+                    skipped.append({"path": doc_path, "why": exc.problem})
+                    _drop_tmp_parts(tmp, len(sources))
+                    continue
+                sources.append(rec)
+                ev0 += rec["rows"]["events"]
+        if not sources:
+            raise TraceError("holds no Kineto trace (the store holds Kineto events; ETs are not stored yet)", paths[0])
+        manifest = {"store_version": STORE_VERSION, "content_hash": key, "sources": sources, "skipped": skipped}
+        (tmp / "manifest.json").write_text(json.dumps(manifest, default=str))
+        if final.exists():
+            shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise TraceError(f"cannot write the trace store: {exc.strerror or exc}", root) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def _drop_tmp_parts(tmp: Path, src: int) -> None:
+    for t in TABLES:
+        (tmp / t / f"src={src}.tmp").unlink(missing_ok=True)

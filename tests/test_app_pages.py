@@ -446,6 +446,17 @@ def test_compose_settings_and_searches_belong_to_the_trace_shown(app):
     _ok(at)
     assert _by_label(at.number_input, "Batch scale").value == 2.0
     assert _by_label(at.text_input, "Benchmark name").value == "mlp bench"
+    # switching the picker on the page itself: the search resets, the settings stay the trace's
+    at.text_input(key="compose_filter").input("addmm")
+    at.run()
+    at.selectbox(key="compose_trace").set_value("cnn")
+    at.run()
+    _ok(at)
+    assert at.text_input(key="compose_filter").value == ""
+    assert _by_label(at.number_input, "Batch scale").value == 1.0
+    assert _by_label(at.selectbox, "Sharding").value == "none"
+    assert at.session_state["specs"]["cnn"]["batch_scale"] == 1.0
+    assert not at.error, [e.value for e in at.error]
     at = _page(at, "whatif")
     assert at.selectbox(key="wi_trace").value == "cnn"  # what-if opens on the trace just loaded
 

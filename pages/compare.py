@@ -63,9 +63,13 @@ if mode == "original vs replay":
             "%",
         ),
     )
-    c[3].metric("ops matched", f"{cmp.matching.get('matched', 0)} / {cmp.matching.get('replay_ops', 0)}")
+    ins = int(cmp.matching.get("inserted") or 0)  # ops the composition added: no original to match
+    c[3].metric("ops matched", f"{cmp.matching.get('matched', 0)} / {cmp.matching.get('replay_ops', 0) - ins}")
+    per_rank = ", ".join("rank {rank}: {matched}".format(**b) for b in cmp.matching.get("by_rank") or [])
     st.caption(
         f"ops matched by {cmp.matching.get('by', 'node id')}"
+        + (f" on every rank ({per_rank})" if per_rank else "")
+        + (f"; {ins} ops inserted by the composition (e.g. TP all-reduces) have no original" if ins else "")
         + (
             " (the composed ET's provenance: original node id, segment, repeat)"
             if cmp.matching.get("by") == "provenance"

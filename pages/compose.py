@@ -180,6 +180,8 @@ if up is not None and st.session_state.get("_spec_loaded") != up.file_id:
     try:
         st.session_state["specs"][name] = bridge.spec_from_json(up.getvalue(), name)
         st.session_state["_spec_loaded"] = up.file_id
+        for k in [k for k in st.session_state if str(k).endswith(f":{tk}")]:
+            del st.session_state[k]  # the widgets show the loaded spec, not the values typed before
         st.rerun()
     except TraceError as exc:
         st.error(str(exc))

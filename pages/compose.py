@@ -24,7 +24,8 @@ entry = state.traces()[name]
 spec = bridge.spec_state(name, trace, entry["paths"])
 # the spec's widgets are keyed by the trace's content: batch scale, sharding and the name set for
 # one trace never carry over to the next one picked (issue 21 item 6)
-tk = state.trace_key(name)
+# (+ how many specs were loaded for it: a loaded spec gets fresh widgets that show its values)
+tk = f"{state.trace_key(name)}.{st.session_state.get(f'_spec_gen:{name}', 0)}"
 
 st.subheader("1 · Pick operators")
 src_graph, src_time, src_table = st.tabs(["Graph", "Timeline", "Table"])
@@ -180,8 +181,8 @@ if up is not None and st.session_state.get("_spec_loaded") != up.file_id:
     try:
         st.session_state["specs"][name] = bridge.spec_from_json(up.getvalue(), name)
         st.session_state["_spec_loaded"] = up.file_id
-        for k in [k for k in st.session_state if str(k).endswith(f":{tk}")]:
-            del st.session_state[k]  # the widgets show the loaded spec, not the values typed before
+        # new widget keys: the widgets show the loaded spec, not the values typed before
+        st.session_state[f"_spec_gen:{name}"] = st.session_state.get(f"_spec_gen:{name}", 0) + 1
         st.rerun()
     except TraceError as exc:
         st.error(str(exc))

@@ -306,7 +306,7 @@ def test_p7_embedding_sharding_says_what_it_drops_and_shows_every_rank(ui):
     at.run()
     at.button(key="compose_add").click()
     at.run()
-    tk = at.session_state["traces"]["dlrm"]["hash"][:12]  # compose widgets are keyed per trace content
+    tk = at.session_state["traces"]["dlrm"]["hash"][:12] + ".0"  # compose widgets: keyed per trace content
     at.selectbox(key=f"compose_sharding:{tk}").set_value("embedding")
     at.run()
     at.selectbox(key=f"compose_plan:{tk}").set_value("greedy")

@@ -213,7 +213,7 @@ def test_compose_replay_compare_flow(app):
     _ok(at)
     spec = at.session_state["specs"]["sample:mlp"]
     assert len(spec["segments"]) == 1 and spec["segments"][0]["selection"]["ids"] == sorted(ids)
-    tk = at.session_state["traces"]["sample:mlp"]["hash"][:12]  # compose widgets are keyed per trace content
+    tk = at.session_state["traces"]["sample:mlp"]["hash"][:12] + ".0"  # compose widgets: keyed per trace content
     at.number_input(key=f"seg_rep_0:{tk}").set_value(3)
     at.run()
     _ok(at)

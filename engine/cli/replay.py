@@ -19,7 +19,7 @@ replays one rank's trace on N symmetric ranks (SPMD assumption, labelled in the 
     coverage              selected, replayed, substituted, skipped, by_reason,
                           selected_compute, replayed_compute, compute_rate
     metrics               the sampled metrics' summary
-    paths                 {trace, et, kineto, replay_json, ...}: the files involved
+    paths                 {trace, et, et_sha256, kineto, replay_json, ...}: the files involved
     device                "cpu" | "cuda:N"
     original_median_ms    the capture's unprofiled median step, when its meta is known
     hint                  one rank of a multi-rank job replayed alone: {world_size, rank, groups,

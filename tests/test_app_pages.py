@@ -374,8 +374,9 @@ def test_a_trace_rewritten_in_place_is_shown_as_it_is_now(app, tmp_path):
 
 def test_replay_world_size_defaults_to_the_rank_count_of_a_two_rank_folder(app, tmp_path):
     """Issue 21 item 5: after the page showed a one-rank trace (World size 1), picking a 2-rank
-    composed TP benchmark folder defaults World size to 2. Before: the widget kept 1 (one key for
-    every trace) and the TP benchmark ran as one SPMD rank."""
+    composed TP benchmark folder in the same page defaults World size to 2. Before: the folder
+    did not load (COMPLETE.json read as a trace) and the widget kept 1 (one key for every trace),
+    so the TP benchmark ran as one SPMD rank."""
     from engine.compose import compose, export, spec_from_dict
 
     spec = {
@@ -384,13 +385,7 @@ def test_replay_world_size_defaults_to_the_rank_count_of_a_two_rank_folder(app, 
         "sharding": {"kind": "tp", "degree": 2},
     }
     export(compose(spec_from_dict(spec)), tmp_path / "tp2")
-    at = _page(app, "replay")
-    at.selectbox(key="replay_trace").set_value("sample:mlp")
-    at.run()
-    _ok(at)
-    world = [n for n in at.number_input if n.label == "World size (processes)"]
-    assert world and world[0].value == 1
-    at = _page(at, "traces")
+    at = _page(app, "traces")
     at.text_area(key="server_paths").input(str(tmp_path / "tp2"))
     at.text_input(key="path_name").input("tp2")
     at.button(key="load_path").click()
@@ -398,6 +393,11 @@ def test_replay_world_size_defaults_to_the_rank_count_of_a_two_rank_folder(app, 
     _ok(at)
     assert "tp2" in at.session_state["traces"], [e.value for e in at.error]
     at = _page(at, "replay")
+    at.selectbox(key="replay_trace").set_value("sample:mlp")
+    at.run()
+    _ok(at)
+    world = [n for n in at.number_input if n.label == "World size (processes)"]
+    assert world and world[0].value == 1
     at.selectbox(key="replay_trace").set_value("tp2")
     at.run()
     _ok(at)

@@ -168,7 +168,13 @@ def traces() -> dict[str, dict]:
 
 
 def add_trace(name: str, paths: list[str]) -> dict:
-    """Load `paths` as one trace named `name` (ET + Kineto of one run pair up). Raises TraceError."""
+    """Load `paths` as one trace named `name` (ET + Kineto of one run pair up). Raises TraceError.
+    A folder (a composed benchmark, a capture, a multi-rank job) stands for its files as the CLI
+    reads them (engine.trace.layout.resolve): a composed folder's ranks, not its COMPLETE.json."""
+    if any(Path(p).is_dir() for p in paths):
+        from engine.trace.layout import resolve
+
+        paths = [str(f) for f in resolve(*paths).files]
     key = tuple(str(p) for p in paths)
     views.check_fresh(key)
     trace = views.load_paths(key)
@@ -213,7 +219,7 @@ def remove_trace(name: str) -> None:
         st.session_state.pop(key, None)
 
 
-PICKER_KEYS = ("summary_pick", "explore_trace", "compose_trace", "replay_trace")
+PICKER_KEYS = ("summary_pick", "explore_trace", "compose_trace", "replay_trace", "wi_trace")
 
 
 def make_current(name: str) -> None:
@@ -372,12 +378,33 @@ def trace_picker(label: str = "Trace", key: str = "trace_pick", kinds: tuple[str
     if st.session_state.get(key) not in names:
         st.session_state[key] = cur if cur in names else names[0]
     picked = st.selectbox(label, names, key=key)
+    last = f"_shown:{key}"
+    if picked is not None and st.session_state.get(last) not in (None, picked):
+        reset_searches()  # a search typed for one trace would filter the next one to "0 matches"
+    st.session_state[last] = picked
     if picked is not None:
         try:
             get_trace(picked)  # every page shows the files as they are now
         except TraceError:
             pass  # the page's own use of the trace reports it
     return picked
+
+
+SEARCH_KEYS = ("t_search", "t_jump", "compose_filter")
+"""Search widgets that belong to the trace shown, plus every graph panel's `<chart>_search`."""
+
+
+def reset_searches() -> None:
+    """Clear the regex searches (drawn after the picker, so they come back empty this run)."""
+    for k in [k for k in st.session_state if k in SEARCH_KEYS or str(k).endswith("_search")]:
+        del st.session_state[k]
+
+
+def trace_key(name: str) -> str:
+    """A short key of the trace's content (its hash): widgets keyed with it hold settings of that
+    trace's spec only, so a value set for one trace never carries over to another (issue 21)."""
+    e = traces().get(name) or {}
+    return str(e.get("hash") or name)[:12]
 
 
 def selection() -> dict:

@@ -29,7 +29,12 @@ if mode == "original vs replay":
         for i, r in enumerate(runs)
     ]
     pick = st.selectbox(
-        "Replay run", range(len(runs)), index=len(runs) - 1, format_func=lambda i: labels[i], key="cmp_run"
+        "Replay run",
+        range(len(runs)),
+        index=len(runs) - 1,
+        format_func=lambda i: labels[i],
+        # keyed by the newest run: a replay that just finished is what Compare opens on (issue 21)
+        key=f"cmp_run:{runs[-1]['job']}",
     )
     run = runs[pick]
     if run["trace"] not in state.traces():
@@ -58,9 +63,13 @@ if mode == "original vs replay":
             "%",
         ),
     )
-    c[3].metric("ops matched", f"{cmp.matching.get('matched', 0)} / {cmp.matching.get('replay_ops', 0)}")
+    ins = int(cmp.matching.get("inserted") or 0)  # ops the composition added: no original to match
+    c[3].metric("ops matched", f"{cmp.matching.get('matched', 0)} / {cmp.matching.get('replay_ops', 0) - ins}")
+    per_rank = ", ".join("rank {rank}: {matched}".format(**b) for b in cmp.matching.get("by_rank") or [])
     st.caption(
         f"ops matched by {cmp.matching.get('by', 'node id')}"
+        + (f" on every rank ({per_rank})" if per_rank else "")
+        + (f"; {ins} ops inserted by the composition (e.g. TP all-reduces) have no original" if ins else "")
         + (
             " (the composed ET's provenance: original node id, segment, repeat)"
             if cmp.matching.get("by") == "provenance"

@@ -22,6 +22,10 @@ if name is None:
 trace = state.get_trace(name)
 entry = state.traces()[name]
 spec = bridge.spec_state(name, trace, entry["paths"])
+# the spec's widgets are keyed by the trace's content: batch scale, sharding and the name set for
+# one trace never carry over to the next one picked (issue 21 item 6)
+# (+ how many specs were loaded for it: a loaded spec gets fresh widgets that show its values)
+tk = f"{state.trace_key(name)}.{st.session_state.get(f'_spec_gen:{name}', 0)}"
 
 st.subheader("1 · Pick operators")
 src_graph, src_time, src_table = st.tabs(["Graph", "Timeline", "Table"])
@@ -72,17 +76,17 @@ for i, seg in enumerate(spec["segments"]):
     with st.container(border=True):
         cols = st.columns([4, 1, 1])
         cols[0].markdown(f"**{seg['label']}** · {bridge.describe(seg)}")
-        seg["repeat"] = int(cols[1].number_input("repeat", 1, 10000, int(seg["repeat"]), key=f"seg_rep_{i}"))
+        seg["repeat"] = int(cols[1].number_input("repeat", 1, 10000, int(seg["repeat"]), key=f"seg_rep_{i}:{tk}"))
         if cols[2].button("Remove", key=f"seg_rm_{i}"):
             spec["segments"].pop(i)
             st.rerun()
 
 c = st.columns(4)
 spec["batch_scale"] = float(
-    c[0].number_input("Batch scale", 0.01, 1024.0, float(spec["batch_scale"]), key="compose_batch_scale")
+    c[0].number_input("Batch scale", 0.01, 1024.0, float(spec["batch_scale"]), key=f"compose_batch_scale:{tk}")
 )
 dtypes = list(bridge.DTYPES)
-dt = c[1].selectbox("dtype", dtypes, index=dtypes.index(spec["dtype"] or "as traced"), key="compose_dtype")
+dt = c[1].selectbox("dtype", dtypes, index=dtypes.index(spec["dtype"] or "as traced"), key=f"compose_dtype:{tk}")
 spec["dtype"] = None if dt == "as traced" else dt
 kinds = list(bridge.SHARDING)
 shard = spec.get("sharding") or {}
@@ -90,14 +94,14 @@ kind = c[2].selectbox(
     "Sharding",
     kinds,
     index=kinds.index(shard.get("kind", "none")),
-    key="compose_sharding",
+    key=f"compose_sharding:{tk}",
     help="dp/tp: data/tensor parallel degree; embedding: shard embedding tables over ranks",
 )
 sharding: dict | None = None
 if kind != "none":  # the kind's own fields (engine.compose.shard.kinds), drawn from their metadata
     sharding = {"kind": kind}
     for f in fields(SHARDINGS[ShardKind(kind)]):
-        m, key = f.metadata, f"compose_{f.name}"
+        m, key = f.metadata, f"compose_{f.name}:{tk}"
         if "choices" in m:
             opts = list(m["choices"])
             pick = opts.index(shard.get(f.name, m["default"]))
@@ -106,7 +110,7 @@ if kind != "none":  # the kind's own fields (engine.compose.shard.kinds), drawn 
             v = int(shard.get(f.name) or m["default"])
             sharding[f.name] = int(c[3].number_input(m["label"], m["min"], m["max"], v, key=key))
 spec["sharding"] = sharding
-spec["name"] = st.text_input("Benchmark name", spec.get("name", "benchmark"), key="compose_name")
+spec["name"] = st.text_input("Benchmark name", spec.get("name", "benchmark"), key=f"compose_name:{tk}")
 
 st.subheader("3 · Result")
 if spec["segments"]:
@@ -156,6 +160,9 @@ if spec["segments"]:
             try:
                 info = bridge.export_benchmark(bench, out_dir)
                 st.session_state["benchmark"] = {"trace": name, "dir": out_dir, **info}
+                # Replay opens on what was just composed (this page's own picker is drawn already)
+                st.session_state["current"] = st.session_state["replay_trace"] = name
+                st.session_state["replay_target"] = f"composed benchmark ({Path(out_dir).name})"
                 st.success(f"exported to {out_dir}: {', '.join(info.get('files', []))}")
             except TraceError as exc:
                 st.error(str(exc))
@@ -174,6 +181,8 @@ if up is not None and st.session_state.get("_spec_loaded") != up.file_id:
     try:
         st.session_state["specs"][name] = bridge.spec_from_json(up.getvalue(), name)
         st.session_state["_spec_loaded"] = up.file_id
+        # new widget keys: the widgets show the loaded spec, not the values typed before
+        st.session_state[f"_spec_gen:{name}"] = st.session_state.get(f"_spec_gen:{name}", 0) + 1
         st.rerun()
     except TraceError as exc:
         st.error(str(exc))

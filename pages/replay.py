@@ -74,7 +74,9 @@ if len(rank_files["ranks"]) > 1 or not target.startswith("selection"):
             1,
             64,
             n_rec if n_rec > 1 else 1,
-            key="replay_world",
+            # keyed per trace and target: a value set for one never carries to a multi-rank other
+            # (issue 21: a 2-rank composed folder kept World size 1 and ran as one SPMD rank)
+            key=f"replay_world:{name}:{target}:{n_rec}",
             help="one process per rank with real collectives (gloo on CPU, NCCL on CUDA); "
             "a one-rank trace runs as N symmetric ranks (SPMD)",
         )
@@ -182,6 +184,10 @@ def _jobs_panel() -> None:
     c[4].metric("worker peak RSS", f"{last.get('worker_peak_rss_mb') or 0:,.0f} MB")
     if cov.get("by_reason"):
         st.caption("skipped/substituted by reason: " + ", ".join(f"{k}: {v}" for k, v in cov["by_reason"].items()))
+    for w in report.warnings:  # one rank of a multi-rank job replayed alone (engine.replay.worldhint)
+        if "--mirror-rank" in w and "--world-size" in w:
+            n = w.rsplit("--world-size ", 1)[1].split()[0].strip("`")
+            st.info(f"{w} (here: set World size (processes) to {n})", icon="💡")
     if report.ranks:
         from engine.figures import ranks as rfig
 

@@ -213,7 +213,8 @@ def test_compose_replay_compare_flow(app):
     _ok(at)
     spec = at.session_state["specs"]["sample:mlp"]
     assert len(spec["segments"]) == 1 and spec["segments"][0]["selection"]["ids"] == sorted(ids)
-    at.number_input(key="seg_rep_0").set_value(3)
+    tk = at.session_state["traces"]["sample:mlp"]["hash"][:12] + ".0"  # compose widgets: keyed per trace content
+    at.number_input(key=f"seg_rep_0:{tk}").set_value(3)
     at.run()
     _ok(at)
     assert not at.error, [e.value for e in at.error]
@@ -261,7 +262,8 @@ def test_compose_replay_compare_flow(app):
     assert {m.label: m.value for m in at.metric}["ops replayed"].endswith(f"/ {3 * n_replay}")
 
     at = _page(at, "compare")
-    at.selectbox(key="cmp_run").set_value(0)
+    assert _by_label(at.selectbox, "Replay run").value == 1  # opens on the run just made (issue 21)
+    _by_label(at.selectbox, "Replay run").set_value(0)
     at.run()
     _ok(at)
     metrics = {m.label: m.value for m in at.metric}
@@ -277,7 +279,7 @@ def test_compose_replay_compare_flow(app):
 
     # issue 13 problem 1: the composed benchmark (renumbered ids) is matched through provenance,
     # and every matched row pairs ops of the same name (4eb7f39 matched by raw id: no such columns)
-    at.selectbox(key="cmp_run").set_value(1)
+    _by_label(at.selectbox, "Replay run").set_value(1)
     at.run()
     _ok(at)
     per_op = next(d.value for d in at.dataframe if "replay_id" in d.value.columns and "error" in d.value.columns)
@@ -368,6 +370,117 @@ def test_a_trace_rewritten_in_place_is_shown_as_it_is_now(app, tmp_path):
     entry = app.session_state["traces"]["run"]
     assert entry["hash"] != old_hash and entry["hash"] == load(et, kineto).content_hash
     assert views.search_events(key, None, "conv")  # the same cached view, rebuilt on the CNN
+
+
+def test_replay_world_size_defaults_to_the_rank_count_of_a_two_rank_folder(app, tmp_path):
+    """Issue 21 item 5: after the page showed a one-rank trace (World size 1), picking a 2-rank
+    composed TP benchmark folder in the same page defaults World size to 2. Before: the folder
+    did not load (COMPLETE.json read as a trace) and the widget kept 1 (one key for every trace),
+    so the TP benchmark ran as one SPMD rank."""
+    from engine.compose import compose, export, spec_from_dict
+
+    spec = {
+        "sources": [str(MLP / "mlp_et.json.gz")],
+        "segments": [{"selection": {}}],
+        "sharding": {"kind": "tp", "degree": 2},
+    }
+    export(compose(spec_from_dict(spec)), tmp_path / "tp2")
+    at = _page(app, "traces")
+    at.text_area(key="server_paths").input(str(tmp_path / "tp2"))
+    at.text_input(key="path_name").input("tp2")
+    at.button(key="load_path").click()
+    at.run()
+    _ok(at)
+    assert "tp2" in at.session_state["traces"], [e.value for e in at.error]
+    at = _page(at, "replay")
+    at.selectbox(key="replay_trace").set_value("sample:mlp")
+    at.run()
+    _ok(at)
+    world = [n for n in at.number_input if n.label == "World size (processes)"]
+    assert world and world[0].value == 1
+    at.selectbox(key="replay_trace").set_value("tp2")
+    at.run()
+    _ok(at)
+    world = [n for n in at.number_input if n.label == "World size (processes)"]
+    assert world and world[0].value == 2
+
+
+def _by_label(widgets, label):
+    return next(w for w in widgets if w.label == label)
+
+
+def test_compose_settings_and_searches_belong_to_the_trace_shown(app):
+    """Issue 21 item 6: batch scale, sharding and the benchmark name set on one trace do not carry
+    over to the next trace picked (its spec's defaults show), a regex search resets on a trace
+    change, and the trace just loaded is what Compose and What-if open on. Widgets are found by
+    label, so the test runs against the old page too (there the second trace showed batch scale 2)."""
+    at = _page(app, "whatif")
+    assert at.selectbox(key="wi_trace").value == "sample:mlp"
+    at = _page(at, "compose")
+    _by_label(at.number_input, "Batch scale").set_value(2.0)
+    _by_label(at.selectbox, "Sharding").set_value("tp")
+    _by_label(at.text_input, "Benchmark name").input("mlp bench")
+    at.text_input(key="compose_filter").input("addmm")
+    at.run()
+    _ok(at)
+    assert at.session_state["specs"]["sample:mlp"]["batch_scale"] == 2.0
+    at = _page(at, "traces")
+    cnn = ROOT / "sample_traces" / "cnn"
+    at.text_area(key="server_paths").input(f"{cnn / 'cnn_et.json.gz'}\n{cnn / 'cnn_kineto.json.gz'}")
+    at.text_input(key="path_name").input("cnn")
+    at.button(key="load_path").click()
+    at.run()
+    _ok(at)
+    at = _page(at, "compose")
+    assert at.selectbox(key="compose_trace").value == "cnn"  # the trace just loaded
+    assert _by_label(at.number_input, "Batch scale").value == 1.0
+    assert _by_label(at.selectbox, "Sharding").value == "none"
+    assert _by_label(at.text_input, "Benchmark name").value != "mlp bench"
+    assert at.text_input(key="compose_filter").value == ""
+    spec = at.session_state["specs"]["cnn"]
+    assert spec["batch_scale"] == 1.0 and not spec.get("sharding") and spec["name"] != "mlp bench"
+    assert not at.error, [e.value for e in at.error]
+    # the first trace keeps its own settings
+    at.selectbox(key="compose_trace").set_value("sample:mlp")
+    at.run()
+    _ok(at)
+    assert _by_label(at.number_input, "Batch scale").value == 2.0
+    assert _by_label(at.text_input, "Benchmark name").value == "mlp bench"
+    # switching the picker on the page itself: the search resets, the settings stay the trace's
+    at.text_input(key="compose_filter").input("addmm")
+    at.run()
+    at.selectbox(key="compose_trace").set_value("cnn")
+    at.run()
+    _ok(at)
+    assert at.text_input(key="compose_filter").value == ""
+    assert _by_label(at.number_input, "Batch scale").value == 1.0
+    assert _by_label(at.selectbox, "Sharding").value == "none"
+    assert at.session_state["specs"]["cnn"]["batch_scale"] == 1.0
+    assert not at.error, [e.value for e in at.error]
+    at = _page(at, "whatif")
+    assert at.selectbox(key="wi_trace").value == "cnn"  # what-if opens on the trace just loaded
+
+
+def test_replay_page_hints_mirror_rank_for_one_rank_of_a_multi_rank_job(app):
+    """Issue 21 item 7: rank 0's ET of the 2-rank DDP sample replayed alone: the result says the
+    trace records a 2-rank job and offers --mirror-rank with World size 2."""
+    ddp = ROOT / "sample_traces" / "ddp"
+    at = _page(app, "traces")
+    at.text_area(key="server_paths").input(str(ddp / "ddp_rank0_et.json.gz"))
+    at.text_input(key="path_name").input("ddp0")
+    at.button(key="load_path").click()
+    at.run()
+    _ok(at)
+    at = _page(at, "replay")
+    assert at.selectbox(key="replay_trace").value == "ddp0"
+    at.number_input(key="replay_iters").set_value(1)
+    at.number_input(key="replay_warmup").set_value(0)
+    at.button(key="run_replay").click()
+    at.run()
+    _ok(at)
+    _wait_runs(at, 1)
+    hints = [i.value for i in at.info if "--mirror-rank 0 --world-size 2" in i.value]
+    assert hints and "2-rank job" in hints[0] and "World size (processes) to 2" in hints[0], [i.value for i in at.info]
 
 
 def test_explore_sql_box_queries_the_store_read_only(app, tmp_path):

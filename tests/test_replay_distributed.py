@@ -240,3 +240,21 @@ def test_tbe_dlrm_sharded_over_four_ranks_replays_with_real_all_to_all(tmp_path,
     assert doc["collectives"]["all_to_all"]["count"] == 8
     for r in doc["ranks"]:
         assert r["coverage"]["replayed"] / r["coverage"]["selected"] >= 0.99, r["coverage"]["by_reason"]
+
+
+def test_one_rank_of_a_multi_rank_job_replayed_alone_hints_mirror_rank(tmp_path, capsys, cache_dir):
+    """Issue 21 item 7: rank 0's ET of the 2-rank DDP sample, replayed alone, skips its
+    collectives; the run says the trace records a 2-rank job and offers --mirror-rank (stderr,
+    --json, replay.json warnings). A one-rank trace (mlp) gets no hint."""
+    et0 = ROOT / "sample_traces" / "ddp" / "ddp_rank0_et.json.gz"
+    code, out, err = _cli([str(et0), *FAST, "--no-profile", "--out", str(tmp_path / "o"), "--json"], capsys)
+    assert code == 0, err
+    hint = json.loads(out)["hint"]
+    assert hint["world_size"] == 2 and hint["rank"] == 0 and hint["skipped"] > 0
+    assert hint["command"].endswith("--mirror-rank 0 --world-size 2")
+    assert [ln for ln in err.splitlines() if ln.startswith("hint:") and "2-rank job" in ln and "--mirror-rank 0" in ln]
+    saved = json.loads((tmp_path / "o" / "replay.json").read_text())
+    assert any("--mirror-rank 0 --world-size 2" in w for w in saved["warnings"])
+    mlp = ROOT / "sample_traces" / "mlp" / "mlp_et.json.gz"
+    code, out, err = _cli([str(mlp), *FAST, "--no-profile", "--out", str(tmp_path / "m"), "--json"], capsys)
+    assert code == 0 and "hint" not in json.loads(out) and "hint:" not in err

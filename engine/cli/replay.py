@@ -19,9 +19,11 @@ replays one rank's trace on N symmetric ranks (SPMD assumption, labelled in the 
     coverage              selected, replayed, substituted, skipped, by_reason,
                           selected_compute, replayed_compute, compute_rate
     metrics               the sampled metrics' summary
-    paths                 {trace, et, kineto, replay_json, ...}: the files involved
+    paths                 {trace, et, et_sha256, kineto, replay_json, ...}: the files involved
     device                "cpu" | "cuda:N"
     original_median_ms    the capture's unprofiled median step, when its meta is known
+    hint                  one rank of a multi-rank job replayed alone: {world_size, rank, groups,
+                          skipped, command} (the `--mirror-rank R --world-size N` run; also on stderr)
   several ranks with --sequential: {"ranks": {rank: summary}}
   distributed (one process per rank): name, world_size, replay_mode, spmd, iteration_ms (the
   slowest rank's per iteration), median_ms, coverage (summed over ranks, collectives
@@ -282,6 +284,12 @@ def _run_one(args, T, ReplayConfig, replay, rank, paths, meta, name, out) -> dic
     }
     if meta.get("median_ms"):
         summary["original_median_ms"] = meta["median_ms"]
+    from engine.replay.worldhint import mirror_hint
+
+    hint = mirror_hint(trace, rank, dict(cov), str(paths[0]))
+    if hint:  # one rank of a multi-rank job: its collectives were skipped (issue 21 item 7)
+        summary["hint"] = {k: hint[k] for k in ("world_size", "rank", "groups", "skipped", "command")}
+        print(f"hint: {hint['text']}", file=sys.stderr)
     if not args.json:
         orig = f" (original {meta['median_ms']:.2f} ms)" if meta.get("median_ms") else ""
         print(f"{name}: median {res.median_ms:.2f} ms over {len(res.iteration_ms)} iterations on {res.device}{orig}")

@@ -47,4 +47,35 @@ def replay_provenance(replay: ReplayResult) -> dict[int, dict]:
     return read_provenance(et) if et else {}
 
 
-__all__ = ["ORIGIN_KEY", "read_provenance", "replay_provenance"]
+def rank_sides(replay: ReplayResult) -> list[tuple[int | None, list[dict], dict[int, dict]]]:
+    """[(rank, per-op rows, provenance)]: one entry per rank of a distributed replay (each rank's
+    own replay.json rows, mapped through the ET that rank replayed: its ids are not rank 0's),
+    else one entry (rank None) for the result itself. A rank whose replay.json cannot be read
+    falls back to the merged rows (the slowest rank's) and that rank's ET."""
+    ranks = replay.ranks or []
+    if len(ranks) < 2:
+        return [(None, [dict(x) for x in replay.per_op], replay_provenance(replay))]
+    from engine import jsonio
+
+    here = replay.paths.get("replay_json")
+    out: list[tuple[int | None, list[dict], dict[int, dict]]] = []
+    for i, entry in enumerate(ranks):
+        r = int(entry.get("rank", i))
+        cands = [entry.get("replay_json")] + ([str(Path(here).parent / f"rank{r}" / "replay.json")] if here else [])
+        doc = None
+        for c in (c for c in cands if c):
+            try:
+                doc = jsonio.loads(Path(c).read_bytes())
+                break
+            except (OSError, ValueError):
+                continue
+        if not isinstance(doc, dict) or not isinstance(doc.get("per_op"), list):
+            slowest = int((replay.config or {}).get("slowest_rank") or 0)
+            et = replay.paths.get(f"et_rank{slowest}") or replay.paths.get("et")
+            return [(slowest, [dict(x) for x in replay.per_op], read_provenance(et) if et else {})]
+        et = entry.get("et") or (doc.get("paths") or {}).get("et")
+        out.append((r, doc["per_op"], read_provenance(et) if et else {}))
+    return out
+
+
+__all__ = ["ORIGIN_KEY", "rank_sides", "read_provenance", "replay_provenance"]

@@ -6,7 +6,9 @@ The replay side is an `engine.replay.ReplayResult` (read from replay.json with
 Per-op matching: the replay labels each op with the node id of the ET it ran. For the original's
 own ET that id names the same operator on both sides; a composed benchmark's ET renumbers nodes,
 so its ids are mapped back through the `mystique_origin` provenance each exported node carries
-(engine.compare.provenance). Ops whose names differ are never paired. Each per-op row carries
+(engine.compare.provenance). A distributed replay is matched rank by rank, each through the ET
+that rank replayed (replay.json `ranks[i].et`); its rows carry `rank`, and the sums and groups
+are the slowest rank's (one rank's step against the original's). Ops whose names differ are never paired. Each per-op row carries
 both sides: `replay_id`, `replay_name`, `original_id`, `original_name` (+ `segment`, `repeat`). Original per-op times are
 the linked Kineto `k_dur_us` of those ops (host time), or `gpu_dur_us` (kernel time launched
 under the op) when the replay ran on a GPU and the original has GPU kernels.
@@ -19,12 +21,16 @@ Errors are relative: |replay - original| / original.
                   replay_device, replay_iterations}   end-to-end step times and their error
     time_basis   str       "cpu" (host op time) or "gpu" (kernel time under each op)
     matching     {by, replay_ops, matched, unknown_ids, name_mismatch, match_rate,
-                  original_sum_us, replay_sum_us, sum_error}   `by`: "node id" or
-                           "provenance"; name_mismatch: pairs refused because names differ
+                  original_sum_us, replay_sum_us, sum_error, inserted, by_rank}   `by`:
+                           "node id" or "provenance"; name_mismatch: pairs refused because
+                           names differ; inserted: ops a composition added (no provenance in
+                           a composed ET, e.g. TP all-reduces), left out of match_rate;
+                           by_rank (distributed): [{rank, replay_ops, matched}]
     coverage     {...}     the replay's coverage (engine/replay/result.py)
     by_phase, by_category, by_name   [{...}]  time per group, both sides and the error
-    per_op       [{replay_id, replay_name, original_id, original_name, segment, repeat,
-                   original_us, replay_us, error}]  (segment, repeat: composed benchmarks)
+    per_op       [{replay_id, replay_name, original_id, original_name, rank, segment, repeat,
+                   original_us, replay_us, error}]  (segment, repeat: composed benchmarks;
+                   rank: distributed replays)
     metrics      {...}     RSS / CPU / GPU metric summaries side by side
     curves       [{...}]   metric samples of both sides on a common time axis
     warnings     [str]
@@ -136,24 +142,11 @@ def compare_replay(
             "original ops carry no linked Kineto durations (k_dur_us): per-op original times are unknown"
         )
 
-    rep = pd.DataFrame(replay.per_op, columns=["op_id", "name", "category", "phase", "dur_us"])
-    rep = rep.astype({"op_id": "int64", "dur_us": "float64"})
-    rep = rep.groupby("op_id", as_index=False, sort=False).agg(
-        {"name": "first", "category": "first", "phase": "first", "dur_us": "sum"}
-    )
-    if provenance is None:
-        from engine.compare.provenance import replay_provenance
+    from engine.compare.provenance import rank_sides
 
-        provenance = replay_provenance(replay)
-    rep = rep.rename(columns={"op_id": "replay_id", "name": "replay_name"})
-    if provenance:
-        # a composed ET: its ids are renumbered, the original's id is in the node's provenance
-        origin = [provenance.get(int(i)) for i in rep["replay_id"]]
-        rep["original_id"] = pd.array([o["id"] if o else None for o in origin], dtype="Int64")
-        rep["segment"] = pd.array([o.get("segment") if o else None for o in origin], dtype="Int64")
-        rep["repeat"] = pd.array([o.get("repeat") if o else None for o in origin], dtype="Int64")
-    else:
-        rep["original_id"] = rep["replay_id"].astype("Int64")
+    sides = [(None, [dict(x) for x in replay.per_op], provenance)] if provenance is not None else rank_sides(replay)
+    rep = pd.concat([_replay_rows(r, rows, prov) for r, rows, prov in sides], ignore_index=True)
+    by_prov = any(prov for _, _, prov in sides)
     orig = pd.DataFrame(
         {
             "original_id": ops["id"].astype("Int64") if len(ops) else pd.Series(dtype="Int64"),
@@ -166,6 +159,7 @@ def compare_replay(
     orig = orig.drop_duplicates("original_id")  # multi-rank traces: the first rank's node
     per = rep.merge(orig, on="original_id", how="left")
     found = per["original_name"].notna()
+    inserted = per["inserted"].fillna(False).astype(bool) if "inserted" in per.columns else found & False
     # never pair ops whose names differ: such a pair is two different operators
     mismatch = found & (per["original_name"].astype(str) != per["replay_name"].astype(str))
     per.loc[mismatch, "original_us"] = math.nan
@@ -175,23 +169,39 @@ def compare_replay(
     per["op_id"] = per["replay_id"]  # kept for older readers: the id the replay ran
     per["name"] = per["replay_name"]
     cols = ["replay_id", "replay_name", "original_id", "original_name", "op_id", "name", "category", "phase"]
-    cols += [c for c in ("segment", "repeat") if c in per.columns] + ["original_us", "replay_us"]
+    cols += [c for c in ("rank", "segment", "repeat") if c in per.columns] + ["original_us", "replay_us"]
     per = per[cols]
     per["error"] = [rel_error(o, r) for o, r in zip(per["original_us"], per["replay_us"])]
     cmp.per_op = per.reset_index(drop=True)
 
     matched = per["original_us"].notna()
-    unknown = int((~found).sum())
+    unknown = int((~found & ~inserted).sum())
     cmp.matching = {
-        "by": "provenance" if provenance else "node id",
+        "by": "provenance" if by_prov else "node id",
         "replay_ops": len(per),
         "matched": int(matched.sum()),
         "unknown_ids": unknown,
         "name_mismatch": int(mismatch.sum()),
-        "match_rate": float(matched.mean()) if len(per) else math.nan,
+        "inserted": int(inserted.sum()),
+        "match_rate": float(matched.sum() / (~inserted).sum()) if (~inserted).any() else math.nan,
         "original_sum_us": float(per.loc[matched, "original_us"].sum()),
         "replay_sum_us": float(per.loc[matched, "replay_us"].sum()),
     }
+    if "rank" in per.columns:  # a distributed replay: every rank matched through its own ET
+        cmp.matching["by_rank"] = [
+            {
+                "rank": int(r),
+                "replay_ops": len(g),
+                "inserted": int(inserted[g.index].sum()),
+                "matched": int(g["original_us"].notna().sum()),
+            }
+            for r, g in per.groupby("rank", sort=True)
+        ]
+        # sums and groups: one rank's step against the original's (the slowest rank's, as e2e)
+        one = per["rank"] == int((replay.config or {}).get("slowest_rank") or sides[0][0] or 0)
+        matched = matched & one
+        cmp.matching["original_sum_us"] = float(per.loc[matched, "original_us"].sum())
+        cmp.matching["replay_sum_us"] = float(per.loc[matched, "replay_us"].sum())
     cmp.matching["sum_error"] = rel_error(cmp.matching["original_sum_us"], cmp.matching["replay_sum_us"])
     if unknown:
         cmp.warnings.append(f"{unknown} replayed op ids are not ET node ids of the original")
@@ -222,6 +232,29 @@ def compare_replay(
                 "its times include waiting for a CPU and are not comparable"
             )
     return cmp
+
+
+def _replay_rows(rank: int | None, rows: list[dict], provenance: dict[int, dict]) -> pd.DataFrame:
+    """One side's replayed ops (summed per id), with the original's id: through the composed ET's
+    provenance when it has one, else the id itself; `rank` column for a distributed replay."""
+    rep = pd.DataFrame(rows, columns=["op_id", "name", "category", "phase", "dur_us"])
+    rep = rep.astype({"op_id": "int64", "dur_us": "float64"})
+    rep = rep.groupby("op_id", as_index=False, sort=False).agg(
+        {"name": "first", "category": "first", "phase": "first", "dur_us": "sum"}
+    )
+    rep = rep.rename(columns={"op_id": "replay_id", "name": "replay_name"})
+    if rank is not None:
+        rep.insert(0, "rank", rank)
+    if provenance:
+        # a composed ET: its ids are renumbered, the original's id is in the node's provenance
+        origin = [provenance.get(int(i)) for i in rep["replay_id"]]
+        rep["inserted"] = [o is None for o in origin]  # added by the composition (TP all-reduce)
+        rep["original_id"] = pd.array([o["id"] if o else None for o in origin], dtype="Int64")
+        rep["segment"] = pd.array([o.get("segment") if o else None for o in origin], dtype="Int64")
+        rep["repeat"] = pd.array([o.get("repeat") if o else None for o in origin], dtype="Int64")
+    else:
+        rep["original_id"] = rep["replay_id"].astype("Int64")
+    return rep
 
 
 def cpu_starvation(

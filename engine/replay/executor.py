@@ -326,12 +326,13 @@ class ReplaySession:
         plan, config = self.plan, self.config
         kineto_path = None
         paths: dict[str, str] = {}
-        # The replayed ET file: compare reads its `mystique_origin` provenance (composed ETs).
-        et_src = next(
-            (s for s in (self.trace.meta or {}).get("sources") or [] if s.get("kind") == "execution_trace"), None
-        )
+        # The replayed ET file (this rank's, in a multi-rank trace) and its sha256: compare reads
+        # its `mystique_origin` provenance (composed ETs) and checks the bytes are the same.
+        et_src = replayed_et(self.trace, self.rank)
         if et_src and et_src.get("path"):
             paths["et"] = str(et_src["path"])
+            if et_src.get("sha256"):
+                paths["et_sha256"] = str(et_src["sha256"])
         if config.profile and config.out_dir is not None:
             kineto_path = profile_iteration(plan, self.steps, config, self.sync)
             paths["kineto"] = kineto_path
@@ -369,6 +370,12 @@ class ReplaySession:
             if self.gpu_iter_ms
             else []
         )
+        from engine.replay.worldhint import mirror_hint
+
+        # one rank of a multi-rank job replayed alone: say what it records and how to run it whole
+        hint = mirror_hint(self.trace, self.rank, dict(coverage), paths.get("et"))
+        if hint:
+            notes = [*notes, hint["text"]]
         return ReplayResult(
             iteration_ms=list(self.iter_ms),
             gpu_iteration_ms=list(self.gpu_iter_ms),
@@ -456,6 +463,15 @@ def measured_host_gaps(plan: Plan) -> list[int]:
                 out[k] = int((ts - prev_end) * 1e3)
             prev_end = ts + dur
     return out
+
+
+def replayed_et(trace: Trace, rank) -> dict | None:
+    """The ET source document of `rank` (the first ET when the rank is not recorded): a
+    distributed rank names its own file, not rank 0's, so compare maps its ids through the right
+    provenance (issue 21)."""
+    srcs = [s for s in (trace.meta.get("sources") or []) if s.get("kind") == "execution_trace"]
+    mine = [s for s in srcs if rank is not None and s.get("rank") == rank]
+    return (mine or srcs or [None])[0]
 
 
 def source_of(trace: Trace, rank) -> dict:

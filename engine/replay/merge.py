@@ -70,6 +70,8 @@ def merge(
                 "collectives": d.get("collectives") or {},
                 "kineto_path": d.get("kineto_path"),
                 "replay_json": (d.get("paths") or {}).get("replay_json"),
+                "et": (d.get("paths") or {}).get("et"),
+                "et_sha256": (d.get("paths") or {}).get("et_sha256"),
                 "skipped_ops": (d.get("skipped_ops") or [])[:50],
             }
         )
@@ -77,6 +79,17 @@ def merge(
     slowest = max(range(len(medians)), key=medians.__getitem__) if medians else 0
     first = rank_docs[0] if rank_docs else {}
     paths: dict[str, str] = {f"kineto_rank{r['rank']}": str(r["kineto_path"]) for r in ranks if r["kineto_path"]}
+    # each rank's replayed ET and its sha256: compare maps every rank's ids through its own
+    # provenance (engine.compare.provenance.rank_sides); "et" stays rank 0's for older readers
+    for e in ranks:
+        if e["et"]:
+            paths[f"et_rank{e['rank']}"] = str(e["et"])
+            if e["et_sha256"]:
+                paths[f"et_sha256_rank{e['rank']}"] = str(e["et_sha256"])
+    if ranks and ranks[0]["et"]:
+        paths["et"] = str(ranks[0]["et"])
+        if ranks[0]["et_sha256"]:
+            paths["et_sha256"] = str(ranks[0]["et_sha256"])
     if out_dir is not None:
         paths["out_dir"] = str(out_dir)
     spmd = (
@@ -105,5 +118,21 @@ def merge(
         world_size=world_size,
         ranks=ranks,
         spmd=spmd,
-        source=first.get("source") or {},
+        source=merge_sources([d.get("source") or {} for d in rank_docs]),
     )
+
+
+def merge_sources(sources: list[dict]) -> dict:
+    """Every rank's replayed ET hashes (not only rank 0's), so compare's source check and a
+    reader see each file the run replayed."""
+    traces: list[dict] = []
+    derived: set[str] = set()
+    for s in sources:
+        for t in s.get("traces") or []:
+            if t not in traces:
+                traces.append(t)
+        derived.update(s.get("derived_from") or [])
+    out: dict = {"traces": traces}
+    if derived:
+        out["derived_from"] = sorted(derived)
+    return out

@@ -30,7 +30,9 @@ replay.json (one JSON object; * = required when read):
     metrics           {samples: {column: [float]}, summary: {...}}  (MetricsSampler.to_dict)
     kineto_path       str | null   the replay's own Kineto trace, when profiled
     paths             {str: str}   files involved: "et" (the ET replayed; compare reads its
-                                   `mystique_origin` provenance), "kineto", "replay_json"
+                                   `mystique_origin` provenance) and "et_sha256" (its bytes'
+                                   hash), "kineto", "replay_json"; a distributed merge adds
+                                   "et_rank<r>" and "et_sha256_rank<r>" for every rank
     skipped_ops       [SkippedOp]  {op_id, name, reason, detail}: reason is the closed-set
                                    label counted in coverage.by_reason, detail is free text
     memory            {...}        engine.replay.memory estimate (eager/lazy peaks; resident_bytes:
@@ -51,7 +53,8 @@ replay.json (one JSON object; * = required when read):
                                    iteration_ms, median_ms, coverage, breakdown {step_ms, compute_ms,
                                    communication_ms, exposed_communication_ms, idle_ms} (the
                                    TimeBreakdown of engine.replay.commstats),
-                                   collectives, kineto_path, replay_json, skipped_ops}
+                                   collectives, kineto_path, replay_json, et, et_sha256,
+                                   skipped_ops}
     spmd              {...} | null --mirror-rank: which recorded rank every rank replays
     source            {"traces": [{path, sha256}], "derived_from": [sha256, ...]}: content
                                    hashes of the ET(s) replayed (and, for a composed benchmark,

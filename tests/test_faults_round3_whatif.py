@@ -276,7 +276,7 @@ def _lpt_reference(shards, n, model):
 def test_7_greedy_sharding_is_fast_and_unchanged(cache_dir):
     """Was: the greedy planner re-ran a shard-by-shard LPT for every split it tried: 6 s at 64
     ranks, 70 s at 256, hours at 4,096 (past the timeout)."""
-    from engine.simulate.whatif import sharding as sh
+    from engine.simulate import planners as sh
     from engine.trace import load
 
     # CLI first, as the issue ran it (bounded by the timeout where the API call is not)

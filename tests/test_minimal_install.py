@@ -80,7 +80,9 @@ def test_engine_paths_work_with_only_torch_pandas_networkx(tmp_path):
     assert out["ops"] == 289 and out["link_rate"] == 1.0 and out["info_kind"] == "execution_trace+kineto"
     assert out["replayed"] == 56 and out["composed_ranks"] == 1 and out["result_written"]
     assert out["dag"] > 50 and out["tree"] == 289
-    assert out["cpu_util_mean"] > 30 and out["rss_mb_mean"] > 50  # stdlib/proc metrics, not NaN
+    # stdlib/proc metrics, not NaN: a busy loop reads as CPU use even when the machine is loaded (a
+    # share of a core), so the bound is "clearly above zero", not a share that load can take away
+    assert out["cpu_util_mean"] > 1 and out["rss_mb_mean"] > 50
     assert out["json_roundtrip"] == {"a": [1, 2.5]} and out["bad_json"] == "JSONDecodeError"
     assert out["leaked"] == []
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())  # no pyarrow: no cache

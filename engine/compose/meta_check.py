@@ -16,12 +16,12 @@ live in meta_sizes.py.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from engine.compose.meta_run import meta_dtype, meta_tensor, run_on_meta
 from engine.compose.meta_sizes import (
     ALL_TO_ALL,
     RESHAPES,
@@ -56,23 +56,6 @@ class MetaReport:
             "unchecked_ops": self.unchecked[:20],
             "mismatches": self.mismatches[:20],
         }
-
-
-def _dtype(t: str) -> torch.dtype:
-    from engine.trace.dtypes import dtype_of
-
-    name = dtype_of(t) or "float32"
-    return getattr(torch, name, torch.float32)
-
-
-def _meta(shape, strides, dtype) -> torch.Tensor:
-    shape = [int(x) for x in shape]
-    if strides and len(strides) == len(shape) and all(isinstance(s, int) and s >= 0 for s in strides):
-        try:
-            return torch.empty_strided(shape, [int(s) for s in strides], dtype=dtype, device="meta")
-        except RuntimeError:
-            pass
-    return torch.empty(shape, dtype=dtype, device="meta")
 
 
 class _Runner:
@@ -164,7 +147,7 @@ class _Runner:
             # scale the dims known to carry the batch
             shp = self.value_rule(shp, node)
             st = None
-        t = _meta(shp, st, _dtype(slot_type(io, arg, sub)))
+        t = meta_tensor(shp, st, meta_dtype(slot_type(io, arg, sub)))
         self.put(key, t, list(get_slot(io, "shapes", arg, sub) or []))
         if self.mutate and list(t.shape) != list(get_slot(io, "shapes", arg, sub) or []):
             self._write(io, arg, sub, t)
@@ -173,7 +156,7 @@ class _Runner:
     def bind_shape(self, io, arg, sub, key: tuple, rec: list, dtype) -> None:
         """Bind an output whose new shape a rule fixed (`shapes`): dims it scaled by s carry the batch."""
         new = list(self.shapes[key])
-        t = _meta(new, None, dtype)
+        t = meta_tensor(new, None, dtype)
         if len(new) == len(rec):
             self.S.update(d for g, d in zip(new, rec) if g != d and d > 1 and abs(g - d * self.s) < 1e-9)
         if self.mutate and new != rec:
@@ -199,31 +182,6 @@ class _Runner:
         set_slot(io, "shapes", arg, sub, list(t.shape))
         if io.get("strides"):
             set_slot(io, "strides", arg, sub, list(t.stride()))
-
-
-def _call_args(node, res, values, types, tensors) -> tuple[list, dict]:
-    from engine.replay.dispatch import convert_scalar
-
-    def val(i):
-        if i in tensors:
-            return tensors[i]
-        return convert_scalar(values[i] if i < len(values) else None, types[i], res.arg_types.get(i), "meta")
-
-    pos = [val(x) if kind == "rec" else x for kind, x in res.positional]
-    kw = {k: (val(x) if kind == "rec" else x) for k, (kind, x) in res.keywords.items()}
-    return pos, kw
-
-
-def _run(res, node, ins, types, tensors, sizes_at=None, sizes=None):
-    values = list(ins.get("values", []))
-    if sizes_at is not None:
-        values[sizes_at] = sizes
-    pos, kw = _call_args(node, res, values, types, tensors)
-    with warnings.catch_warnings():
-        # an `out=` argument read with a guessed batch dim (a DDP gradient bucket view) is resized
-        # to the op's shape, which is what the meta run wants (`_sync_out_args` records it)
-        warnings.filterwarnings("ignore", message="An output with one or more elements was resized")
-        return res.overload(*pos, **kw)
 
 
 def propagate(
@@ -352,7 +310,7 @@ def propagate(
                         cands = [lay] + [c for c in cands if c != lay]
                 for cand in cands:
                     try:
-                        out = _run(res, node, ins, types, tensors, size_arg, cand)
+                        out = run_on_meta(res, node, ins, types, tensors, size_arg, cand)
                     except (RuntimeError, ValueError, TypeError, IndexError, AssertionError) as e:
                         err = e
                         continue
@@ -368,7 +326,7 @@ def propagate(
                         f"dim in size {ins['values'][size_arg]} fits: {str(err).splitlines()[0][:160]}"
                     )
             else:
-                out = _run(res, node, ins, types, tensors)
+                out = run_on_meta(res, node, ins, types, tensors)
         except TraceError:
             raise
         except NotImplementedError as e:
@@ -429,7 +387,12 @@ def _bind_outputs(run: _Runner, node, res, outs, out) -> None:
         if key in run.shapes and (run.is_replay or key not in run.from_replay):
             run.from_replay.update([key] if run.is_replay else [])
             run.bind_shape(
-                outs, arg, sub, key, rec, t.dtype if isinstance(t, torch.Tensor) else _dtype(slot_type(outs, arg, sub))
+                outs,
+                arg,
+                sub,
+                key,
+                rec,
+                t.dtype if isinstance(t, torch.Tensor) else meta_dtype(slot_type(outs, arg, sub)),
             )
             continue
         if not run.is_replay and (key in run.from_replay or run.made_by_ancestor(key, node["id"])):
@@ -441,13 +404,13 @@ def _bind_outputs(run: _Runner, node, res, outs, out) -> None:
             run.from_replay.add(key)
         run.maker[key] = node["id"]
         if not isinstance(t, torch.Tensor):
-            run.put((v[0], v[1]), _meta(rec, None, _dtype(slot_type(outs, arg, sub))), rec)
+            run.put((v[0], v[1]), meta_tensor(rec, None, meta_dtype(slot_type(outs, arg, sub))), rec)
             continue
         got = list(t.shape)
         if got != rec and (rec == [0] or got == [0] or (arg > 0 and base in _AUX_OUTPUT_OPS)):
             # CPU fast paths return empty aux outputs (embedding_bag offset2bag, max_indices)
             # where the meta kernel sizes them, and vice versa: keep the recorded aux tensor
-            t = _meta(run.value_rule(rec, node) if run.s != 1.0 else rec, None, t.dtype)
+            t = meta_tensor(run.value_rule(rec, node) if run.s != 1.0 else rec, None, t.dtype)
             got = list(t.shape)
             if run.mutate and got != rec:
                 run._write(outs, arg, sub, t)
@@ -499,10 +462,10 @@ def _fallback(run: _Runner, node, outs, why: str, count: bool = True) -> None:
         if run.is_replay:
             run.from_replay.add(key)
         if key in run.shapes:
-            run.bind_shape(outs, arg, sub, key, rec, _dtype(slot_type(outs, arg, sub)))
+            run.bind_shape(outs, arg, sub, key, rec, meta_dtype(slot_type(outs, arg, sub)))
             continue
         shp = run.value_rule(rec, node) if run.s != 1.0 else rec
-        t = _meta(shp, None, _dtype(slot_type(outs, arg, sub)))
+        t = meta_tensor(shp, None, meta_dtype(slot_type(outs, arg, sub)))
         if run.mutate and shp != rec:
             run._write(outs, arg, sub, t)
         run.put((v[0], v[1]), t, rec)

@@ -375,8 +375,13 @@ def trace_picker(label: str = "Trace", key: str = "trace_pick", kinds: tuple[str
         st.info("No trace loaded yet: add one on the Traces page.")
         return None
     cur = st.session_state.get("current")
-    if st.session_state.get(key) not in names:
+    # A picker follows a new current trace (just loaded, composed or replayed) even when its page
+    # was shown before: make_current's value for a widget key drawn on an earlier page is dropped
+    # with that page's stale widgets, so the plain "current" key is what each picker checks.
+    seen = f"_current_seen:{key}"
+    if st.session_state.get(key) not in names or (cur in names and st.session_state.get(seen) != cur):
         st.session_state[key] = cur if cur in names else names[0]
+    st.session_state[seen] = cur
     picked = st.selectbox(label, names, key=key)
     last = f"_shown:{key}"
     if picked is not None and st.session_state.get(last) not in (None, picked):

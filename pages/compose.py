@@ -161,8 +161,8 @@ if spec["segments"]:
                 info = bridge.export_benchmark(bench, out_dir)
                 st.session_state["benchmark"] = {"trace": name, "dir": out_dir, **info}
                 # Replay opens on what was just composed (this page's own picker is drawn already)
-                st.session_state["current"] = st.session_state["replay_trace"] = name
-                st.session_state["replay_target"] = f"composed benchmark ({Path(out_dir).name})"
+                st.session_state["current"] = name
+                st.session_state["_replay_target_next"] = f"composed benchmark ({Path(out_dir).name})"
                 st.success(f"exported to {out_dir}: {', '.join(info.get('files', []))}")
             except TraceError as exc:
                 st.error(str(exc))

@@ -28,6 +28,9 @@ if sel["ids"] and sel["trace"] == name:
     targets.append(f"selection ({len(sel['ids'])} ops)")
 if bench and bench.get("trace") == name:
     targets.append(f"composed benchmark ({Path(bench['dir']).name})")
+nxt = st.session_state.pop("_replay_target_next", None)  # Compose just exported: open on it
+if nxt in targets:
+    st.session_state["replay_target"] = nxt
 target = st.radio("Replay", targets, key="replay_target", horizontal=True)
 
 

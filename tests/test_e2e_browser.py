@@ -483,6 +483,19 @@ def test_multi_rank_journey_compose_tp2_replay_two_ranks_compare_by_provenance(f
         m = re.search(r"ops matched\s+(\d+) / (\d+)", metric)
         assert m and int(m.group(1)) >= 0.95 * int(m.group(2)) and int(m.group(2)) > 0, metric
         _shot(d, "21_compare_tp2")
+
+        # another trace on Compose shows its own defaults, not the TP-2 spec's settings
+        _nav(d, "traces")
+        cnn = ROOT / "sample_traces" / "cnn"
+        _load_by_path(d, [cnn / "cnn_et.json.gz", cnn / "cnn_kineto.json.gz"], "cnn")
+        _nav(d, "compose")
+        _wait_text(d, "Batch scale", timeout=240)
+        _idle(d, 240)
+        assert "cnn" in _text(d, ".st-key-compose_trace")
+        assert _number_input_value(d, "Batch scale") == "1.00", _number_input_value(d, "Batch scale")
+        widgets = _text(d, '[data-testid="stSelectbox"], [data-testid="stTextInput"]')
+        assert "mlp tp2" not in widgets and " tp " not in f" {widgets} ", widgets
+        _shot(d, "21_compose_other_trace")
     except Exception:
         d.save_screenshot(str(ART / "failure_multi_rank.png"))
         raise

@@ -30,8 +30,10 @@ reports the wall time. Writes benchmarks/results/distributed.json (`geomean_erro
 of |paired_error|, on top; `geomean_unpaired_error` beside it). Targets: each error <= 10 %,
 geomean <= 5 %, `--quick` within 2 points of the full run. On a quiet machine:
 
-    .venv/bin/python benchmarks/distributed.py --quick --out /tmp/dist_quick.json
+    .venv/bin/python benchmarks/distributed.py --quick    # benchmarks/results/distributed_quick.json
     .venv/bin/python benchmarks/distributed.py            # full: benchmarks/results/distributed.json
+
+benchmarks/report.py puts the quick run's geomean beside the full one (docs/figures.md).
 """
 
 from __future__ import annotations
@@ -206,7 +208,9 @@ def main(argv=None) -> int:
     ap.add_argument("--per-round", type=int, default=None)
     ap.add_argument("--warmup", type=int, default=None)
     ap.add_argument("--scale-ranks", type=int, default=8, help="SPMD ranks of the scale run (0: skip)")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "distributed.json"))
+    ap.add_argument(
+        "--out", default=None, help="default: benchmarks/results/distributed.json (distributed_quick.json with --quick)"
+    )
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--sample", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--record", default=None, help=argparse.SUPPRESS)
@@ -262,7 +266,8 @@ def main(argv=None) -> int:
             f"(median iteration {scale['median_ms']:.1f} ms, coverage {scale['coverage_rate']:.1%})"
         )
     print(f"(wall {time.perf_counter() - t_start:.1f} s)")
-    out = Path(args.out)
+    results = ROOT / "benchmarks" / "results"
+    out = Path(args.out) if args.out else results / ("distributed_quick.json" if args.quick else "distributed.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(
         orjson.dumps(

@@ -74,7 +74,10 @@ def _human(n: float) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-def _read_file(path: Path, limit: int) -> bytes:
+def check_regular_file(path: Path, limit: int) -> os.stat_result:
+    """A trace input must be a non-empty regular file within `limit` bytes (no FIFO, device or
+    folder: reading those hangs or never ends). One home for the whole-file reader and the
+    streaming one (engine.trace.store.stream)."""
     try:
         st = path.stat()
     except OSError as exc:
@@ -89,6 +92,11 @@ def _read_file(path: Path, limit: int) -> bytes:
             "(set MYSTIQUE_MAX_BYTES to raise it)",
             path,
         )
+    return st
+
+
+def _read_file(path: Path, limit: int) -> bytes:
+    st = check_regular_file(path, limit)
     try:
         with open(path, "rb") as fh:
             # read(n) allocates n bytes up front: ask for what the file holds (+1 to notice growth)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,18 +51,7 @@ _DECODER = msgspec.json.Decoder()
 def iter_blocks(path: Path, limit: int | None = None) -> Iterator[bytes]:
     """The file's decompressed bytes in blocks of about `BLOCK` (gzip inflated on the fly)."""
     limit = safe_io.max_bytes() if limit is None else limit
-    try:
-        st = path.stat()
-    except OSError as exc:
-        raise TraceError(f"cannot read: {exc.strerror or exc}", path) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise TraceError("not a regular file", path)
-    if st.st_size == 0:
-        raise TraceError("empty file (0 bytes)", path)
-    if st.st_size > limit:
-        raise TraceError(
-            f"file too large: {st.st_size:,} bytes exceeds the limit of {limit:,} (MYSTIQUE_MAX_BYTES)", path
-        )
+    safe_io.check_regular_file(path, limit)
     try:
         fh = open(path, "rb")  # noqa: SIM115 -- closed in the finally below (a generator)
     except OSError as exc:

@@ -32,6 +32,7 @@ from engine.compose.meta_sizes import (
     rescale_slice,
     rescale_split,
     rescale_splits,
+    shapes_note,
     size_candidates,
     split_slice,
 )
@@ -303,7 +304,7 @@ def propagate(
                     and orig_shapes
                     and isinstance(orig_shapes[0], list)
                 ):
-                    lay = layout_candidate(list(t0.shape), orig_shapes[0], ins["values"][size_arg], scale)
+                    lay = layout_candidate(list(t0.shape), orig_shapes[0], ins["values"][size_arg], scale, run.S)
                     if list(t0.shape) == orig_shapes[0]:  # an unchanged input reshapes as recorded
                         lay = list(ins["values"][size_arg])
                     if lay is not None:
@@ -333,10 +334,7 @@ def propagate(
             _fallback(run, node, outs, f"{name}: no meta kernel ({str(e).splitlines()[0][:80]})", count=is_replay)
             continue
         except (RuntimeError, ValueError, TypeError, IndexError, AssertionError) as e:
-            changed = any(
-                isinstance(t, torch.Tensor) and a < len(orig_shapes) and list(t.shape) != orig_shapes[a]
-                for a, t in tensors.items()
-            )
+            changed = any(_changed(t, orig_shapes[a]) for a, t in tensors.items() if a < len(orig_shapes))
             msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
             if (
                 scale != 1.0
@@ -346,7 +344,9 @@ def propagate(
                 and "meta" not in msg.lower()
                 and "data-dependent" not in msg
             ):
-                raise TraceError(f"{run.label} breaks shape at node {node['id']} ({name}): {msg}") from None
+                raise TraceError(
+                    f"{run.label} breaks shape at node {node['id']} ({name}): {msg}{shapes_note(tensors)}"
+                ) from None
             _fallback(run, node, outs, f"{name}: {msg[:100]}", count=is_replay)
             continue
         rep.checked += int(is_replay)
@@ -368,6 +368,14 @@ def propagate(
                     run._write(io_d, arg, sub, hit[0])
     rep.batch_dims = sorted(run.S)
     return rep
+
+
+def _changed(t, rec) -> bool:
+    """Does a meta input differ from its recorded shape? Tensor lists element by element (a
+    `cat` of a scaled and an unscaled piece is the scaling's fault, not a missing kernel)."""
+    if isinstance(t, list):
+        return isinstance(rec, list) and any(_changed(x, r) for x, r in zip(t, rec))
+    return isinstance(t, torch.Tensor) and list(t.shape) != rec
 
 
 def _bind_outputs(run: _Runner, node, res, outs, out) -> None:

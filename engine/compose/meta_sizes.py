@@ -56,14 +56,18 @@ def size_candidates(sizes: list, S: set, batch: int | None, s: float) -> list[li
 RESHAPES = ("view", "reshape", "_unsafe_view", "_reshape_alias")
 
 
-def layout_candidate(new_in: list, old_in: list, sizes: list, s: float) -> list | None:
+def layout_candidate(
+    new_in: list, old_in: list, sizes: list, s: float, known: frozenset | set = frozenset()
+) -> list | None:
     """The size list a reshape of the scaled input needs, from element order alone.
 
     A reshape keeps the order of elements, so the block of elements *inside* the scaled input
     dim (the product of the dims after it) is a suffix of the output; the output dim just
     before that suffix (or the one the block ends inside) is where the scaled dim went. This is
     what decides a batch-1 trace, where every dim is a multiple of the batch and numel alone
-    cannot tell the batch from the sequence or hidden dim."""
+    cannot tell the batch from the sequence or hidden dim. `known`: dims known to carry the
+    batch; where the scaled dim splits into pieces and one of them (> 1) is known, that piece
+    scales, not the outermost (an all_to_all's [world x B] rows viewed as [world, B, ..])."""
     if len(new_in) != len(old_in) or any(not isinstance(x, int) or x < -1 for x in sizes):
         return None
     if sizes.count(-1) == 1:  # an inferred dim: solve it on the recorded input, decide, keep the -1
@@ -76,7 +80,9 @@ def layout_candidate(new_in: list, old_in: list, sizes: list, s: float) -> list 
             numel *= int(d)
         if rest <= 0 or numel % rest:
             return None
-        solved = layout_candidate(new_in, old_in, [numel // rest if j == i else x for j, x in enumerate(sizes)], s)
+        solved = layout_candidate(
+            new_in, old_in, [numel // rest if j == i else x for j, x in enumerate(sizes)], s, known
+        )
         return None if solved is None else [-1 if j == i else x for j, x in enumerate(solved)]
     if any(x < 0 for x in sizes):
         return None
@@ -109,6 +115,7 @@ def layout_candidate(new_in: list, old_in: list, sizes: list, s: float) -> list 
             # the outermost piece carries the batch; a split that does not divide it goes to the
             # next piece in (a fused [.., 3, heads, d] view: tensor parallelism splits heads)
             k = next((i for i in range(j, b) if abs(sizes[i] * s - round(sizes[i] * s)) < 1e-9), j)
+            k = next((i for i in range(j, b) if sizes[i] > 1 and sizes[i] in known and i != k), k)
         elif b < len(sizes):
             k = b  # a dim of 1 was dropped: the batch merges into the next dim out
         else:
@@ -119,6 +126,16 @@ def layout_candidate(new_in: list, old_in: list, sizes: list, s: float) -> list 
         return None
     c[k] = round(v)
     return c
+
+
+def shapes_note(tensors: dict) -> str:
+    """The meta inputs' shapes, for an error that names the op and the shapes blocking it."""
+    parts = []
+    for t in tensors.values():
+        for x in t if isinstance(t, list) else [t]:
+            if isinstance(x, torch.Tensor):
+                parts.append(str(list(x.shape)))
+    return f" (inputs {', '.join(parts[:6])}{', ..' if len(parts) > 6 else ''})" if parts else ""
 
 
 def split_slice(base: str, ins: dict, orig_shapes: list, t: torch.Tensor, s: float) -> bool:

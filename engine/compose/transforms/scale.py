@@ -200,10 +200,12 @@ def scale_batch(bench, rank: int, scale: float, batch: int, params: set[int] | N
     seeds = batch_seeds(nodes, bench.replay_ids[rank], batch, params, bench.context.phase_of)
     if not seeds:
         raise TraceError(f"batch scale {scale:g}: no input tensor has the batch size {batch} as dim 0")
+    from engine.compose.meta_bags import bag_batch_shapes
     from engine.compose.meta_check import propagate  # torch: only scaling needs it, not infer_batch
     from engine.compose.shard.tbe import tbe_batch_shapes
 
-    shapes = tbe_batch_shapes(nodes, set(bench.replay_ids[rank]), scale)
+    want = set(bench.replay_ids[rank])
+    shapes = {**bag_batch_shapes(nodes, want, scale, batch), **tbe_batch_shapes(nodes, want, scale)}
     rep = propagate(
         nodes,
         bench.replay_ids[rank],

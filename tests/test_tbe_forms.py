@@ -175,7 +175,7 @@ def test_unreadable_lookup_is_refused_in_one_line_naming_op_and_what_is_missing(
         compose(spec_from_dict(spec))
     msg = str(e.value)
     assert "\n" not in msg and "split_embedding_codegen_lookup_adagrad_function" in msg
-    assert "argument" in msg and "not recorded" in msg
+    assert msg.startswith(f"{src}: TBE op ") and "argument indices (position 11) not recorded" in msg
 
 
 def test_no_table_names_what_was_seen_and_prints_the_path_once(tmp_path, cache_dir):
@@ -192,7 +192,7 @@ def test_no_table_names_what_was_seen_and_prints_the_path_once(tmp_path, cache_d
         compose(spec_from_dict(spec))
     msg = str(e.value)
     assert "\n" not in msg and msg.count(str(src)) <= 1 and "no embedding tables to shard" in msg
-    assert "fbgemm::split_embedding_codegen_lookup_mystery (not a lookup form known" in msg
+    assert "fbgemm::split_embedding_codegen_lookup_mystery (no known lookup form" in msg
     assert "fbgemm::split_embedding_backward_codegen_sgd_cpu (a backward kernel, not a lookup)" in msg
 
 
@@ -207,4 +207,26 @@ def test_whatif_no_table_names_what_was_seen(tmp_path, cache_dir):
     with pytest.raises(SpecError) as e:
         simulate(load(str(KINETO), str(src)), {"version": 1, "edits": [{"kind": "sharding"}]})
     msg = str(e.value)
-    assert "\n" not in msg and "TBE lookups (none found); seen:" in msg and "lookup_mystery (not a lookup form" in msg
+    assert (
+        "\n" not in msg and "TBE lookups (none found); seen:" in msg and "lookup_mystery (no known lookup form" in msg
+    )
+
+
+def test_sequence_tbe_is_refused_by_compose_in_one_line_and_ranked_by_whatif(tmp_path, cache_dir, recorded):
+    """pooling_mode 2 (NONE) is a sequence TBE: compose shards pooled TBEs as embedding_bag and
+    says so for a sequence one; the what-if ranks its tables (same rows, dims, lookups)."""
+    doc = _doc()
+    n = _lookup(doc)
+    assert n["inputs"]["values"][9] == 0  # the sample's pooling_mode: sum
+    n["inputs"]["values"][9] = 2
+    src = _write(doc, tmp_path / "seq.json.gz")
+    spec = {
+        "sources": [str(src)],
+        "segments": [{"selection": {}}],
+        "sharding": {"kind": "embedding", "plan": "row", "ranks": 4},
+    }
+    with pytest.raises(TraceError) as e:
+        compose(spec_from_dict(spec))
+    msg = str(e.value)
+    assert "\n" not in msg and msg.count(str(src)) <= 1 and LOOKUP in msg and "sequence TBE (pooling_mode none)" in msg
+    assert _whatif_tables(src) == recorded["table"]

@@ -250,7 +250,7 @@ def why_not(names_inputs: list[tuple[str, dict, str | None]], limit: int = 6) ->
         elif "forward" in name:
             seen[name] = "a forward kernel inside a lookup, not the lookup"
         elif "embedding" in name:
-            seen[name] = "not a lookup form known (embedding_bag or a TBE lookup)"
+            seen[name] = "no known lookup form: neither embedding_bag nor a TBE lookup"
         else:
             seen[name] = "KJT/collective plumbing, no table"
     items = [f"{k} ({v})" for k, v in seen.items()]

@@ -369,7 +369,12 @@ def shard_embeddings(bench, path) -> dict:
     n_ranks, plan = int(sh.ranks), sh.plan
     nodes, replay = bench.ranks[0], bench.replay_ids[0]
     tbe_info: list = []
-    tables = find_tables(nodes, replay, tbe_info)
+    try:
+        tables = find_tables(nodes, replay, tbe_info)
+    except TraceError as e:  # an unreadable TBE lookup: name the ET, not the spec
+        if e.path is not None:
+            raise
+        raise TraceError(str(e), path) from None
     if not tables:
         raise TraceError(_no_tables(nodes, replay), path)
     recorded = _scale_tables(tables, float(bench.spec.batch_scale))

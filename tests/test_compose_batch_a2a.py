@@ -98,3 +98,11 @@ def test_inconsistent_scaling_is_refused_at_compose_naming_op_and_shapes(cache_d
         compose(spec_from_dict(_spec(0, 2)))
     msg = str(e.value)
     assert "aten::cat" in msg and "[512, 1, 64], [256, 4, 64]" in msg, msg
+
+
+def test_batch_x2_of_the_two_rank_folder_composes_its_first_rank(cache_dir):
+    """A multi-rank folder as the source: node and storage ids repeat across ranks, and batch
+    inference read them all at once (a pandas AttributeError on the old main); it reads rank 0."""
+    spec = {**_spec(0, 2), "sources": [str(SAMPLES / "dlrm_a2a")]}
+    info = compose(spec_from_dict(spec)).meta["transforms"][0]
+    assert info["batch"] == 256 and info["new_batch"] == 512 and info["mismatches"] == []

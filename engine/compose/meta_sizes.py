@@ -66,8 +66,8 @@ def layout_candidate(
     before that suffix (or the one the block ends inside) is where the scaled dim went. This is
     what decides a batch-1 trace, where every dim is a multiple of the batch and numel alone
     cannot tell the batch from the sequence or hidden dim. `known`: dims known to carry the
-    batch; where the scaled dim splits into pieces and one of them (> 1) is known, that piece
-    scales, not the outermost (an all_to_all's [world x B] rows viewed as [world, B, ..])."""
+    batch; where the scaled dim splits into pieces, the outermost is not known and another (> 1)
+    is, that one scales (an all_to_all's [world x B] rows viewed as [world, B, ..])."""
     if len(new_in) != len(old_in) or any(not isinstance(x, int) or x < -1 for x in sizes):
         return None
     if sizes.count(-1) == 1:  # an inferred dim: solve it on the recorded input, decide, keep the -1
@@ -115,7 +115,8 @@ def layout_candidate(
             # the outermost piece carries the batch; a split that does not divide it goes to the
             # next piece in (a fused [.., 3, heads, d] view: tensor parallelism splits heads)
             k = next((i for i in range(j, b) if abs(sizes[i] * s - round(sizes[i] * s)) < 1e-9), j)
-            k = next((i for i in range(j, b) if sizes[i] > 1 and sizes[i] in known and i != k), k)
+            if sizes[k] not in known:  # (a batch-1 trace's leading 1 is known: it stays first)
+                k = next((i for i in range(j, b) if sizes[i] > 1 and sizes[i] in known), k)
         elif b < len(sizes):
             k = b  # a dim of 1 was dropped: the batch merges into the next dim out
         else:

@@ -21,11 +21,21 @@ if TYPE_CHECKING:
     from engine.trace.model import Trace
 
 
+def _first_rank(trace: Trace):
+    """(ops, tensors) of the trace's lowest rank: a multi-rank source composes its first rank,
+    and node/storage ids repeat across ranks (one rank's tables keep every lookup unique)."""
+    from engine.trace.ranks import of_rank, rank_ops
+
+    ops = rank_ops(trace.ops)
+    rank = int(ops["rank"].iloc[0]) if "rank" in ops.columns and len(ops) else None
+    return ops, of_rank(trace.tensors, rank)
+
+
 def param_storages(trace: Trace) -> set[int]:
     """Storages of parameters and optimizer state: read by optimizer-phase ops and first seen
     as an op *input* (never produced in the step). Storage ids are recycled, so the second
     condition keeps activations/gradients that reuse an id out."""
-    ops, t = trace.ops, trace.tensors
+    ops, t = _first_rank(trace)
     opt_ids = ops.loc[ops["phase"].astype(str) == "optimizer", "id"].to_numpy(dtype=np.int64)
     if len(opt_ids) == 0 or len(t) == 0:
         return set()
@@ -45,7 +55,7 @@ def parameters(trace: Trace) -> list[tuple[int, int, str]]:
     from engine.graph import replay_ops
 
     params = param_storages(trace)
-    ops, t = trace.ops, trace.tensors
+    ops, t = _first_rank(trace)
     fwd = set(ops.loc[ops["phase"].astype(str) == "forward", "id"].astype(int))
     ids = [i for i in replay_ops(trace) if i in fwd]
     tt = t[t["op_id"].isin(ids) & (t["io"].astype(str) == "in")].sort_values(["op_id", "arg", "sub"], kind="stable")
@@ -64,8 +74,7 @@ def infer_batch(trace: Trace, path=None) -> int:
     from engine.graph import replay_ops
 
     params = param_storages(trace)
-    t = trace.tensors
-    ops = trace.ops
+    ops, t = _first_rank(trace)
     fwd = set(ops.loc[ops["phase"].astype(str) == "forward", "id"].astype(int))
     comm = set(ops.loc[ops["category"].astype(str) == "communication", "id"].astype(int))
     ids = [i for i in replay_ops(trace) if i in fwd and i not in comm] or replay_ops(trace)

@@ -93,7 +93,7 @@ def test_bad_specs_cli_exit_2(tmp_path, capsys, case, sample_path):
         "breaking_scale": ({"sources": [str(tx)], "batch_size": 128, "batch_scale": 2}, "breaks shape at node"),
         "no_embeddings": (
             {"sharding": {"kind": "embedding", "plan": "table", "ranks": 2}},
-            f"no embedding tables to shard in {mlp}",
+            f"{mlp}: no embedding tables to shard (looked for aten::embedding_bag and FBGEMM TBE lookups",
         ),
         "non_integer_batch": ({"sources": [str(tx)], "batch_scale": 0.5}, "non-integer batch: 3 x 0.5 = 1.5"),
     }[case]

@@ -5,7 +5,8 @@
 Builds a fleet from one shared real GPU trace (engine.testing.fleet: a copy per rank with
 per-rank perturbed durations), then builds its trace store (engine.trace.store.build, no cache)
 serially, and through a LocalCluster of 1 and of 2 single-threaded worker processes reached by
-its scheduler address (the `--scheduler tcp://...` code path). Cluster start-up is outside the
+its scheduler address (the `--scheduler tcp://...` code path), built by engine.fanout.local_cluster
+as `--scheduler local` builds them. Cluster start-up is outside the
 timed region (it is paid once per session, not per rank); each configuration is timed once in
 interleaved order after one warm-up build, and the stores must be identical (row counts and
 the sum of durations per rank). The load average is recorded beside the figures: the machine
@@ -50,8 +51,9 @@ def main() -> int:
     ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "dask_ingest.json")
     args = ap.parse_args()
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
+    from engine.fanout import local_cluster
     from engine.testing.fleet import make_fleet
 
     with tempfile.TemporaryDirectory(prefix="dask-ingest-") as tmp:
@@ -59,10 +61,7 @@ def main() -> int:
         folder = Path(tmp) / "fleet"
         paths = make_fleet(args.trace, folder, args.ranks)
         json_bytes = sum(p.stat().st_size for p in paths)
-        clusters = {
-            w: LocalCluster(n_workers=w, threads_per_worker=1, processes=True, dashboard_address=":0", host="127.0.0.1")
-            for w in (1, 2)
-        }
+        clusters = {w: local_cluster(w) for w in (1, 2)}  # as `--scheduler local` builds them
         try:
             for c in clusters.values():
                 Client(c).close()  # workers up before timing

@@ -81,6 +81,9 @@ def tables_from_trace(trace: Trace) -> list[Table]:
     if ops is None or len(ops) == 0:
         return []
     names = ops["name"].astype(str)
+    tbe = _tables_from_tbe(trace)
+    if tbe:
+        return tbe
     fwd = ops[names.isin(FWD)]
     bwd = ops[names.isin(BWD)]
     tin = ten[ten["io"].astype(str) == "in"]
@@ -107,6 +110,48 @@ def tables_from_trace(trace: Trace) -> list[Table]:
                 bwd_us=b_us,
             )
         )
+    return out
+
+
+def _tables_from_tbe(trace: Trace) -> list[Table]:
+    """Tables of FBGEMM TBE lookups (engine.trace.tbe, the recogniser compose's sharding uses too),
+    when the trace has no `embedding_bag`: one TBE of T tables per weight storage, each table an
+    even split (rows, dim, lookups) with the lookup's kernel time split evenly too; `bwd_us` from
+    the TBE backward ops that read the lookup's indices (the outermost of nested wrappers: the
+    longest), NaN without one. An unreadable lookup raises TbeUnreadable (one line: op and what is
+    missing)."""
+    from engine.trace.tbe import read_tbe, tbe_kind, tbe_tables
+
+    ops, ten = trace.ops, trace.tensors
+    names = ops["name"].astype(str)
+    rows = ops[names.map(lambda s: tbe_kind(s) is not None)]
+    if names.isin(FWD).any() or rows.empty:
+        return []
+    bwd = ops[names.str.contains("embedding_backward", regex=False)]
+    b_in = ten[(ten["io"].astype(str) == "in") & ten["op_id"].isin(bwd["id"])]
+    b_dur = dict(zip(bwd["id"], bwd["k_dur_us"].astype(float)))
+    groups: dict[int, list[tuple]] = {}  # weight storage -> (args, fwd µs, bwd µs) per recorded lookup
+    for name, inputs, schema, kdur in zip(rows["name"], rows["inputs"], rows["schema"], rows["k_dur_us"]):
+        a = read_tbe(str(name), json.loads(inputs) if isinstance(inputs, str) else inputs, str(schema or ""))
+        if a is None:
+            continue
+        readers = b_in.loc[b_in["tensor_id"] == a.indices[0], "op_id"]
+        b_us = max((b_dur[i] for i in readers), default=float("nan"))
+        groups.setdefault(int(a.weight[1]), []).append((a, float(kdur), b_us))
+    out: list[Table] = []
+    for looks in groups.values():
+        n, a = len(looks), looks[0][0]
+        for t in tbe_tables(a):
+            out.append(
+                Table(
+                    index=len(out),
+                    rows=t.rows,
+                    dim=t.dim,
+                    lookups=round(sum(x[0].lookups for x in looks) / n / a.tables),
+                    fwd_us=sum(x[1] for x in looks) / n / a.tables,
+                    bwd_us=sum(x[2] for x in looks) / n / a.tables,
+                )
+            )
     return out
 
 

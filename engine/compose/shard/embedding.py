@@ -28,7 +28,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.compose.nodes import ROOT_ID, is_defined, label_node, make_attrs, root_node, set_attr, set_slot, tensors_of
+from engine.compose.nodes import (
+    ROOT_ID,
+    attr,
+    is_defined,
+    label_node,
+    make_attrs,
+    root_node,
+    set_attr,
+    set_slot,
+    tensors_of,
+)
 from engine.errors import TraceError
 from engine.simulate.planners import PLANNERS, EmbeddingModel
 from engine.simulate.planners import Shard as TableShard
@@ -148,6 +158,22 @@ def find_tables(nodes: list[dict], replay_ids, tbe_info: list | None = None) -> 
             )
         )
     return tables
+
+
+def _no_tables(nodes: list[dict], replay) -> str:
+    """The refusal when no table was found: which embedding-like ops were seen and why each was not
+    taken (engine.trace.tbe.why_not), so a user sees what the recogniser made of their trace."""
+    from engine.trace.tbe import why_not
+
+    want = set(replay)
+    seen = why_not([(n["name"], n.get("inputs") or {}, attr(n, "op_schema")) for n in nodes if n["id"] not in want])
+    inside = why_not([(n["name"], n.get("inputs") or {}, attr(n, "op_schema")) for n in nodes if n["id"] in want])
+    parts = [f"replayed: {inside}" if inside else "", f"not replayed: {seen}" if seen else ""]
+    found = "; ".join(p for p in parts if p) or "no embedding-like op at all"
+    return (
+        "no embedding tables to shard (looked for aten::embedding_bag and FBGEMM TBE lookups "
+        f"[fbgemm::]split_embedding_codegen_lookup_<optimizer>_function[_pt2|_cpu] / dense_embedding_codegen_lookup_function); seen: {found}"
+    )
 
 
 def _split(n: int, k: int) -> list[int]:
@@ -343,9 +369,14 @@ def shard_embeddings(bench, path) -> dict:
     n_ranks, plan = int(sh.ranks), sh.plan
     nodes, replay = bench.ranks[0], bench.replay_ids[0]
     tbe_info: list = []
-    tables = find_tables(nodes, replay, tbe_info)
+    try:
+        tables = find_tables(nodes, replay, tbe_info)
+    except TraceError as e:  # an unreadable TBE lookup: name the ET, not the spec
+        if e.path is not None:
+            raise
+        raise TraceError(str(e), path) from None
     if not tables:
-        raise TraceError(f"no embedding tables to shard in {path}", path)
+        raise TraceError(_no_tables(nodes, replay), path)
     recorded = _scale_tables(tables, float(bench.spec.batch_scale))
     if recorded:
         bench.meta["transforms"].append(

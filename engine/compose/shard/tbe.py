@@ -22,10 +22,9 @@ import re
 
 from engine.compose.nodes import is_defined
 from engine.errors import TraceError
+from engine.trace.tbe import Pooling, TbeArgs, TbeUnreadable, read_tbe, tbe_kind, tbe_tables
 
-_MAX_COUNT = 2**62  # a count or dimension of a recorded TBE argument (beyond: a corrupt or hostile ET)
-
-TBE_FWD_PREFIX = "fbgemm::split_embedding_codegen_lookup_"
+TBE_FWD_PREFIX = "fbgemm::split_embedding_codegen_lookup_"  # the first form recognised; see engine.trace.tbe
 _EB_SCHEMA = (
     "aten::embedding_bag.padding_idx(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq, "
     "int mode, bool sparse, Tensor? per_sample_weights, bool include_last_offset, int? padding_idx) -> "
@@ -84,72 +83,53 @@ def _node(name: str, tbe: dict, schema: str, inputs: list[tuple], outputs: list[
     }
 
 
+def _schema(n: dict) -> str | None:
+    from engine.compose.nodes import attr
+
+    return attr(n, "op_schema")
+
+
+def _args(n: dict) -> TbeArgs | None:
+    """The recognised TBE arguments of lookup node `n` (engine.trace.tbe: every optimizer, the
+    `_pt2`/`_cpu` suffixes, dense); None when `n` is no lookup; a one-line TraceError naming the op
+    and what is missing when it is one whose arguments cannot be read."""
+    try:
+        return read_tbe(n.get("name", ""), n.get("inputs") or {}, _schema(n))
+    except TbeUnreadable as e:
+        name, _, what = str(e).partition(": ")
+        raise TraceError(f"TBE op {n.get('id')} ({name}): {what}") from None
+
+
 def tbe_ops(nodes: list[dict], want: set) -> list[dict]:
-    return [n for n in nodes if n["id"] in want and n["name"].startswith(TBE_FWD_PREFIX)]
+    """The TBE lookup nodes among the replayed ones, in every production form (engine.trace.tbe)."""
+    return [n for n in nodes if n["id"] in want and tbe_kind(n["name"]) is not None]
 
 
 def tbe_weight(n: dict) -> list | None:
     """The weights tensor record of a TBE lookup node (None when it cannot be read)."""
-    a = _args(n)
-    return a["weight"] if a else None
-
-
-def _args(n: dict) -> dict | None:
-    """weights / D_offsets / total_D / max_D / indices / offsets of a TBE lookup node, by position
-    of the recorded lookup function: (placeholder, [dev_weights, ...], D_offsets, total_D, max_D,
-    hash_size_cumsum, total_hash_size_bits, indices, offsets, ...)."""
-    ins = n["inputs"]
-    vals, shapes = ins["values"], ins["shapes"]
     try:
-        w = vals[1][0] if isinstance(vals[1], list) and vals[1] and isinstance(vals[1][0], list) else None
-        w_shape = shapes[1][0]
-        d_off, total_d, max_d = shapes[2], vals[3], vals[4]
-        idx, off = vals[7], vals[8]
-        idx_shape, off_shape = shapes[7], shapes[8]
-    except (IndexError, TypeError):
+        a = read_tbe(n.get("name", ""), n.get("inputs") or {}, _schema(n))
+    except TbeUnreadable:
         return None
-    if not (w and is_defined(w) and isinstance(total_d, int) and isinstance(max_d, int)):
-        return None
-    if not (d_off and idx_shape and off_shape):
-        return None
-    counts = {
-        "weights numel": w_shape[0] if w_shape else w[3],
-        "D_offsets length": d_off[0],
-        "indices length": idx_shape[0],
-        "offsets length": off_shape[0],
-    }
-    for what, v in (*counts.items(), ("total_D", total_d), ("max_D", max_d)):
-        lo = 1 if what in ("total_D", "max_D", "D_offsets length", "offsets length") else 0
-        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= _MAX_COUNT:
-            raise TraceError(
-                f"TBE op {n.get('id')} ({n.get('name')}): {what} is {v!r}; it must be an integer between {lo} and 2**62"
-            )
-    return {
-        "weight": w,
-        "weight_numel": counts["weights numel"],
-        "tables": counts["D_offsets length"] - 1,
-        "total_d": total_d,
-        "max_d": max_d,
-        "indices": idx,
-        "lookups": counts["indices length"],
-        "offsets": off,
-        "offsets_len": counts["offsets length"],
-    }
+    return a.weight if a else None
 
 
 def tables_from_tbe(n: dict, fresh, start_index: int) -> list[tuple[dict, dict, dict]]:
     """[(fwd node, bwd node, info)] per table of one TBE lookup (module docstring)."""
     a = _args(n)
-    if a is None or a["tables"] < 1:
+    if a is None:
         return []
-    T = a["tables"]
-    dim = a["total_d"] // T
-    rows = a["weight_numel"] // max(1, T * dim)
-    batch = (a["offsets_len"] - 1) // T
-    lookups = a["lookups"] // T
-    itemsize = int(a["weight"][4])
+    if a.pooling is Pooling.NONE:
+        raise TraceError(
+            f"TBE op {n.get('id')} ({n.get('name')}): a sequence TBE (pooling_mode none); compose shards pooled "
+            "(sum/mean) TBEs as embedding_bag, and has no per-lookup form for sequence embeddings"
+        )
+    tabs = tbe_tables(a)
+    T, dim, rows, batch, lookups = a.tables, tabs[0].dim, tabs[0].rows, tabs[0].batch, tabs[0].lookups
+    itemsize = int(a.weight[4])
+    mode = 1 if a.pooling is Pooling.MEAN else 0
     # the weights arrive as a list ("GenericList[Tensor(c10::BFloat16),...]"): its element type
-    wtypes = re.findall(r"Tensor\([^)]*\)", next((t for t in n["inputs"]["types"][1:2] if isinstance(t, str)), ""))
+    wtypes = re.findall(r"Tensor\([^)]*\)", _wtype_str(n, a))
     wtype = wtypes[0] if wtypes else "Tensor(float)"
     out = []
     for t in range(T):
@@ -168,7 +148,7 @@ def tables_from_tbe(n: dict, fresh, start_index: int) -> list[tuple[dict, dict, 
             [
                 _tensor(w, [rows, dim], itemsize, wtype),
                 *(_long(*a) for a in index_args[:2]),
-                *map(_scalar, (False, 0, False, "<None>", False, "<None>")),
+                *map(_scalar, (False, mode, False, "<None>", False, "<None>")),
             ],
             [_tensor(pooled, [batch, dim], itemsize, wtype), *(_long(*a) for a in index_args[2:])],
         )
@@ -181,7 +161,7 @@ def tables_from_tbe(n: dict, fresh, start_index: int) -> list[tuple[dict, dict, 
             [
                 _tensor((fresh(), fresh()), [batch, dim], itemsize, wtype),
                 *(_long(*a) for a in index_args),
-                *map(_scalar, (rows, False, 0, False, "<None>", -1)),
+                *map(_scalar, (rows, False, mode, False, "<None>", -1)),
             ],
             [_tensor((fresh(), fresh()), [rows, dim], itemsize, wtype)],
         )
@@ -196,11 +176,19 @@ def tables_from_tbe(n: dict, fresh, start_index: int) -> list[tuple[dict, dict, 
                     "dim": dim,
                     "lookups": lookups,
                     "batch": batch,
-                    "exact_dims": a["max_d"] * T == a["total_d"],
+                    "exact_dims": a.max_d * T == a.total_d,
+                    "form": a.kind.form.value,
+                    "optimizer": a.kind.optimizer,
                 },
             )
         )
     return out
+
+
+def _wtype_str(n: dict, a: TbeArgs) -> str:
+    """The recorded type string of the weights argument (a list type for the pt2 form)."""
+    t = (n["inputs"].get("types") or [])[a.pos["weights"] : a.pos["weights"] + 1]
+    return t[0] if t and isinstance(t[0], str) else ""
 
 
 def _key(v) -> tuple[int, int] | None:
@@ -225,9 +213,9 @@ def tbe_batch_shapes(nodes: list[dict], want: set, scale: float) -> dict[tuple[i
     recorded: dict[tuple[int, int], list[int]] = {}
     for n in tbe_ops(nodes, want):
         a = _args(n)
-        if a is None or a["tables"] < 1:
+        if a is None:
             continue
-        T, n_off = a["tables"], a["offsets_len"]
+        T, n_off = a.tables, a.offsets_len
         if (n_off - 1) % T:
             continue  # not T x B + 1 offsets (a variable-batch TBE): leave it to the meta run
         new_b = (n_off - 1) // T * scale
@@ -236,9 +224,9 @@ def tbe_batch_shapes(nodes: list[dict], want: set, scale: float) -> dict[tuple[i
                 f"batch scale {scale:g} breaks shape at node {n['id']} ({n['name']}): "
                 f"TBE batch {(n_off - 1) // T} x {scale:g} = {new_b:g} is not an integer"
             )
-        ki, ko = _key(a["indices"]), _key(a["offsets"])
+        ki, ko = _key(a.indices), _key(a.offsets)
         if ki is not None:
-            out[ki], recorded[ki] = [max(1, round(a["lookups"] * scale))], [a["lookups"]]
+            out[ki], recorded[ki] = [max(1, round(a.lookups * scale))], [a.lookups]
         if ko is not None:
             out[ko], recorded[ko] = [T * round(new_b) + 1], [n_off]
         outs = n.get("outputs") or {}

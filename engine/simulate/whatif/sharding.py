@@ -20,15 +20,43 @@ from engine.simulate.whatif.rules import Between, NonEmpty, OneOf
 from engine.simulate.whatif.spec import Edit, SpecError, register
 
 
+def _embedding_like(ops) -> list[tuple[str, dict, str | None]]:
+    """(name, inputs, schema) of the embedding-like ops (their arguments parsed only for them)."""
+    import json
+
+    from engine.trace.tbe import embedding_like
+
+    out: list[tuple[str, dict, str | None]] = []
+    for name, inputs, schema in zip(ops["name"].astype(str), ops["inputs"], ops["schema"]):
+        if embedding_like(name):
+            try:
+                ins = json.loads(inputs) if isinstance(inputs, str) else (inputs or {})
+            except ValueError:
+                ins = {}
+            out.append((name, ins, str(schema or "")))
+    return out
+
+
 @register("sharding")
 class Sharding(Edit):
     ranks: Annotated[tuple[int, ...], NonEmpty(), Between(1, 4096)] = (2, 4)
     plans: Annotated[tuple[str, ...], NonEmpty(), OneOf(PLANNERS)] = ("table", "row", "column", "greedy")
 
     def apply(self, ctx) -> None:
-        tables = tables_from_trace(ctx.trace)
+        from engine.trace.tbe import TbeUnreadable, why_not
+
+        try:
+            tables = tables_from_trace(ctx.trace)
+        except TbeUnreadable as e:
+            raise SpecError("kind", f"sharding cannot read a TBE lookup: {e}") from None
         if not tables:
-            raise SpecError("kind", "sharding needs an ET with embedding_bag ops (none found)")
+            ops = ctx.trace.ops
+            seen = "" if ops is None else why_not(_embedding_like(ops))
+            raise SpecError(
+                "kind",
+                "sharding needs an ET with embedding_bag ops or FBGEMM TBE lookups (none found)"
+                + (f"; seen: {seen}" if seen else ""),
+            )
         model = EmbeddingModel.fit(tables)
         emb_total = sum(t.fwd_us + (t.bwd_us if np.isfinite(t.bwd_us) else 0.0) for t in tables)
         from engine.simulate.result import iteration_ms

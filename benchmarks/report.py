@@ -473,6 +473,22 @@ def ingest_parsers(d: dict) -> list[str]:
     ]
 
 
+def dask_ingest(d: dict) -> list[str]:
+    """A fleet built from one shared real GPU trace (a copy per rank, per-rank perturbed
+    durations) stored with no cache serially and through LocalClusters of 1 and 2 single-threaded
+    worker processes reached by scheduler address (the `--scheduler` path); cluster start-up is
+    not timed; one timed build each, after a warm-up; the stores must be identical."""
+    i, w = d["input"], d["wall_s"]
+    rows = [[k.replace("_", " "), num(v, 2)] for k, v in w.items()]
+    return table(["scheduler", "wall s"], rows) + [
+        f"Input: {i['ranks']} ranks of `{i['source']}`, {i['events']:,} events, {i['json_bytes'] / 2**20:.0f} MiB "
+        f"JSON. Speed-up of 2 workers over 1: **{d['speedup_2_over_1']:.2f}x**; identical stores: "
+        f"{num(d['identical_stores'])}; load average {d['load_average'][0]:.1f} -> {d['load_average'][1]:.1f} "
+        f"on {d['cpus']} CPUs.",
+        "",
+    ]
+
+
 # results file stem -> section title. The script is benchmarks/<stem>.py, the formatter the function
 # of the same name, and its docstring says how the figures are measured (method only, no figure).
 SECTIONS = {
@@ -487,6 +503,7 @@ SECTIONS = {
     "responsiveness_browser": "Dashboard responsiveness in a real browser",
     "simulate": "Simulation and what-if",
     "ingest_parsers": "Streaming ingestion: JSON parsers compared",
+    "dask_ingest": "Per-rank ingestion fanned out with Dask",
 }
 
 

@@ -55,6 +55,9 @@ def pytest_configure(config):
         (root / name).mkdir()
         os.environ[var] = str(root / name)
     os.environ.pop("MYSTIQUE_WORKSPACE", None)  # the UI's workspace then lives under MYSTIQUE_UI_DIR
+    # Store ingestion fans out serially unless a test names a scheduler (tests/test_fanout.py):
+    # a Dask LocalCluster per multi-rank test would cost seconds each on a loaded machine
+    os.environ["MYSTIQUE_SCHEDULER"] = "serial"
     try:
         import hypothesis
         from hypothesis.configuration import set_hypothesis_home_dir

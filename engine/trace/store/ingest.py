@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,7 @@ from engine.trace.kineto import parse_kineto
 from engine.trace.loader import rank_from_name
 from engine.trace.store import stream
 
-STORE_VERSION = "s1"
+STORE_VERSION = "s2"  # s2: `ev` stored per source, offset in the view
 _STR = pa.string()
 _INT = pa.int64()
 SCHEMAS = {
@@ -184,10 +185,20 @@ def _ingest(doc_path: str, blocks, tmp: Path, src: int, ev0: int, fallback: int,
     }
 
 
-def build(*paths, rank: int | None = None, use_cache: bool = True) -> Path:
-    """The store folder of the Kineto traces behind `paths` (built when absent); TraceError on bad input."""
+def build(*paths, rank: int | None = None, use_cache: bool = True, scheduler: str | None = None, progress=None) -> Path:
+    """The store folder of the Kineto traces behind `paths` (built when absent); TraceError on bad input.
+
+    One task per input file (a rank file, or a tarball's members) fanned out with
+    `engine.fanout.map_ranks` on `scheduler` (serial, local or tcp://HOST:PORT; default
+    MYSTIQUE_SCHEDULER, else local): each task streams its documents into a staging folder, and
+    this process numbers the sources in input order and renames their parts into place, so the
+    store is the same wherever the tasks ran. `ev` is stored per source from 0; the `events`
+    view adds each source's offset (engine/trace/store/sql.py)."""
+    from engine.fanout import map_ranks, resolve
+
     if not paths:
         raise TraceError("no trace path given")
+    mode = resolve(scheduler)  # a bad address fails before any work
     limit = safe_io.max_bytes()
     files: list[Path] = []
     for p in paths:
@@ -202,29 +213,30 @@ def build(*paths, rank: int | None = None, use_cache: bool = True) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}-", dir=root))
     except OSError as exc:
         raise TraceError(f"cannot write the trace store: {exc.strerror or exc}", root) from None
-    # As in the loader: the cyclic GC would rescan every block's fresh event dicts (none form cycles)
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
     try:
         for t in TABLES:
             (tmp / t).mkdir()
+        jobs = [
+            _Job(file=f, stage=tmp / f".job{i}", rank=rank, limit=limit, only_file=len(files) == 1)
+            for i, f in enumerate(files)
+        ]
+        done = map_ranks(_ingest_file, jobs, scheduler=mode, progress=progress)
         sources: list[dict] = []
         skipped: list[dict] = []
         ev0 = 0
-        for f in files:
-            for doc_path, blocks in _documents(f, limit):
-                name_rank = rank_from_name(doc_path)
-                fallback = name_rank if name_rank is not None else (rank if rank is not None else 0)
-                try:
-                    rec = _ingest(doc_path, blocks, tmp, len(sources), ev0, fallback, False)
-                except stream.NotKineto as exc:
-                    if len(files) == 1 and doc_path == os.fspath(f):  # the one file given is no Kineto trace
-                        raise
-                    skipped.append({"path": doc_path, "why": exc.problem})
-                    _drop_tmp_parts(tmp, len(sources))
-                    continue
+        for job, (recs, skips) in zip(jobs, done, strict=True):
+            skipped.extend(skips)
+            for rec in recs:
+                src = len(sources)
+                for t in TABLES:
+                    part = job.stage / t / f"rank={rec['rank']}" / f"src={rec['src']}" / "part.parquet"
+                    dest = tmp / t / f"rank={rec['rank']}" / f"src={src}" / "part.parquet"
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(part, dest)
+                rec["src"], rec["ev0"] = src, ev0
                 sources.append(rec)
                 ev0 += rec["rows"]["events"]
+            shutil.rmtree(job.stage, ignore_errors=True)
         if not sources:
             raise TraceError("holds no Kineto trace (the store holds Kineto events; ETs are not stored yet)", paths[0])
         manifest = {"store_version": STORE_VERSION, "content_hash": key, "sources": sources, "skipped": skipped}
@@ -238,10 +250,49 @@ def build(*paths, rank: int | None = None, use_cache: bool = True) -> Path:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    return final
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Job:
+    """One fan-out task: a file streamed into `stage` (a folder under the entry's temporary one)."""
+
+    file: Path
+    stage: Path
+    rank: int | None
+    limit: int
+    only_file: bool
+
+
+def _ingest_file(job: _Job) -> tuple[list[dict], list[dict]]:
+    """(source records, skipped documents) of one file, its parts under `job.stage` with sources
+    numbered from 0 and `ev` from 0 per source. Module-level so that it pickles to Dask workers."""
+    # As in the loader: the cyclic GC would rescan every block's fresh event dicts (none form cycles)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for t in TABLES:
+            (job.stage / t).mkdir(parents=True, exist_ok=True)
+        recs: list[dict] = []
+        skipped: list[dict] = []
+        for doc_path, blocks in _documents(job.file, job.limit):
+            name_rank = rank_from_name(doc_path)
+            fallback = name_rank if name_rank is not None else (job.rank if job.rank is not None else 0)
+            try:
+                rec = _ingest(doc_path, blocks, job.stage, len(recs), 0, fallback, False)
+            except stream.NotKineto as exc:
+                if job.only_file and doc_path == os.fspath(job.file):  # the one file given is no Kineto trace
+                    raise
+                skipped.append({"path": doc_path, "why": exc.problem})
+                _drop_tmp_parts(job.stage, len(recs))
+                continue
+            recs.append(rec)
+        return recs, skipped
+    except OSError as exc:
+        raise TraceError(f"cannot write the trace store: {exc.strerror or exc}", job.stage) from None
     finally:
         if gc_was_enabled:
             gc.enable()
-    return final
 
 
 def _drop_tmp_parts(tmp: Path, src: int) -> None:

@@ -52,6 +52,9 @@ def connect(store: Path):
         dset = ds.dataset(files, format="parquet", partitioning=part, partition_base_dir=str(store / t))
         con.register(f"_{t}", dset)
         cols = ", ".join(VIEW_COLUMNS[t])
+        if t == "events":  # `ev` is stored per source from 0: add the source's offset (a projection, order kept)
+            offsets = ", ".join(str(int(s.get("ev0", 0))) for s in manifest["sources"])
+            cols = cols.replace("ev, ", f"ev + [{offsets}][src + 1] AS ev, ", 1)
         con.execute(f"CREATE VIEW {t} AS SELECT {cols} FROM _{t}")
     src = pd.DataFrame(
         {
@@ -68,13 +71,14 @@ def connect(store: Path):
     return con
 
 
-def query(trace_path, sql: str, rank: int | None = None) -> pd.DataFrame:
+def query(trace_path, sql: str, rank: int | None = None, scheduler: str | None = None, progress=None) -> pd.DataFrame:
     """Run read-only `sql` over the store of `trace_path` (built on first use); a TraceError with
-    DuckDB's one-line message for bad SQL or a refused file access."""
+    DuckDB's one-line message for bad SQL or a refused file access. `scheduler`/`progress`: the
+    store's per-rank ingestion fan-out (engine.fanout.map_ranks)."""
     import duckdb
 
     paths = trace_path if isinstance(trace_path, (list, tuple)) else (trace_path,)
-    store = build(*paths, rank=rank)
+    store = build(*paths, rank=rank, scheduler=scheduler, progress=progress)
     con = connect(store)
     try:
         rel = con.execute(sql)

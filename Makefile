@@ -50,7 +50,7 @@ lint: setup
 	$(BIN)/mypy
 
 # Two passes: everything but the wall-clock assertions on both cores (pytest-xdist, one file per
-# worker so module fixtures are built once), then the `perf` tests alone, so that a timing bound
+# worker so module fixtures are built once), then the `perf` and `alone` tests by themselves, so that a timing bound or a peak-RSS measurement
 # never shares the CPU with another test. Exit 5 (nothing collected, e.g. PYTEST_ARGS picked a
 # file without perf tests) is not a failure.
 # Every run is a fresh machine's first: a new --basetemp under $TMPDIR (not pytest-of-$USER/pytest-N,
@@ -61,8 +61,8 @@ XDIST ?= -n 2 --dist loadfile
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 test: setup browser lint
 	@t=$$(mktemp -d "$${TMPDIR:-/tmp}/mystique-test.XXXXXX") && echo "make test: temp folders under $$t" && \
-	$(PYTEST) --basetemp="$$t/main" $(XDIST) -m "not perf" $(PYTEST_ARGS) && \
-	{ $(PYTEST) --basetemp="$$t/perf" -m perf $(PYTEST_ARGS) || [ $$? -eq 5 ]; } && rm -rf "$$t" || \
+	$(PYTEST) --basetemp="$$t/main" $(XDIST) -m "not perf and not alone" $(PYTEST_ARGS) && \
+	{ $(PYTEST) --basetemp="$$t/perf" -m "perf or alone" $(PYTEST_ARGS) || [ $$? -eq 5 ]; } && rm -rf "$$t" || \
 	{ echo "make test: failed; its temp folders are kept in $$t"; exit 1; }
 
 samples: setup

@@ -131,8 +131,8 @@ elif view == "Analysis":
     if not trace.has_kineto:
         st.info(selftime.missing_timing(trace))
         st.stop()
+    from app.critical import show_critical_path
     from engine.figures import analysis
-    from engine.figures import critical as cfig
 
     tabs = views.analysis_tables(paths)
     st.subheader("Time breakdown per rank (ms per step)")
@@ -170,17 +170,9 @@ elif view == "Analysis":
         c[1].metric("critical path ms", f"{cp['ms']:,.3f}")
         c[2].metric("ranks on it", ", ".join(str(r) for r in cp["ranks"]))
         c[3].metric("collectives on it", len(cp["collectives"]))
-        st.plotly_chart(
-            cfig.critical_path_figure(sim["segments"], title="The longest step's critical path, across ranks"),
-            key="a_cp_fig",
-            width="stretch",
+        show_critical_path(
+            cp, sim["segments"], sim["top_ops"], title="The longest step's critical path, across ranks", key="a_cp"
         )
-        st.dataframe(
-            [{"kind": cfig.KIND_LABELS[k], "ms per step": round(v, 3)} for k, v in cp["by_kind"].items()],
-            hide_index=True,
-            key="a_cp_by",
-        )
-        st.dataframe(cfig.path_table(sim["top_ops"]), hide_index=True, key="a_cp", width="stretch")
         if cp["collectives"]:
             st.caption("Collectives on the path: " + ", ".join(list(cp["collectives"])[:8]))
         st.caption(

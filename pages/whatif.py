@@ -130,7 +130,7 @@ with tab_b:
         "'measured' is the trace itself, as on Explore's Analysis page."
     )
 with tab_c:
-    from engine.figures import critical as critfig
+    from app.critical import show_critical_path
 
     cp = res.get("critical_path")
     if cp and path is not None:
@@ -138,17 +138,9 @@ with tab_c:
         c[0].metric("critical path ms", f"{cp['ms']:,.3f}")
         c[1].metric("predicted step ms", f"{res['predicted_iteration_ms']:,.3f}")
         c[2].metric("ranks on it", ", ".join(f"{r} ({v:.1f} ms)" for r, v in cp["ranks"].items()))
-        st.plotly_chart(
-            critfig.critical_path_figure(path["segments"], title="Critical path of the prediction, across ranks"),
-            key="wi_cp_fig",
-            width="stretch",
+        show_critical_path(
+            cp, path["segments"], path["top_ops"], title="Critical path of the prediction, across ranks", key="wi_cp"
         )
-        st.dataframe(
-            [{"kind": critfig.KIND_LABELS[k], "ms per step": round(v, 3)} for k, v in cp["by_kind"].items()],
-            hide_index=True,
-            key="wi_cp_by",
-        )
-        st.dataframe(critfig.path_table(path["top_ops"]), hide_index=True, key="wi_cp", width="stretch")
         strag = res.get("stragglers") or {}
         if strag.get("straggler"):
             s_ = strag["straggler"]

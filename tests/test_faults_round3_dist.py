@@ -185,7 +185,7 @@ def test_3_world_that_does_not_fit_is_refused_before_launch(tmp_path, cache_dir,
     r = cli("replay", et, "--mirror-rank", "0", "--world-size", "1024", *FAST, "--out", out, cache=cache_dir)
     line = one_line_error(r, str(et), "refused: 1024 ranks need about", "cannot run in waves", "use at most")
     fit = int(line.split("use at most ")[1].split()[0])
-    assert 1 <= fit < 1024
+    assert 0 < fit < 1024  # a real count of ranks that fit, below the asked 1024
     assert snapshot(out) == before and not (out / "logs" / "rank1023.stderr.txt").exists()
     none_left(out)
     # API: replay_distributed, and the Replay page's worker job

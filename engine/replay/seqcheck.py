@@ -46,22 +46,32 @@ def rank_collectives(trace: Trace, rank: int, mode: SelectionMode | str = Select
     return out
 
 
-def process_groups(trace: Trace) -> list[dict]:
-    """Recorded process groups other than the default: [{name, ranks}] sorted by name, the same
-    list on every rank (what `dist.new_group` must be called with, in order)."""
+def recorded_group_configs(trace: Trace) -> list[dict]:
+    """The process-group configs the ET recorded at `## process_group:init ##` (one dict per group:
+    pg_name, ranks, group_size, ...), in recorded order; malformed records are skipped."""
     ops = trace.ops
-    groups: dict[str, list[int]] = {}
-    init = ops[ops["name"].astype(str) == "## process_group:init ##"]
-    for ins in init["inputs"]:
+    out: list[dict] = []
+    if not len(ops):
+        return out
+    for ins in ops.loc[ops["name"].astype(str) == "## process_group:init ##", "inputs"]:
         try:
             vals = json.loads(ins).get("values", []) if isinstance(ins, str) and ins else []
             cfg = json.loads(vals[0]) if vals and isinstance(vals[0], str) else []
         except (ValueError, AttributeError):
             continue
-        for g in cfg if isinstance(cfg, list) else []:
-            if isinstance(g, dict) and str(g.get("pg_name", "0")) != "0":
-                ranks = g.get("ranks") or []
-                groups.setdefault(str(g["pg_name"]), [int(r) for r in ranks if isinstance(r, int)])
+        out.extend(g for g in (cfg if isinstance(cfg, list) else []) if isinstance(g, dict))
+    return out
+
+
+def process_groups(trace: Trace) -> list[dict]:
+    """Recorded process groups other than the default: [{name, ranks}] sorted by name, the same
+    list on every rank (what `dist.new_group` must be called with, in order)."""
+    ops = trace.ops
+    groups: dict[str, list[int]] = {}
+    for g in recorded_group_configs(trace):
+        if str(g.get("pg_name", "0")) != "0":
+            ranks = g.get("ranks") or []
+            groups.setdefault(str(g["pg_name"]), [int(r) for r in ranks if isinstance(r, int)])
     comms = ops[ops["name"].astype(str) == "record_param_comms"] if "attrs" in ops.columns else ops.iloc[:0]
     for attrs in comms["attrs"] if len(comms) else []:
         try:

@@ -18,20 +18,15 @@ from engine.replay.reasons import SkipReason
 
 def recorded_world_size(trace: Any) -> int | None:
     """The job's world size as the trace records it; None when it records none."""
+    from engine.replay.seqcheck import recorded_group_configs
+
     ops = trace.ops
     names = ops["name"].astype(str) if len(ops) else None
-    if names is not None:
-        for ins in ops.loc[names == "## process_group:init ##", "inputs"]:
-            try:
-                vals = json.loads(ins).get("values", []) if isinstance(ins, str) and ins else []
-                cfg = json.loads(vals[0]) if vals and isinstance(vals[0], str) else []
-            except (ValueError, AttributeError):
-                continue
-            for g in cfg if isinstance(cfg, list) else []:
-                if isinstance(g, dict) and str(g.get("pg_name", "")) == "0":
-                    size = g.get("group_size") or len(g.get("ranks") or [])
-                    if isinstance(size, int) and size > 0:
-                        return size
+    for g in recorded_group_configs(trace):
+        if str(g.get("pg_name", "")) == "0":
+            size = g.get("group_size") or len(g.get("ranks") or [])
+            if isinstance(size, int) and size > 0:
+                return size
     w = (trace.meta or {}).get("world_size")
     if isinstance(w, int) and w > 0:
         return w

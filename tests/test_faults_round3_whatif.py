@@ -224,9 +224,10 @@ def good_compose(tmp_path, cache_dir):
     return out, (out / "rank_0.et.json").read_bytes()
 
 
-def _bad_compose(spec, good, cache, *needles):
+def _bad_compose(spec, good, cache, *needles, file=None):
+    """`file`: the file the line must name (the spec unless the problem is in a source ET)."""
     out, before = good
-    one_line_error(cli("compose", spec, "--out", out, cache=cache), str(spec), *needles)
+    one_line_error(cli("compose", spec, "--out", out, cache=cache), str(file or spec), *needles)
     assert (out / "rank_0.et.json").read_bytes() == before
     _no_children()
 
@@ -259,7 +260,7 @@ def test_6_compose_numbers_and_tbe_dimensions(tmp_path, cache_dir, good_compose)
     spec, d = _compose_spec(tmp_path, sources=[et], sharding={"kind": "embedding", "plan": "row", "ranks": 2})
     with pytest.raises(TraceError, match="total_D is -128"):
         compose(spec_from_dict(d))
-    _bad_compose(spec, good_compose, cache_dir, "TBE op", "total_D is -128")
+    _bad_compose(spec, good_compose, cache_dir, "TBE op", "total_D is -128", file=et)  # the ET holds the bad value
 
 
 # 7 -------------------------------------------------------------------------------------------

@@ -49,6 +49,9 @@ from engine.errors import TraceError
 
 SHARED = ROOT.parent / "shared" / "traces"
 MIN_COVERAGE = 0.99
+# skips by design, not by a gap: code shipped inside the trace runs only with --allow-trace-code
+# (docs/security.md); coverage counts the ops left after them, and the JSON says how many
+POLICY_SKIP = re.compile(r"trace code not executed")
 COMPOSE_KNOBS = ("batch_x2", "bf16", "dp_2", "tp_2", "emb_table", "emb_row", "emb_column", "emb_greedy")
 WHATIF_KNOBS = ("wi_gemm_x2", "wi_slower_x2", "wi_batch_x2", "wi_layers_x2", "wi_dp_64", "wi_sharding")
 KNOBS = COMPOSE_KNOBS + WHATIF_KNOBS
@@ -196,7 +199,7 @@ def facts(unit: Unit, trace) -> dict:
         "embedding_ops": sorted(n[:80] for n in names if EMBEDDING.search(n))[:6],
         "embedding_tables": sorted(n[:80] for n in names if EMB_TABLES.search(n))[:6],
         "external_inputs": len(ext),
-        "batch_guess": _batch_guess(ops, ext),
+        "batch_guess": _batch_guess(trace) if unit.ets else None,
         "linear_pair": _linear_pair(ops, ten),
         "float_tensors": any(d.startswith(("float", "bfloat", "half", "double")) for d in dtypes),
         "shapes": shaped,
@@ -224,15 +227,14 @@ def _external_inputs(ops, ten) -> list[tuple[int, tuple]]:
     return [(int(o), tuple(int(x) for x in s)) for o, s in zip(rd["op_id"], rd["shape"])]
 
 
-def _batch_guess(ops, ext) -> int | None:
-    """Dim 0 of the first external input of a forward op (the data batch, before any parameter)."""
-    if not ext:
+def _batch_guess(trace) -> int | None:
+    """The traced batch B as compose reads it (dim 0 of the forward's first non-parameter input)."""
+    from engine.compose.transforms.scale import infer_batch
+
+    try:
+        return int(infer_batch(trace))
+    except (TraceError, KeyError, ValueError, IndexError, TypeError):
         return None
-    fwd = set(ops.loc[ops["phase"].astype(str) == "forward", "id"]) if "phase" in ops else set()
-    for o, s in ext:
-        if not fwd or o in fwd:
-            return s[0]
-    return ext[0][1][0]
 
 
 def _linear_pair(ops, ten) -> bool:
@@ -390,13 +392,16 @@ def run_compose(unit: Unit, knob: str, folder: Path) -> dict:
     return row
 
 
-def run_replay(folder: Path, world: int, timeout: float) -> dict:
-    """`mystique replay` of an exported folder (cached: folder/replay_result.json)."""
-    done = folder / "replay_result.json"
+def run_replay(folder: Path, world: int, timeout: float, mirror: int | None = None) -> dict:
+    """`mystique replay` of an exported folder (cached: folder/replay_result*.json); `mirror`:
+    every one of `world` ranks replays that composed rank (a one-rank composition of one rank of
+    a multi-rank job: its collectives need their peers)."""
+    done = folder / ("replay_result.json" if mirror is None else f"replay_result_mirror{world}.json")
     if done.exists():
         return json.loads(done.read_text())
     cmd = [sys.executable, "-m", "engine.cli.main", "replay", str(folder)]
     cmd += ["--world-size", str(world)] if world > 1 else []
+    cmd += ["--mirror-rank", str(mirror)] if mirror is not None else []
     cmd += ["--warmup", "0", "--iters", "1", "--no-profile", "--out", str(folder / "replay_out"), "--json"]
     cmd += ["--timeout", "300"] if world > 1 else []
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -414,12 +419,16 @@ def run_replay(folder: Path, world: int, timeout: float) -> dict:
         doc = json.loads(p.stdout)
         cov = doc.get("coverage") or {}
         sel, rep = cov.get("selected", 0), cov.get("replayed", 0)
+        by = {str(k): v for k, v in (cov.get("by_reason") or {}).items()}
+        policy = sum(v for k, v in by.items() if POLICY_SKIP.search(k))
         out = {
-            "coverage": round(rep / sel, 4) if sel else None,
+            "coverage": round(rep / (sel - policy), 4) if sel - policy > 0 else None,
+            "policy_skipped": policy,
+            "hint": doc.get("hint"),
             "replayed": rep,
             "selected": sel,
             "comm": [cov.get("comm_replayed", 0), cov.get("comm_selected", 0)],
-            "skipped": {str(k): v for k, v in (cov.get("by_reason") or {}).items()},
+            "skipped": by,
             "replay_s": secs,
         }
     done.write_text(json.dumps(out))
@@ -447,6 +456,12 @@ def compose_case(unit: Unit, knob: str, f: dict, scratch: Path, replay: bool, ti
     if not replay:
         return {**out, "outcome": "ok", "replay": "skipped (--no-replay)"}
     rep = run_replay(Path(row["dir"]), row["world_size"], timeout)
+    hint = rep.get("hint") or {}
+    if row["world_size"] == 1 and int(hint.get("world_size") or 0) > 1:  # one rank of a multi-rank job
+        rep = {
+            **run_replay(Path(row["dir"]), int(hint["world_size"]), timeout, mirror=0),
+            "mirrored_world": hint["world_size"],
+        }
     out.update(rep)
     if "fail" in rep:
         return {**out, "outcome": "error", "reason": f"replay failed: {rep['fail']}"}

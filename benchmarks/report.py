@@ -292,6 +292,34 @@ def lib_compositions(d: dict) -> list[str]:
     return out
 
 
+def real_traces(d: dict) -> list[str]:
+    """Every compose knob (batch x2, bf16, DP 2, TP 2, embedding table/row/column/greedy over 4
+    ranks) and what-if knob (gemm x2 faster, compute x2 slower, batch x2, layers x2, DP 64,
+    sharding) on every shared trace and sample: ok, refused_ok (the knob cannot apply, by a rule
+    on what the trace holds), refused_bad, wrong (an invariant fails: replay coverage under 99 %,
+    a speed-up that lengthens the step, x2 that shortens it) or error. Composed cases replayed
+    (one gloo process per rank where several)."""
+    abbrev = {"ok": "ok", "refused_ok": "-", "refused_bad": "REFUSED", "wrong": "WRONG", "error": "ERROR"}
+    knobs = d["knobs"]
+    rows = [
+        [r["trace"], *[abbrev[r["cases"][k]["outcome"]] if k in r["cases"] else "" for k in knobs]] for r in d["traces"]
+    ]
+    c = d["counts"]
+    out = [
+        f"Counts: ok {c['ok']}, refused_ok {c['refused_ok']}, refused_bad {c['refused_bad']}, "
+        f"wrong {c['wrong']}, error {c['error']} ('-': refused where the knob cannot apply; "
+        "each case's reason is in the JSON).",
+        "",
+    ]
+    out += table(["trace", *knobs], rows)
+    out += [
+        f"Run {d.get('date')} with torch {d.get('torch')} on {d.get('cpu_count')} cores, load average "
+        f"{d['load_average'][0][0]:.1f} -> {d['load_average'][1][0]:.1f}.",
+        "",
+    ]
+    return out
+
+
 def memory(d: dict) -> list[str]:
     """Each ET replayed in a fresh process with the peak-RSS counter reset just before; the bound is
     what the engine computes before allocating (`engine.replay.memory.rss_bound`)."""
@@ -518,6 +546,7 @@ SECTIONS = {
     "distributed": "Distributed replay on CPU gloo",
     "compose_scaling": "Composition",
     "lib_compositions": "Real-library compositions",
+    "real_traces": "Every knob on real traces",
     "memory": "Replay memory: estimate vs measured peak RSS",
     "responsiveness": "Dashboard responsiveness (server side)",
     "responsiveness_browser": "Dashboard responsiveness in a real browser",

@@ -91,14 +91,18 @@ def test_batch_without_size_infers_it_from_the_trace(cache_dir):
     assert given.extra["batch"][0]["inferred"] is False
 
 
-def test_batch_needs_the_et(cache_dir):
+def test_batch_without_the_et_reads_kineto_input_dims(cache_dir):
+    """The sample's Kineto trace alone (recorded with shapes): the batch edit re-costs its ops from
+    the cpu_ops' Input Dims, infers the same batch (256) as from the ET, and lengthens the step."""
     from engine.simulate import simulate
-    from engine.simulate.whatif import SpecError
     from engine.trace import load
 
     tr = load(str(SAMPLES / "mlp" / "mlp_kineto.json.gz"))
-    with pytest.raises(SpecError, match="ET"):
-        simulate(tr, _spec({"kind": "batch", "size": 256, "scale": 2.0}))
+    base = simulate(tr).predicted_iteration_ms
+    r = simulate(tr, _spec({"kind": "batch", "scale": 2.0}))
+    rep = r.extra["batch"][0]
+    assert rep["shapes_from"] == "Kineto Input Dims" and rep["size"] == 256 and rep["tasks_rescaled"] > 0
+    assert r.predicted_iteration_ms > 1.2 * base
 
 
 def test_data_parallel_1024_ranks_by_symmetry(shared_traces, cache_dir):

@@ -8,7 +8,10 @@ the ET links to a task gets work(new shapes) and work(old shapes) from its cost 
 (engine/simulate/costmodel.py) and its own time is multiplied by curve(new) / curve(old):
 host ops that do their own work (self time >= half their span), and the GPU kernels they launch.
 
-Assumptions: needs an ET linked to the Kineto trace (shapes); ops without shapes or outside a
+Shapes come from an ET linked to the Kineto trace or, without one, from the Kineto cpu_ops'
+recorded "Input Dims" (kineto_shapes.py).
+
+Assumptions: needs shapes (an ET, or a Kineto trace recorded with record_shapes); ops without shapes or outside a
 cost family (views, allocation, autograd glue, annotations) keep their time (per-call
 overheads do not depend on tensor sizes); the cost curve fitted on the trace's own ops
 transfers to the new sizes; memory capacity is not checked.
@@ -22,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, ClassVar
 import numpy as np
 import pandas as pd
 
-from engine.simulate.costmodel import Curve, curves_from_samples, family_of
+from engine.simulate.costmodel import FAMILIES, Curve, curves_from_samples, family_of
 from engine.simulate.whatif.rules import MAX_FACTOR, Between, Positive
 from engine.simulate.whatif.spec import Edit, register
 
@@ -81,22 +84,19 @@ class DimScale(Edit):
         g = ctx.graph
         trace = ctx.trace
         if trace.ops is None or len(trace.ops) == 0 or "op_id" not in g.tasks:
-            from engine.simulate.whatif.spec import SpecError
-
-            raise SpecError(
-                "kind", f"the {self.kind} edit needs the trace's ET (shapes); load the ET with the Kineto trace"
-            )
+            op_id, ids, names, shapes = self._from_kineto(ctx)
+            from_kineto = True
+        else:
+            op_id, ids, names, shapes = self._from_et(g, trace)
+            from_kineto = False
         t = g.tasks
-        op_id = _key(t, "op_id")  # a multi-rank set repeats op ids: key them by rank
         linked = np.isfinite(op_id)
-        ops = trace.ops.assign(_key=_key(trace.ops, "id").astype(np.int64)).drop_duplicates("_key").set_index("_key")
-        ids = np.unique(op_id[linked]).astype(np.int64)
-        cats = ops["category"].astype(str).reindex(ids).fillna("").to_numpy()
-        names = ops["name"].astype(str).reindex(ids).fillna("").to_numpy()
-        keep = ~np.isin(cats, SKIP_CATEGORIES)
-        ids, names = ids[keep], names[keep]
-        shapes = op_shapes(trace, ids)
-        size = self.size if self.size is not None else self._infer(trace)
+        if self.size is not None:
+            size = self.size
+        elif from_kineto:
+            size = self._infer_kineto(shapes)
+        else:
+            size = self._infer(trace)
         targets = {size} | {size * m for m in self.multiples}
         rows = []
         for oid, name in zip(ids, names):
@@ -104,12 +104,12 @@ class DimScale(Edit):
             if fam is None or int(oid) not in shapes:
                 continue
             ins, outs, _item = shapes[int(oid)]
-            w0 = fam.work(name, ins, outs)
-            w1 = fam.work(
-                name,
-                [scale_shape(x, targets, self.scale, self.once) for x in ins],
-                [scale_shape(x, targets, self.scale, self.once) for x in outs],
-            )
+            ins1 = [scale_shape(x, targets, self.scale, self.once) for x in ins]
+            outs1 = [scale_shape(x, targets, self.scale, self.once) for x in outs]
+            w0, w1 = fam.work(name, ins, outs), fam.work(name, ins1, outs1)
+            if from_kineto and not (w0 and w1):  # no outputs recorded (convolution): input bytes
+                fam = FAMILIES["memory"]
+                w0, w1 = fam.work(name, ins, outs), fam.work(name, ins1, outs1)
             if w0 and w1:
                 rows.append((int(oid), fam.name, float(w0), float(w1)))
         if not rows:
@@ -141,14 +141,59 @@ class DimScale(Edit):
                 "scale": self.scale,
                 "size": size,
                 "inferred": self.size is None,
+                "shapes_from": "Kineto Input Dims" if from_kineto else "ET",
                 "multiples": list(self.multiples),
                 "tasks_rescaled": changed,
             }
         )
         if self.size is None:
-            ctx.warnings.append(
-                f"{self.kind}: no size given; inferred {size} from the trace (dim 0 of the model's first input)"
+            how = (
+                "the most common leading dim of the recorded >= 3-D inputs"
+                if from_kineto
+                else "dim 0 of the model's first input"
             )
+            ctx.warnings.append(f"{self.kind}: no size given; inferred {size} from the trace ({how})")
+
+    def _from_et(self, g, trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+        """Per task its (rank, op id) key; the linked ops that can be re-costed, their names, shapes."""
+        op_id = _key(g.tasks, "op_id")  # a multi-rank set repeats op ids: key them by rank
+        linked = np.isfinite(op_id)
+        ops = trace.ops.assign(_key=_key(trace.ops, "id").astype(np.int64)).drop_duplicates("_key").set_index("_key")
+        ids = np.unique(op_id[linked]).astype(np.int64)
+        cats = ops["category"].astype(str).reindex(ids).fillna("").to_numpy()
+        names = ops["name"].astype(str).reindex(ids).fillna("").to_numpy()
+        keep = ~np.isin(cats, SKIP_CATEGORIES)
+        ids, names = ids[keep], names[keep]
+        return op_id, ids, names, op_shapes(trace, ids)
+
+    def _from_kineto(self, ctx) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+        """No ET: the cpu_ops' recorded Input Dims (kineto_shapes.py), else a one-line refusal."""
+        from engine.simulate.whatif.kineto_shapes import task_shapes
+        from engine.simulate.whatif.spec import SpecError
+
+        op_id, shapes, op_names = task_shapes(ctx.graph, ctx.events, ctx.trace)
+        if not shapes:
+            raise SpecError(
+                "kind",
+                f"the {self.kind} edit needs shapes: load the trace's ET with it, or record the Kineto "
+                "trace with record_shapes=True (its cpu_ops carry no 'Input Dims')",
+            )
+        ids = np.array(sorted(shapes), dtype=np.int64)
+        names = np.array([op_names[int(i)] for i in ids], dtype=object)
+        return op_id, ids, names, shapes
+
+    def _infer_kineto(self, shapes: dict) -> int:
+        from engine.simulate.whatif.kineto_shapes import infer_batch
+        from engine.simulate.whatif.spec import SpecError
+
+        if self.kind != "batch":
+            raise SpecError("size", f"the {self.kind} edit needs a size (the dimension to scale)")
+        b = infer_batch(shapes)
+        if b is None:
+            raise SpecError(
+                "size", "could not infer the batch: no recorded input has 2 or more dimensions; give a size"
+            )
+        return b
 
     def _infer(self, trace) -> int:
         """The batch a user does not know: dim 0 of the forward pass's first non-parameter input,

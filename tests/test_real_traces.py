@@ -1,0 +1,78 @@
+"""The knob matrix on real traces (benchmarks/real_traces.py) and the fixes it drove.
+
+Golden values are read from the shared traces themselves (../shared/traces; skipped without it).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = {"version": 1, "edits": [{"kind": "batch", "scale": 2.0}]}
+
+
+def test_kineto_only_batch_whatif_on_a_module_annotated_gpu_trace(shared_traces):
+    """TimeSformer on H100, Kineto only: the batch (8, the leading dim of its recorded activations)
+    is inferred from Input Dims, and batch x2 lengthens the predicted step."""
+    from engine.simulate import simulate
+    from engine.trace import load
+
+    tr = load(shared_traces / "tracelens_timesformer" / "h100_timesformer.json.gz")
+    base = simulate(tr).predicted_iteration_ms
+    r = simulate(tr, SPEC)
+    rep = r.extra["batch"][0]
+    assert rep == {**rep, "size": 8, "inferred": True, "shapes_from": "Kineto Input Dims"}
+    assert rep["tasks_rescaled"] > 100
+    assert r.predicted_iteration_ms > 1.05 * base
+    lay = simulate(tr, {"version": 1, "edits": [{"kind": "layers", "copies": 1}]})
+    assert lay.predicted_iteration_ms > base
+
+
+def test_kineto_without_shapes_refuses_in_one_line(shared_traces):
+    from engine.simulate import simulate
+    from engine.simulate.whatif import SpecError
+    from engine.trace import load
+
+    tr = load(shared_traces / "hta_alexnet" / "benchmark_result_2869224_1695835535_trace.json.gz")
+    with pytest.raises(SpecError, match="record_shapes") as e:
+        simulate(tr, SPEC)
+    assert "\\n" not in str(e.value)
+
+
+def test_matrix_script_no_error_no_wrong(shared_traces, tmp_path):
+    """The matrix on two small traces (a Kineto+ET pair and a Kineto-only GPU trace), compose
+    without replay: every case is ok or a refusal the rules accept."""
+    out = tmp_path / "rt.json"
+    cmd = [
+        sys.executable,
+        "benchmarks/real_traces.py",
+        "--no-replay",
+        "--only",
+        "hta_simple_add",
+        "tracelens_bert_small",
+        "--scratch",
+        str(tmp_path / "s"),
+        "--out",
+        str(out),
+    ]
+    p = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+    doc = json.loads(out.read_text())
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert [r["trace"] for r in doc["traces"]] == ["hta_simple_add", "tracelens_bert_small"]
+    c = doc["counts"]
+    assert c["error"] == 0 and c["wrong"] == 0 and c["refused_bad"] == 0
+    assert c["ok"] >= 6  # what-ifs on both, batch from Input Dims on BERT included
+    bert = doc["traces"][1]["cases"]
+    assert bert["wi_batch_x2"]["outcome"] == "ok" and bert["batch_x2"]["outcome"] == "refused_ok"

@@ -37,14 +37,18 @@ def current() -> str:
 
 
 def widget() -> str | None:
-    """The setting's text box; the validated value, or None after showing its one-line error."""
+    """The setting's text box; the validated value, or None after showing its one-line error.
+
+    Not a keyed widget: the value is plain (sticky) state drawn back into the box on every run,
+    so a page left and opened again never sends back a stale box value."""
     _initial()
-    st.text_input(
-        "Fan-out scheduler",
-        key=KEY,
-        help="Where store builds and rank summaries run: serial, local (a Dask LocalCluster on this "
-        "machine) or tcp://HOST:PORT (a running dask scheduler whose workers see the same files).",
-    )
+    with st.container(key=f"{KEY}_box"):
+        st.session_state[KEY] = st.text_input(
+            "Fan-out scheduler",
+            value=str(st.session_state[KEY]),
+            help="Where store builds and rank summaries run: serial, local (a Dask LocalCluster on this "
+            "machine) or tcp://HOST:PORT (a running dask scheduler whose workers see the same files).",
+        )
     try:
         return current()
     except TraceError as exc:

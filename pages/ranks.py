@@ -14,11 +14,14 @@ st.title("Ranks")
 if "ov_job" not in st.session_state:
     cur = state.traces().get(st.session_state.get("current") or "")
     st.session_state["ov_job"] = ";".join(cur["paths"]) if cur else ""
-text = st.text_input(
-    "Job: a trace store folder, a folder of rank traces, or trace files (separated by ;)",
-    key="ov_job",
-    placeholder="/data/run42/ or ~/.cache/mystique/store/<key>",
-)
+# Not a keyed widget: "ov_job" is plain (sticky) state that outlives the page, and the box is
+# redrawn from it, so coming back to the page never shows or sends back a stale value.
+with st.container(key="ov_job_box"):
+    st.session_state["ov_job"] = text = st.text_input(
+        "Job: a trace store folder, a folder of rank traces, or trace files (separated by ;)",
+        value=st.session_state["ov_job"],
+        placeholder="/data/run42/ or ~/.cache/mystique/store/<key>",
+    )
 with st.expander("Settings"):
     sched = scheduler.widget()
 paths = overview.split_paths(text)
@@ -79,7 +82,8 @@ st.caption(
     "= the step, as on the Analysis page (docs/analysis.md). A bright row is a slow rank, a bright column a slow step."
 )
 st.subheader("Stragglers (slowest first)")
-st.dataframe(lag.round(3), hide_index=True, key="ov_stragglers", height=320)
+with st.container(key="ov_lag"):
+    st.dataframe(lag.round(3), hide_index=True, key="ov_stragglers", height=320)
 st.plotly_chart(overview.bars(store), key="ov_bars", width="stretch")
 
 st.subheader("One rank's timeline")

@@ -1,6 +1,6 @@
 """A fleet of rank traces from one real Kineto trace: copies with per-rank perturbed durations.
 
-Why: issue 22's scale checks (tests/test_fanout.py, benchmarks/dask_ingest.py) need many ranks
+Why: issue 22's scale checks (tests/test_fanout.py, benchmarks/scale.py) need many ranks
 built from a real GPU trace, and no two ranks may be identical (a per-rank bug would hide).
 Each copy declares its rank in `distributedInfo` and in its file name; every event's `dur` is
 scaled by a factor in [0.95, 1.05] that depends on the rank and the event's position.

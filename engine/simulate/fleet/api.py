@@ -248,6 +248,8 @@ def _solve(done: list[dict], progress) -> dict:
         c = m_comm[sel]
         p["pt_d"][p["c_ep"][c]] = pure[m_gid[sel]]
         states.append(RankState(int(done[r]["rank"]), p, p["c_sp"][c], float(p["t0_us"][0]) - t0))
+        for key in ("pt_d", "e_src", "e_dst", "e_w"):  # the state holds its own copies
+            del p[key]
     solver = FleetSolver(states, progs, m_rank, m_comm, m_ext, m_gid, n_inst)
     rounds = solver.run(progress)
     # per-rank figures

@@ -57,6 +57,10 @@ class RankState:
         self.end = self.lane_ptr[1:]
         self.eptr = self.e_ptr[:-1].copy()
         self.active = [ln for ln in range(self.nl) if self.front[ln] < self.end[ln]]
+        # per lane, the source point (and its lane) of the edge it last stopped at, -1: none;
+        # the lane is not scanned again until that point is computed
+        self.wsrc = [-1] * self.nl
+        self.wlane = [0] * self.nl
         self.rounds = 0
 
     def _ready_prefix(self, e0: int, e1: int) -> int:
@@ -80,12 +84,22 @@ class RankState:
             self.rounds += 1
             progressed = False
             still = []
+            wsrc, wlane = self.wsrc, self.wlane
             for lane in self.active:
+                ws = wsrc[lane]
+                if ws >= 0 and ws >= front[wlane[lane]]:
+                    still.append(lane)  # still waiting for the same point
+                    continue
                 f = int(front[lane])
                 e0, e1 = int(eptr[lane]), int(e_ptr[lane + 1])
                 if e0 < e1:
                     k = self._ready_prefix(e0, e1)
-                    stop = int(e_dst[e0 + k]) if k < e1 - e0 else int(end[lane])
+                    if k < e1 - e0:
+                        stop = int(e_dst[e0 + k])
+                        wsrc[lane], wlane[lane] = int(e_src[e0 + k]), int(self.e_src_lane[e0 + k])
+                    else:
+                        stop = int(end[lane])
+                        wsrc[lane] = -1
                     k = int(np.searchsorted(e_dst[e0 : e0 + k], stop, side="left"))
                 else:
                     k, stop = 0, int(end[lane])
@@ -94,11 +108,21 @@ class RankState:
                     if f > lane_ptr[lane]:
                         C += T[f - 1]
                     if k:
-                        Z = np.full(stop - f, -np.inf)
-                        np.maximum.at(Z, e_dst[e0 : e0 + k] - f, T[e_src[e0 : e0 + k]] + e_w[e0 : e0 + k])
-                        T[f:stop] = C + np.maximum.accumulate(np.maximum(Z - C, 0.0))
-                    else:
-                        T[f:stop] = C
+                        # schedule.py's C + maximum.accumulate(max(Z - C, 0)), evaluated at the
+                        # edges' destinations only (same values; no full-length Z per segment)
+                        dd = e_dst[e0 : e0 + k] - f
+                        vals = T[e_src[e0 : e0 + k]] + e_w[e0 : e0 + k]
+                        first = np.empty(k, bool)
+                        first[0] = True
+                        np.not_equal(dd[1:], dd[:-1], out=first[1:])
+                        starts = np.flatnonzero(first)
+                        du = dd[starts]
+                        adj = np.maximum.accumulate(np.maximum(np.maximum.reduceat(vals, starts) - C[du], 0.0))
+                        lens = np.empty(len(du), np.int64)
+                        np.subtract(du[1:], du[:-1], out=lens[:-1])
+                        lens[-1] = stop - f - du[-1]
+                        C[du[0] :] += np.repeat(adj, lens)
+                    T[f:stop] = C
                     front[lane] = stop
                     eptr[lane] = e0 + k
                     progressed = True

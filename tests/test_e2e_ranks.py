@@ -1,5 +1,5 @@
 """Real browser on the Ranks page: a generated 16-rank job (the shared MI300 ResNet trace copied
-per rank with perturbed durations, written as a trace store), its summaries built from the page
+per rank with perturbed durations, written as a trace store by make_fleet_store), its summaries built from the page
 by a worker process (scheduler `serial`, set by the server's --scheduler environment), the
 overview drawn, opened a second time (warm), and one rank's timeline opened.
 
@@ -23,28 +23,17 @@ NAV = '[data-testid="stSidebarNavLink"]'
 LAG = '.st-key-ov_lag [data-testid="stDataFrame"]'  # the straggler table
 
 
-def fleet_store(source: Path, n_ranks: int, tmp: Path) -> Path:
-    """A generated n-rank store: engine.testing.fleet.make_fleet_store when present, else JSON
-    copies (make_fleet) ingested by engine.trace.store.build into `tmp`/cache."""
-    from engine.testing import fleet
-
-    make = getattr(fleet, "make_fleet_store", None)
-    if make is not None:
-        return Path(make(source, n_ranks, tmp / "store", 0))
-    from engine.trace.store import build
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MYSTIQUE_CACHE_DIR", str(tmp / "cache"))
-        return build(*fleet.make_fleet(source, tmp / "json", n_ranks), scheduler="serial")
-
-
 def test_ranks_page_of_a_16_rank_job_in_chromium(shared_traces, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
     if why := browser.missing():
         pytest.skip(why)
-    store = fleet_store(shared_traces / MI300, N_RANKS, tmp_path)
+    from engine.testing.fleet import make_fleet_store
+
+    with pytest.MonkeyPatch.context() as mp:  # the source's own store goes to this test's cache
+        mp.setenv("MYSTIQUE_CACHE_DIR", str(tmp_path / "cache"))
+        store = make_fleet_store(shared_traces / MI300, N_RANKS, tmp_path / "store", 0)
     with browser.serve(tmp_path, {"MYSTIQUE_APP_SCHEDULER": "serial"}) as url:
         d = browser.chrome(tmp_path / "profile")
         try:

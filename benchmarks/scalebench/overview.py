@@ -4,8 +4,7 @@
 
 Input: a trace store of N ranks, each the shared hta_trace_diff control trace (rank 3 of an
 8-GPU job: 6 ProfilerSteps, NCCL collectives, 75k events) with per-rank perturbed durations,
-written as Parquet directly by engine.testing.fleet.make_fleet_store (without it, quick only:
-JSON copies ingested by engine.trace.store.build).
+written as Parquet directly by engine.testing.fleet.make_fleet_store.
 Measures:
   * summary_cold_s: the per-rank, per-step summaries built from the store (engine.analysis.ranks,
     fanned out on a local Dask cluster, as the dashboard's default scheduler), cache written;
@@ -30,19 +29,6 @@ TRACE = SHARED / "hta_trace_diff" / "control.json.gz"
 TARGET_S = 3.0
 NAV = '[data-testid="stSidebarNavLink"]'
 LAG = '.st-key-ov_lag [data-testid="stDataFrame"]'
-
-
-def fleet_store(n_ranks: int, scratch: Path) -> Path:
-    from engine.testing import fleet
-
-    make = getattr(fleet, "make_fleet_store", None)
-    if make is not None:
-        return Path(make(TRACE, n_ranks, scratch / "store", 0))
-    if n_ranks > 32:
-        raise RuntimeError("engine.testing.fleet.make_fleet_store is needed for a fleet this big")
-    from engine.trace.store import build
-
-    return build(*fleet.make_fleet(TRACE, scratch / "json", n_ranks), scheduler="serial")
 
 
 def _nav(d, title: str) -> str:
@@ -99,13 +85,14 @@ def browser_times(store: Path, scratch: Path, warm_rounds: int = 3) -> dict:
 
 def run(quick: bool, scratch: Path) -> dict:
     from engine.analysis import ranks as rk
+    from engine.testing.fleet import make_fleet_store
     from engine.trace.store import read
 
     n = 16 if quick else 256
     scratch.mkdir(parents=True, exist_ok=True)
     os.environ["MYSTIQUE_CACHE_DIR"] = str(scratch / "cache")
     t0 = time.perf_counter()
-    store = fleet_store(n, scratch)
+    store = make_fleet_store(TRACE, n, scratch / "store", 0)
     input_s = time.perf_counter() - t0
     man = read.manifest(store)
     events = sum(int(s["rows"]["events"]) for s in man["sources"])

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app import state, views, zoom
+from app import scheduler, state, views, zoom
 from engine.analysis import selftime
 from engine.errors import TraceError
 from engine.figures import breakdown
@@ -274,7 +274,7 @@ elif view == "SQL":
         key="explore_sql",
     )
     try:
-        res = views.sql_result(paths, sql)
+        res = views.sql_result(paths, sql, scheduler.current())
     except TraceError as exc:
         st.error(str(exc))
     else:

@@ -6,7 +6,8 @@ Before, a drag-zoom only magnified the grey grouped bars drawn for the old windo
 the busiest grey bar; app/zoom.py's watcher reports the range, and the page must lay the timeline
 out for it: the figure then holds bars for events the old one only counted in grey, shorter than
 any bar it drew, and the window slider follows. A click on a bar still selects ET ops, and a
-double-click shows the whole trace. Skips like tests/test_e2e_browser.py."""
+double-click shows the whole trace; after another view and back (chart and watcher mounted
+again) a zoom still loads. Skips like tests/test_e2e_browser.py."""
 
 from __future__ import annotations
 
@@ -144,3 +145,17 @@ def test_zoom_lays_out_the_new_window_with_its_detail(server, driver):  # noqa: 
     _idle(d, 240)
     whole = _figure(d, other_than=shown["title"])
     assert whole["range"][0] <= 1e-6 and whole["range"][1] > hi, whole["range"]
+
+    # another view and back: the chart and its watcher are mounted again, and a zoom still loads
+    for label in ("SQL", "Timeline"):
+        next(
+            lab for lab in d.find_elements(By.CSS_SELECTOR, ".st-key-explore_view label") if lab.text.strip() == label
+        ).click()
+        _idle(d, 240)
+    _wait_css(d, CHART, timeout=240)
+    time.sleep(1.0)
+    shown = _figure(d)
+    _drag(d, a, b)
+    _idle(d, 240)
+    again = _figure(d, other_than=shown["title"])
+    assert set(again["ids"]) - set(shown["ids"]) and again["shortest"] < shown["shortest"]

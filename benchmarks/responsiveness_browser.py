@@ -64,21 +64,8 @@ window.WebSocket = class extends window.WebSocket {
 };
 """
 
-# The plotly chart under an st-key class: in the page, or in a component's iframe (Explore's zoom
-# timeline, app/zoom.py; same origin, so its document can be read).
-PLOT_OF = """
-function plotOf(k) {
-  const gd = document.querySelector(`.st-key-${k} .js-plotly-plot`);
-  if (gd) return gd;
-  const f = document.querySelector(`.st-key-${k} iframe`);
-  return f && f.contentDocument ? f.contentDocument.querySelector('.js-plotly-plot') : null;
-}
-"""
-
 # Resolves when the charts under the given st-key classes are drawn (see the module docstring).
-WAIT = (
-    PLOT_OF
-    + """
+WAIT = """
 const [keys, since, mark, timeoutMs, done] = arguments;
 const b = window.__b, t0 = performance.now();
 function ready() {
@@ -86,7 +73,7 @@ function ready() {
   const ran = b.ranAt >= since || (window.__wsAt || 0) >= since;   // saw it run, or got its messages
   if (st !== 'notRunning' || !ran || document.querySelector('[data-stale="true"]')) return null;
   for (const k of keys) {
-    const gd = plotOf(k);
+    const gd = document.querySelector(`.st-key-${k} .js-plotly-plot`);
     if (!gd || !gd._fullLayout || !gd._fullData || !gd.querySelector('.main-svg')) return null;
     if (!gd.__hooked) { gd.__hooked = true; gd.on('plotly_afterplot', () => { b.afterplot = performance.now(); }); }
     if (mark && gd.__mark === mark && b.afterplot < since) return null;   // not re-plotted yet
@@ -123,7 +110,6 @@ let firstReady = null, painted = null;
   setTimeout(poll, 15);
 })();
 """
-)
 
 
 def start_server(cache: Path, ui: Path, log: Path) -> tuple[subprocess.Popen, str]:
@@ -201,7 +187,9 @@ def act(d, action, keys=(), mark=False, timeout_ms=90_000) -> dict:
     """Run `action()` (a click or keys) and wait until the charts under `keys` are (re)drawn."""
     m = f"m{time.time_ns()}" if mark else None
     if m:
-        d.execute_script(PLOT_OF + "plotOf(arguments[0]).__mark = arguments[1]", keys[0], m)
+        d.execute_script(
+            "document.querySelector(arguments[0]).__mark = arguments[1]", f".st-key-{keys[0]} .js-plotly-plot", m
+        )
     since = d.execute_script("return performance.now()")
     action()
     r = d.execute_async_script(WAIT, list(keys), since, m, timeout_ms)

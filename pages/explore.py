@@ -61,11 +61,11 @@ elif view == "Timeline":
         w = st.session_state.get("t_window")
         if w is not None and not (0.0 <= float(w[0]) <= float(w[1]) <= max(span, 1.0)):
             st.session_state.pop("t_window")  # another trace or rank: its window does not apply
-        # The chart's value from the last interaction: its selection (below) and, from the zoom
-        # component, a zoom or pan not applied yet, which becomes the window laid out in this run.
-        prev = st.session_state.get("explore_timeline")
-        use_zoom = zoom.available() and st.session_state.get("t_zoom_detail", True)
-        zoomed = zoom.zoomed_window(prev, st.session_state.get("t_zoom_seen"), span) if use_zoom else None
+        # A zoom or pan on the chart (app/zoom.py's watcher) not applied yet becomes the window laid
+        # out in this run: the detail of the new window comes in.
+        zoomed = zoom.zoomed_window(
+            st.session_state.get("explore_timeline_zoom"), st.session_state.get("t_zoom_seen"), span
+        )
         if zoomed is not None:
             st.session_state["t_zoom_seen"], st.session_state["t_window"] = zoomed
         c = st.columns([2, 1, 1])
@@ -96,18 +96,14 @@ elif view == "Timeline":
         )
         # The chart's selection from the last interaction is in session state before the chart is
         # drawn, so the clicked event's flow arrows are drawn in this same run.
+        prev = st.session_state.get("explore_timeline")
         keys = [k for k in selected_keys(prev) if isinstance(k, int)] if prev else []
         flow = keys[0] if keys else None
         fig = views.timeline_fig(paths, rank, float(window[0]), float(window[1]), float(min_dur), flow, search)
         min_bar = float((fig.layout.meta or {}).get("min_bar_us") or 0.0)
         st.caption(
-            (
-                "Drag to zoom in time (lanes stay): the window follows and its detail is drawn; "
-                "double-click for the whole trace. "
-                if use_zoom
-                else "Drag to magnify, double-click to zoom out; the slider sets the window laid out. "
-            )
-            + "Click a bar or box-select (toolbar) to pick ops. "
+            "Drag to zoom in time (lanes stay): the window follows and its detail is drawn; "
+            "double-click for the whole trace. Click a bar or box-select (toolbar) to pick ops. "
             + (
                 f"At this window events under {min_bar:,.3g} µs are grouped grey: zoom in to draw them."
                 if min_bar
@@ -125,20 +121,10 @@ elif view == "Timeline":
                 "CPU %, RSS (and GPU utilisation when sampled) of the capture's timed run, stretched over the "
                 "window on the same µs axis: the profiled step itself is not sampled."
             )
-        if use_zoom:
-            zoom.zoom_chart(fig, key="explore_timeline")
-        else:
-            st.plotly_chart(
-                fig, on_select="rerun", selection_mode=("points", "box"), key="explore_timeline", width="stretch"
-            )
-        if zoom.available():
-            st.checkbox(
-                "Zoom loads detail",
-                value=True,
-                key="t_zoom_detail",
-                help="Off: the plain Streamlit chart (a zoom then magnifies the bars drawn; the slider sets the "
-                "window). Turn off if the chart does not load.",
-            )
+        st.plotly_chart(
+            fig, on_select="rerun", selection_mode=("points", "box"), key="explore_timeline", width="stretch"
+        )
+        zoom.watch_zoom("explore_timeline", key="explore_timeline_zoom")
         if flow is not None:
             row = trace.events[trace.events["ev"] == flow]
             if len(row):

@@ -61,13 +61,8 @@ def _load(at, paths: list[Path], name: str):
 
 
 def _chart(at, key: str) -> dict:
-    """The figure of the chart `key`: a plotly_chart, or Explore's zoom timeline component
-    (app/zoom.py), whose figure JSON is its `figure` argument."""
-    for c in at.get("plotly_chart"):
-        if c.proto.id.endswith(key):
-            return json.loads(c.proto.spec)
-    c = next(c for c in at.get("component_instance") if c.proto.id.endswith(key))
-    return json.loads(json.loads(c.proto.json_args)["figure"])
+    c = next(c for c in at.get("plotly_chart") if c.proto.id.endswith(key))
+    return json.loads(c.proto.spec)
 
 
 def test_p2_timeline_tooltip_shows_duration_on_explore_and_compose(ui):

@@ -173,9 +173,7 @@ def test_explore_renders_graph_timeline_and_breakdowns(app):
     at = _page(app, "explore")
 
     def charts():
-        # plotly charts, and the zoom timeline (app/zoom.py: a component)
-        drawn = [*at.get("plotly_chart"), *at.get("component_instance")]
-        return {c.proto.id.rsplit("-", 1)[-1] for c in drawn}
+        return {c.proto.id.rsplit("-", 1)[-1] for c in at.get("plotly_chart")}
 
     assert charts() == {"explore_graph"}  # one view at a time
     at.selectbox(key="explore_graph_color").set_value("phase")

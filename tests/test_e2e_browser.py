@@ -334,9 +334,7 @@ def _flow(server, driver, files):
         lab for lab in d.find_elements(By.CSS_SELECTOR, ".st-key-explore_view label") if lab.text.strip() == "Timeline"
     ).click()
     _idle(d, 240)
-    # the zoom timeline (app/zoom.py) draws in its component's iframe
-    d.switch_to.frame(_wait_css(d, ".st-key-explore_timeline iframe", timeout=240))
-    chart = _wait_css(d, ".js-plotly-plot", timeout=240)
+    chart = _wait_css(d, ".st-key-explore_timeline .js-plotly-plot", timeout=240)
     time.sleep(1.5)
     bar = d.execute_script(
         """
@@ -362,7 +360,6 @@ def _flow(server, driver, files):
     hover = _text(d, ".hoverlayer")
     assert "dur " in hover and "µs" in hover, hover  # problem 2 in a browser: the hover names the duration
     ActionChains(d).click().perform()
-    d.switch_to.default_content()
     _idle(d)
     _wait_text(d, "from 1 events")
     _shot(d, "4_explore_timeline_pick")

@@ -399,7 +399,7 @@ def aggregate_trace(agg: pd.DataFrame, *, legend: bool = True):
         showlegend=legend,
         width=0.85,
         customdata=np.stack([np.full(len(agg), None), counts], axis=1),
-        hovertemplate="%{customdata[1]:,} short events<br>narrow the window to see them<extra></extra>",
+        hovertemplate="%{customdata[1]:,} short events<br>zoom in (drag) to draw them<extra></extra>",
     )
 
 

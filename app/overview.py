@@ -39,10 +39,15 @@ def _stamp(paths: list[str]) -> list:
     return out
 
 
+@st.cache_data(max_entries=64, show_spinner=False)
+def _is_store(path: str, stamp: list) -> bool:
+    return read.is_store(path)  # parses the manifest (1 MB for 256 ranks): once per its mtime
+
+
 def store_of(paths: list[str]) -> str | None:
     """The trace store these paths stand for, when known without reading them: the folder itself
     when it is a store, else the store a finished summary job of the same, unchanged paths built."""
-    if len(paths) == 1 and read.is_store(paths[0]):
+    if len(paths) == 1 and _is_store(paths[0], _stamp([os.path.join(paths[0], "manifest.json")])):
         return str(Path(paths[0]).resolve())
     stamp = _stamp(paths)
     for j in reversed(state.catalog().jobs(kind=KIND)):

@@ -60,6 +60,13 @@ def test_rank_summaries_equal_time_breakdown_of_the_loaded_ranks(fleet):
     assert got.groupby("rank")["compute_ms"].sum().nunique() == 4
 
 
+def test_summaries_are_the_same_on_a_local_dask_cluster(fleet):
+    _, store = fleet
+    serial = rk.summarize(store, scheduler="serial", use_cache=False)
+    local = rk.summarize(store, scheduler="local", use_cache=False)  # one worker process per core
+    pd.testing.assert_frame_equal(serial, local)
+
+
 def test_cpu_ranks_without_gpu_work_match_too(cache_dir):
     if not (DDP / "ddp_rank0_kineto.json.gz").exists():
         pytest.skip("bundled ddp sample missing (make samples)")

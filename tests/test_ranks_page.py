@@ -6,6 +6,7 @@ Input: the bundled 2-rank CPU ddp capture (its Kineto files: the job builds thei
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from streamlit.testing.v1 import AppTest
 ROOT = Path(__file__).resolve().parents[1]
 MAIN = str(ROOT / "app" / "main.py")
 DDP = ROOT / "sample_traces" / "ddp"
+MI300 = "tracelens_mi300_resnet_ckpt/resnet_act_checkpoint.json.gz"
 
 
 @pytest.fixture()
@@ -112,3 +114,33 @@ def test_a_bad_scheduler_setting_is_one_line_and_blocks_the_build(app, tmp_path)
     errs = [e.value for e in app.error]
     assert errs == ["bad --scheduler 'tcp://nowhere': expected serial, local or tcp://HOST:PORT"]
     assert app.button(key="ov_build").disabled
+
+
+def test_a_running_summary_job_shows_progress_and_can_be_cancelled(app, shared_traces, tmp_path):
+    from engine.analysis import ranks as rk
+    from engine.testing.fleet import make_fleet_store
+    from engine.workspace import Catalog
+
+    store = make_fleet_store(shared_traces / MI300, 64, tmp_path / "store", 1)
+    _job_box(app).input(str(store))
+    _box(app, "Fan-out scheduler").input("serial")
+    app.run()
+    app.button(key="ov_build").click()
+    app.run()
+    _ok(app)
+    cat = Catalog(Path(os.environ["MYSTIQUE_UI_DIR"]) / "workspace")
+    job = cat.jobs(kind="rank_summary")[-1]
+    end = time.monotonic() + 120
+    while (j := cat.job(job["id"]))["status"].value != "running" or not j["fraction"]:
+        assert not j["status"].finished and time.monotonic() < end, j
+        time.sleep(0.1)
+    app.run()
+    _ok(app)
+    bars = app.get("progress")
+    assert bars and f"job {job['id']} · running · rank task" in bars[0].proto.text
+    app.button(key=f"ov_cancel_{job['id']}").click()
+    app.run()
+    _ok(app)
+    assert cat.job(job["id"])["status"].value == "cancelled"
+    assert rk.cached(store) is None and not app.metric  # nothing half-built is shown
+    assert app.button(key="ov_build")  # and it can be started again

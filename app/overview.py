@@ -29,13 +29,23 @@ def split_paths(text: str) -> list[str]:
 
 
 def _stamp(paths: list[str]) -> list:
-    out = []
+    """Size and mtime of every file behind the paths (a folder: its trace files, as the store
+    build lists them), so a file rewritten in place makes a new job necessary."""
+    from engine.errors import TraceError
+    from engine.trace.safe_io import list_files
+
+    out: list = []
     for p in paths:
         try:
-            s = os.stat(p)
-            out.append([s.st_size, s.st_mtime_ns])
-        except OSError:
-            out.append(None)
+            files = list_files(p) if os.path.isdir(p) else [Path(p)]
+        except TraceError:
+            files = [Path(p)]
+        for f in files:
+            try:
+                s = os.stat(f)
+                out.append([str(f), s.st_size, s.st_mtime_ns])
+            except OSError:
+                out.append([str(f), None])
     return out
 
 

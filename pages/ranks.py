@@ -79,7 +79,8 @@ c[3].metric(
 st.plotly_chart(overview.heatmaps(store), key="ov_heat", width="stretch")
 st.caption(
     "ms per rank and step (ProfilerStep spans, else the whole trace): compute + exposed communication + idle "
-    "= the step, as on the Analysis page (docs/analysis.md). A bright row is a slow rank, a bright column a slow step."
+    "= the step, as on the Analysis page (docs/analysis.md). Each panel has its own colour scale (hover for ms): "
+    "a bright row is a slow rank, a bright column a slow step."
 )
 st.subheader("Stragglers (slowest first)")
 with st.container(key="ov_lag"):

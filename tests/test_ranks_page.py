@@ -57,10 +57,14 @@ def _wait_jobs(kind: str = "rank_summary") -> dict:
     return done
 
 
-def test_ranks_page_builds_summaries_in_a_worker_and_draws_the_overview(app):
+def test_ranks_page_builds_summaries_in_a_worker_and_draws_the_overview(app, tmp_path):
+    import shutil
+
     from engine.analysis import ranks as rk
 
-    files = sorted(str(p) for p in DDP.glob("ddp_rank*_kineto.json.gz"))
+    job = tmp_path / "job"
+    job.mkdir()
+    files = [str(shutil.copy(p, job)) for p in sorted(DDP.glob("ddp_rank*_kineto.json.gz"))]
     _job_box(app).input(";".join(files))
     _box(app, "Fan-out scheduler").input("serial")
     app.run()
@@ -104,6 +108,11 @@ def test_ranks_page_builds_summaries_in_a_worker_and_draws_the_overview(app):
     at.run()
     _ok(at)
     assert {m.label: m.value for m in at.metric}["ranks"] == "2"
+    # a file rewritten in place: its summaries are not shown for it any more (a new job is needed)
+    os.utime(files[1], ns=(1, 1))
+    at.run()
+    _ok(at)
+    assert not at.metric and at.button(key="ov_build")
 
 
 def test_a_bad_scheduler_setting_is_one_line_and_blocks_the_build(app, tmp_path):

@@ -59,6 +59,10 @@ def test_ranks_page_of_a_16_rank_job_in_chromium(shared_traces, tmp_path):
             assert "events read from the store" in d.find_element(By.CSS_SELECTOR, '[data-testid="stMain"]').text
             (ROOT / "artifacts" / "e2e").mkdir(parents=True, exist_ok=True)
             d.save_screenshot(str(ROOT / "artifacts" / "e2e" / "ranks.png"))
+            from engine.workspace import Catalog
+
+            job = Catalog(tmp_path / "ui" / "workspace").jobs(kind="rank_summary")[-1]
+            assert job["params"]["scheduler"] == "serial"  # the server's --scheduler setting
             print(
                 f"ranks page: first {first:.0f} ms (with the summary job), warm {warm:.0f} ms, timeline {t_ms:.0f} ms"
             )

@@ -22,8 +22,9 @@ step); `error`: any other exception, a traceback, or a replay that fails.
     PYTHONPATH=$PWD .venv/bin/python benchmarks/real_traces.py [--only TRACE ...] [--knob K ...]
         [--no-replay] [--scratch DIR] [--out JSON]
 
-Composed outputs and replay results are cached in the scratch folder, keyed by the engine's
-source (any change to engine/ recomposes). The results JSON committed is a full run's.
+Composed outputs are cached in the scratch folder, keyed by the engine's source (any change to
+engine/ outside simulate/ recomposes); replay results by the composed ETs' bytes and the replay
+code (a composition an engine change leaves identical is not replayed again). The results JSON committed is a full run's.
 """
 
 from __future__ import annotations
@@ -392,11 +393,30 @@ def run_compose(unit: Unit, knob: str, folder: Path) -> dict:
     return row
 
 
-def run_replay(folder: Path, world: int, timeout: float, mirror: int | None = None) -> dict:
-    """`mystique replay` of an exported folder (cached: folder/replay_result*.json); `mirror`:
-    every one of `world` ranks replays that composed rank (a one-rank composition of one rank of
-    a multi-rank job: its collectives need their peers)."""
-    done = folder / ("replay_result.json" if mirror is None else f"replay_result_mirror{world}.json")
+REPLAY_CODE = ("replay", "distributed", "graph", "cli/replay.py")  # engine/ paths a replay's result depends on
+
+
+def replay_key(folder: Path, world: int, mirror: int | None) -> str:
+    """The composed ETs' bytes, the launch, and the replay code: a composition that an engine
+    change leaves byte-identical is not replayed again (replays of big ETs take minutes)."""
+    h = hashlib.sha256(f"{world}|{mirror}".encode())
+    for p in sorted(folder.rglob("*.et.json")) + sorted(folder.glob("*_et.json")):
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    for p in sorted((ROOT / "engine").rglob("*.py")):
+        rel = p.relative_to(ROOT / "engine")
+        if rel.parts[0] in REPLAY_CODE or rel.as_posix() in REPLAY_CODE:
+            h.update(p.read_bytes())
+    return h.hexdigest()[:24]
+
+
+def run_replay(folder: Path, world: int, timeout: float, mirror: int | None = None, cache: Path | None = None) -> dict:
+    """`mystique replay` of an exported folder, cached in `cache` by replay_key; `mirror`: every
+    one of `world` ranks replays that composed rank (a one-rank composition of one rank of a
+    multi-rank job: its collectives need their peers)."""
+    cache = cache or folder
+    cache.mkdir(parents=True, exist_ok=True)
+    done = cache / f"{replay_key(folder, world, mirror)}.json"
     if done.exists():
         return json.loads(done.read_text())
     cmd = [sys.executable, "-m", "engine.cli.main", "replay", str(folder)]
@@ -455,11 +475,12 @@ def compose_case(unit: Unit, knob: str, f: dict, scratch: Path, replay: bool, ti
         return {**out, "outcome": "wrong", "reason": f"composed {row['world_size']} rank(s), expected {want}"}
     if not replay:
         return {**out, "outcome": "ok", "replay": "skipped (--no-replay)"}
-    rep = run_replay(Path(row["dir"]), row["world_size"], timeout)
+    cache = scratch.parent / "replays"
+    rep = run_replay(Path(row["dir"]), row["world_size"], timeout, cache=cache)
     hint = rep.get("hint") or {}
     if row["world_size"] == 1 and int(hint.get("world_size") or 0) > 1:  # one rank of a multi-rank job
         rep = {
-            **run_replay(Path(row["dir"]), int(hint["world_size"]), timeout, mirror=0),
+            **run_replay(Path(row["dir"]), int(hint["world_size"]), timeout, mirror=0, cache=cache),
             "mirrored_world": hint["world_size"],
         }
     out.update(rep)

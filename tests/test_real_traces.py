@@ -76,3 +76,33 @@ def test_matrix_script_no_error_no_wrong(shared_traces, tmp_path):
     assert c["ok"] >= 6  # what-ifs on both, batch from Input Dims on BERT included
     bert = doc["traces"][1]["cases"]
     assert bert["wi_batch_x2"]["outcome"] == "ok" and bert["batch_x2"]["outcome"] == "refused_ok"
+
+
+def test_dp2_of_variable_length_lookups_rounds_the_indices(cache_dir):
+    """DP 2 of the sample DLRM (batch 1024, variable-length bags): each rank's lookups are half of
+    the recorded ones, rounded (20821 sorted indices -> 10410), not a refusal."""
+    from engine.compose import compose, spec_from_dict
+    from engine.trace import load
+
+    src = ROOT / "sample_traces" / "dlrm" / "dlrm_et.json.gz"
+    tr = load(src)
+    sort = tr.ops[tr.ops["name"].astype(str) == "aten::sort"]["id"].tolist()
+    rec = tr.tensors[tr.tensors["op_id"].isin(sort) & (tr.tensors["io"].astype(str) == "out")]
+    n = max(int(s[0]) for s in rec["shape"])
+    assert n % 2 == 1  # an odd count: no exact half
+    spec = {"version": 1, "sources": [str(src)], "segments": [{"selection": {}}], "device": "cpu"}
+    bench = compose(spec_from_dict({**spec, "sharding": {"kind": "dp", "degree": 2}}))
+    assert bench.world_size == 2
+    dims: set[int] = set()
+
+    def walk(x) -> None:
+        if isinstance(x, list):
+            for y in x:
+                walk(y)
+        elif isinstance(x, int):
+            dims.add(x)
+
+    for nd in bench.ranks[0]:
+        walk(nd.get("inputs", {}).get("shapes"))
+        walk(nd.get("outputs", {}).get("shapes"))
+    assert n not in dims and {n // 2, n // 2 + 1} & dims

@@ -77,6 +77,7 @@ class _Runner:
         self.by_shape: dict[tuple, list[int] | None] = {}
         self.parent: dict[int, int | None] = {}  # node id -> ctrl_deps
         self.maker: dict[tuple, int] = {}  # key -> the node whose meta run made it last
+        self.rounded: dict[int, int] = {}  # recorded size -> the size an op's meta run rounded it to
 
     def made_by_ancestor(self, key: tuple, node_id: int) -> bool:
         """Was `key` made by an op enclosing `node_id`? Its kernel's inner ops (a layer norm's
@@ -97,6 +98,8 @@ class _Runner:
 
     def scaled(self, d: int, node) -> int:
         v = d * self.s
+        if d in self.rounded:  # an op's own run rounded this size (variable-length indices)
+            return self.rounded[d]
         if abs(v - round(v)) > 1e-9:
             raise TraceError(
                 f"{self.label} breaks shape at node {node['id']} ({node['name']}): "
@@ -183,6 +186,13 @@ class _Runner:
         set_slot(io, "shapes", arg, sub, list(t.shape))
         if io.get("strides"):
             set_slot(io, "strides", arg, sub, list(t.stride()))
+
+
+def _scaled(got: int, rec: int, s: float) -> bool:
+    """Is `got` the recorded size `rec` scaled by `s`? A size that is no multiple of 1/s (a
+    variable-length lookup's indices halved for DP 2: 20821 -> 10410) rounds either way."""
+    exact = rec * s
+    return abs(got - exact) < 1e-9 or (exact != int(exact) and abs(got - exact) < 1.0)
 
 
 def propagate(
@@ -427,7 +437,7 @@ def _bind_outputs(run: _Runner, node, res, outs, out) -> None:
         if got != rec:
             ok = len(got) == len(rec) and all(
                 g == d
-                or (run.s != 1.0 and abs(g - d * run.s) < 1e-9)
+                or (run.s != 1.0 and _scaled(g, d, run.s))
                 or (run.s != 1.0 and any(abs((g - d) - b * (run.s - 1)) < 1e-9 for b in run.S))  # B-1 -> sB-1
                 for g, d in zip(got, rec)
             )
@@ -437,7 +447,10 @@ def _bind_outputs(run: _Runner, node, res, outs, out) -> None:
                     raise TraceError(f"{run.label} breaks shape at {msg}")
                 run.report.mismatches.append(msg)
             else:
-                run.S.update(d for g, d in zip(got, rec) if g != d and abs(g - d * run.s) < 1e-9)
+                run.S.update(d for g, d in zip(got, rec) if g != d and _scaled(g, d, run.s))
+                run.rounded.update(
+                    (d, g) for g, d in zip(got, rec) if g != d and _scaled(g, d, run.s) and d * run.s != int(d * run.s)
+                )
                 if run.mutate:
                     run._write(outs, arg, sub, t)
         run.put((v[0], v[1]), t, rec)

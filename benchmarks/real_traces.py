@@ -401,8 +401,10 @@ def replay_key(folder: Path, world: int, mirror: int | None) -> str:
     change leaves byte-identical is not replayed again (replays of big ETs take minutes)."""
     h = hashlib.sha256(f"{world}|{mirror}".encode())
     for p in sorted(folder.rglob("*.et.json")) + sorted(folder.glob("*_et.json")):
+        doc = json.loads(p.read_bytes())
+        doc.pop("time", None)  # the export's wall-clock stamp
         h.update(p.name.encode())
-        h.update(p.read_bytes())
+        h.update(json.dumps(doc, sort_keys=True).encode())
     for p in sorted((ROOT / "engine").rglob("*.py")):
         rel = p.relative_to(ROOT / "engine")
         if rel.parts[0] in REPLAY_CODE or rel.as_posix() in REPLAY_CODE:

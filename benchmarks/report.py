@@ -312,6 +312,23 @@ def real_traces(d: dict) -> list[str]:
         "",
     ]
     out += table(["trace", *knobs], rows)
+    bad = [
+        [r["trace"], k, case["outcome"], str(case.get("reason", ""))[:160].replace("|", "/")]
+        for r in d["traces"]
+        for k, case in r["cases"].items()
+        if case["outcome"] in ("refused_bad", "wrong", "error")
+    ]
+    if bad:
+        out += table(["trace", "knob", "outcome", "reason"], bad)
+    rules: dict[str, int] = {}
+    for r in d["traces"]:
+        for case in r["cases"].values():
+            if case["outcome"] == "refused_ok":
+                why = str(case.get("rule") or case.get("reason") or "")
+                rules[why] = rules.get(why, 0) + 1
+    out += table(
+        ["why the knob cannot apply (rule)", "cases"], sorted(([k, v] for k, v in rules.items()), key=lambda x: -x[1])
+    )
     out += [
         f"Run {d.get('date')} with torch {d.get('torch')} on {d.get('cpu_count')} cores, load average "
         f"{d['load_average'][0][0]:.1f} -> {d['load_average'][1][0]:.1f}.",

@@ -106,3 +106,19 @@ def test_dp2_of_variable_length_lookups_rounds_the_indices(cache_dir):
         walk(nd.get("inputs", {}).get("shapes"))
         walk(nd.get("outputs", {}).get("shapes"))
     assert n not in dims and {n // 2, n // 2 + 1} & dims
+
+
+def test_tp2_of_a_ddp_trace_splits_the_gradient_bucket_views(cache_dir):
+    """TP 2 of the DDP sample (MLP 256 -> 512 -> ... under DistributedDataParallel): DDP copies each
+    parameter's slice of the flat gradient bucket (an as_strided view) into its gradient; the slice
+    follows the split gradient instead of refusing 'breaks shape at aten::copy_'."""
+    from engine.compose import compose, spec_from_dict
+
+    src = ROOT / "sample_traces" / "ddp" / "ddp_rank0_et.json.gz"
+    spec = {"version": 1, "sources": [str(src)], "segments": [{"selection": {}}], "device": "cpu"}
+    bench = compose(spec_from_dict({**spec, "sharding": {"kind": "tp", "degree": 2}}))
+    assert bench.world_size == 2
+    copies = [nd for nd in bench.ranks[0] if nd["name"] == "aten::copy_"]
+    pairs = [nd["inputs"]["shapes"][:2] for nd in copies if len(nd["inputs"]["shapes"]) >= 2]
+    assert pairs and all(a == b for a, b in pairs)  # every copy's source matches its destination
+    assert [256, 256] in [a for a, _ in pairs]  # the row-parallel weight's gradient, [256, 512] split

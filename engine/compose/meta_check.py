@@ -77,6 +77,7 @@ class _Runner:
         self.by_shape: dict[tuple, list[int] | None] = {}
         self.parent: dict[int, int | None] = {}  # node id -> ctrl_deps
         self.maker: dict[tuple, int] = {}  # key -> the node whose meta run made it last
+        self.maker_name: dict[tuple, str] = {}  # key -> the name of the op that made it last
         self.rounded: dict[int, int] = {}  # recorded size -> the size an op's meta run rounded it to
 
     def made_by_ancestor(self, key: tuple, node_id: int) -> bool:
@@ -188,6 +189,28 @@ class _Runner:
             set_slot(io, "strides", arg, sub, list(t.stride()))
 
 
+def _follow_destination(run: _Runner, ins: dict, orig_shapes: list, tensors: dict, mutate: bool) -> None:
+    """copy_(dst, src) where dst changed shape and src, a view of a buffer that no replayed op
+    made, still has dst's recorded shape: DDP's `copy_bucket_to_grad` copies a parameter's slice
+    of the flat gradient bucket (an as_strided view made inside the communication hook) into
+    its gradient, so under a weight split the slice is the split gradient's shape."""
+    dst, src = tensors.get(0), tensors.get(1)
+    if not isinstance(dst, torch.Tensor) or not isinstance(src, torch.Tensor) or len(orig_shapes) < 2:
+        return
+    rec = orig_shapes[0]
+    if not isinstance(rec, list) or orig_shapes[1] != rec or list(dst.shape) == rec or list(src.shape) != rec:
+        return
+    v = get_slot(ins, "values", 1, None)
+    key = (v[0], v[1])
+    if run.maker_name.get(key) != "aten::as_strided":  # only a view cut from a buffer by recorded sizes
+        return
+    t = meta_tensor(list(dst.shape), None, src.dtype)
+    run.put(key, t, rec)
+    tensors[1] = t
+    if mutate:
+        run._write(ins, 1, None, t)
+
+
 def _scaled(got: int, rec: int, s: float) -> bool:
     """Is `got` the recorded size `rec` scaled by `s`? A size that is no multiple of 1/s (a
     variable-length lookup's indices halved for DP 2: 20821 -> 10410) rounds either way."""
@@ -272,6 +295,8 @@ def propagate(
                 lists.setdefault(arg, {})[sub] = t
         for arg, got in lists.items():  # tensor lists: element by element, None where undefined
             tensors[arg] = [got.get(j) for j in range(len(ins["values"][arg]))]
+        if scale != 1.0 and is_replay and name.split("::")[-1].split(".")[0] == "copy_":
+            _follow_destination(run, ins, orig_shapes, tensors, mutate)
         if not is_replay:  # a child's in-place op (resize_, as_strided_) must not edit shared tensors
             tensors = {
                 a: (
@@ -421,6 +446,7 @@ def _bind_outputs(run: _Runner, node, res, outs, out) -> None:
         if run.is_replay:
             run.from_replay.add(key)
         run.maker[key] = node["id"]
+        run.maker_name[key] = node["name"]
         if not isinstance(t, torch.Tensor):
             run.put((v[0], v[1]), meta_tensor(rec, None, meta_dtype(slot_type(outs, arg, sub))), rec)
             continue

@@ -122,3 +122,17 @@ def test_tp2_of_a_ddp_trace_splits_the_gradient_bucket_views(cache_dir):
     pairs = [nd["inputs"]["shapes"][:2] for nd in copies if len(nd["inputs"]["shapes"]) >= 2]
     assert pairs and all(a == b for a, b in pairs)  # every copy's source matches its destination
     assert [256, 256] in [a for a, _ in pairs]  # the row-parallel weight's gradient, [256, 512] split
+
+
+def test_tp2_refuses_an_all_to_all_that_a_weight_split_would_change(cache_dir):
+    """dlrm_a2a's pooled-embedding gradient is [512, 128], the recorded shape of a split top-MLP
+    weight too: TP 2 refuses in one line naming the all_to_all instead of exporting ranks whose
+    exchange sizes differ (gloo: 'in->size == out->size' at replay)."""
+    from engine.compose import compose, spec_from_dict
+    from engine.errors import TraceError
+
+    src = ROOT / "sample_traces" / "dlrm_a2a" / "dlrm_a2a_rank0_et.json.gz"
+    spec = {"version": 1, "sources": [str(src)], "segments": [{"selection": {}}], "device": "cpu"}
+    with pytest.raises(TraceError, match=r"all_to_all at node \d+ \(c10d::alltoall_base_\) from \[\[512, 128\]") as e:
+        compose(spec_from_dict({**spec, "sharding": {"kind": "tp", "degree": 2}}))
+    assert "\n" not in str(e.value)

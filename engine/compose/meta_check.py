@@ -77,6 +77,7 @@ class _Runner:
         self.by_shape: dict[tuple, list[int] | None] = {}
         self.parent: dict[int, int | None] = {}  # node id -> ctrl_deps
         self.maker: dict[tuple, int] = {}  # key -> the node whose meta run made it last
+        self.names: dict[int, str] = {}  # node id -> name
         self.maker_name: dict[tuple, str] = {}  # key -> the name of the op that made it last
         self.rounded: dict[int, int] = {}  # recorded size -> the size an op's meta run rounded it to
 
@@ -189,6 +190,9 @@ class _Runner:
             set_slot(io, "strides", arg, sub, list(t.stride()))
 
 
+DDP_BUCKET_TO_GRAD = "reducer::copy_bucket_to_grad"  # the record_function around DDP's bucket -> grad copy
+
+
 def _follow_destination(run: _Runner, ins: dict, orig_shapes: list, tensors: dict, mutate: bool) -> None:
     """copy_(dst, src) where dst changed shape and src, a view of a buffer that no replayed op
     made, still has dst's recorded shape: DDP's `copy_bucket_to_grad` copies a parameter's slice
@@ -248,6 +252,7 @@ def propagate(
     rep = run.report
     want = {int(i) for i in replay_ids}
     run.parent = {n["id"]: n.get("ctrl_deps") for n in nodes}
+    run.names = {n["id"]: n["name"] for n in nodes}
     run_ids = set(want)
     if scale != 1.0:  # children too: tensors they make (saved for backward) get real meta shapes
         run_ids |= {n["id"] for n in nodes if OP_NAME.match(n["name"]) and not n["name"].startswith("c10d::")}
@@ -295,7 +300,12 @@ def propagate(
                 lists.setdefault(arg, {})[sub] = t
         for arg, got in lists.items():  # tensor lists: element by element, None where undefined
             tensors[arg] = [got.get(j) for j in range(len(ins["values"][arg]))]
-        if scale != 1.0 and is_replay and name.split("::")[-1].split(".")[0] == "copy_":
+        if (
+            scale != 1.0
+            and is_replay
+            and name.split("::")[-1].split(".")[0] == "copy_"
+            and run.names.get(run.parent.get(node["id"]) or -1, "").endswith(DDP_BUCKET_TO_GRAD)
+        ):
             _follow_destination(run, ins, orig_shapes, tensors, mutate)
         if not is_replay:  # a child's in-place op (resize_, as_strided_) must not edit shared tensors
             tensors = {

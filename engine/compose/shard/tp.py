@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.compose.meta_check import propagate
+from engine.compose.meta_sizes import ALL_TO_ALL
 from engine.compose.nodes import attr, get_slot, is_defined, tensors_of
 from engine.compose.shard.dp import allreduce_node, renumber
 from engine.compose.shard.tp_attention import attention_blocks, producers_with_lists
@@ -318,6 +319,29 @@ def _blocks(pairs, attn, whole: list[dict], replicated: list[dict]) -> list[dict
     return out
 
 
+def _exchange_shapes(nodes: list[dict], replay: set[int]) -> dict[int, list]:
+    """Recorded tensor shapes of the all_to_all exchanges (embedding data parallelism's)."""
+    return {
+        nd["id"]: copy.deepcopy(nd["inputs"].get("shapes", []))
+        for nd in nodes
+        if nd["id"] in replay and nd["name"].split("::")[-1].split(".")[0] in ALL_TO_ALL
+    }
+
+
+def _check_exchanges(nodes: list[dict], before: dict[int, list], label: str) -> None:
+    """Tensor parallelism keeps the batch, so an all_to_all's tensors keep their shapes: a changed
+    one means a tensor there took a split weight's shape by coincidence (same recorded shape), and
+    the ranks would exchange mismatched buffers. Refused, naming the node, not replayed to a crash."""
+    for nd in nodes:
+        rec = before.get(nd["id"])
+        now = nd["inputs"].get("shapes", [])
+        if rec is not None and now != rec:
+            raise TraceError(
+                f"{label} would change the all_to_all at node {nd['id']} ({nd['name']}) from {rec[:2]} "
+                f"to {now[:2]}: a tensor there has a split weight's recorded shape"
+            )
+
+
 def shard_tp(bench) -> dict:
     """Split bench.ranks[0] into N identical tensor-parallel ranks (module docstring)."""
     n = int(bench.spec.sharding.degree)
@@ -337,6 +361,7 @@ def shard_tp(bench) -> dict:
     _seed_pairs([(c, row) for cols, row, _ in attn for c in cols], n, seeds)
     _optimizer_state(nodes, replay, seeds, phase_of)
     label = f"tp degree {n}"
+    exchanges = _exchange_shapes(nodes, replay)
     backup = copy.deepcopy(nodes) if attn and pairs else None
     try:
         rep = propagate(nodes, bench.replay_ids[0], scale=1.0 / n, seeds=seeds, mutate=True, params=params, label=label)
@@ -354,6 +379,7 @@ def shard_tp(bench) -> dict:
         rep = propagate(
             nodes, bench.replay_ids[0], scale=1.0 / n, seeds=mlp_seeds, mutate=True, params=params, label=label
         )
+    _check_exchanges(nodes, exchanges, label)
     nodes = prune_to_replay(nodes, bench.replay_ids[0])
     by_id = {nd["id"]: nd for nd in nodes}
     tid = max(max(v[0], v[1]) for nd in nodes for _, _, _, _, v in tensors_of(nd) if is_defined(v)) + 1

@@ -131,6 +131,7 @@ def _parse(doc: dict, path: str, rank: int, rank_fixed: bool):
         rank = f_rank
     cat_l, name_l, pid_l, tid_l, ts_l, dur_l = [], [], [], [], [], []
     dev_l, stream_l, corr_l, ext_l, rf_l, seq_l, fwd_l = [], [], [], [], [], [], []
+    pg_l, coll_l, cseq_l, comms_l = [], [], [], []  # collective metadata (c10d args), "" / NA when absent
     fl_id, fl_cat, fl_ph, fl_ts, fl_pid, fl_tid = [], [], [], [], [], []
     pnames: dict[str, str] = {}
     tnames: dict[str, str] = {}
@@ -174,6 +175,22 @@ def _parse(doc: dict, path: str, rank: int, rank_fixed: bool):
             rf_l.append(get("Record function id", NA))
             seq_l.append(get("Sequence number", NA))
             fwd_l.append(get("Fwd thread id", NA))
+            # a collective's process group, name, sequence number and comms id (record_param_comms
+            # and NCCL kernels): what matches one collective across ranks (engine/simulate/fleet)
+            pg = get("Process Group Name")
+            if pg is None:
+                pg = get("pg_name")
+            if pg is None:
+                pg_l.append("")
+                coll_l.append("")
+                cseq_l.append(NA)
+                comms_l.append(NA)
+            else:
+                pg_l.append(pg if type(pg) is str else s(pg))
+                cn = get("Collective name", "")
+                coll_l.append(cn if type(cn) is str else s(cn))
+                cseq_l.append(get("seq", NA))
+                comms_l.append(get("comms_id", NA))
             if name.startswith("ProfilerStep#") and cat not in _GPU_CATS:
                 iters.append({"name": name, "ts_us": ts_l[-1], "dur_us": dur_l[-1], "rank": rank})
         elif ph in _FLOW_PH:
@@ -211,6 +228,10 @@ def _parse(doc: dict, path: str, rank: int, rank_fixed: bool):
             "rf_id": _int_column(rf_l),
             "seq_num": _int_column(seq_l),
             "fwd_tid": _int_column(fwd_l),
+            "pg_name": fast_cat(pg_l),
+            "coll_name": fast_cat(coll_l),
+            "coll_seq": _int_column(cseq_l),
+            "comms_id": _int_column(comms_l),
         }
     )
     flow_ids = np.asarray(fl_id, dtype=np.int64)

@@ -35,7 +35,7 @@ from engine.trace.kineto import parse_kineto
 from engine.trace.loader import rank_from_name
 from engine.trace.store import stream
 
-STORE_VERSION = "s2"  # s2: `ev` stored per source, offset in the view
+STORE_VERSION = "s3"  # s2: `ev` stored per source, offset in the view; s3: collective metadata columns
 _STR = pa.string()
 _INT = pa.int64()
 SCHEMAS = {
@@ -55,6 +55,10 @@ SCHEMAS = {
             ("rf_id", _INT),
             ("seq_num", _INT),
             ("fwd_tid", _INT),
+            ("pg_name", _STR),
+            ("coll_name", _STR),
+            ("coll_seq", _INT),
+            ("comms_id", _INT),
         ]
     ),
     "flows": pa.schema(

@@ -139,10 +139,14 @@ def _parse(doc: dict, path: str, rank: int, rank_fixed: bool):
     strs: dict = {}
 
     def s(v):
-        r = strs.get(v)
-        if r is None:
-            r = strs[v] = str(v)
-        return r
+        # Cached for ints only: 1, 1.0 and True are equal dict keys but print differently
+        t = type(v)
+        if t is int:
+            r = strs.get(v)
+            if r is None:
+                r = strs[v] = str(v)
+            return r
+        return v if t is str else str(v)
 
     ai = _as_int
     NA = _NA  # local alias for the hot loop

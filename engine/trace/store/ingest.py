@@ -33,7 +33,7 @@ from engine.trace import safe_io
 from engine.trace.cache import cache_root
 from engine.trace.kineto import parse_kineto
 from engine.trace.loader import rank_from_name
-from engine.trace.store import stream
+from engine.trace.store import rows, stream
 
 STORE_VERSION = "s3"  # s2: `ev` stored per source, offset in the view; s3: collective metadata columns
 _STR = pa.string()
@@ -143,17 +143,22 @@ def _ingest(doc_path: str, blocks, tmp: Path, src: int, ev0: int, fallback: int,
     km_all: dict = {"process_names": {}, "thread_names": {}, "iterations": [], "warnings": []}
     skeleton: dict = {}
     try:
-        for got in stream.scan(blocks, doc_path):
+        for got in stream.scan(blocks, doc_path, rows.DECODER):
             if isinstance(got, dict):
                 skeleton = got
                 continue
-            ev, fl, km = parse_kineto({"traceEvents": got}, doc_path, fallback, True)
-            ev["ev"] = np.arange(ev0 + counts["events"], ev0 + counts["events"] + len(ev), dtype=np.int64)
+            if got and type(got[0]) is rows.Item:  # the fast path: typed Structs straight to Arrow
+                ev_t, fl_t, km = rows.tables(got, doc_path, fallback, ev0 + counts["events"], SCHEMAS)
+            else:  # a block with values of unusual types: the loader's own parser decides
+                ev, fl, km = parse_kineto({"traceEvents": got}, doc_path, fallback, True)
+                ev["ev"] = np.arange(ev0 + counts["events"], ev0 + counts["events"] + len(ev), dtype=np.int64)
+                ev_t, fl_t = _arrow(ev, "events"), _arrow(fl, "flows")
+            del got
             items += km["events"]
-            for t, df in (("events", ev), ("flows", fl)):
-                if len(df):
-                    writers[t].write_table(_arrow(df, t))
-                    counts[t] += len(df)
+            for t, tab in (("events", ev_t), ("flows", fl_t)):
+                if len(tab):
+                    writers[t].write_table(tab)
+                    counts[t] += len(tab)
             km_all["process_names"].update(km["process_names"])
             km_all["thread_names"].update(km["thread_names"])
             km_all["iterations"].extend(km["iterations"])

@@ -148,8 +148,9 @@ class KinetoScanner:
     """Feeds blocks of one JSON document; `feed` returns the lists of `traceEvents` items that the
     block completed, `finish` the decoded skeleton (the document with an empty `traceEvents`)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, typed: msgspec.json.Decoder | None = None):
         self.path = path
+        self.typed = typed  # decodes a run of items into typed Structs; None: plain Python objects
         self.depth = 0  # nesting depth before the next byte
         self.in_str = False
         self.escape = False  # the previous block ended on an odd run of backslashes inside a string
@@ -282,6 +283,11 @@ class KinetoScanner:
 
     def _decode(self, chunk: bytes) -> list:
         text = b"[" + chunk.strip(b", \t\r\n") + b"]"
+        if self.typed is not None:
+            try:
+                return self.typed.decode(text)
+            except msgspec.DecodeError:  # an unexpected type (or bad JSON): plain objects, or the error
+                pass
         try:
             return _DECODER.decode(text)
         except msgspec.DecodeError as exc:
@@ -317,9 +323,12 @@ class KinetoScanner:
         return doc
 
 
-def scan(blocks, path: str) -> Iterator[list | dict]:
-    """Lists of traceEvents items of a document given as blocks, then (last) its skeleton dict."""
-    sc = KinetoScanner(path)
+def scan(blocks, path: str, typed: msgspec.json.Decoder | None = None) -> Iterator[list | dict]:
+    """Lists of traceEvents items of a document given as blocks, then (last) its skeleton dict.
+
+    `typed`: a msgspec decoder of a list of Structs, tried first on each run of items; a run it
+    rejects comes as plain Python objects (dicts), so the caller tells them apart by type."""
+    sc = KinetoScanner(path, typed)
     for block in blocks:
         yield from sc.feed(block)
     yield sc.finish()

@@ -206,8 +206,11 @@ def test_cli_simulates_a_store_folder(tmp_path):
 # ---- collective keys: process group, seq, comms_id (engine/trace/kineto.py columns) ----
 
 
-def test_kineto_collective_columns_from_args():
+def test_kineto_collective_columns_from_args(tmp_path):
+    import orjson
+
     from engine.trace.kineto import parse_kineto
+    from engine.trace.store import build
 
     base = {"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": 1.0, "dur": 2.0}
     doc = {
@@ -230,6 +233,13 @@ def test_kineto_collective_columns_from_args():
     assert ev["coll_name"].astype(str).tolist() == ["allreduce", "_allgather_base", ""]
     assert ev["coll_seq"].tolist()[:1] == [5] and ev["coll_seq"].isna().tolist() == [False, True, True]
     assert ev["comms_id"].isna().tolist() == [True, False, True] and int(ev["comms_id"][1]) == 99
+    # the store's streaming parser reads the same values
+    (tmp_path / "t.json").write_bytes(orjson.dumps(doc))
+    st = _events(build(tmp_path / "t.json", scheduler="serial"))
+    assert st["pg_name"].tolist() == ["3", "7", ""]
+    assert st["coll_name"].tolist() == ["allreduce", "_allgather_base", ""]
+    assert st["coll_seq"].isna().tolist() == [False, True, True] and int(st["coll_seq"][0]) == 5
+    assert st["comms_id"].isna().tolist() == [True, False, True] and int(st["comms_id"][1]) == 99
 
 
 MI300 = SHARED / "tracelens_mi300_resnet_ckpt" / "resnet_act_checkpoint.json.gz"

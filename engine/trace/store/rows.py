@@ -47,6 +47,12 @@ class Args(msgspec.Struct, gc=False):
     seq_num: int | str = msgspec.field(default=_NA, name="Sequence number")
     fwd_tid: int | str = msgspec.field(default=_NA, name="Fwd thread id")
     name: Any = None  # "M" metadata: a process or thread name
+    # a collective's metadata (engine.trace.kineto: pg_name, coll_name, coll_seq, comms_id)
+    pg: Any = msgspec.field(default=None, name="Process Group Name")
+    pg_name: Any = None
+    coll: Any = msgspec.field(default=MISSING, name="Collective name")
+    seq: int | str = _NA
+    comms_id: int | str = _NA
 
 
 class Item(msgspec.Struct, gc=False):
@@ -92,6 +98,23 @@ def _strs(values: list) -> pa.Array:
     return arr if arr.type == _STR else arr.cast(_STR)
 
 
+def _collective_columns(cols: dict, args: list[Args]) -> None:
+    """pg_name / coll_name / coll_seq / comms_id as parse_kineto reads them: only on events with
+    a process group ("Process Group Name", else "pg_name"); "" and NA elsewhere."""
+    pgs = [a.pg if a.pg is not None else a.pg_name for a in args]
+    cols["pg_name"] = pa.array(["" if g is None else (g if type(g) is str else str(g)) for g in pgs], _STR)
+    cols["coll_name"] = pa.array(
+        [
+            "" if g is None or a.coll is MISSING else (a.coll if type(a.coll) is str else str(a.coll))
+            for a, g in zip(args, pgs, strict=True)
+        ],
+        _STR,
+    )
+    for key, attr in (("coll_seq", "seq"), ("comms_id", "comms_id")):
+        raw = [_NA if g is None else getattr(a, attr) for a, g in zip(args, pgs, strict=True)]
+        cols[key] = pa.array(_int_column(raw), _INT)
+
+
 def tables(items: list[Item], path: str, rank: int, ev0: int, schemas: dict) -> tuple[pa.Table, pa.Table, dict]:
     """(events, flows, block meta) of one block, `ev` numbered from `ev0`; meta as parse_kineto's."""
     xs = [e for e in items if e.ph == "X"]
@@ -129,6 +152,7 @@ def tables(items: list[Item], path: str, rank: int, ev0: int, schemas: dict) -> 
         else:  # text ("0x0" streams on ROCm) or ids beyond int64: the loader's own conversion
             cols[key] = pa.array(_int_column([t[j] for t in got]), _INT)
     del got, block
+    _collective_columns(cols, args)
     iters = []
     if xs:
         hits = pc.starts_with(cols["name"], "ProfilerStep#")

@@ -29,6 +29,7 @@ state.restore_settings()
 PAGES = [
     st.Page(str(ROOT / "pages" / "traces.py"), title="Traces", icon=":material/folder_open:", default=True),
     st.Page(str(ROOT / "pages" / "explore.py"), title="Explore", icon=":material/search:"),
+    st.Page(str(ROOT / "pages" / "ranks.py"), title="Ranks", icon=":material/grid_view:"),
     st.Page(str(ROOT / "pages" / "compose.py"), title="Compose", icon=":material/extension:"),
     st.Page(str(ROOT / "pages" / "replay.py"), title="Replay", icon=":material/play_arrow:"),
     st.Page(str(ROOT / "pages" / "compare.py"), title="Compare", icon=":material/compare_arrows:"),

@@ -108,6 +108,8 @@ STICKY = (
     "cmp_mode",
     "cmp_window",
     "tt_window",
+    "dash_scheduler",
+    "ov_job",
 )
 SESSION_KEYS = ("current", "selection", "benchmark")
 

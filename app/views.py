@@ -277,8 +277,9 @@ def rank_timelines_fig(paths: tuple[str, ...], window_us: float | None, with_pat
 
 
 @view(st.cache_data, max_entries=16, show_spinner="Querying…")
-def sql_result(paths: tuple[str, ...], sql: str):
-    """Read-only SQL over the trace store of `paths` (engine.trace.store.query: built on first use)."""
+def sql_result(paths: tuple[str, ...], sql: str, scheduler: str | None = None):
+    """Read-only SQL over the trace store of `paths` (engine.trace.store.query: built on first use,
+    fanned out on the dashboard's `scheduler` setting)."""
     from engine.trace.store import query
 
-    return query(list(paths), sql)
+    return query(list(paths), sql, scheduler=scheduler)

@@ -14,7 +14,7 @@ so every caller (CLI, UI, workers, the torchrun entry) learned three conventions
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
@@ -68,4 +68,21 @@ class Settings:
         return cls(**d)
 
 
-__all__ = ["Settings", "choose"]
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DashboardSettings(Settings):
+    """The dashboard's own settings (`mystique app --scheduler`, and the Ranks page's setting).
+
+    scheduler: where the fan-out over ranks that the UI starts runs (store builds, rank
+    summaries): "serial", "local" or "tcp://HOST:PORT" (engine.fanout.resolve checks it; a bad
+    value is one line naming it)."""
+
+    WHAT = "dashboard settings"
+    scheduler: str = "local"
+
+    def __post_init__(self) -> None:
+        from engine.fanout import resolve
+
+        self._set("scheduler", resolve(str(self.scheduler)))
+
+
+__all__ = ["DashboardSettings", "Settings", "choose"]

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app import state, views
+from app import scheduler, state, views, zoom
 from engine.analysis import selftime
 from engine.errors import TraceError
 from engine.figures import breakdown
@@ -61,6 +61,13 @@ elif view == "Timeline":
         w = st.session_state.get("t_window")
         if w is not None and not (0.0 <= float(w[0]) <= float(w[1]) <= max(span, 1.0)):
             st.session_state.pop("t_window")  # another trace or rank: its window does not apply
+        # A zoom or pan on the chart (app/zoom.py's watcher) not applied yet becomes the window laid
+        # out in this run: the detail of the new window comes in.
+        zoomed = zoom.zoomed_window(
+            st.session_state.get("explore_timeline_zoom"), st.session_state.get("t_zoom_seen"), span
+        )
+        if zoomed is not None:
+            st.session_state["t_zoom_seen"], st.session_state["t_window"] = zoomed
         c = st.columns([2, 1, 1])
         search = c[1].text_input("Search names (regex)", key="t_search", placeholder="e.g. conv|gemm")
         matches = views.search_events(paths, rank, search) if search else []
@@ -93,9 +100,15 @@ elif view == "Timeline":
         keys = [k for k in selected_keys(prev) if isinstance(k, int)] if prev else []
         flow = keys[0] if keys else None
         fig = views.timeline_fig(paths, rank, float(window[0]), float(window[1]), float(min_dur), flow, search)
+        min_bar = float((fig.layout.meta or {}).get("min_bar_us") or 0.0)
         st.caption(
-            "Drag to zoom in time (lanes stay), double-click to zoom out; click a bar or box-select "
-            "(toolbar) to pick ops; a narrower window draws every event."
+            "Drag to zoom in time (lanes stay): the window follows and its detail is drawn; "
+            "double-click for the whole trace. Click a bar or box-select (toolbar) to pick ops. "
+            + (
+                f"At this window events under {min_bar:,.3g} µs are grouped grey: zoom in to draw them."
+                if min_bar
+                else "Every event in the window is drawn."
+            )
         )
         meta = views.capture_meta(paths)
         samples = ((meta or {}).get("metrics") or {}).get("samples") or {}
@@ -108,9 +121,10 @@ elif view == "Timeline":
                 "CPU %, RSS (and GPU utilisation when sampled) of the capture's timed run, stretched over the "
                 "window on the same µs axis: the profiled step itself is not sampled."
             )
-        event = st.plotly_chart(
+        st.plotly_chart(
             fig, on_select="rerun", selection_mode=("points", "box"), key="explore_timeline", width="stretch"
         )
+        zoom.watch_zoom("explore_timeline", key="explore_timeline_zoom")
         if flow is not None:
             row = trace.events[trace.events["ev"] == flow]
             if len(row):
@@ -260,7 +274,7 @@ elif view == "SQL":
         key="explore_sql",
     )
     try:
-        res = views.sql_result(paths, sql)
+        res = views.sql_result(paths, sql, scheduler.current())
     except TraceError as exc:
         st.error(str(exc))
     else:

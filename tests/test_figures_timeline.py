@@ -181,3 +181,40 @@ def test_level_of_detail_skips_bars_nobody_can_see(control):
     for tr in fig.data:
         if tr.name != "grouped short events":
             assert (np.asarray(tr.x, float) * PLOT_PX / (hi - lo) >= MIN_BAR_PX).all()
+
+
+def _drawn(fig) -> tuple[set[int], float]:
+    """(event ids drawn as bars of their own, the shortest such bar in µs)."""
+    ids, short = set(), float("inf")
+    for tr in fig.data:
+        if tr.name != "grouped short events" and len(tr.x):
+            ids |= {int(r[0]) for r in tr.customdata}
+            short = min(short, float(np.min(np.asarray(tr.x, float))))
+    return ids, short
+
+
+def test_min_bar_us_follows_the_zoom(control):
+    """Issue 21: the level of detail follows the window. The shortest event with a bar of its own
+    is MIN_BAR_PX on screen, so it scales with the window's width; zooming 20x into a window's
+    grouped events draws them: bars shorter than any the wide window drew, events it had not."""
+    from engine.figures.timeline import MIN_BAR_PX, PLOT_PX, default_window, min_bar_us
+
+    assert min_bar_us(0.0, PLOT_PX) == pytest.approx(MIN_BAR_PX)
+    assert min_bar_us(100.0, 100.0 + 20 * PLOT_PX) == pytest.approx(20 * min_bar_us(100.0, 100.0 + PLOT_PX))
+    assert min_bar_us(5.0, 5.0, min_px=2.0) > 0  # a point window still has a threshold
+    ev = control.events
+    lo, hi = default_window(ev)
+    wide = timeline_figure(ev, TimelineView(start_us=lo, end_us=hi))
+    assert wide.layout.meta["grouped"] > 0 and wide.layout.meta["min_bar_us"] == pytest.approx(min_bar_us(lo, hi))
+    ids_wide, short_wide = _drawn(wide)
+    assert short_wide >= min_bar_us(lo, hi)
+    grey = next(tr for tr in wide.data if tr.name == "grouped short events")
+    busiest = int(np.argmax(np.asarray(grey.customdata)[:, 1].astype(float)))
+    a = float(grey.base[busiest])
+    b = a + (hi - lo) / 20
+    narrow = timeline_figure(ev, TimelineView(start_us=a, end_us=b))
+    ids_narrow, short_narrow = _drawn(narrow)
+    assert ids_narrow - ids_wide  # events the wide window only counted in grey now have bars
+    assert short_narrow < short_wide
+    meta = narrow.layout.meta
+    assert meta["min_bar_us"] == 0.0 or meta["min_bar_us"] == pytest.approx(min_bar_us(a, b))

@@ -25,6 +25,12 @@ def register(subparsers) -> None:
         "--address", default="localhost", help="bind address (default localhost; 0.0.0.0 exposes the UI to the network)"
     )
     p.add_argument("--browser", action="store_true", help="open a browser tab (default: headless)")
+    p.add_argument(
+        "--scheduler",
+        default=None,
+        help="where the UI's fan-out over ranks runs (store builds, rank summaries): serial, local "
+        "or tcp://HOST:PORT (a dask scheduler); default $MYSTIQUE_SCHEDULER, else local",
+    )
     p.set_defaults(func=run)
 
 
@@ -47,9 +53,25 @@ def command(args: argparse.Namespace) -> list[str]:
     ]
 
 
+APP_SCHEDULER = "MYSTIQUE_APP_SCHEDULER"
+"""Set by `--scheduler`: the dashboard's scheduler setting for new sessions (it wins over the one
+saved in the workspace; app/scheduler.py)."""
+
+
+def environment(args: argparse.Namespace) -> dict[str, str]:
+    """The server's environment: ours, plus `--scheduler` checked (TraceError, one line) and passed on."""
+    from engine.settings import DashboardSettings
+
+    env = dict(os.environ)
+    if args.scheduler is not None:
+        env[APP_SCHEDULER] = DashboardSettings(scheduler=args.scheduler).scheduler
+    return env
+
+
 def run(args: argparse.Namespace) -> int:
     if not (1 <= args.port <= 65535):
         raise TraceError(f"--port must be in 1..65535, got {args.port}")
+    environment(args)  # a bad --scheduler fails before anything starts
     if importlib.util.find_spec("streamlit") is None:
         raise TraceError("streamlit is not installed; install the UI extra: pip install -e '.[ui]'")
     app = resources.app_main()
@@ -57,6 +79,6 @@ def run(args: argparse.Namespace) -> int:
         raise TraceError("app/main.py not found (neither a source checkout nor an installed data folder)", app)
     print(f"mystique app: http://{args.address}:{args.port}", file=sys.stderr)
     try:
-        return subprocess.call(command(args), cwd=str(app.parents[1]), env=dict(os.environ))
+        return subprocess.call(command(args), cwd=str(app.parents[1]), env=environment(args))
     except KeyboardInterrupt:
         return 130

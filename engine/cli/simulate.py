@@ -4,6 +4,12 @@ TRACE: Kineto trace file(s) (with their ET, a capture folder or `*_meta.json` al
 prediction is written to DIR as `predicted_kineto.json.gz` (opens in Perfetto and in `mystique
 info/compare`) and `simulate.json` (the summary printed with --json). Spec errors name the
 field and exit with code 2.
+
+Many ranks (issue 22): a trace store folder (docs/store.md), or any traces with `--fleet`, are
+simulated by the fleet simulator (engine/simulate/fleet): one graph per rank built on
+`--scheduler serial|local|tcp://HOST:PORT` (as on `mystique sql`), collectives matched across
+ranks, all ranks solved together; it prints per-rank step times, stragglers and tasks/s and
+writes `simulate.json` only (no predicted trace). Progress on stderr; Ctrl-C cancels.
 """
 
 from __future__ import annotations
@@ -24,6 +30,17 @@ def register(subparsers) -> None:
     p.add_argument("--out", metavar="DIR", help="write predicted_kineto.json.gz and simulate.json here")
     p.add_argument("--config", metavar="JSON", help="SimConfig overrides as inline JSON")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument(
+        "--fleet",
+        action="store_true",
+        help="simulate rank by rank (for many ranks; automatic when TRACE is a trace store folder)",
+    )
+    p.add_argument(
+        "--scheduler",
+        default=None,
+        help="fleet only: where per-rank graphs are built: serial, local (a Dask LocalCluster) or "
+        "tcp://HOST:PORT (a dask scheduler); default $MYSTIQUE_SCHEDULER, else local",
+    )
     p.set_defaults(func=run)
 
 
@@ -45,6 +62,12 @@ def run(args: argparse.Namespace) -> int:
         cfg = SimConfig.parse(args.config) if args.config else SimConfig()
     except TraceError as exc:
         raise TraceError(f"--config {exc.problem}") from None
+    from engine.simulate.fleet import is_store
+
+    if args.fleet or (len(args.paths) == 1 and is_store(Path(args.paths[0]))):
+        return _run_fleet(args, spec, cfg)
+    if args.scheduler is not None:
+        raise TraceError("--scheduler applies to the fleet simulator: add --fleet (or give a trace store folder)")
     with progress_bar("simulate", enabled=not args.json) as cb:
         trace = _load(args.paths, cb)
         result = simulate(trace, spec, config=cfg, progress=cb)
@@ -92,4 +115,46 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {w}")
     if args.out:
         print(f"wrote {data['predicted_trace']} and {Path(args.out) / 'simulate.json'}")
+    return 0
+
+
+def _run_fleet(args: argparse.Namespace, spec, cfg) -> int:
+    from engine import jsonio
+    from engine.simulate.fleet import is_store, simulate_fleet
+
+    with progress_bar("simulate fleet", enabled=not args.json) as cb:
+        if len(args.paths) == 1 and is_store(Path(args.paths[0])):
+            store = Path(args.paths[0])
+        else:
+            from engine.trace.store import build
+
+            store = build(*args.paths, scheduler=args.scheduler, progress=cb)
+        result = simulate_fleet(store, spec, config=cfg, scheduler=args.scheduler, progress=cb)
+    data = result.to_json()
+    data["store"] = str(store)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "simulate.json").write_bytes(jsonio.dumps(data, option=jsonio.OPT_INDENT_2, default=str))
+    if args.json:
+        print_json(data)
+        return 0
+    slow = int(result.ranks[result.step_ms.argmax()]) if len(result.ranks) else 0
+    print(f"predicted iteration: {result.predicted_iteration_ms:.3f} ms (slowest rank {slow} of {len(result.ranks)})")
+    print(
+        f"tasks: {result.tasks:,}  collectives matched: {result.collectives:,}  "
+        f"simulated at {result.tasks_per_s / 1e6:.2f} M tasks/s "
+        f"(wall {result.wall_s:.1f} s: graphs {result.build_s:.1f} s, schedule {result.solve_s:.1f} s)"
+    )
+    for s in result.stragglers():
+        print(
+            f"straggler: rank {s['rank']} arrived last at {s['last_at']} collective(s); "
+            f"waited {s['wait_ms']:.3f} ms; step {s['step_ms']:.3f} ms"
+        )
+    if "dp" in data["report"]:
+        print(f"dp: {data['report']['dp']}")
+    for w in data["warnings"]:
+        print(f"warning: {w}")
+    if args.out:
+        print(f"wrote {Path(args.out) / 'simulate.json'}")
     return 0

@@ -235,6 +235,13 @@ def default_window(events: pd.DataFrame, max_events: int = 5000, origin_us: floa
     return lo - origin, max(hi - origin, lo - origin + 1.0)
 
 
+def min_bar_us(start_us: float, end_us: float, *, plot_px: float = PLOT_PX, min_px: float = MIN_BAR_PX) -> float:
+    """The shortest event a window `[start_us, end_us]` draws as a bar of its own when it is over
+    budget (shorter ones go into grey grouped bars): `min_px` on screen. It scales with the
+    window, so zooming in (a drag on the chart, the slider) brings the short events in."""
+    return min_px * max(float(end_us) - float(start_us), 1e-9) / plot_px
+
+
 def level_of_detail(
     ev: pd.DataFrame,
     budget: int,
@@ -264,7 +271,7 @@ def level_of_detail(
         lo, hi = float(window[0]), float(window[1])
     span = max(hi - lo, 1e-9)
     order = np.argsort(-dur, kind="stable")[:budget]
-    order = order[dur[order] * (PLOT_PX / span) >= min_px]
+    order = order[dur[order] >= min_bar_us(lo, hi, min_px=min_px)]
     keep = np.zeros(len(ev), bool)
     keep[order] = True
     rest = ev[~keep]
@@ -371,6 +378,7 @@ def timeline_figure(
             "bars": True,
             "drawn": len(detail),
             "grouped": int(agg["count"].sum()) if len(agg) else 0,
+            "min_bar_us": min_bar_us(*window) if len(agg) else 0.0,
         },
     )
     return fig
@@ -391,7 +399,7 @@ def aggregate_trace(agg: pd.DataFrame, *, legend: bool = True):
         showlegend=legend,
         width=0.85,
         customdata=np.stack([np.full(len(agg), None), counts], axis=1),
-        hovertemplate="%{customdata[1]:,} short events<br>narrow the window to see them<extra></extra>",
+        hovertemplate="%{customdata[1]:,} short events<br>zoom in (drag) to draw them<extra></extra>",
     )
 
 

@@ -2,9 +2,9 @@
 
 Matching: communication tasks (NCCL/RCCL kernels by name, host gloo:/nccl: backend ops) are matched across ranks
 by (rank-independent name, occurrence index on the rank), the order in which every rank must
-issue the same collectives. Each member's start gets edges from every other member's *arrival*
-(its stream predecessor's end plus its gap, and its launch plus its launch latency), so it
-starts at the latest arrival without extra points. Its modelled duration is the shortest
+issue the same collectives. Each member starts at the latest member's *arrival* (its stream
+predecessor's end plus its gap, and its launch plus its launch latency), without extra points:
+the arrivals meet at one member (O(members) edges, see collective_edges). Its modelled duration is the shortest
 member duration: the last member to arrive waited least, so its kernel time is the transfer.
 A matched group is used only if the trace shows its members ending together (within 2 % of the
 longest or 200 us): otherwise the pairing is doubtful and the tasks keep their own timing.
@@ -39,6 +39,15 @@ def comm_mask(g: TaskGraph) -> np.ndarray:
 
 
 def collective_edges(g: TaskGraph) -> None:
+    """COLLECTIVE edges of a multi-rank graph: O(members) per matched collective, vectorised.
+
+    Every member must start no earlier than every member's arrival. Instead of an edge from each
+    member's arrival to each other member's start (members^2), the arrivals all feed one member,
+    the *hub*, and the hub's start feeds the others (weight 0). The hub is a member whose start
+    has no incoming edge but its own launch (and which is not first on its lane): its simulated
+    start is then exactly the latest arrival, so every schedule equals the all-pairs one. A group
+    without such a member (rare: e.g. a stream wait into a collective kernel) keeps all pairs.
+    """
     from engine.simulate.taskgraph import EdgeKind
 
     t = g.tasks
@@ -47,50 +56,128 @@ def collective_edges(g: TaskGraph) -> None:
     cm = comm_mask(g)
     if not cm.any():
         return
-    idx = np.flatnonzero(cm)
-    sub = t.iloc[idx][["rank", "name", "ts_us"]].copy()
-    sub["i"] = idx
-    sub = sub.sort_values(["rank", "ts_us"], kind="stable")
-    sub["nth"] = sub.groupby(["rank", "name"], observed=True).cumcount()
-    nranks = t["rank"].nunique()
-    launcher = g.launcher
+    groups = match_groups(
+        np.flatnonzero(cm),
+        t["rank"].to_numpy(np.int64),
+        g.text("name").codes,
+        t["ts_us"].to_numpy(np.float64),
+        int(t["rank"].nunique()),
+    )
+    members, gstart = groups
     sp = t["sp"].to_numpy()
     ep = t["ep"].to_numpy()
-    lane_first = set(g.lane_ptr[:-1].tolist())
-    launch_w = g.launch_w
-    src_l, dst_l, w_l = [], [], []
-    unmatched = 0
     ends = t["ts_us"].to_numpy(np.float64) + t["dur_us"].to_numpy(np.float64)
     durs = t["dur_us"].to_numpy(np.float64)
-    for _, grp in sub.groupby(["name", "nth"], observed=True):
-        members = grp["i"].to_numpy()
-        if len(members) < nranks:
-            unmatched += len(members)
-            continue
-        # the trace must show them finishing together (same clock across ranks); otherwise the
-        # pairing is doubtful (e.g. backends that run one collective on several threads)
-        spread = ends[members].max() - ends[members].min()
-        if spread > max(0.02 * durs[members].max(), 200.0):
-            unmatched += len(members)
-            continue
-        pure = g.pt_d[ep[members]].min()
-        g.pt_d[ep[members]] = pure
-        for m in members:
-            for o in members:
-                if o == m:
-                    continue
-                if sp[o] not in lane_first:
-                    src_l.append(sp[o] - 1)
-                    dst_l.append(sp[m])
-                    w_l.append(g.pt_d[sp[o]])
-                if launcher[o] >= 0:
-                    src_l.append(sp[launcher[o]])
-                    dst_l.append(sp[m])
-                    w_l.append(float(launch_w[o]))
+    n_cm = int(cm.sum())
+    # the trace must show them finishing together (same clock across ranks); otherwise the
+    # pairing is doubtful (e.g. backends that run one collective on several threads)
+    if len(members):
+        spread = np.maximum.reduceat(ends[members], gstart) - np.minimum.reduceat(ends[members], gstart)
+        ok = spread <= np.maximum(0.02 * np.maximum.reduceat(durs[members], gstart), 200.0)
+        sizes = np.diff(np.append(gstart, len(members)))
+        keep = np.repeat(ok, sizes)
+        members = members[keep]
+        gstart = np.concatenate([[0], np.cumsum(sizes[ok])])[:-1]
+    unmatched = n_cm - len(members)
     if unmatched:
         g.warnings.append(
             f"{unmatched} collective task(s) had no counterpart on every rank that ended with them; "
             "they keep their own timing"
         )
-    if src_l:
-        g.add_edges(np.array(src_l), np.array(dst_l), np.array(w_l), EdgeKind.COLLECTIVE)
+    if not len(members):
+        return
+    sizes = np.diff(np.append(gstart, len(members)))
+    gid = np.repeat(np.arange(len(gstart)), sizes)
+    pure = np.minimum.reduceat(g.pt_d[ep[members]], gstart)
+    g.pt_d[ep[members]] = pure[gid]
+    src, dst, w = _arrivals(g, members, gid, sp, ep)
+    g.add_edges(src, dst, w, EdgeKind.COLLECTIVE)
+
+
+def match_groups(idx: np.ndarray, rank: np.ndarray, name: np.ndarray, ts: np.ndarray, nranks: int):
+    """(members, group starts): the collective tasks `idx` grouped by (name, occurrence index on
+    their rank), only groups with a member on each of `nranks` ranks; members of a group are
+    consecutive, in rank order. The occurrence index is the position among the rank's tasks of
+    that name in time order: the order in which every rank must issue the same collectives."""
+    if not len(idx):
+        return idx, idx
+    o = idx[np.lexsort((ts[idx], name[idx], rank[idx]))]  # by rank, name, time
+    r, nm = rank[o], name[o]
+    new = np.ones(len(o), bool)
+    new[1:] = (r[1:] != r[:-1]) | (nm[1:] != nm[:-1])
+    run0 = np.flatnonzero(new)
+    nth = np.arange(len(o)) - np.repeat(run0, np.diff(np.append(run0, len(o))))
+    o2 = np.lexsort((r, nth, nm))  # by name, occurrence, rank
+    m, key_n, key_k = o[o2], nm[o2], nth[o2]
+    new = np.ones(len(m), bool)
+    new[1:] = (key_n[1:] != key_n[:-1]) | (key_k[1:] != key_k[:-1])
+    starts = np.flatnonzero(new)
+    sizes = np.diff(np.append(starts, len(m)))
+    full = sizes == nranks
+    keep = np.repeat(full, sizes)
+    return m[keep], np.concatenate([[0], np.cumsum(sizes[full])])[:-1].astype(np.int64)
+
+
+def _arrivals(g: TaskGraph, members: np.ndarray, gid: np.ndarray, sp: np.ndarray, ep: np.ndarray):
+    """Edges (src, dst, w) making every member wait for every member's arrival (its stream or
+    thread predecessor's end plus its gap, and its launch plus the launch latency): through a hub
+    member per group where one qualifies (see collective_edges), else all pairs."""
+    npts = len(g.pt_d)
+    lane_first = np.zeros(npts, bool)
+    lane_first[g.lane_ptr[:-1][g.lane_ptr[:-1] < npts]] = True
+    s = sp[members]
+    lau = g.launcher[members]
+    has_pred = ~lane_first[s]
+    has_lau = lau >= 0
+    lau_sp = np.where(has_lau, sp[np.maximum(lau, 0)], -1)
+    lau_w = g.launch_w[members]
+    # hub candidates: not first on the lane; in-edges of its start = exactly its launch edge
+    indeg = np.bincount(g.e_dst, minlength=npts) if len(g.e_dst) else np.zeros(npts, np.int64)
+    last = np.full(npts, -1, np.int64)
+    last[g.e_dst] = np.arange(len(g.e_dst))
+    e = last[s]
+    only_launch = (
+        has_lau
+        & (indeg[s] == 1)
+        & (e >= 0)
+        & (g.e_src[np.maximum(e, 0)] == lau_sp)
+        & (g.e_w[np.maximum(e, 0)] == lau_w)
+    )
+    qual = has_pred & (only_launch | (~has_lau & (indeg[s] == 0)))
+    ng = int(gid[-1]) + 1
+    pos = np.arange(len(members))
+    hub_pos = np.full(ng, len(members), np.int64)
+    np.minimum.at(hub_pos, gid[qual], pos[qual])
+    has_hub = hub_pos < len(members)
+    hub_of = np.where(has_hub[gid], hub_pos[np.minimum(gid, ng - 1)], -1)
+    src_l, dst_l, w_l = [], [], []
+    # hub groups: arrival of every other member -> hub start; hub start -> every other start
+    via = has_hub[gid] & (pos != hub_of)
+    hub_sp = s[np.maximum(hub_of, 0)]
+    a = via & has_pred
+    src_l += [s[a] - 1]
+    dst_l += [hub_sp[a]]
+    w_l += [g.pt_d[s[a]]]
+    b = via & has_lau
+    src_l += [lau_sp[b]]
+    dst_l += [hub_sp[b]]
+    w_l += [lau_w[b]]
+    src_l += [hub_sp[via]]
+    dst_l += [s[via]]
+    w_l += [np.zeros(int(via.sum()))]
+    # groups without a hub: all pairs
+    for k in np.flatnonzero(~has_hub):
+        mk = np.flatnonzero(gid == k)
+        for m in mk:
+            for o in mk:
+                if o == m:
+                    continue
+                if has_pred[o]:
+                    src_l.append(np.array([s[o] - 1]))
+                    dst_l.append(np.array([s[m]]))
+                    w_l.append(np.array([g.pt_d[s[o]]]))
+                if has_lau[o]:
+                    src_l.append(np.array([lau_sp[o]]))
+                    dst_l.append(np.array([s[m]]))
+                    w_l.append(np.array([lau_w[o]]))
+    return np.concatenate(src_l), np.concatenate(dst_l), np.concatenate(w_l)

@@ -107,11 +107,20 @@ def _queue_edges(g: TaskGraph, cfg: SimConfig, gidx: np.ndarray, lidx: np.ndarra
     has_prev = ~first[sp_g]
     gap = np.where(has_prev, s_k - g.pt_time[np.maximum(sp_g - 1, 0)], np.inf)
     bound = gap <= cfg.stream_bound_gap_us
-    typ_lat = float(np.median(lat[~bound])) if (~bound).any() else (float(np.median(lat)) if len(lat) else 0.0)
-    typ_gap = float(np.median(gap[bound])) if bound.any() else cfg.stream_bound_gap_us
-    w = np.where(bound, np.minimum(lat, max(typ_lat, 0.0)), lat)
+    # typical latency and gap per rank (its own host and driver): a rank's graph is then the same
+    # whether built alone (the fleet simulator, engine/simulate/fleet) or with the other ranks
+    typ_lat = np.zeros(len(gidx))
+    typ_gap = np.full(len(gidx), float(cfg.stream_bound_gap_us))
+    rank = t["rank"].to_numpy(np.int64)[gidx]
+    for r in np.unique(rank):
+        m = rank == r
+        lr, gr, br = lat[m], gap[m], bound[m]
+        typ_lat[m] = float(np.median(lr[~br])) if (~br).any() else float(np.median(lr))
+        if br.any():
+            typ_gap[m] = float(np.median(gr[br]))
+    w = np.where(bound, np.minimum(lat, np.maximum(typ_lat, 0.0)), lat)
     lb = ~bound & has_prev
-    g.pt_d[sp_g[lb]] = np.minimum(gap[lb], typ_gap)
+    g.pt_d[sp_g[lb]] = np.minimum(gap[lb], typ_gap[lb])
     g.launcher[gidx] = lidx
     g.launch_w[gidx] = w
     g.add_edges(sp_l, sp_g, w, kind)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from engine.workspace.catalog import Catalog, JobStatus
 
@@ -57,7 +58,33 @@ def _summary(result, path) -> dict:
     }
 
 
-JOB_KINDS: dict[str, Callable[[dict, object, Callable[[float, str], None]], dict]] = {"replay": run_replay}
+def run_rank_summary(job: dict, out_dir, progress) -> dict:
+    """params: paths (trace files or folders, or one trace store folder), scheduler (serial,
+    local or tcp://HOST:PORT). Builds the store when the paths are traces (per-rank ingestion
+    fan-out), then the per-rank summaries beside it (engine.analysis.ranks); the rank overview
+    reads them. Cancel kills this worker's process group, Dask's local workers included."""
+    from engine.analysis import ranks
+    from engine.progress import scaled
+    from engine.trace.store import build
+    from engine.trace.store.read import is_store
+
+    p = job["params"]
+    paths, scheduler = list(p["paths"]), p.get("scheduler")
+    if len(paths) == 1 and is_store(paths[0]):
+        store = paths[0]
+    else:
+        store = build(*paths, scheduler=scheduler, progress=scaled(progress, 0.0, 0.6))
+    table = ranks.summarize(store, scheduler=scheduler, progress=scaled(progress, 0.6, 1.0))
+    return {
+        "result_path": str(Path(store) / ranks.SUMMARY),
+        "summary": {"store": str(store), "ranks": int(table["rank"].nunique()), "rows": len(table)},
+    }
+
+
+JOB_KINDS: dict[str, Callable[[dict, object, Callable[[float, str], None]], dict]] = {
+    "replay": run_replay,
+    "rank_summary": run_rank_summary,
+}
 
 
 def main(root: str, job_id: int) -> int:

@@ -75,6 +75,13 @@ ROCM = [  # typed path: text streams ("0x0" on ROCm) and ids beyond int64 go thr
     {"ph": "M", "name": "process_name", "pid": 4, "args": {"name": "GPU 4"}},
     {"ph": "M", "name": "thread_name", "pid": 4, "tid": 3, "args": {"name": 17}},
     {"ph": "f", "id": 5, "cat": "ac2g", "pid": 2, "tid": 3, "ts": 10, "bp": "e"},
+    # collective metadata: a process group (or "pg_name") makes seq/comms_id count; else they are null
+    {"ph": "X", "cat": "kernel", "name": "ncclAllReduce", "pid": 2, "tid": 3, "ts": 12, "dur": 1,
+     "args": {"Process Group Name": "0", "Collective name": "allreduce", "seq": 3, "comms_id": 1 << 40}},
+    {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 13, "dur": 1,
+     "args": {"pg_name": 5, "Collective name": None, "seq": "7"}},
+    {"ph": "X", "cat": "cpu_op", "name": "no_group", "pid": 1, "tid": 1, "ts": 14, "dur": 1,
+     "args": {"seq": 9, "comms_id": 2}},
 ]  # fmt: skip
 
 

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engine.errors import TraceError
+from engine.errors import TraceError, malformed_as_trace_error
 from engine.trace import safe_io
 from engine.trace.cache import cache_root
 from engine.trace.kineto import parse_kineto
@@ -144,7 +144,8 @@ def _ingest(doc_path: str, blocks, tmp: Path, src: int, ev0: int, fallback: int,
                 skeleton = got
                 continue
             if got and type(got[0]) is rows.Item:  # the fast path: typed Structs straight to Arrow
-                ev_t, fl_t, km = rows.tables(got, doc_path, fallback, ev0 + counts["events"], SCHEMAS)
+                with malformed_as_trace_error("Kineto trace", doc_path):  # as parse_kineto's errors
+                    ev_t, fl_t, km = rows.tables(got, doc_path, fallback, ev0 + counts["events"], SCHEMAS)
             else:  # a block with values of unusual types: the loader's own parser decides
                 ev, fl, km = parse_kineto({"traceEvents": got}, doc_path, fallback, True)
                 ev["ev"] = np.arange(ev0 + counts["events"], ev0 + counts["events"] + len(ev), dtype=np.int64)

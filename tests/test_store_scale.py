@@ -135,3 +135,19 @@ def test_store_build_memory_does_not_grow_with_the_file(tmp_path):
     # measured: 231 MiB at 150k events, 246 MiB at 1M (323 MB of JSON)
     assert many["peak_mib"] < one["peak_mib"] + 64, (one, many)
     assert many["peak_mib"] < 512, many
+
+
+def test_streamed_files_are_bounded_by_disk_not_ram(monkeypatch, tmp_path):
+    """The store streams a file in bounded memory, so its per-file cap is 8x the free disk (the
+    Parquet copy is far smaller than its JSON), not RAM's share; an explicit MYSTIQUE_MAX_BYTES
+    still caps everything, and a tarball (expanded in memory) keeps RAM's cap."""
+    import shutil
+
+    from engine.trace import safe_io
+
+    monkeypatch.delenv("MYSTIQUE_MAX_BYTES", raising=False)
+    free = shutil.disk_usage(tmp_path).free
+    assert safe_io.max_stream_bytes(tmp_path / "not" / "yet") >= 8 * free * 0.99
+    assert safe_io.max_stream_bytes(tmp_path) >= safe_io.max_bytes()
+    monkeypatch.setenv("MYSTIQUE_MAX_BYTES", "1000")
+    assert safe_io.max_stream_bytes(tmp_path) == 1000

@@ -24,8 +24,8 @@ load interleaved):
   store's content key), scan, decode, build the `events`/`flows` columns, write Parquet (zstd).
 
 Targets at every size: load peak RSS <= 2 GiB, load wall <= 1.5x the floor's wall measured in the
-same run. `MYSTIQUE_MAX_BYTES` is raised to 64 GiB in the children: the default per-file cap
-(available memory / 4) would refuse the 16M-event file before reading it.
+same run. Both run with the default limits: a streamed file is bounded by the disk that receives
+its store (safe_io.max_stream_bytes), not by a share of RAM.
 """
 
 from __future__ import annotations
@@ -51,10 +51,11 @@ from pathlib import Path
 mode, path = sys.argv[1], Path(sys.argv[2])
 c0 = time.process_time()
 if mode == "floor":
+    from engine.trace import safe_io
     from engine.trace.store import stream
     c0, t0 = time.process_time(), time.perf_counter()
     items = 0
-    for got in stream.scan(stream.iter_blocks(path), str(path)):
+    for got in stream.scan(stream.iter_blocks(path, safe_io.max_stream_bytes()), str(path)):
         if isinstance(got, list):
             items += len(got)
         del got
@@ -76,7 +77,7 @@ print(json.dumps(out))
 
 
 def _child(mode: str, path: Path, cache: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MYSTIQUE_CACHE_DIR": str(cache), "MYSTIQUE_MAX_BYTES": str(64 << 30)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MYSTIQUE_CACHE_DIR": str(cache)}
     r = subprocess.run(
         [sys.executable, "-c", _CHILD, mode, str(path)], capture_output=True, text=True, env=env, cwd=ROOT, check=False
     )

@@ -199,6 +199,15 @@ def test_cli_simulates_a_store_folder(tmp_path):
     assert p.returncode == 0, p.stderr
     data = json.loads(p.stdout)
     assert data["ranks"] == 3 and data["tasks"] == 3 * _tasks_of(DDP0) and data["collectives_matched"] > 0
+    assert sorted(data["step_ms"]) == ["0", "1", "2"]
+    # traces given with --fleet: the store is built first; --out writes the summary
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "engine.cli.main", "simulate", "--fleet", str(ROOT / "sample_traces" / "ddp")]
+    p = subprocess.run(
+        [*argv, "--scheduler", "serial", "--out", str(out)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert p.returncode == 0, p.stderr
+    assert "predicted iteration" in p.stdout and json.loads((out / "simulate.json").read_text())["ranks"] == 2
     bad = subprocess.run([*run[:-1], "nowhere"], capture_output=True, text=True, env=env, timeout=60)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
 

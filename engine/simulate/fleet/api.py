@@ -84,7 +84,7 @@ class FleetResult:
         return {
             "ranks": len(self.ranks),
             "predicted_iteration_ms": round(self.predicted_iteration_ms, 4),
-            "step_ms": {int(r): round(float(s), 4) for r, s in zip(self.ranks, self.step_ms)},
+            "step_ms": {str(int(r)): round(float(s), 4) for r, s in zip(self.ranks, self.step_ms)},
             "tasks": self.tasks,
             "collectives_matched": self.collectives,
             "collective_tasks_unmatched": self.unmatched,

@@ -43,8 +43,8 @@ def collective_ids(tasks, idx: np.ndarray) -> dict:
     metadata columns (engine/trace/kineto.py) where the table has them."""
     out: dict = {}
     if "pg_name" in tasks.columns:
-        out["pg"] = tasks["pg_name"].astype(object).to_numpy()[idx]
-        out["pg"] = np.where(out["pg"] == None, "", out["pg"]).astype(object)  # noqa: E711 -- elementwise
+        raw = tasks["pg_name"].astype(object).to_numpy()[idx]
+        out["pg"] = np.array(["" if v is None or v != v else str(v) for v in raw], dtype=object)  # None/NaN: none
     for col, key in (("coll_seq", "seq"), ("comms_id", "comms")):
         if col in tasks.columns:
             out[key] = tasks[col].to_numpy(dtype=np.float64, na_value=-1.0)[idx].astype(np.int64)

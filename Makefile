@@ -74,6 +74,7 @@ samples: setup
 docs: setup
 	$(BIN)/python -m engine.cli.docgen > docs/cli.md
 	$(BIN)/python benchmarks/report.py > docs/figures.md
+	$(BIN)/python benchmarks/report.py --readme
 
 bench: setup
 	$(BIN)/python benchmarks/load_speed.py

@@ -106,6 +106,16 @@ def test_whatif_spec_example_in_the_docs_parses():
     assert [e.kind for e in parsed.edits] == ["speedup", "layers", "batch", "data_parallel"]
 
 
+def test_readme_scale_table_is_the_report_output():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_report", ROOT / "benchmarks" / "report.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    readme = ROOT / "README.md"
+    assert readme.read_text() == mod.render_readme(readme), f"README.md's cost-against-size table is stale: {REGEN}"
+
+
 def test_figures_md_is_the_report_output():
     """benchmarks/report.py run as the script it is (tests do not import benchmarks/)."""
     r = subprocess.run(

@@ -199,5 +199,134 @@ def test_cli_simulates_a_store_folder(tmp_path):
     assert p.returncode == 0, p.stderr
     data = json.loads(p.stdout)
     assert data["ranks"] == 3 and data["tasks"] == 3 * _tasks_of(DDP0) and data["collectives_matched"] > 0
+    assert sorted(data["step_ms"]) == ["0", "1", "2"]
+    # traces given with --fleet: the store is built first; --out writes the summary
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "engine.cli.main", "simulate", "--fleet", str(ROOT / "sample_traces" / "ddp")]
+    p = subprocess.run(
+        [*argv, "--scheduler", "serial", "--out", str(out)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert p.returncode == 0, p.stderr
+    assert "predicted iteration" in p.stdout and json.loads((out / "simulate.json").read_text())["ranks"] == 2
     bad = subprocess.run([*run[:-1], "nowhere"], capture_output=True, text=True, env=env, timeout=60)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+# ---- collective keys: process group, seq, comms_id (engine/trace/kineto.py columns) ----
+
+
+def test_kineto_collective_columns_from_args(tmp_path):
+    import orjson
+
+    from engine.trace.kineto import parse_kineto
+    from engine.trace.store import build
+
+    base = {"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": 1.0, "dur": 2.0}
+    doc = {
+        "traceEvents": [
+            {
+                **base,
+                "name": "ncclAllReduce",
+                "args": {"Process Group Name": "3", "Collective name": "allreduce", "seq": 5},
+            },
+            {
+                **base,
+                "name": "ncclAllGather",
+                "args": {"pg_name": "7", "Collective name": "_allgather_base", "comms_id": 99},
+            },
+            {**base, "name": "gemm", "args": {"correlation": 1}},
+        ]
+    }
+    ev, _, _ = parse_kineto(doc, "t.json", 0, False)
+    assert ev["pg_name"].astype(str).tolist() == ["3", "7", ""]
+    assert ev["coll_name"].astype(str).tolist() == ["allreduce", "_allgather_base", ""]
+    assert ev["coll_seq"].tolist()[:1] == [5] and ev["coll_seq"].isna().tolist() == [False, True, True]
+    assert ev["comms_id"].isna().tolist() == [True, False, True] and int(ev["comms_id"][1]) == 99
+    # the store's streaming parser reads the same values
+    (tmp_path / "t.json").write_bytes(orjson.dumps(doc))
+    st = _events(build(tmp_path / "t.json", scheduler="serial"))
+    assert st["pg_name"].tolist() == ["3", "7", ""]
+    assert st["coll_name"].tolist() == ["allreduce", "_allgather_base", ""]
+    assert st["coll_seq"].isna().tolist() == [False, True, True] and int(st["coll_seq"][0]) == 5
+    assert st["comms_id"].isna().tolist() == [True, False, True] and int(st["comms_id"][1]) == 99
+
+
+MI300 = SHARED / "tracelens_mi300_resnet_ckpt" / "resnet_act_checkpoint.json.gz"
+
+
+@pytest.mark.skipif(not MI300.exists(), reason="shared traces absent (../shared/traces)")
+def test_kineto_collective_columns_on_a_real_trace():
+    import gzip
+
+    import orjson
+
+    import engine.trace as et
+
+    raw = orjson.loads(gzip.decompress(MI300.read_bytes()))["traceEvents"]
+    want = [
+        e["args"]["Process Group Name"] for e in raw if e.get("ph") == "X" and "Process Group Name" in e.get("args", {})
+    ]
+    ev = et.load(MI300, use_cache=False).events
+    got = ev.loc[ev["pg_name"].astype(str) != "", "pg_name"].astype(str).tolist()
+    assert got == want and len(got) == 30
+    store = _events(__import__("engine.trace.store", fromlist=["build"]).build(MI300, scheduler="serial"))
+    assert (
+        store.loc[store["pg_name"] != "", "coll_name"].tolist()
+        == ev.loc[ev["pg_name"].astype(str) != "", "coll_name"].astype(str).tolist()
+    )
+
+
+def test_match_groups_by_seq_comms_id_and_process_group():
+    from engine.simulate.collectives import match_groups
+
+    # two ranks issue two collectives of one group in opposite time order: seq pairs them
+    rank = np.array([0, 0, 1, 1])
+    name = np.array(["k", "k", "k", "k"], dtype=object)
+    ts = np.array([1.0, 2.0, 1.0, 2.0])
+    pg = np.array(["0", "0", "0", "0"], dtype=object)
+    m, gs = match_groups(rank, name, ts, 2, pg=pg, seq=np.array([1, 2, 2, 1]))
+    assert [sorted(x) for x in np.split(m, gs[1:])] == [[0, 3], [1, 2]]
+    # without seq: by occurrence (time order)
+    m, gs = match_groups(rank, name, ts, 2, pg=pg)
+    assert [sorted(x) for x in np.split(m, gs[1:])] == [[0, 2], [1, 3]]
+    # comms_id wins over seq
+    m, gs = match_groups(rank, name, ts, 2, pg=pg, seq=np.array([1, 2, 2, 1]), comms=np.array([8, 9, 8, 9]))
+    assert [sorted(x) for x in np.split(m, gs[1:])] == [[0, 2], [1, 3]]
+    # a group recorded on ranks 0 and 1 of 3 needs those two; a task without a group needs all 3
+    rank = np.array([0, 1, 0, 1, 2])
+    m, gs = match_groups(
+        rank,
+        np.array(["a", "a", "b", "b", "b"], dtype=object),
+        np.zeros(5),
+        3,
+        pg=np.array(["A", "A", "", "", ""], dtype=object),
+    )
+    assert [sorted(x) for x in np.split(m, gs[1:])] == [[0, 1], [2, 3, 4]]
+    # a member missing on one rank: no group
+    m, gs = match_groups(np.array([0, 1, 0]), np.array(["b", "b", "c"], dtype=object), np.zeros(3), 2)
+    assert m.tolist() == [0, 1] and gs.tolist() == [0]
+
+
+def test_fleet_cancelled_by_its_progress_callback_leaves_no_work_folder(tmp_path, monkeypatch):
+    import tempfile
+
+    from engine.simulate.fleet import simulate_fleet
+
+    store = make_fleet_store(DDP0, 3, tmp_path / "fleet", seed=4)
+    work_root = tmp_path / "tmp"
+    work_root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(work_root))
+    seen: list[str] = []
+
+    class Stop(Exception):
+        pass
+
+    def progress(frac: float, msg: str) -> None:
+        seen.append(msg)
+        if msg.startswith("scheduling"):
+            raise Stop  # as Ctrl-C in the CLI's progress bar
+
+    with pytest.raises(Stop):
+        simulate_fleet(store, None, scheduler="serial", progress=progress)
+    assert any(m.startswith("matching") for m in seen)
+    assert list(work_root.iterdir()) == []  # the rank programs were removed

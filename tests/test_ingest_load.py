@@ -35,6 +35,10 @@ EVENT_COLS = [
     "rf_id",
     "seq_num",
     "fwd_tid",
+    "pg_name",
+    "coll_name",
+    "coll_seq",
+    "comms_id",
 ]
 TENSOR_COLS = [
     "op_id",

@@ -26,7 +26,8 @@ from engine.trace.store import build, query, stream
 
 EVENT_COLS = [
     "ev", "rank", "cat", "name", "pid", "tid", "ts_us", "dur_us",
-    "device", "stream", "correlation", "external_id", "rf_id", "seq_num", "fwd_tid", "src",
+    "device", "stream", "correlation", "external_id", "rf_id", "seq_num", "fwd_tid",
+    "pg_name", "coll_name", "coll_seq", "comms_id", "src",
 ]  # fmt: skip
 FLOW_COLS = ["rank", "id", "cat", "ph", "ts_us", "pid", "tid", "src"]
 SAMPLE_KINETO = sorted(SAMPLES.glob("*/*kineto.json.gz"))

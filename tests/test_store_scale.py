@@ -75,6 +75,13 @@ ROCM = [  # typed path: text streams ("0x0" on ROCm) and ids beyond int64 go thr
     {"ph": "M", "name": "process_name", "pid": 4, "args": {"name": "GPU 4"}},
     {"ph": "M", "name": "thread_name", "pid": 4, "tid": 3, "args": {"name": 17}},
     {"ph": "f", "id": 5, "cat": "ac2g", "pid": 2, "tid": 3, "ts": 10, "bp": "e"},
+    # collective metadata: a process group (or "pg_name") makes seq/comms_id count; else they are null
+    {"ph": "X", "cat": "kernel", "name": "ncclAllReduce", "pid": 2, "tid": 3, "ts": 12, "dur": 1,
+     "args": {"Process Group Name": "0", "Collective name": "allreduce", "seq": 3, "comms_id": 1 << 40}},
+    {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 13, "dur": 1,
+     "args": {"pg_name": 5, "Collective name": None, "seq": "7"}},
+    {"ph": "X", "cat": "cpu_op", "name": "no_group", "pid": 1, "tid": 1, "ts": 14, "dur": 1,
+     "args": {"seq": 9, "comms_id": 2}},
 ]  # fmt: skip
 
 
@@ -128,3 +135,19 @@ def test_store_build_memory_does_not_grow_with_the_file(tmp_path):
     # measured: 231 MiB at 150k events, 246 MiB at 1M (323 MB of JSON)
     assert many["peak_mib"] < one["peak_mib"] + 64, (one, many)
     assert many["peak_mib"] < 512, many
+
+
+def test_streamed_files_are_bounded_by_disk_not_ram(monkeypatch, tmp_path):
+    """The store streams a file in bounded memory, so its per-file cap is 8x the free disk (the
+    Parquet copy is far smaller than its JSON), not RAM's share; an explicit MYSTIQUE_MAX_BYTES
+    still caps everything, and a tarball (expanded in memory) keeps RAM's cap."""
+    import shutil
+
+    from engine.trace import safe_io
+
+    monkeypatch.delenv("MYSTIQUE_MAX_BYTES", raising=False)
+    free = shutil.disk_usage(tmp_path).free
+    assert safe_io.max_stream_bytes(tmp_path / "not" / "yet") >= 8 * free * 0.99
+    assert safe_io.max_stream_bytes(tmp_path) >= safe_io.max_bytes()
+    monkeypatch.setenv("MYSTIQUE_MAX_BYTES", "1000")
+    assert safe_io.max_stream_bytes(tmp_path) == 1000

@@ -38,6 +38,19 @@ def comm_mask(g: TaskGraph) -> np.ndarray:
     return (gpu & names.where(is_comm)) | (~gpu & cpu_ranks & names.where(is_backend_comm))
 
 
+def collective_ids(tasks, idx: np.ndarray) -> dict:
+    """pg / seq / comms arrays of tasks `idx` for match_groups, from the events' collective
+    metadata columns (engine/trace/kineto.py) where the table has them."""
+    out: dict = {}
+    if "pg_name" in tasks.columns:
+        raw = tasks["pg_name"].astype(object).to_numpy()[idx]
+        out["pg"] = np.array(["" if v is None or v != v else str(v) for v in raw], dtype=object)  # None/NaN: none
+    for col, key in (("coll_seq", "seq"), ("comms_id", "comms")):
+        if col in tasks.columns:
+            out[key] = tasks[col].to_numpy(dtype=np.float64, na_value=-1.0)[idx].astype(np.int64)
+    return out
+
+
 def collective_edges(g: TaskGraph) -> None:
     """COLLECTIVE edges of a multi-rank graph: O(members) per matched collective, vectorised.
 
@@ -56,14 +69,16 @@ def collective_edges(g: TaskGraph) -> None:
     cm = comm_mask(g)
     if not cm.any():
         return
-    groups = match_groups(
-        np.flatnonzero(cm),
-        t["rank"].to_numpy(np.int64),
-        g.text("name").codes,
-        t["ts_us"].to_numpy(np.float64),
+    idx = np.flatnonzero(cm)
+    names = g.text("name")
+    pos, gstart = match_groups(
+        t["rank"].to_numpy(np.int64)[idx],
+        np.asarray(names.values, dtype=object)[names.codes[idx]],
+        t["ts_us"].to_numpy(np.float64)[idx],
         int(t["rank"].nunique()),
+        **collective_ids(t, idx),
     )
-    members, gstart = groups
+    members = idx[pos]
     sp = t["sp"].to_numpy()
     ep = t["ep"].to_numpy()
     ends = t["ts_us"].to_numpy(np.float64) + t["dur_us"].to_numpy(np.float64)
@@ -94,26 +109,56 @@ def collective_edges(g: TaskGraph) -> None:
     g.add_edges(src, dst, w, EdgeKind.COLLECTIVE)
 
 
-def match_groups(idx: np.ndarray, rank: np.ndarray, name: np.ndarray, ts: np.ndarray, nranks: int):
-    """(members, group starts): the collective tasks `idx` grouped by (name, occurrence index on
-    their rank), only groups with a member on each of `nranks` ranks; members of a group are
-    consecutive, in rank order. The occurrence index is the position among the rank's tasks of
-    that name in time order: the order in which every rank must issue the same collectives."""
-    if not len(idx):
-        return idx, idx
-    o = idx[np.lexsort((ts[idx], name[idx], rank[idx]))]  # by rank, name, time
-    r, nm = rank[o], name[o]
-    new = np.ones(len(o), bool)
-    new[1:] = (r[1:] != r[:-1]) | (nm[1:] != nm[:-1])
+def match_groups(
+    rank: np.ndarray,
+    name: np.ndarray,
+    ts: np.ndarray,
+    nranks: int,
+    pg: np.ndarray | None = None,
+    seq: np.ndarray | None = None,
+    comms: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(members, group starts) of collective tasks given per task (rank, name text, start time,
+    and where the trace records them: process group text, sequence number and comms id, -1 when
+    absent): members of a group are consecutive positions into these arrays, in rank order.
+
+    Key, best first: `comms_id` (one id on every member); (process group, `seq`); (process
+    group, name, occurrence index): the task's position among its rank's tasks of that group and
+    name in time order, the order in which every rank must issue the same collectives. A group
+    is used when it has a member on each rank of its process group (the ranks that show that
+    group at all; every rank when none is recorded) and at least two."""
+    n = len(rank)
+    if not n:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    neg = np.full(n, -1, np.int64)
+    seq = neg if seq is None else np.asarray(seq, np.int64)
+    comms = neg if comms is None else np.asarray(comms, np.int64)
+    pg_t = np.full(n, "", dtype=object) if pg is None else np.asarray(pg, dtype=object)
+    has_c = comms >= 0
+    has_s = (seq >= 0) & ~has_c
+    label = np.where(has_c, "\x01c", np.where(has_s, pg_t + "\x01s", pg_t + "\x00" + np.asarray(name, dtype=object)))
+    _, key = np.unique(label.astype(str), return_inverse=True)
+    # occurrence index per (rank, key) in time order, for tasks with neither id
+    o = np.lexsort((ts, key, rank))
+    r, k = rank[o], key[o]
+    new = np.ones(n, bool)
+    new[1:] = (r[1:] != r[:-1]) | (k[1:] != k[:-1])
     run0 = np.flatnonzero(new)
-    nth = np.arange(len(o)) - np.repeat(run0, np.diff(np.append(run0, len(o))))
-    o2 = np.lexsort((r, nth, nm))  # by name, occurrence, rank
-    m, key_n, key_k = o[o2], nm[o2], nth[o2]
-    new = np.ones(len(m), bool)
-    new[1:] = (key_n[1:] != key_n[:-1]) | (key_k[1:] != key_k[:-1])
+    nth = np.empty(n, np.int64)
+    nth[o] = np.arange(n) - np.repeat(run0, np.diff(np.append(run0, n)))
+    occ = np.where(has_c, comms, np.where(has_s, seq, nth))
+    # members a group needs: the ranks that show its process group (every rank without one)
+    pgs, pg_code = np.unique(pg_t.astype(str), return_inverse=True)
+    pairs = np.unique(pg_code * (int(rank.max()) + 1) + rank)
+    per_pg = np.bincount(pairs // (int(rank.max()) + 1), minlength=len(pgs))
+    need = np.where(pgs[pg_code] == "", nranks, per_pg[pg_code])
+    o2 = np.lexsort((rank, occ, key))  # by key, occurrence, rank
+    m, kk, oc = o2, key[o2], occ[o2]
+    new = np.ones(n, bool)
+    new[1:] = (kk[1:] != kk[:-1]) | (oc[1:] != oc[:-1])
     starts = np.flatnonzero(new)
-    sizes = np.diff(np.append(starts, len(m)))
-    full = sizes == nranks
+    sizes = np.diff(np.append(starts, n))
+    full = (sizes == need[m[starts]]) & (sizes >= 2)
     keep = np.repeat(full, sizes)
     return m[keep], np.concatenate([[0], np.cumsum(sizes[full])])[:-1].astype(np.int64)
 

@@ -105,7 +105,10 @@ class TaskGraph:
 
 
 # Columns of the events table the simulator reads (the rest are taken only for the prediction).
-TASK_COLUMNS = ("rank", "cat", "name", "pid", "tid", "ts_us", "dur_us", "correlation", "op_id", "_scale")
+TASK_COLUMNS = (
+    *("rank", "cat", "name", "pid", "tid", "ts_us", "dur_us", "correlation", "op_id", "_scale"),
+    *("pg_name", "coll_seq", "comms_id"),  # collective matching keys (collectives.match_groups)
+)
 
 
 def task_rows(events: pd.DataFrame, cat: _cols.Distinct | None = None) -> np.ndarray:

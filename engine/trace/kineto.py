@@ -117,6 +117,35 @@ def _time_warnings(path: str, ts: np.ndarray, dur: np.ndarray) -> list[str]:
     return out
 
 
+def _sparse_cat(n: int, at: np.ndarray, values: list[str]) -> pd.Categorical:
+    """A categorical of n rows, "" except `values` at rows `at` (no per-row object for the rest)."""
+    cats = list(dict.fromkeys(["", *values]))
+    index = {c: i for i, c in enumerate(cats)}
+    codes = np.zeros(n, np.int32)
+    codes[at] = [index[v] for v in values]
+    return pd.Categorical.from_codes(codes, categories=cats)
+
+
+def _sparse_ints(n: int, at: np.ndarray, raw: list) -> pd.arrays.IntegerArray:
+    col = _int_column(raw)
+    data = np.zeros(n, np.int64)
+    mask = np.ones(n, bool)
+    data[at] = col._data
+    mask[at] = col._mask
+    return pd.arrays.IntegerArray(data, mask)
+
+
+def _collective_columns(n: int, at: list[int], pg: list, coll: list, seq: list, comms: list) -> dict:
+    """pg_name / coll_name / coll_seq / comms_id of n events, given only on rows `at`."""
+    idx = np.asarray(at, np.int64)
+    return {
+        "pg_name": _sparse_cat(n, idx, pg),
+        "coll_name": _sparse_cat(n, idx, coll),
+        "coll_seq": _sparse_ints(n, idx, seq),
+        "comms_id": _sparse_ints(n, idx, comms),
+    }
+
+
 def _parse(doc: dict, path: str, rank: int, rank_fixed: bool):
     evs = doc["traceEvents"]
     if not isinstance(evs, list):
@@ -131,6 +160,9 @@ def _parse(doc: dict, path: str, rank: int, rank_fixed: bool):
         rank = f_rank
     cat_l, name_l, pid_l, tid_l, ts_l, dur_l = [], [], [], [], [], []
     dev_l, stream_l, corr_l, ext_l, rf_l, seq_l, fwd_l = [], [], [], [], [], [], []
+    # collective metadata (c10d args), kept only for the few events with a process group
+    c_at: list[int] = []
+    pg_l, coll_l, cseq_l, comms_l = [], [], [], []
     fl_id, fl_cat, fl_ph, fl_ts, fl_pid, fl_tid = [], [], [], [], [], []
     pnames: dict[str, str] = {}
     tnames: dict[str, str] = {}
@@ -178,6 +210,18 @@ def _parse(doc: dict, path: str, rank: int, rank_fixed: bool):
             rf_l.append(get("Record function id", NA))
             seq_l.append(get("Sequence number", NA))
             fwd_l.append(get("Fwd thread id", NA))
+            # a collective's process group, name, sequence number and comms id (record_param_comms
+            # and NCCL kernels): what matches one collective across ranks (engine/simulate/fleet)
+            pg = get("Process Group Name")
+            if pg is None:
+                pg = get("pg_name")
+            if pg is not None:
+                c_at.append(len(cat_l) - 1)
+                pg_l.append(pg if type(pg) is str else s(pg))
+                cn = get("Collective name", "")
+                coll_l.append(cn if type(cn) is str else s(cn))
+                cseq_l.append(get("seq", NA))
+                comms_l.append(get("comms_id", NA))
             if name.startswith("ProfilerStep#") and cat not in _GPU_CATS:
                 iters.append({"name": name, "ts_us": ts_l[-1], "dur_us": dur_l[-1], "rank": rank})
         elif ph in _FLOW_PH:
@@ -215,6 +259,7 @@ def _parse(doc: dict, path: str, rank: int, rank_fixed: bool):
             "rf_id": _int_column(rf_l),
             "seq_num": _int_column(seq_l),
             "fwd_tid": _int_column(fwd_l),
+            **_collective_columns(n, c_at, pg_l, coll_l, cseq_l, comms_l),
         }
     )
     flow_ids = np.asarray(fl_id, dtype=np.int64)

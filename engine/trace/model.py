@@ -67,6 +67,10 @@ events (one row per Kineto "X" (complete) event; `meta["events"]` counts every e
     rf_id       Int64    "Record function id" (newer traces)
     seq_num     Int64    "Sequence number"
     fwd_tid     Int64    "Fwd thread id"
+    pg_name     category a collective's process group ("Process Group Name", else "pg_name"; "" if none)
+    coll_name   category "Collective name" of that event, e.g. "allreduce" ("" without a process group)
+    coll_seq    Int64    "seq": the collective's sequence number in its process group (newer PyTorch)
+    comms_id    Int64    "comms_id": one id shared by a collective's members across ranks (PyTorch 2026)
     src         int16    index of the file in meta["sources"]
     op_id       Int64    ET node id of the op this event belongs to after linking: the linked host op,
                          the innermost linked op enclosing a runtime launch, or a GPU event's launcher

@@ -61,6 +61,25 @@ def max_bytes() -> int:
     return 4 << 30 if avail is None else max(64 << 20, avail // 4)  # unknown platform: a fixed 4 GiB cap
 
 
+def max_stream_bytes(out_dir: Path | None = None) -> int:
+    """The per-file limit for inputs that are streamed (the trace store): memory does not grow
+    with such a file, so its bound is the disk that receives the columnar copy (Parquet is at
+    least 8x smaller than its JSON), not a share of RAM. An explicit MYSTIQUE_MAX_BYTES still
+    applies to everything."""
+    if os.environ.get("MYSTIQUE_MAX_BYTES", "").strip():
+        return max_bytes()
+    import shutil
+
+    probe = out_dir
+    while probe is not None and not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        free = shutil.disk_usage(probe or Path.cwd()).free
+    except OSError:
+        return max_bytes()
+    return max(max_bytes(), 8 * free)
+
+
 def max_gzip_ratio() -> int:
     """Largest decompressed:compressed ratio accepted (`$MYSTIQUE_MAX_GZIP_RATIO`, default 128)."""
     return env_int("MYSTIQUE_MAX_GZIP_RATIO", _DEFAULT_MAX_RATIO, 1)

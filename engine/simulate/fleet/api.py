@@ -84,7 +84,7 @@ class FleetResult:
         return {
             "ranks": len(self.ranks),
             "predicted_iteration_ms": round(self.predicted_iteration_ms, 4),
-            "step_ms": {int(r): round(float(s), 4) for r, s in zip(self.ranks, self.step_ms)},
+            "step_ms": {str(int(r)): round(float(s), 4) for r, s in zip(self.ranks, self.step_ms)},
             "tasks": self.tasks,
             "collectives_matched": self.collectives,
             "collective_tasks_unmatched": self.unmatched,
@@ -210,13 +210,20 @@ def _solve(done: list[dict], progress) -> dict:
     c_rank = np.repeat(np.arange(nr), counts)
     c_local = np.concatenate([np.arange(c) for c in counts]) if nr else np.zeros(0, np.int64)
     names = np.concatenate([p["c_name"].astype(str) for p in progs]) if counts.sum() else np.zeros(0, str)
-    _, name_code = np.unique(names, return_inverse=True)
     c_ts = np.concatenate([p["c_ts"] for p in progs])
     c_end = np.concatenate([p["c_end"] for p in progs])
     c_dur = np.concatenate([p["c_dur"] for p in progs])
     ranks_with_tasks = int(sum(1 for p in progs if int(p["n_tasks"][0]) > 0))
     if ranks_with_tasks >= 2 and len(names):
-        members, gstart = match_groups(np.arange(len(names)), c_rank, name_code, c_ts, ranks_with_tasks)
+        members, gstart = match_groups(
+            c_rank,
+            names.astype(object),
+            c_ts,
+            ranks_with_tasks,
+            pg=np.concatenate([p["c_pg"].astype(str) for p in progs]).astype(object),
+            seq=np.concatenate([p["c_seq"] for p in progs]),
+            comms=np.concatenate([p["c_comms"] for p in progs]),
+        )
     else:
         members, gstart = np.zeros(0, np.int64), np.zeros(0, np.int64)
     if len(members):

@@ -22,8 +22,20 @@ import pandas as pd
 
 # Columns the graph builder and the rules read (TASK_COLUMNS and edges.py); the rest of the
 # store's columns are read only when an events-stage edit (e.g. layers) is in the spec.
-GRAPH_COLUMNS = ("cat", "name", "pid", "tid", "ts_us", "dur_us", "stream", "correlation")
-_STRINGS = ("cat", "name", "pid", "tid")
+GRAPH_COLUMNS = (
+    "cat",
+    "name",
+    "pid",
+    "tid",
+    "ts_us",
+    "dur_us",
+    "stream",
+    "correlation",
+    "pg_name",
+    "coll_seq",
+    "comms_id",
+)
+_STRINGS = ("cat", "name", "pid", "tid", "pg_name")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,7 +114,7 @@ def build_graph_of(events: pd.DataFrame, spec, cfg, meta: dict):
 
 def reduce_graph(g) -> dict[str, np.ndarray]:
     """The arrays of a one-rank graph the fleet solver needs (see the module doc)."""
-    from engine.simulate.collectives import comm_mask
+    from engine.simulate.collectives import collective_ids, comm_mask
     from engine.trace.vocab import GPU_ACTIVITY_CATS, STEP_PREFIX
 
     t = g.tasks
@@ -122,7 +134,11 @@ def reduce_graph(g) -> dict[str, np.ndarray]:
     si = np.flatnonzero(step)
     ts = t["ts_us"].to_numpy(np.float64)
     dur = t["dur_us"].to_numpy(np.float64)
+    ids = collective_ids(t, ci)
     return {
+        "c_pg": np.asarray(ids.get("pg", np.full(len(ci), "", object)), dtype=str),
+        "c_seq": ids.get("seq", np.full(len(ci), -1, np.int64)),
+        "c_comms": ids.get("comms", np.full(len(ci), -1, np.int64)),
         "lane_ptr": g.lane_ptr.astype(np.int64),
         "pt_d": g.pt_d.astype(np.float64),
         "e_src": g.e_src[o].astype(idt),

@@ -28,14 +28,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engine.errors import TraceError
+from engine.errors import TraceError, malformed_as_trace_error
 from engine.trace import safe_io
 from engine.trace.cache import cache_root
 from engine.trace.kineto import parse_kineto
 from engine.trace.loader import rank_from_name
 from engine.trace.store import rows, stream
 
-STORE_VERSION = "s2"  # s2: `ev` stored per source, offset in the view
+STORE_VERSION = "s3"  # s2: `ev` stored per source, offset in the view; s3: collective metadata columns
 _STR = pa.string()
 _INT = pa.int64()
 SCHEMAS = {
@@ -55,6 +55,10 @@ SCHEMAS = {
             ("rf_id", _INT),
             ("seq_num", _INT),
             ("fwd_tid", _INT),
+            ("pg_name", _STR),
+            ("coll_name", _STR),
+            ("coll_seq", _INT),
+            ("comms_id", _INT),
         ]
     ),
     "flows": pa.schema(
@@ -80,7 +84,11 @@ def _hash_file(path: Path, limit: int) -> bytes:
     except OSError as exc:
         raise TraceError(f"cannot read: {exc.strerror or exc}", path) from None
     if size > limit:
-        raise TraceError(f"file too large: {size:,} bytes exceeds the limit of {limit:,} (MYSTIQUE_MAX_BYTES)", path)
+        raise TraceError(
+            f"file too large: {size:,} bytes exceeds the limit of {limit:,} (8x the free disk for the store, "
+            "or MYSTIQUE_MAX_BYTES)",
+            path,
+        )
     h = hashlib.sha256()
     try:
         with open(path, "rb") as fh:
@@ -107,7 +115,8 @@ def _documents(f: Path, limit: int):
     if not is_tar and head[:2] == b"\x1f\x8b":
         is_tar = f.name.lower().endswith((".tgz", ".tar.gz"))
     if is_tar:
-        for blob in safe_io.expand(f, safe_io.read_raw(f, limit), limit):
+        mem = min(limit, safe_io.max_bytes())  # a tarball is expanded in memory: RAM's limit
+        for blob in safe_io.expand(f, safe_io.read_raw(f, mem), mem):
             data = blob.data
             yield blob.path, (data[i : i + stream.BLOCK] for i in range(0, len(data), stream.BLOCK))
     else:
@@ -144,7 +153,8 @@ def _ingest(doc_path: str, blocks, tmp: Path, src: int, ev0: int, fallback: int,
                 skeleton = got
                 continue
             if got and type(got[0]) is rows.Item:  # the fast path: typed Structs straight to Arrow
-                ev_t, fl_t, km = rows.tables(got, doc_path, fallback, ev0 + counts["events"], SCHEMAS)
+                with malformed_as_trace_error("Kineto trace", doc_path):  # as parse_kineto's errors
+                    ev_t, fl_t, km = rows.tables(got, doc_path, fallback, ev0 + counts["events"], SCHEMAS)
             else:  # a block with values of unusual types: the loader's own parser decides
                 ev, fl, km = parse_kineto({"traceEvents": got}, doc_path, fallback, True)
                 ev["ev"] = np.arange(ev0 + counts["events"], ev0 + counts["events"] + len(ev), dtype=np.int64)
@@ -204,7 +214,7 @@ def build(*paths, rank: int | None = None, use_cache: bool = True, scheduler: st
     if not paths:
         raise TraceError("no trace path given")
     mode = resolve(scheduler)  # a bad address fails before any work
-    limit = safe_io.max_bytes()
+    limit = safe_io.max_stream_bytes(store_root())  # streamed: bounded by disk, not RAM
     files: list[Path] = []
     for p in paths:
         files.extend(safe_io.list_files(p))

@@ -47,6 +47,12 @@ class Args(msgspec.Struct, gc=False):
     seq_num: int | str = msgspec.field(default=_NA, name="Sequence number")
     fwd_tid: int | str = msgspec.field(default=_NA, name="Fwd thread id")
     name: Any = None  # "M" metadata: a process or thread name
+    # collective metadata (c10d args; kept where the store schema has the columns)
+    pg: Any = msgspec.field(default=None, name="Process Group Name")
+    pg_alt: Any = msgspec.field(default=None, name="pg_name")
+    coll_name: Any = msgspec.field(default="", name="Collective name")
+    coll_seq: int | str = msgspec.field(default=_NA, name="seq")
+    comms_id: int | str = msgspec.field(default=_NA, name="comms_id")
 
 
 class Item(msgspec.Struct, gc=False):
@@ -92,6 +98,31 @@ def _strs(values: list) -> pa.Array:
     return arr if arr.type == _STR else arr.cast(_STR)
 
 
+def _collectives(args: list[Args]) -> dict[str, pa.Array]:
+    """pg_name, coll_name, coll_seq, comms_id as the loader reads them: only for events with a
+    process group ("Process Group Name", else "pg_name"); "" and null elsewhere."""
+    n = len(args)
+    hit = [i for i, a in enumerate(args) if a.pg is not None or a.pg_alt is not None]
+    if not hit:
+        empty = pa.array([""] * n, _STR)
+        return {"pg_name": empty, "coll_name": empty, "coll_seq": pa.nulls(n, _INT), "comms_id": pa.nulls(n, _INT)}
+    pg, coll = [""] * n, [""] * n
+    seq: list[int | str] = [_NA] * n
+    comms: list[int | str] = [_NA] * n
+    for i in hit:
+        a = args[i]
+        v = a.pg if a.pg is not None else a.pg_alt
+        pg[i] = v if type(v) is str else str(v)
+        coll[i] = a.coll_name if type(a.coll_name) is str else str(a.coll_name)
+        seq[i], comms[i] = a.coll_seq, a.comms_id
+    return {
+        "pg_name": pa.array(pg, _STR),
+        "coll_name": pa.array(coll, _STR),
+        "coll_seq": pa.array(_int_column(seq), _INT),
+        "comms_id": pa.array(_int_column(comms), _INT),
+    }
+
+
 def tables(items: list[Item], path: str, rank: int, ev0: int, schemas: dict) -> tuple[pa.Table, pa.Table, dict]:
     """(events, flows, block meta) of one block, `ev` numbered from `ev0`; meta as parse_kineto's."""
     xs = [e for e in items if e.ph == "X"]
@@ -129,6 +160,8 @@ def tables(items: list[Item], path: str, rank: int, ev0: int, schemas: dict) -> 
         else:  # text ("0x0" streams on ROCm) or ids beyond int64: the loader's own conversion
             cols[key] = pa.array(_int_column([t[j] for t in got]), _INT)
     del got, block
+    if "pg_name" in schemas["events"].names:
+        cols.update(_collectives(args))
     iters = []
     if xs:
         hits = pc.starts_with(cols["name"], "ProfilerStep#")

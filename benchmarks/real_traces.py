@@ -53,6 +53,8 @@ MIN_COVERAGE = 0.99
 # skips by design, not by a gap: code shipped inside the trace runs only with --allow-trace-code
 # (docs/security.md); coverage counts the ops left after them, and the JSON says how many
 POLICY_SKIP = re.compile(r"trace code not executed")
+# a replay the launcher refuses for this machine's resources (the pre-launch memory check)
+MACHINE_LIMIT = re.compile(r"GiB of memory at once|machine has .* to use")
 COMPOSE_KNOBS = ("batch_x2", "bf16", "dp_2", "tp_2", "emb_table", "emb_row", "emb_column", "emb_greedy")
 WHATIF_KNOBS = ("wi_gemm_x2", "wi_slower_x2", "wi_batch_x2", "wi_layers_x2", "wi_dp_64", "wi_sharding")
 KNOBS = COMPOSE_KNOBS + WHATIF_KNOBS
@@ -481,10 +483,14 @@ def compose_case(unit: Unit, knob: str, f: dict, scratch: Path, replay: bool, ti
     rep = run_replay(Path(row["dir"]), row["world_size"], timeout, cache=cache)
     hint = rep.get("hint") or {}
     if row["world_size"] == 1 and int(hint.get("world_size") or 0) > 1:  # one rank of a multi-rank job
-        rep = {
-            **run_replay(Path(row["dir"]), int(hint["world_size"]), timeout, mirror=0, cache=cache),
-            "mirrored_world": hint["world_size"],
-        }
+        w = int(hint["world_size"])
+        mir = run_replay(Path(row["dir"]), w, timeout, mirror=0, cache=cache)
+        if "fail" in mir and MACHINE_LIMIT.search(mir["fail"]):
+            # this machine cannot host the peers: the single-process replay stands, its skipped
+            # collectives counted against coverage, and the refusal is recorded
+            rep = {**rep, "mirror_refused": mir["fail"][:200]}
+        else:
+            rep = {**mir, "mirrored_world": w}
     out.update(rep)
     if "fail" in rep:
         return {**out, "outcome": "error", "reason": f"replay failed: {rep['fail']}"}

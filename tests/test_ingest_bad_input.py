@@ -261,3 +261,26 @@ def test_gunzip_lying_trailer_is_not_trusted():
     assert peak < 1 << 20  # bounded by deflate's ratio to the 29-byte input, not by the trailer
     with pytest.raises(TraceError, match="corrupt gzip stream"):
         safe_io.gunzip(bytes(data), "t.json.gz", 1 << 40)
+
+
+def test_a_trace_too_big_to_load_whole_is_refused_before_decoding(monkeypatch, capsys):
+    """Whole tables take ~8x the JSON (issue 22: 950 MB -> 7.4 GB peak): a trace beyond the
+    memory available is refused in one line that points at the store, before any decoding, and
+    the store still takes it (bounded memory)."""
+    from pathlib import Path
+
+    from engine.trace import loader
+    from engine.trace.store import build
+
+    kineto = Path(ROOT) / "sample_traces" / "mlp" / "mlp_kineto.json.gz"
+    json_bytes = len(gzip.decompress(kineto.read_bytes()))
+    monkeypatch.setenv("MYSTIQUE_LOAD_MAX_BYTES", str(loader.LOAD_BYTES_PER_JSON_BYTE * json_bytes - 1))
+    with pytest.raises(TraceError, match=r"too big to load whole.*trace store") as exc:
+        load(kineto, use_cache=False)
+    assert str(kineto) in str(exc.value) and "\n" not in str(exc.value)
+    assert main(["info", "--json", str(kineto)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "too big to load whole" in err[0], err
+    assert (build(kineto, scheduler="serial") / "manifest.json").is_file()
+    monkeypatch.setenv("MYSTIQUE_LOAD_MAX_BYTES", str(loader.LOAD_BYTES_PER_JSON_BYTE * json_bytes))
+    assert len(load(kineto, use_cache=False).events) > 0

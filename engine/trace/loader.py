@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from engine import jsonio
-from engine.errors import TraceError
+from engine.errors import TraceError, env_int
 from engine.progress import report
 from engine.trace import safe_io
 from engine.trace.categories import categorize
@@ -261,6 +261,29 @@ def _adopt_kineto_rank(undeclared_et, ops_l, ten_l, sources) -> None:
     sources[src]["rank"] = r
 
 
+# Peak memory of a whole-table load per byte of decompressed JSON (measured on tiled real GPU
+# traces: 476 MB -> 3.75 GB, 950 MB -> 7.4 GB peak RSS, issue 22).
+LOAD_BYTES_PER_JSON_BYTE = 8
+
+
+def check_load_memory(json_bytes: int, path) -> None:
+    """Refuse, before decoding, a load whose whole tables would not fit in memory: a multi-GB
+    trace goes through the trace store instead (bounded memory). MYSTIQUE_LOAD_MAX_BYTES
+    overrides the budget (default: the memory available now)."""
+    from engine.sysinfo import available_memory_bytes
+
+    env = os.environ.get("MYSTIQUE_LOAD_MAX_BYTES", "").strip()
+    budget = env_int("MYSTIQUE_LOAD_MAX_BYTES", 0, 0) if env else available_memory_bytes()
+    need = LOAD_BYTES_PER_JSON_BYTE * json_bytes
+    if budget is not None and need > budget:
+        raise TraceError(
+            f"too big to load whole: {safe_io._human(json_bytes)} of JSON needs about {safe_io._human(need)} of "
+            f"memory, {safe_io._human(budget)} available; the trace store reads it in bounded memory "
+            "(mystique sql, mystique simulate --fleet, the Ranks page)",
+            path,
+        )
+
+
 def _build(raws, digests, rank_arg, limit, key, progress) -> Trace:
     warn: list[str] = []
     sources: list[dict] = []
@@ -271,10 +294,13 @@ def _build(raws, digests, rank_arg, limit, key, progress) -> Trace:
     world = None
     meta_k: dict = {"process_names": {}, "thread_names": {}, "device_properties": []}
     n_files = len(raws)
+    json_total = 0
     for fi, ((f, raw), digest) in enumerate(zip(raws, digests)):
         report(progress, 0.05 + 0.6 * fi / n_files, f"parsing {f.name}")
         for blob in safe_io.expand(f, raw, limit, sha256=digest.hex()):
             resources.update(blob.resources)
+            json_total += len(blob.data)
+            check_load_memory(json_total, blob.path)
             doc = _decode(blob)
             src = len(sources)
             name_rank = rank_from_name(blob.path)

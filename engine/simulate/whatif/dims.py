@@ -26,14 +26,12 @@ import numpy as np
 import pandas as pd
 
 from engine.simulate.costmodel import FAMILIES, Curve, curves_from_samples, family_of
+from engine.simulate.whatif.kineto_shapes import SKIP_CATEGORIES
 from engine.simulate.whatif.rules import MAX_FACTOR, Between, Positive
 from engine.simulate.whatif.spec import Edit, register
 
 if TYPE_CHECKING:
     from engine.trace.model import Trace
-
-SKIP_CATEGORIES = ("view", "allocation", "autograd", "annotation", "communication")
-
 
 _RANK_KEY = 1 << 40  # op ids restart on every rank: (rank, op id) as one integer key
 

@@ -24,6 +24,10 @@ from engine.errors import TraceError
 if TYPE_CHECKING:
     from engine.trace.model import Trace
 
+# Op categories whose shapes say nothing about the work (shared with dims.py, which imports it:
+# this module is the lower of the two)
+SKIP_CATEGORIES = ("view", "allocation", "autograd", "annotation", "communication")
+
 Shape = tuple[int, ...]
 
 
@@ -89,7 +93,6 @@ def task_shapes(g, events, trace: Trace) -> tuple[np.ndarray, dict[int, tuple[li
     names = t["name"].astype(str).to_numpy()
     shapes: dict[int, tuple[list, list, float]] = {}
     op_names: dict[int, str] = {}
-    from engine.simulate.whatif.dims import SKIP_CATEGORIES
     from engine.trace.categories import classify
 
     cats = t["cat"].astype(str).to_numpy()

@@ -124,15 +124,62 @@ def test_tp2_of_a_ddp_trace_splits_the_gradient_bucket_views(cache_dir):
     assert [256, 256] in [a for a, _ in pairs]  # the row-parallel weight's gradient, [256, 512] split
 
 
-def test_tp2_refuses_an_all_to_all_that_a_weight_split_would_change(cache_dir):
-    """dlrm_a2a's pooled-embedding gradient is [512, 128], the recorded shape of a split top-MLP
-    weight too: TP 2 refuses in one line naming the all_to_all instead of exporting ranks whose
-    exchange sizes differ (gloo: 'in->size == out->size' at replay)."""
-    from engine.compose import compose, spec_from_dict
-    from engine.errors import TraceError
+@pytest.mark.parametrize("model", ["dlrm_a2a", "dlrm_tbe"])
+def test_tp2_keeps_the_embedding_all_to_all_and_replays_on_2_ranks(model, tmp_path, capsys, cache_dir):
+    """The model-parallel DLRMs return the pooled-embedding gradient through an all_to_all whose
+    output buffer aten::empty makes as [512, 128]: the recorded shape of a split top-MLP weight,
+    and 512 (the job's batch of bags) a split width. A factory's sizes are no dataflow of the
+    split, so the exchange keeps its recorded shapes (it refused 'would change the all_to_all'
+    on the old main) and the composition replays on 2 gloo ranks with every op run."""
+    from engine.cli.main import main
+    from engine.compose import compose, export, spec_from_dict
+    from engine.trace import load
 
-    src = ROOT / "sample_traces" / "dlrm_a2a" / "dlrm_a2a_rank0_et.json.gz"
+    src = ROOT / "sample_traces" / model / f"{model}_rank0_et.json.gz"
+    tr = load(src)
+    a2a = tr.ops.loc[tr.ops["name"].astype(str) == "c10d::alltoall_base_", "id"].tolist()
+    t = tr.tensors[tr.tensors["op_id"].isin(a2a) & (tr.tensors["io"].astype(str) == "in")]
+    rec = [list(s) for s in t.sort_values(["op_id", "arg"])["shape"]]
+    assert len(a2a) == 2 and [512, 128] in rec  # forward rows out, gradients back
     spec = {"version": 1, "sources": [str(src)], "segments": [{"selection": {}}], "device": "cpu"}
-    with pytest.raises(TraceError, match=r"all_to_all at node \d+ \(c10d::alltoall_base_\) from \[\[512, 128\]") as e:
-        compose(spec_from_dict({**spec, "sharding": {"kind": "tp", "degree": 2}}))
-    assert "\n" not in str(e.value)
+    bench = compose(spec_from_dict({**spec, "sharding": {"kind": "tp", "degree": 2}}))
+    sh = bench.meta["sharding"]
+    assert bench.world_size == 2 and sh["pairs"] and not sh["meta_check"]["mismatches"]
+    res = export(bench, tmp_path / "tp2")
+    for p in res["ranks"].values():
+        c = load(p, use_cache=False)
+        ids = c.ops.loc[c.ops["name"].astype(str) == "c10d::alltoall_base_", "id"].tolist()
+        ct = c.tensors[c.tensors["op_id"].isin(ids) & (c.tensors["io"].astype(str) == "in")]
+        assert [list(s) for s in ct.sort_values(["op_id", "arg"])["shape"]] == rec
+    code = main(
+        ["replay", str(tmp_path / "tp2"), "--iters", "1", "--warmup", "0", "--out", str(tmp_path / "r")] + ["--json"]
+    )
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["world_size"] == 2
+    cov = doc["coverage"]
+    assert cov["replayed"] == cov["selected"] > 0 and cov["comm_replayed"] == cov["comm_selected"] > 0, cov
+
+
+def test_batch_x2_of_a_pt2_graph_keeps_the_mm_reduction_operand(shared_traces, cache_dir):
+    """param_pt2 (torch.compile'd, batch 4): each aten::mm reads the batch and a [4, 4] graph input
+    as its reduction operand; no optimizer marks that input a parameter, and its dim 0 equals the
+    batch. Batch x2 scales the first operand only ([8, 4] x [4, 4] -> [8, 4]) instead of refusing
+    'a and b must have same reduction dim'."""
+    from engine.compose import compose, spec_from_dict
+    from engine.trace import load
+
+    src = shared_traces / "param_pt2" / "pt2_et.json.tar.gz"
+    tr = load(src)
+    mm = tr.ops.loc[tr.ops["name"].astype(str) == "aten::mm", "id"].tolist()
+    t = tr.tensors[tr.tensors["op_id"].isin(mm)]
+    rec = {(int(r.op_id), str(r.io), int(r.arg)): list(r.shape) for r in t.itertuples(index=False)}
+    b = rec[(mm[0], "in", 0)][0]
+    assert len(mm) == 2 and rec[(mm[0], "in", 1)][0] == b  # the reduction dim equals the batch
+    spec = {"version": 1, "sources": [str(src)], "segments": [{"selection": {}}], "device": "cpu"}
+    bench = compose(spec_from_dict({**spec, "batch_scale": 2}))
+    got = [nd for nd in bench.ranks[0] if nd["name"] == "aten::mm"]
+    assert len(got) == len(mm)
+    for nd, i in zip(got, mm, strict=True):
+        a, w = rec[(i, "in", 0)], rec[(i, "in", 1)]
+        assert nd["inputs"]["shapes"][:2] == [[2 * a[0], *a[1:]], w]
+        assert nd["outputs"]["shapes"][0] == [2 * a[0], w[1]]

@@ -24,6 +24,7 @@ import torch
 from engine.compose.meta_run import meta_dtype, meta_tensor, run_on_meta
 from engine.compose.meta_sizes import (
     ALL_TO_ALL,
+    FACTORIES,
     RESHAPES,
     SIZE_ARG_OPS,
     SPLITS,
@@ -333,7 +334,11 @@ def propagate(
         if scale != 1.0 and base in SPLITS and isinstance(tensors.get(0), torch.Tensor):
             rescale_split(base, ins, orig_shapes, tensors[0], scale, mutate)
         size_arg = None
-        if scale != 1.0 and base in SIZE_ARG_OPS:
+        # under a weight split (batch None) a factory keeps its recorded sizes: a dim that equals a
+        # split width by coincidence (dlrm_a2a's [512, 128] all_to_all buffer of the embedding
+        # gradient next to a split [512, 128] weight) is no dataflow of the split; tensors that are
+        # (empty_like, a view of a split activation) follow their inputs' meta shapes
+        if scale != 1.0 and base in SIZE_ARG_OPS and (batch is not None or base not in FACTORIES):
             for i, (t, v) in enumerate(zip(types, ins.get("values", []))):
                 if isinstance(t, str) and t.startswith("GenericList[Int") and isinstance(v, list):
                     size_arg = i

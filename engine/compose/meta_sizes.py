@@ -14,6 +14,9 @@ SIZE_ARG_OPS = frozenset(
     """view _unsafe_view reshape expand new_empty new_zeros new_ones new_full zeros ones empty
 full rand randn randint empty_strided unflatten _reshape_alias""".split()
 )
+# the size-list ops whose output reads no tensor's shape: its sizes are constants of the model's
+# code, which a batch scale rewrites (a model sizes its buffers by B) and a weight split keeps
+FACTORIES = SIZE_ARG_OPS - frozenset(("view", "_unsafe_view", "reshape", "expand", "unflatten", "_reshape_alias"))
 
 
 def size_candidates(sizes: list, S: set, batch: int | None, s: float) -> list[list]:

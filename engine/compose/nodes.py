@@ -190,20 +190,20 @@ def is_defined(value: list) -> bool:
     return value[1] != 0 or value[3] != 0
 
 
-def external_reads(nodes: Iterable[dict]) -> Iterator[tuple[dict, tuple[int, int], int | None, list]]:
-    """(node, (tensor, storage) key, list index or None, value) for every read of a tensor that
+def external_reads(nodes: Iterable[dict]) -> Iterator[tuple[dict, tuple[int, int], int, int | None, list]]:
+    """(node, (tensor, storage) key, arg, list index or None, value) for every read of a tensor that
     no earlier node of `nodes` produced, in node order: what must exist before the nodes run
     (the replay materializes it; a batch-scale transform looks for the batch among it)."""
     produced: set = set()
     for n in nodes:
-        for io, _, _, sub, v in tensors_of(n):
+        for io, _, arg, sub, v in tensors_of(n):
             if not is_defined(v):
                 continue
             key = (v[0], v[1])
             if io == "out":
                 produced.add(key)
             elif key not in produced:
-                yield n, key, sub, v
+                yield n, key, arg, sub, v
 
 
 __all__ = [

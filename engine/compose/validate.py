@@ -64,7 +64,7 @@ def validate_et(src: str | os.PathLike | dict, *, meta: bool = True, strict: boo
     # data deps: over the replay set (highest rebuildable node per call path)
     replay = _replay_ids(nodes, ids)
     external: dict = {}
-    for n, key, _, _ in external_reads(sorted((ids[i] for i in replay), key=lambda x: x["id"])):
+    for n, key, _, _, _ in external_reads(sorted((ids[i] for i in replay), key=lambda x: x["id"])):
         external.setdefault(key, n["id"])
     report: dict[str, Any] = {
         "path": path,

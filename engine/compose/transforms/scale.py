@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engine.compose.nodes import external_reads, is_defined, tensors_of
+from engine.compose.nodes import external_reads, get_slot, is_defined, tensors_of
 from engine.errors import TraceError
 
 if TYPE_CHECKING:
@@ -109,11 +109,49 @@ def infer_batch(trace: Trace, path=None) -> int:
     raise TraceError("cannot infer the batch size (no non-parameter input tensor); set 'batch_size' in the spec", path)
 
 
+# aten op -> (arg, most dims or 0 for any) of operands whose dim 0 is never a batch dim: a matrix
+# product's reduction operand (mm/addmm's mat2, a 1-D/2-D matmul `other`), a row-broadcast
+# addmm bias, linear/conv weights and biases, a norm's affine parameters and running stats, an
+# embedding table. Why: an inference or torch.compile'd ET passes weights as graph inputs that
+# no optimizer touches, so `param_storages` cannot tell them from the batch, and where a feature
+# size equals the batch (param_pt2: batch 4, mm [4, 4] x [4, 4]) scaling them breaks the op.
+_NOT_BATCH_OPERANDS: dict[str, tuple[tuple[int, int], ...]] = {
+    "mm": ((1, 0),),
+    "addmm": ((0, 1), (2, 0)),
+    "matmul": ((1, 2),),
+    "linear": ((1, 0), (2, 0)),
+    **dict.fromkeys(
+        ("convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d"),
+        ((1, 0), (2, 0)),
+    ),
+    **dict.fromkeys(("cudnn_convolution", "mkldnn_convolution", "native_group_norm"), ((1, 0), (2, 0))),
+    **dict.fromkeys(
+        ("batch_norm", "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training"),
+        ((1, 0), (2, 0), (3, 0), (4, 0)),
+    ),
+    **dict.fromkeys(("layer_norm", "native_layer_norm", "group_norm"), ((2, 0), (3, 0))),
+    **dict.fromkeys(("embedding", "embedding_bag", "_embedding_bag"), ((0, 0),)),
+}
+
+
+def _not_batch_operand(node: dict, arg: int, shape: list) -> bool:
+    """Is argument `arg` of `node` an operand whose dim 0 never carries the batch (above)?"""
+    name = str(node.get("name", ""))
+    if not name.startswith("aten::"):
+        return False
+    for a, most in _NOT_BATCH_OPERANDS.get(name[6:].split(".")[0], ()):
+        if a == arg and (most == 0 or len(shape) <= most):
+            return True
+    return False
+
+
 def batch_seeds(
     nodes: list[dict], replay_ids, batch: int, params: set[int], phase_of: Callable[[dict], str] = lambda n: ""
 ) -> set[tuple[int, int]]:
     """External (never produced) non-parameter tensors whose dim 0 is the batch; `phase_of` a
-    node's phase (ComposeContext.phase_of), "" when unknown."""
+    node's phase (ComposeContext.phase_of), "" when unknown. A tensor first read as an operand
+    whose dim 0 is no batch dim (a weight, mm's reduction operand) is no seed: an external
+    tensor is not produced from the batch, so its first use says what its dim 0 is."""
     want = set(replay_ids)
     seeds: set = set()
     seen: set = set()
@@ -121,13 +159,17 @@ def batch_seeds(
     # (phase labels of backward vs forward are not reliable enough to use: param's resnet
     # computes its loss under a backward label)
     phased = any(phase_of(n) == "forward" for n in nodes if n["id"] in want)
-    for n, key, sub, v in external_reads(n for n in nodes if n["id"] in want):
+    for n, key, arg, sub, v in external_reads(n for n in nodes if n["id"] in want):
         if key in seen or v[1] in params:
             continue
         seen.add(key)
         # tensors first passed inside a list (DDP buffer broadcast, foreach optimizers)
         # are parameters/buffers, not the model's batch
-        if (not phased or phase_of(n) != "optimizer") and sub is None:
+        if (
+            (not phased or phase_of(n) != "optimizer")
+            and sub is None
+            and not _not_batch_operand(n, arg, list(get_slot(n.get("inputs") or {}, "shapes", arg, None) or []))
+        ):
             seeds.add(key)
     shapes: dict = {}
     for n in nodes:

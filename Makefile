@@ -49,7 +49,7 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Two passes: everything but the wall-clock assertions on three xdist workers (pytest-xdist, one file per
+# Two passes: everything but the wall-clock assertions on both cores (pytest-xdist, one file per
 # worker so module fixtures are built once), then the `perf` and `alone` tests by themselves, so that a timing bound or a peak-RSS measurement
 # never shares the CPU with another test. Exit 5 (nothing collected, e.g. PYTEST_ARGS picked a
 # file without perf tests) is not a failure.
@@ -57,9 +57,7 @@ lint: setup
 # whose length grows with the machine's history), no .pytest_cache, and tests/conftest.py points
 # HOME, the caches and the UI folder at new empty folders. The folder is removed after a pass and
 # kept (its path printed) after a failure.
-# Three workers on 2 cores: a fresh-clone run used 68 % of both cores with two (the rest was waits
-# on subprocesses, servers and browsers), so a third worker fills those gaps.
-XDIST ?= -n 3 --dist loadfile
+XDIST ?= -n 2 --dist loadfile
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 test: setup browser lint
 	@t=$$(mktemp -d "$${TMPDIR:-/tmp}/mystique-test.XXXXXX") && echo "make test: temp folders under $$t" && \

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.testing.browser import CHROMEDRIVER, CHROMIUM, FLAGS, free_port
+from engine.testing.browser import CHROMEDRIVER, CHROMIUM, chrome, free_port
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,15 +102,7 @@ def _serve(tmp: Path):
 
 @pytest.fixture(scope="module")
 def driver(server, tmp_path_factory):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for f in FLAGS:
-        opts.add_argument(f)
-    opts.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    d = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    d = chrome(tmp_path_factory.mktemp("chromium-profile"))
     d.set_page_load_timeout(60)
     ART.mkdir(parents=True, exist_ok=True)
     yield d

@@ -47,6 +47,30 @@ class Schedule:
         return self.times[g.tasks["ep"].to_numpy()]
 
 
+def segment_times(T, d, f: int, stop: int, after_prev: bool, src, dst, w) -> None:
+    """Fill T[f:stop], one lane's points, given the edges into them (`dst` ascending, sources
+    computed): T = C + maximum.accumulate(max(Z - C, 0)) with C = cumsum(d), Z the latest edge
+    arrival per point. Evaluated at the edges' destinations only (Z - C is -inf elsewhere, so the
+    running max changes only there): no full-length Z per segment. Shared with the fleet solver."""
+    C = np.cumsum(d[f:stop])
+    if after_prev:
+        C += T[f - 1]
+    if len(dst):
+        dd = dst - f
+        vals = T[src] + w
+        first = np.empty(len(dd), bool)
+        first[0] = True
+        np.not_equal(dd[1:], dd[:-1], out=first[1:])
+        starts = np.flatnonzero(first)
+        du = dd[starts]
+        adj = np.maximum.accumulate(np.maximum(np.maximum.reduceat(vals, starts) - C[du], 0.0))
+        lens = np.empty(len(du), np.int64)
+        np.subtract(du[1:], du[:-1], out=lens[:-1])
+        lens[-1] = stop - f - du[-1]
+        C[du[0] :] += np.repeat(adj, lens)
+    T[f:stop] = C
+
+
 def solve(g: TaskGraph, max_rounds: int = 1_000_000) -> Schedule:
     """Simulated time of every point of `g` (raises DependencyCycleError on a cycle)."""
     npts = len(g.pt_d)
@@ -83,17 +107,9 @@ def solve(g: TaskGraph, max_rounds: int = 1_000_000) -> Schedule:
             else:
                 k, stop = 0, int(end[lane])
             if stop > f:
-                C = np.cumsum(d[f:stop])
-                if f > g.lane_ptr[lane]:
-                    C += T[f - 1]
-                if k:
-                    Z = np.full(stop - f, -np.inf)
-                    dst = e_dst[e0 : e0 + k] - f
-                    vals = T[e_src[e0 : e0 + k]] + e_w[e0 : e0 + k]
-                    np.maximum.at(Z, dst, vals)
-                    T[f:stop] = C + np.maximum.accumulate(np.maximum(Z - C, 0.0))
-                else:
-                    T[f:stop] = C
+                segment_times(
+                    T, d, f, stop, f > g.lane_ptr[lane], e_src[e0 : e0 + k], e_dst[e0 : e0 + k], e_w[e0 : e0 + k]
+                )
                 front[lane] = stop
                 eptr[lane] = e0 + k
                 progressed = True

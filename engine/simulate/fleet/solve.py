@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.errors import TraceError
+from engine.simulate.schedule import segment_times
 
 _CHUNK = 64
 
@@ -104,25 +105,9 @@ class RankState:
                 else:
                     k, stop = 0, int(end[lane])
                 if stop > f:
-                    C = np.cumsum(d[f:stop])
-                    if f > lane_ptr[lane]:
-                        C += T[f - 1]
-                    if k:
-                        # schedule.py's C + maximum.accumulate(max(Z - C, 0)), evaluated at the
-                        # edges' destinations only (same values; no full-length Z per segment)
-                        dd = e_dst[e0 : e0 + k] - f
-                        vals = T[e_src[e0 : e0 + k]] + e_w[e0 : e0 + k]
-                        first = np.empty(k, bool)
-                        first[0] = True
-                        np.not_equal(dd[1:], dd[:-1], out=first[1:])
-                        starts = np.flatnonzero(first)
-                        du = dd[starts]
-                        adj = np.maximum.accumulate(np.maximum(np.maximum.reduceat(vals, starts) - C[du], 0.0))
-                        lens = np.empty(len(du), np.int64)
-                        np.subtract(du[1:], du[:-1], out=lens[:-1])
-                        lens[-1] = stop - f - du[-1]
-                        C[du[0] :] += np.repeat(adj, lens)
-                    T[f:stop] = C
+                    segment_times(
+                        T, d, f, stop, f > lane_ptr[lane], e_src[e0 : e0 + k], e_dst[e0 : e0 + k], e_w[e0 : e0 + k]
+                    )
                     front[lane] = stop
                     eptr[lane] = e0 + k
                     progressed = True

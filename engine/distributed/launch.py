@@ -39,6 +39,9 @@ from engine.progress import Progress, report
 
 # lines a rank prints when its peer went away: such a rank is a victim, not the cause
 _PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "ECONNRESET")
+# gloo words a wait that ran out of time either way: "Timed out waiting ..." from a collective, or
+# "Application timeout caused pair closure" when the pair's own I/O deadline fires first
+_TIMED_OUT = ("Timed out", "timed out", "Application timeout")
 
 
 class RankFailed(TraceError):
@@ -300,7 +303,7 @@ def _stalled(procs, board: ProgressBoard, failed: RankExit) -> RankExit | None:
     rank whose progress counter is furthest behind the failed rank's. None when `failed` died of
     its own (killed, or its own error) or nothing is behind it."""
     last = _last_error_line(failed.stderr_tail)
-    timed_out = "Timed out" in last or "timed out" in last  # gloo may abort (SIGABRT) on it
+    timed_out = any(w in last for w in _TIMED_OUT)  # gloo may abort (SIGABRT) on it
     died_of_its_own = failed.returncode is not None and (
         failed.returncode < 0 or not any(w in last for w in _PEER_GONE)
     )  # a kill, or its own error
@@ -355,7 +358,7 @@ def _culprit(procs, errs, bad: list[int], include_running: bool = False) -> Rank
         if codes[r] is not None and codes[r] < 0:
             return RankExit(rank=r, returncode=codes[r], stderr_tail=tails[r])
     for r in bad:  # a rank that timed out waiting is the one the others' errors follow from
-        if "Timed out" in last[r] or "timed out" in last[r]:
+        if any(w in last[r] for w in _TIMED_OUT):
             return RankExit(rank=r, returncode=codes[r], stderr_tail=tails[r])
     for r in bad:
         if not any(s in last[r] for s in _PEER_GONE):

@@ -19,7 +19,7 @@ import pandas as pd
 
 from engine.errors import TraceError, malformed_as_trace_error
 from engine.trace.columns import fast_cat
-from engine.trace.vocab import GPU_ACTIVITY_CATS
+from engine.trace.vocab import GPU_ACTIVITY_CATS, LEGACY_CATS, modern_cat
 
 _NA = -(1 << 63)
 _GPU_CATS = frozenset(GPU_ACTIVITY_CATS)
@@ -28,6 +28,21 @@ _FLOW_PH = frozenset(("s", "f", "t"))
 
 def is_kineto(doc) -> bool:
     return isinstance(doc, dict) and "traceEvents" in doc
+
+
+def is_event_array(doc) -> bool:
+    """The Trace Event Format's array form (a top-level JSON list of events, as the 2020-21
+    profiler wrote it; Perfetto and chrome://tracing accept it): a list whose first objects are
+    trace events (they have a `ph`). An empty list is no trace."""
+    if not isinstance(doc, list) or not doc:
+        return False
+    head = [e for e in doc[:16] if isinstance(e, dict)]
+    return bool(head) and all("ph" in e for e in head)
+
+
+def as_kineto(doc):
+    """A Kineto document of either form: the array form becomes `{"traceEvents": doc}`."""
+    return {"traceEvents": doc} if is_event_array(doc) else doc
 
 
 def _nullable(values: list) -> pd.arrays.IntegerArray:
@@ -193,6 +208,8 @@ def _parse(doc: dict, path: str, rank: int, rank_fixed: bool):
             cat = cat if type(cat) is str else s(cat)
             name = e.get("name", "")
             name = name if type(name) is str else s(name)
+            if cat in LEGACY_CATS:
+                cat = modern_cat(cat, name)
             cat_l.append(cat)
             name_l.append(name)
             pid = e.get("pid", "")
@@ -206,7 +223,8 @@ def _parse(doc: dict, path: str, rank: int, rank_fixed: bool):
             get = args.get
             stream_l.append(get("stream", NA))
             corr_l.append(get("correlation", NA))
-            ext_l.append(get("External id", NA))
+            ext = get("External id")
+            ext_l.append(get("external id", NA) if ext is None else ext)  # lower case: legacy runtime calls
             rf_l.append(get("Record function id", NA))
             seq_l.append(get("Sequence number", NA))
             fwd_l.append(get("Fwd thread id", NA))

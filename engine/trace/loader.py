@@ -35,7 +35,7 @@ from engine.trace import safe_io
 from engine.trace.categories import categorize
 from engine.trace.et import is_et, parse_et, parse_et_typed
 from engine.trace.et_typed import TYPED_DOCS, decode_chakra
-from engine.trace.kineto import is_kineto, parse_kineto
+from engine.trace.kineto import as_kineto, is_kineto, parse_kineto
 from engine.trace.model import PHASES, Trace
 from engine.trace.pairing import check_link, check_ranks, et_pid, kineto_pids
 from engine.trace.ranks import ranks_of
@@ -70,11 +70,17 @@ def _decode(blob: safe_io.Blob, typed: bool = True):
         doc = _decode_lenient(data)
         if doc is None:
             raise TraceError(f"not valid JSON ({str(exc).splitlines()[0][:120]})", blob.path) from None
+    doc = as_kineto(doc)
     if is_et(doc) or is_kineto(doc):
         return doc
     if isinstance(doc, dict):
         keys = ", ".join(list(map(str, doc))[:8]) or "none"
         raise TraceError(f"not an execution trace or Kineto trace: top-level keys {keys}", blob.path)
+    if isinstance(doc, list):
+        raise TraceError(
+            "not an execution trace or Kineto trace: a top-level JSON list whose items are no trace events (no 'ph')",
+            blob.path,
+        )
     raise TraceError(f"not an execution trace or Kineto trace: top-level JSON {type(doc).__name__}", blob.path)
 
 

@@ -12,6 +12,8 @@ Category groups (Kineto `cat`):
   RUNTIME_CATS       host runtime/driver calls (launches, syncs): the CPU side of GPU work
   MARKER_CATS        rows that mark something rather than occupy a thread or stream
   ANNOTATION_CATS    host labels (record_function, python stacks): they nest work, they are not work
+  LEGACY_CATS        the 2020-21 profiler's names (Operator, Kernel, Runtime, Memcpy, Memset),
+                     renamed to the ones above by both parsers (the loader's and the store's)
 
 Communication (`is_comm`): a name is communication when
   1. it starts with a backend or c10d prefix (`COMM_PREFIXES`: c10d::, c10d_functional::,
@@ -40,6 +42,27 @@ RUNTIME_CATS: tuple[str, ...] = ("cuda_runtime", "cuda_driver", "hip_runtime", "
 MARKER_CATS: tuple[str, ...] = ("Trace", "cuda_sync", "gpu_user_annotation", "gpu_instr", "ac2g", "fwdbwd")
 ANNOTATION_CATS: tuple[str, ...] = ("user_annotation", "python_function", "gpu_user_annotation")
 STEP_PREFIX = "ProfilerStep#"
+
+LEGACY_CATS: dict[str, str] = {
+    "Operator": "cpu_op",
+    "Kernel": "kernel",
+    "Runtime": "cuda_runtime",
+    "Memcpy": "gpu_memcpy",
+    "Memset": "gpu_memset",
+}
+"""The 2020-21 profiler's category names (capitalised; Trace Event Format array form) -> today's.
+A legacy `Runtime` call whose name starts with `hip` is a `hip_runtime` (`modern_cat`)."""
+
+
+def modern_cat(cat: str, name: str) -> str:
+    """Today's category of an event written with a legacy one (`LEGACY_CATS`), else `cat`."""
+    new = LEGACY_CATS.get(cat)
+    if new is None:
+        return cat
+    if new == "cuda_runtime" and name.startswith("hip"):
+        return "hip_runtime"
+    return new
+
 
 BACKEND_PREFIXES: tuple[str, ...] = ("gloo:", "nccl:", "mpi:", "ucc:")
 COMM_PREFIXES: tuple[str, ...] = (

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.trace.kineto import _GPU_CATS, _NA, _as_int, _int_column, _time_warnings
+from engine.trace.vocab import LEGACY_CATS, modern_cat
 
 
 class _Missing:
@@ -43,6 +44,7 @@ class Args(msgspec.Struct, gc=False):
     stream: int | str = _NA
     correlation: int | str = _NA
     external_id: int | str = msgspec.field(default=_NA, name="External id")
+    external_id_lc: int | str = msgspec.field(default=_NA, name="external id")  # legacy runtime calls
     rf_id: int | str = msgspec.field(default=_NA, name="Record function id")
     seq_num: int | str = msgspec.field(default=_NA, name="Sequence number")
     fwd_tid: int | str = msgspec.field(default=_NA, name="Fwd thread id")
@@ -128,8 +130,13 @@ def tables(items: list[Item], path: str, rank: int, ev0: int, schemas: dict) -> 
     xs = [e for e in items if e.ph == "X"]
     cat = [e.cat for e in xs]
     name = [e.name for e in xs]
+    if not LEGACY_CATS.keys().isdisjoint(cat):  # the 2020-21 profiler's names
+        cat = [modern_cat(c, n) for c, n in zip(cat, name, strict=True)]
     pid = [e.pid for e in xs]
     args = [_NO_ARGS if e.args is None else e.args for e in xs]
+    for a in args:
+        if a.external_id_lc != _NA and a.external_id == _NA:
+            a.external_id = a.external_id_lc
     ts = np.array([e.ts for e in xs], np.float64)
     dur = np.array([e.dur or 0.0 for e in xs], np.float64)
     gpu = _GPU_CATS

@@ -159,6 +159,9 @@ class KinetoScanner:
         self.carry = b""  # array text after the last complete item
         self.found = False
         self.hold = b""  # state 0: the last bytes of a block, which may begin the key
+        self.started = False  # a non-blank byte has been seen
+        self.wrapped = False  # the array form: the document is the events list itself
+        self.checked = False  # the array form's first items were seen to be trace events
 
     def _scan(self, block: bytes) -> _Block:
         """Where a block's unescaped quotes and structural brackets are, and the depth after each
@@ -207,7 +210,39 @@ class KinetoScanner:
         return blk
 
     def feed(self, block: bytes) -> list[list]:
-        """The lists of traceEvents items that this block completes (decoded)."""
+        """The lists of traceEvents items that this block completes (decoded).
+
+        The Trace Event Format's array form (a top-level `[` as the 2020-21 profiler wrote it) is
+        read as `{"traceEvents": [...]}`: the scanner is fed that prefix, and `finish` the `}`."""
+        if not self.started:
+            body = block[3:] if block[:3] == b"\xef\xbb\xbf" else block
+            first = body.lstrip(b" \t\r\n")
+            if not first:
+                return []
+            self.started = True
+            if first[:1] == b"[":
+                self.wrapped = True
+                block = b'{"traceEvents":' + first
+        out = self._feed(block)
+        if self.wrapped and out and not self.checked:
+            self._check_events(out[0])
+        return out
+
+    def _check_events(self, items: list) -> None:
+        """The array form is a trace only when its items are trace events (objects with a `ph`)."""
+        head = items[:16]
+        ok = bool(head) and all(
+            (isinstance(e, dict) and "ph" in e) or (not isinstance(e, dict) and getattr(e, "ph", "") != "")
+            for e in head
+        )
+        if not ok:
+            raise NotKineto(
+                "not an execution trace or Kineto trace: a top-level JSON list whose items are no trace events (no 'ph')",
+                self.path,
+            )
+        self.checked = True
+
+    def _feed(self, block: bytes) -> list[list]:
         out: list[list] = []
         skip = 0
         if self.state == 0:
@@ -300,6 +335,11 @@ class KinetoScanner:
 
     def finish(self) -> dict:
         """The decoded skeleton; a TraceError when the document is truncated or no Kineto trace."""
+        if self.wrapped:
+            self.wrapped = False
+            self._feed(b"}")
+            if not self.checked:
+                raise NotKineto("not a Kineto trace: an empty top-level JSON list", self.path)
         if self.hold:
             hold, self.hold = self.hold, b""
             self._scan(hold)

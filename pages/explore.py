@@ -190,7 +190,7 @@ elif view == "Analysis":
         if cp["collectives"]:
             st.caption("Collectives on the path: " + ", ".join(list(cp["collectives"])[:8]))
         st.caption(
-            "The longest path through the simulator's schedule of this trace (engine/analysis/critical_path.py): "
+            "The longest path through the simulator's schedule of this trace (engine/simulate/critical_path.py): "
             "its length is the step; it moves to the rank that arrived last at each collective."
         )
     lag = sim["stragglers"]

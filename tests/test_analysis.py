@@ -199,7 +199,7 @@ def test_analysis_imports_without_torch_or_plotly():
     import sys
 
     code = (
-        "import sys, engine.analysis.breakdown, engine.analysis.critical_path, engine.analysis.stragglers, "
+        "import sys, engine.analysis.breakdown, engine.simulate.critical_path, engine.simulate.stragglers, "
         "engine.analysis.selftime, engine.trace.vocab, engine.trace.intervals, engine.compare.traces; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'plotly', 'streamlit') or m.startswith('engine.figures')]; "
         "assert not bad, bad[:5]; print('ok')"

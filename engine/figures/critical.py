@@ -1,6 +1,6 @@
 """The critical path drawn across ranks: one lane per rank, the path's pieces as bars coloured by
 kind, and a line through the path's hand-offs where it moves from one rank to another (the
-rank that arrived last at a collective). Drawing only: engine.analysis.critical_path computes.
+rank that arrived last at a collective). Drawing only: engine.simulate.critical_path computes.
 """
 
 from __future__ import annotations

@@ -10,9 +10,11 @@ import numpy as np
 from engine.analysis.breakdown import TimeBreakdown
 from engine.progress import Progress, report
 from engine.simulate.config import SimConfig
+from engine.simulate.critical_path import critical_path
 from engine.simulate.graph import build_graph
 from engine.simulate.result import SimResult, iteration_ms, predicted_trace
 from engine.simulate.schedule import solve
+from engine.simulate.stragglers import straggler_table
 
 if TYPE_CHECKING:
     from engine.trace.model import Trace
@@ -75,11 +77,6 @@ def simulate(
         measured = None  # a changed setup has no measured counterpart in this trace
     bd = TimeBreakdown.from_events(pred.events)
     measured_bd = TimeBreakdown.from_events(events)
-    # late: engine.analysis reads the simulator's graph types, so importing engine.analysis
-    # first must not run this package's __init__ into a half-imported critical_path
-    from engine.analysis.critical_path import critical_path
-    from engine.analysis.stragglers import straggler_table
-
     cp = critical_path(g, sched)
     lag = straggler_table(g, sched, cp, predicted)
     report(progress, 1.0, "done")

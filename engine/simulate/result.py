@@ -13,13 +13,13 @@ in the same shape needs no special casing anywhere downstream.
                                         when edits change the setup
     error_pct               float|null  predicted / measured - 1, in %
     ranks                   [int]       ranks simulated
-    breakdown               {...}       the prediction's TimeBreakdown (engine/analysis/
+    breakdown               {...}       the prediction's TimeBreakdown (engine/simulate/
                                         breakdown.py, docs/analysis.md): step_ms, compute_ms,
                                         communication_ms, exposed_communication_ms, idle_ms (ms
                                         per step, means over ranks and steps; compute + exposed
                                         + idle = step), basis ("gpu"|"cpu"), steps, ranks [{...}]
     measured_breakdown      {...}       the same of the trace itself (what Explore shows)
-    critical_path           {...}|null  the schedule's longest path (engine/analysis/
+    critical_path           {...}|null  the schedule's longest path (engine/simulate/
                                         critical_path.py): ms (= the step), by_kind {compute,
                                         communication, launch_host, sync_wait, idle}, ranks
                                         {rank: ms}, top_ops [{name, kind, ms}], collectives
@@ -62,6 +62,7 @@ import pandas as pd
 
 from engine.analysis.steps import iteration_ms, step_spans
 from engine.simulate.schedule import Schedule
+from engine.simulate.stragglers import straggler
 from engine.simulate.taskgraph import TaskGraph, take_rows
 
 __all__ = ["SimResult", "export_kineto", "iteration_ms", "predicted_events", "predicted_trace", "step_spans"]
@@ -78,8 +79,8 @@ class SimResult:
     predicted_iteration_ms: float
     breakdown: Any  # engine.analysis.breakdown.TimeBreakdown of the predicted events
     measured_breakdown: Any = None  # the same of the trace's own events (what Explore shows)
-    critical_path: Any = None  # engine.analysis.critical_path.CriticalPath of the schedule
-    stragglers: Any = None  # engine.analysis.stragglers.straggler_table (a DataFrame)
+    critical_path: Any = None  # engine.simulate.critical_path.CriticalPath of the schedule
+    stragglers: Any = None  # engine.simulate.stragglers.straggler_table (a DataFrame)
     sim_s: float
     build_s: float
     warnings: list[str] = field(default_factory=list)
@@ -130,8 +131,6 @@ class SimResult:
 def _stragglers_json(table: Any) -> dict[str, Any] | None:
     if table is None or len(table) < 2:
         return None
-    from engine.analysis.stragglers import straggler
-
     rows = [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in r.items()} for r in table.to_dict("records")]
     return {"straggler": straggler(table), "ranks": rows}
 

@@ -9,7 +9,7 @@ blamed only for the time others waited for it:
                   another rank arrived later, charged to the rank that arrived last (time
                   covered, so concurrent collectives count once);
   waited_ms       the same time, on the rank that waited (never a reason to flag it).
-The reason is what the late rank did on the critical path (engine.analysis.critical_path):
+The reason is what the late rank did on the critical path (engine.simulate.critical_path):
 "compute" (its own compute), "late collective" (communication before it arrived: an earlier
 collective ran late) or "host stall" (launch/host overhead and sync waits).
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from engine.analysis.critical_path import CriticalPath, Kind
+from engine.simulate.critical_path import CriticalPath, Kind
 from engine.simulate.schedule import Schedule
 from engine.simulate.taskgraph import EDGE_KINDS, EdgeKind, TaskGraph
 from engine.trace import intervals as iv

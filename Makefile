@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	  else $(BIN)/pip install -q torch==2.13.0 || \
 	       $(BIN)/pip install -q torch --index-url https://download.pytorch.org/whl/cpu; fi; \
 	fi
-	$(BIN)/pip install -q -e ".[ui,test,gpu,cli]"
+	$(BIN)/pip install -q -e ".[ui,test,gpu,cli,fleet]"
 	@# the optional `dlrm` extra (FBGEMM) where its wheel fits: CPU torch 2.13 on linux x86_64
 	@if $(BIN)/python -c "import sys, torch; sys.exit(0 if torch.__version__.startswith('2.13') and not torch.cuda.is_available() else 1)" 2>/dev/null; then \
 	  $(BIN)/pip install -q -e ".[dlrm]" || echo "note: the dlrm extra (fbgemm-gpu-cpu) did not install; FBGEMM tests skip"; \

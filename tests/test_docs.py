@@ -46,13 +46,17 @@ def test_cli_md_lists_every_command_and_option():
 
     text = (ROOT / "docs" / "cli.md").read_text()
     (subs,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    assert len(subs.choices) == 8  # info capture replay compare compose simulate sql app
+    assert len(subs.choices) == 9  # info capture replay compare compose simulate sql fleet app
     for name, sub in subs.choices.items():
         assert f"## mystique {name}" in text
-        for a in sub._actions:
-            for opt in a.option_strings:
-                if opt not in ("-h", "--help"):
-                    assert f"`{opt}`" in text, (name, opt)
+        nested = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+        parsers = [(name, sub)] + [(f"{name} {n}", p) for a in nested for n, p in a.choices.items()]
+        for label, p in parsers:
+            assert f"mystique {label}" in text, label
+            for a in p._actions:
+                for opt in a.option_strings:
+                    if opt not in ("-h", "--help"):
+                        assert f"`{opt}`" in text, (label, opt)
 
 
 def test_info_keys_are_in_their_contract():

@@ -166,6 +166,11 @@ def render() -> str:
         out.append("")
         out.extend(_options(sub))
         out.append("")
+        for sname, ssub in _subparsers(sub).items():  # a command with subcommands (fleet ingest|suite)
+            out.append(f"### mystique {name} {sname}\n")
+            out.extend(["```text", _usage(ssub), "```", ""])
+            out.extend(_options(ssub))
+            out.append("")
         for module in CONTRACTS.get(name, ()):
             out.append(f"### Contract: `{module.replace('.', '/')}.py`\n")
             out.extend(_fenced(_docstring(module)))

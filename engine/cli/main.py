@@ -13,7 +13,7 @@ import sys
 
 from engine.errors import TraceError
 
-COMMANDS = ("info", "capture", "replay", "compare", "compose", "simulate", "sql", "app")
+COMMANDS = ("info", "capture", "replay", "compare", "compose", "simulate", "sql", "fleet", "app")
 
 
 def build_parser() -> argparse.ArgumentParser:

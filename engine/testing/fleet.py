@@ -201,3 +201,112 @@ def _tile_iters(iters: list[dict], tiles: int, span: float) -> list[dict]:
                 name = f"{STEP}{int(name[len(STEP) :]) + width * k}"
             out.append({**it, "name": name, "ts_us": it["ts_us"] + span * k})
     return out
+
+
+PLANTED_MIXES: dict[str, dict[str, float]] = {
+    "llm_train": {"gemm": 0.5, "attention": 0.2, "memory": 0.15, "all_reduce": 0.1, "idle": 0.05},
+    "cnn_train": {"conv": 0.6, "memory": 0.25, "gemm": 0.05, "host": 0.1},
+    "recsys": {"embedding": 0.35, "all_to_all": 0.25, "gemm": 0.2, "memory": 0.1, "host": 0.1},
+    "host_bound_infer": {"gemm": 0.15, "memory": 0.1, "host": 0.6, "idle": 0.15},
+    "comm_bound": {"all_reduce": 0.45, "gemm": 0.25, "memory": 0.1, "idle": 0.2},
+}
+"""Planted time mixes of a synthetic job fleet (`planted_fleet`): the groups a suite must find."""
+_KERNEL_OF = {
+    "gemm": "volta_sgemm_128x64_nn",
+    "conv": "void implicit_convolve_sgemm<float, float, 128, 6, 7, 3, 3, 5, 1, false, true, true>",
+    "attention": "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4>>",
+    "memory": "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>",
+    "embedding": "void split_embedding_codegen_forward_unweighted_kernel<float, float, float, long, 5ul>",
+    "all_reduce": "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)",
+    "all_to_all": "ncclDevKernel_SendRecv_AllToAll(ncclDevKernelArgsStorage<4096ul>)",
+}
+
+
+def planted_fleet(
+    out_dir: Path, n_jobs: int, *, seed: int = 0, steps: int = 3, step_us: float = 10_000.0, kernel_us: float = 50.0
+) -> list[tuple[Path, str]]:
+    """`n_jobs` small GPU Kineto traces under `out_dir`, each drawn from one of `PLANTED_MIXES`
+    (round robin) with Dirichlet noise: (path, planted group) per job. Each step is a
+    `ProfilerStep#N` span holding runs of kernels of each class (launched by a cpu_op and a
+    cudaLaunchKernel), host-only work (`host`: a cpu_op while the GPU idles) and gaps (`idle`)."""
+    import random
+
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    shuffle = random.Random(seed)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    groups = list(PLANTED_MIXES)
+    jobs = []
+    for j in range(n_jobs):
+        group = groups[j % len(groups)]
+        mix = PLANTED_MIXES[group]
+        keys = list(mix)
+        share = rng.dirichlet([300.0 * mix[k] for k in keys])
+        evs: list[dict] = [
+            {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}},
+            {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}},
+        ]
+        t, corr = 0.0, 0
+        for s in range(steps):
+            start = t
+            parts = list(zip(keys, share))
+            shuffle.shuffle(parts)
+            for key, sh in parts:
+                span = float(sh) * step_us
+                if key == "idle":
+                    t += span
+                    continue
+                if key == "host":
+                    evs.append(
+                        {"ph": "X", "cat": "cpu_op", "name": "aten::to", "pid": 1, "tid": 1, "ts": t, "dur": span}
+                    )
+                    t += span
+                    continue
+                n = max(1, round(span / kernel_us))
+                d = span / n
+                for _ in range(n):
+                    corr += 1
+                    evs.append(
+                        {"ph": "X", "cat": "cpu_op", "name": "aten::op", "pid": 1, "tid": 1, "ts": t, "dur": 2.0}
+                    )
+                    evs.append(
+                        {
+                            "ph": "X",
+                            "cat": "cuda_runtime",
+                            "name": "cudaLaunchKernel",
+                            "pid": 1,
+                            "tid": 1,
+                            "ts": t + 0.5,
+                            "dur": 1.0,
+                            "args": {"correlation": corr},
+                        }
+                    )
+                    evs.append(
+                        {
+                            "ph": "X",
+                            "cat": "kernel",
+                            "name": _KERNEL_OF[key],
+                            "pid": 0,
+                            "tid": 7,
+                            "ts": t,
+                            "dur": d,
+                            "args": {"device": 0, "stream": 7, "correlation": corr},
+                        }
+                    )
+                    t += d
+            evs.append(
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": f"ProfilerStep#{s}",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": start,
+                    "dur": t - start,
+                }
+            )
+        path = out_dir / f"job{j:04d}_{group}.json"
+        path.write_bytes(orjson.dumps({"traceEvents": evs, "deviceProperties": [{"id": 0, "name": "Synthetic GPU"}]}))
+        jobs.append((path, group))
+    return jobs

@@ -34,6 +34,7 @@ PAGES = [
     st.Page(str(ROOT / "pages" / "replay.py"), title="Replay", icon=":material/play_arrow:"),
     st.Page(str(ROOT / "pages" / "compare.py"), title="Compare", icon=":material/compare_arrows:"),
     st.Page(str(ROOT / "pages" / "whatif.py"), title="What-if", icon=":material/online_prediction:"),
+    st.Page(str(ROOT / "pages" / "fleet.py"), title="Fleet", icon=":material/hub:"),
 ]
 try:
     st.navigation(PAGES).run()

@@ -120,6 +120,20 @@ def pick(sigs: pd.DataFrame, budget: int, *, seed: int = 0, max_candidates: int 
     )
 
 
+def projection(sigs: pd.DataFrame, clusters: int, *, seed: int = 0) -> pd.DataFrame:
+    """job, x, y (the first two principal components of the share vectors) and cluster (k-means,
+    `clusters` groups): the Fleet page's map of the jobs."""
+    from sklearn.cluster import KMeans
+    from sklearn.decomposition import PCA
+
+    x = share_matrix(sigs)
+    n = len(x)
+    xy = PCA(n_components=2, random_state=seed).fit_transform(x) if n >= 2 else np.zeros((n, 2))
+    k = max(1, min(clusters, n))
+    labels = KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(x) if n >= k else np.zeros(n, int)
+    return pd.DataFrame({"job": sigs["job"].astype(str).to_numpy(), "x": xy[:, 0], "y": xy[:, 1], "cluster": labels})
+
+
 def baselines(sigs: pd.DataFrame, budget: int, *, n_random: int = 100, seed: int = 0) -> dict[str, Any]:
     """Distances a suite must beat: random `budget`-job picks (median, over `n_random`) and the
     `budget` longest jobs by step_ms, each with fitted weights."""

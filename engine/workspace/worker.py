@@ -81,9 +81,33 @@ def run_rank_summary(job: dict, out_dir, progress) -> dict:
     }
 
 
+def run_fleet_ingest(job: dict, out_dir, progress) -> dict:
+    """params: paths (trace files and folders of jobs), scheduler. One signature per job through
+    the trace store (engine.fleet), written to the run folder as signatures.parquet + fleet.json."""
+    import json
+
+    import pandas as pd
+
+    from engine.fleet.jobs import discover, signatures
+
+    p = job["params"]
+    jobs = discover(list(p["paths"]))
+    rows = signatures(jobs, scheduler=p.get("scheduler"), progress=progress)
+    good = [r for r in rows if "skipped" not in r]
+    skipped = [r for r in rows if "skipped" in r]
+    out = Path(out_dir)
+    pd.DataFrame(good).to_parquet(out / "signatures.parquet", index=False)
+    (out / "fleet.json").write_text(json.dumps({"jobs": len(good), "skipped": skipped, "paths": p["paths"]}))
+    return {
+        "result_path": str(out / "signatures.parquet"),
+        "summary": {"fleet": str(out), "jobs": len(good), "skipped": len(skipped)},
+    }
+
+
 JOB_KINDS: dict[str, Callable[[dict, object, Callable[[float, str], None]], dict]] = {
     "replay": run_replay,
     "rank_summary": run_rank_summary,
+    "fleet_ingest": run_fleet_ingest,
 }
 
 

@@ -1,0 +1,110 @@
+"""Fleet page: many jobs signed through the trace store, and a weighted suite that stands for them
+(issue 35). The signing runs in a worker process (progress, cancel); this page reads its table."""
+
+from pathlib import Path
+
+import streamlit as st
+
+from app import fleet, scheduler, state
+from app.escape import md
+from engine.errors import TraceError
+from engine.figures.fleet import jobs_scatter, mix_bars
+
+st.title("Fleet")
+st.caption(
+    "One signature per job (a trace file, or a folder's rank files): where its measured step goes, by kernel class, "
+    "collective, host overhead and idle (engine/fleet/signature.py). A suite of N jobs with weights matches the "
+    "fleet's mix (`mystique fleet suite` does the same)."
+)
+with st.form("fleet_form"):
+    text = st.text_area("Jobs: trace files and folders, one per line", key="fleet_paths", height=90)
+    sched = scheduler.widget()
+    go = st.form_submit_button("Sign the fleet", type="primary")
+paths = [p.strip() for p in (text or "").splitlines() if p.strip()]
+if go:
+    if not paths:
+        st.error("Name at least one trace file or folder.")
+    elif sched is not None:
+        try:
+            fleet.submit(paths, str(sched))
+        except TraceError as exc:
+            st.error(md(str(exc)))
+        st.rerun()
+
+
+@st.fragment(run_every=1.0)
+def _progress() -> None:
+    state.runner().pump()
+    act = fleet.active()
+    for j in act:
+        c = st.columns([5, 1])
+        c[0].progress(
+            float(j["fraction"] or 0.0), text=md(f"job {j['id']} · {j['status'].value} · {j['message'] or ''}")
+        )
+        if c[1].button("Cancel", key=f"fleet_cancel_{j['id']}"):
+            try:
+                state.runner().cancel(j["id"])
+            except TraceError as exc:
+                state.catalog_error(exc)
+            st.rerun()
+    if st.session_state.get("_fleet_active") and not act:
+        st.session_state["_fleet_active"] = False
+        st.rerun(scope="app")
+    st.session_state["_fleet_active"] = bool(act)
+
+
+if fleet.active():
+    _progress()
+if why := fleet.last_failure():
+    st.caption(md(why))
+done = fleet.fleets()
+if not done:
+    st.info("Sign a fleet: name the folders that hold its jobs' traces.")
+    st.stop()
+pick_id = st.selectbox(
+    "Fleet",
+    [f["id"] for f in done],
+    format_func=lambda i: next(f"run {f['id']}: {f['jobs']} jobs" for f in done if f["id"] == i),
+    key="fleet_pick",
+)
+folder = next(f["folder"] for f in done if f["id"] == pick_id)
+sigs = fleet.signatures(folder)
+if len(sigs) < 2:
+    st.warning("This fleet has fewer than two jobs: nothing to choose from.")
+    st.stop()
+budget = st.slider("Suite size", 1, min(20, len(sigs)), min(5, len(sigs)), key="fleet_budget")
+suite, base, points = fleet.suite(folder, budget)
+c = st.columns(4)
+c[0].metric("jobs", f"{len(sigs):,}")
+c[1].metric("suite L1 to the fleet", f"{suite.l1:.3f}")
+c[2].metric("random picks (median)", f"{base['random_median_l1']:.3f}")
+c[3].metric(f"{budget} longest jobs", f"{base['longest_l1']:.3f}")
+left, right = st.columns(2)
+left.plotly_chart(jobs_scatter(points), key="fleet_map", width="stretch")
+right.plotly_chart(mix_bars(suite.fleet, suite.suite), key="fleet_mix", width="stretch")
+members = sigs.iloc[suite.picks][["job", "device", "step_ms", "path"]].assign(weight=suite.weights)
+st.subheader("Suite")
+st.dataframe(
+    members[["job", "weight", "device", "step_ms", "path"]],
+    hide_index=True,
+    key="fleet_members",
+    column_config={"weight": st.column_config.ProgressColumn("weight", format="percent", min_value=0.0, max_value=1.0)},
+)
+if st.button("Write the suite", key="fleet_write"):
+    st.success(md(f"suite written: {fleet.write_suite(folder, budget)}"))
+if skipped := fleet.skipped(folder):
+    with st.expander(f"{len(skipped)} file(s) skipped"):
+        st.dataframe(skipped, hide_index=True)
+st.subheader("Open a job")
+c = st.columns([4, 1])
+job = c[0].selectbox("Job", sigs["job"].astype(str).tolist(), key="fleet_job")
+if c[1].button("Open in Explore", key="fleet_open"):
+    row = sigs[sigs["job"].astype(str) == job].iloc[0]
+    try:
+        name = state.unique_name(str(job).split("/")[-1])
+        state.add_trace(name, [str(row["path"])])
+        state.make_current(name)
+    except TraceError as exc:
+        st.error(md(str(exc)))
+    else:
+        st.switch_page(str(Path(__file__).resolve().parent / "explore.py"))  # as the router names it

@@ -1,0 +1,62 @@
+"""The Fleet page through Streamlit's AppTest: a planted fleet signed by a worker process, the
+suite drawn from its table (map, class mix, members), the suite written, a job opened in Explore."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+pytest.importorskip("sklearn")
+from streamlit.testing.v1 import AppTest
+
+from engine.testing.fleet import planted_fleet
+
+ROOT = Path(__file__).resolve().parents[1]
+MAIN = str(ROOT / "app" / "main.py")
+
+
+def _ok(at):
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def test_fleet_page_signs_picks_writes_and_opens(tmp_path, monkeypatch, cache_dir):
+    from engine.workspace import Catalog, JobRunner
+
+    jobs = planted_fleet(tmp_path / "jobs", 15)
+    monkeypatch.setenv("MYSTIQUE_UI_DIR", str(tmp_path / "ui"))
+    monkeypatch.setenv("MYSTIQUE_APP_SCHEDULER", "serial")
+    at = AppTest.from_file(MAIN, default_timeout=180)
+    at.run()
+    at.switch_page("../pages/fleet.py")
+    at.run()
+    _ok(at)
+    assert any("Sign a fleet" in i.value for i in at.info)
+    at.text_area(key="fleet_paths").set_value(str(tmp_path / "jobs"))
+    at.button[0].click()  # the form's submit button
+    at.run()
+    _ok(at)
+    cat = Catalog(Path(os.environ["MYSTIQUE_UI_DIR"]) / "workspace")
+    (job,) = cat.jobs(kind="fleet_ingest")
+    done = JobRunner(cat).wait(job["id"], timeout_s=300)
+    assert done["status"].value == "done", done.get("error")
+    at.run()
+    _ok(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["jobs"] == str(len(jobs))
+    assert float(metrics["suite L1 to the fleet"]) < float(metrics["random picks (median)"])
+    members = at.dataframe[0].value  # the suite table (the first on the page)
+    assert len(members) == 5 and abs(members["weight"].sum() - 1) < 1e-9
+    at.button(key="fleet_write").click()
+    at.run()
+    _ok(at)
+    man = json.loads((Path(done["summary"]["fleet"]) / "suite_5" / "manifest.json").read_text())
+    assert [m["job"] for m in man["members"]] == members["job"].tolist()
+    at.selectbox(key="fleet_job").set_value(members["job"].iat[0])
+    at.button(key="fleet_open").click()
+    at.run()
+    _ok(at)
+    assert at.session_state["current"] == members["job"].iat[0].split("/")[-1]

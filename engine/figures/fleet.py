@@ -38,7 +38,7 @@ def jobs_scatter(points: pd.DataFrame) -> go.Figure:
             name="suite",
             text=[f"{w:.0%}" for w in picks["weight"]],
             textposition="top center",
-            marker={"size": 16, "symbol": "star", "color": "black", "line": {"width": 1, "color": "white"}},
+            marker={"size": 16, "symbol": "star", "color": "gold", "line": {"width": 1, "color": "black"}},
             customdata=picks[["job", "weight"]].to_numpy(),
             hovertemplate="%{customdata[0]}<br>weight %{customdata[1]:.1%}<extra>suite</extra>",
         )

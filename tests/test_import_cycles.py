@@ -1,4 +1,4 @@
-"""engine/ has no import circles between its modules.
+"""engine/ has no import circles between its modules, and its packages stack in layers.
 
 A circle makes import order matter and hides which of two modules is the lower layer. The two
 the review of issue 25 found (replay's `Resolved`/`DispatchError` living in their biggest user;
@@ -7,6 +7,17 @@ inside functions, so this test counts every import, at module level or inside a 
 ``if TYPE_CHECKING:`` blocks, which never run, are left out). It builds the module import graph
 from the source with ``ast`` and fails naming each circle, so a new one is caught the day it
 appears.
+
+Layers (`LAYERS`, lowest first; docs/architecture.md draws them): a package may import only
+packages of lower layers; packages that share a layer are peers and import neither each other.
+The order is read from the code, not wished on it: compose sits above replay and compare because
+it measures a composed benchmark by replaying it (`compose.measure`), and above simulate because
+its sharding kinds plan with the simulator's planners. A check that holds for modules can still
+hide a package circle (trace -> compose -> ... -> trace through one late import each), so the
+layer test counts every import the module graph counts, late ones included. Run this file as a
+script to print the upward imports of a checkout (`python tests/test_import_cycles.py [ROOT]`:
+main before issue 34 had 2, trace.layout -> compose.shard.kinds and simulate.whatif.dims ->
+compose.transforms.scale).
 """
 
 from __future__ import annotations
@@ -19,9 +30,30 @@ import networkx as nx
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE = ROOT / "engine"
 
+# engine's packages (and top-level modules), lowest layer first; "engine" is engine/__init__.py
+LAYERS: list[tuple[str, ...]] = [
+    ("errors",),
+    ("engine",),
+    ("jsonio", "progress", "sysinfo", "chatter", "resources"),
+    ("fanout", "outdir", "metrics"),
+    ("settings",),
+    ("trace",),
+    ("user_regex",),
+    ("graph",),
+    ("analysis",),
+    ("simulate",),
+    ("distributed",),
+    ("replay",),
+    ("compare",),
+    ("compose", "capture"),
+    ("figures", "workspace", "testing"),
+    ("cli",),
+]
+LAYER = {pkg: i for i, tier in enumerate(LAYERS) for pkg in tier}
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
@@ -50,9 +82,9 @@ def _imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
     return out
 
 
-def import_graph() -> nx.DiGraph:
+def import_graph(root: Path = ROOT) -> nx.DiGraph:
     """Directed graph over engine modules: an edge a -> b when a imports b."""
-    modules = {_module_name(p): p for p in ENGINE.rglob("*.py")}
+    modules = {_module_name(p, root): p for p in (root / "engine").rglob("*.py")}
     g = nx.DiGraph()
     g.add_nodes_from(modules)
     for name, path in modules.items():
@@ -83,6 +115,27 @@ def import_circles() -> list[list[str]]:
     return sorted(sorted(c) for c in nx.strongly_connected_components(g) if len(c) > 1)
 
 
+def package_of(module: str) -> str:
+    """engine.simulate.whatif.dims -> simulate; engine.errors -> errors; engine -> engine."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def upward_imports(root: Path = ROOT) -> list[tuple[str, str]]:
+    """(importer, imported) module pairs whose packages break `LAYERS`: the imported package sits
+    in a higher layer, or in the same layer as a peer. A package missing from `LAYERS` counts
+    as breaking it (a new package must be placed)."""
+    out = []
+    for a, b in import_graph(root).edges():
+        pa, pb = package_of(a), package_of(b)
+        if pa == pb:
+            continue
+        la, lb = LAYER.get(pa), LAYER.get(pb)
+        if la is None or lb is None or lb >= la:
+            out.append((a, b))
+    return sorted(out)
+
+
 def test_the_graph_sees_engine_imports():
     """The walker finds real edges, late ones included (a broken walker would pass vacuously)."""
     g = import_graph()
@@ -97,6 +150,33 @@ def test_engine_has_no_import_circles():
     """No module of engine/ imports, at load time or later, a module that imports it back."""
     circles = import_circles()
     assert not circles, f"{len(circles)} import circle(s) in engine/: " + "; ".join(" <-> ".join(c) for c in circles)
+
+
+def test_every_engine_package_has_a_layer():
+    """A new package (or top-level module) is placed in `LAYERS`; a stale entry is removed."""
+    found = {package_of(n) for n in import_graph().nodes}
+    assert found == set(LAYER), f"unplaced: {sorted(found - set(LAYER))}; stale: {sorted(set(LAYER) - found)}"
+
+
+def test_engine_packages_import_only_lower_layers():
+    """No package imports a package of its own or a higher layer (late imports included), so the
+    packages form no circle: today's order holds with no exception."""
+    up = upward_imports()
+    assert not up, f"{len(up)} upward import(s) in engine/: " + "; ".join(f"{a} -> {b}" for a, b in up)
+
+
+def test_the_layer_check_sees_an_upward_import(tmp_path):
+    """The check is not vacuous: main before issue 34 had these two upward late imports."""
+    (tmp_path / "engine" / "trace").mkdir(parents=True)
+    (tmp_path / "engine" / "compose").mkdir()
+    (tmp_path / "engine" / "__init__.py").write_text("")
+    (tmp_path / "engine" / "trace" / "__init__.py").write_text("")
+    (tmp_path / "engine" / "compose" / "__init__.py").write_text("import engine.trace\n")
+    (tmp_path / "engine" / "trace" / "layout.py").write_text(
+        "def f():\n    from engine.compose import kinds\n    return kinds\n"
+    )
+    (tmp_path / "engine" / "compose" / "kinds.py").write_text("")
+    assert upward_imports(tmp_path) == [("engine.trace.layout", "engine.compose.kinds")]
 
 
 def test_package_names_are_not_shadowed_by_submodules():
@@ -118,3 +198,13 @@ def test_package_names_are_not_shadowed_by_submodules():
             if sub.name in names:
                 importlib.import_module(f"{info.name}.{sub.name}")
                 assert not isinstance(getattr(pkg, sub.name), types.ModuleType), f"{info.name}.{sub.name}"
+
+
+if __name__ == "__main__":  # python tests/test_import_cycles.py [ROOT]: the upward imports of a checkout
+    import sys
+
+    where = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT
+    found = upward_imports(where)
+    for a, b in found:
+        print(f"{a} -> {b}")
+    print(f"{len(found)} upward import(s) in {where / 'engine'}")

@@ -60,6 +60,11 @@ def test_exported_benchmark_is_composed_and_an_incomplete_one_is_refused(tmp_pat
     assert inp.kind is InputKind.COMPOSED and inp.rank_numbers == [0, 1]
     assert inp.spec["sharding"] == {"kind": "dp", "degree": 2} and inp.marker["world_size"] == 2
     assert [f.name for f in inp.files] == sorted(p.name for p in out.glob("rank_*.et.json*"))
+    marker = (out / "COMPLETE.json").read_text()
+    # the world size comes from the marker: one that disagrees with its own rank list is refused
+    (out / "COMPLETE.json").write_text(marker.replace('"world_size": 2', '"world_size": 3'))
+    with pytest.raises(TraceError, match=r"completion marker says 3 ranks but lists 2 rank file"):
+        resolve(out)
     (out / "COMPLETE.json").unlink()
-    with pytest.raises(TraceError, match=r"no COMPLETE\.json.*of the spec's 2"):
+    with pytest.raises(TraceError, match=r"no COMPLETE\.json.*2 rank file\(s\) on disk"):
         resolve(out)

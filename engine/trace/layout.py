@@ -110,7 +110,8 @@ def is_capture(path: str | os.PathLike) -> bool:
 # Completion marker of an exported benchmark folder (`COMPLETE.json`, written last by
 # engine.compose.export): the world size, each rank file's size and content hash, and the
 # content hashes of the source traces. A folder is replayed only when the marker is there and
-# the rank files on disk are exactly the ones it lists (and as many as the spec's world size).
+# the rank files on disk are exactly the ones it lists (as many as its world size). The world size
+# comes from the marker alone: reading it from spec.json would need compose's sharding registry.
 
 MARKER = "COMPLETE.json"
 SPEC = "spec.json"
@@ -152,34 +153,15 @@ def _read_spec(folder: Path) -> dict | None:
     return spec if isinstance(spec, dict) else None
 
 
-def _spec_world_size(spec: dict | None) -> int | None:
-    if spec is None:
-        return None
-    sh = spec.get("sharding")
-    if not isinstance(sh, dict):
-        return 1 if "segments" in spec else None  # a spec without sharding has one rank
-    # the sharding kinds (and which field counts their ranks) are compose's registry; it is
-    # torch-free, and asked only for a folder that is a composed benchmark
-    from engine.compose.shard.kinds import sharding_from_dict
-
-    try:
-        return sharding_from_dict(sh).world_size
-    except TraceError:
-        return None  # a bad sharding is the spec's problem to report; the marker check stays lenient
-
-
 def check_folder(folder: str | os.PathLike) -> dict:
     """The marker of a complete exported benchmark; a one-line TraceError when incomplete."""
     p = Path(folder)
     on_disk = rank_files(p)
-    want = _spec_world_size(_read_spec(p))
     mk = p / MARKER
     if not mk.is_file():
         raise TraceError(
             f"incomplete benchmark folder: no {MARKER} (compose was interrupted or is still running); "
-            f"{len(on_disk)} rank file(s) on disk"
-            + (f" of the spec's {want}" if want is not None else "")
-            + "; compose it again",
+            f"{len(on_disk)} rank file(s) on disk; compose it again",
             p,
         )
     try:
@@ -190,8 +172,8 @@ def check_folder(folder: str | os.PathLike) -> dict:
         raise TraceError("completion marker is not a benchmark marker", mk)
     listed = {int(r) for r in doc["ranks"]}
     world = doc.get("world_size")
-    if want is not None and world != want:
-        raise TraceError(f"completion marker says {world} ranks but spec.json says {want}", p)
+    if world != len(listed):  # the world size comes from the marker alone (export writes both)
+        raise TraceError(f"completion marker says {world} ranks but lists {len(listed)} rank file(s)", mk)
     if set(on_disk) != listed:
         missing = sorted(listed - set(on_disk))
         extra = sorted(set(on_disk) - listed)

@@ -195,12 +195,12 @@ class DimScale(Edit):
 
     def _infer(self, trace) -> int:
         """The batch a user does not know: dim 0 of the forward pass's first non-parameter input,
-        as batch scaling in compose infers it (`engine.compose.transforms.scale.infer_batch`)."""
+        as batch scaling in compose infers it (`engine.analysis.batch.infer_batch`)."""
         from engine.simulate.whatif.spec import SpecError
 
         if self.kind != "batch":
             raise SpecError("size", f"the {self.kind} edit needs a size (the dimension to scale)")
-        from engine.compose.transforms.scale import infer_batch
+        from engine.analysis.batch import infer_batch
         from engine.errors import TraceError
 
         ops, ten = trace.ops, trace.tensors

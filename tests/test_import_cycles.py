@@ -41,7 +41,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("user_regex",),
     ("graph",),
     ("analysis",),
-    ("simulate",),
+    ("simulate", "fleet"),
     ("distributed",),
     ("replay",),
     ("compare",),

@@ -13,11 +13,18 @@ import pandas as pd
 
 from engine.simulate.config import SimConfig
 from engine.simulate.taskgraph import EdgeKind, TaskGraph
-from engine.simulate.waits import HOST_WAIT_RX, LAUNCH_RX, SKEW_US, _lane_stream, backpressure, last_gpu_ends, split_waits
+from engine.simulate.waits import (
+    HOST_WAIT_RX,
+    LAUNCH_RX,
+    SKEW_US,
+    backpressure,
+    lane_stream,
+    last_gpu_ends,
+    split_waits,
+)
 from engine.trace import columns as _cols
 from engine.trace.vocab import RUNTIME_CATS, is_backend_comm
 from engine.user_regex import compile_user
-
 
 
 def build_edges(g: TaskGraph, cfg: SimConfig, events: pd.DataFrame, sync_rows: np.ndarray | None = None) -> None:
@@ -285,7 +292,7 @@ def event_wait_edges(g: TaskGraph, waits: SyncEvents) -> None:
     # GPU tasks with a launcher, grouped by (rank, stream), ordered by launch time then index
     gi = np.flatnonzero(t["gpu"].to_numpy() & (g.launcher >= 0))
     lt = g.pt_time[sp[g.launcher[gi]]]
-    g_stream = _lane_stream(g)[lane[gi]]
+    g_stream = lane_stream(g)[lane[gi]]
     src = np.full(len(wi), -1, np.int64)
     src_t = np.full(len(wi), -np.inf)
     dst = np.full(len(wi), -1, np.int64)

@@ -49,7 +49,7 @@ SKEW_US = 100.0
 _NO_STREAM = -(1 << 62)  # stream code of a lane whose tid is not an integer (never matches)
 
 
-def _lane_stream(g: TaskGraph) -> np.ndarray:
+def lane_stream(g: TaskGraph) -> np.ndarray:
     """Stream number of every lane (its tid as an integer), _NO_STREAM when it is not one."""
     out = np.full(len(g.lanes), _NO_STREAM, np.int64)
     for i, tid in enumerate(g.lanes["tid"]):
@@ -60,7 +60,9 @@ def _lane_stream(g: TaskGraph) -> np.ndarray:
     return out
 
 
-def last_gpu_ends(g: TaskGraph, calls: np.ndarray, want_stream: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def last_gpu_ends(
+    g: TaskGraph, calls: np.ndarray, want_stream: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Per call (task index) and per GPU lane of its rank (the one stream in `want_stream`, when
     >= 0): the last GPU task end at or before the call's return. Returns (src, dst) points."""
     t = g.tasks
@@ -69,13 +71,13 @@ def last_gpu_ends(g: TaskGraph, calls: np.ndarray, want_stream: np.ndarray | Non
     ce = g.pt_time[ep_c]
     want = np.full(len(calls), -1, np.int64) if want_stream is None else want_stream
     lanes = g.lanes
-    lane_stream = _lane_stream(g)
+    streams = lane_stream(g)
     src_l, dst_l = [], []
     for lane in np.flatnonzero(lanes["gpu"].to_numpy()):
         lr = int(lanes["rank"].iat[lane])
         a, b = g.lane_ptr[lane], g.lane_ptr[lane + 1]
         ends = np.flatnonzero(g.pt_end[a:b]) + a
-        sel = (rank == lr) & ((want < 0) | (want == lane_stream[lane]))
+        sel = (rank == lr) & ((want < 0) | (want == streams[lane]))
         if not len(ends) or not sel.any():
             continue
         k = np.searchsorted(g.pt_time[ends], ce[sel] + _TOL, side="right") - 1

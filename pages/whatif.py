@@ -70,7 +70,7 @@ def _run(content_hash: str, paths: tuple[str, ...], spec_json: str, cfg_json: st
     trace = views.load_paths(paths)
     cfg = SimConfig.parse(cfg_json)
     base = simulate(trace, config=cfg)
-    res = simulate(trace, spec_json, config=cfg)  # the spec parser names bad fields
+    res = simulate(trace, spec_json, config=cfg, sensitivity=True)  # the spec parser names bad fields
     cp = res.critical_path
     path = {"segments": cp.segments, "top_ops": cp.top_ops} if cp is not None else None
     return base.to_json(), res.to_json(), res.predicted.events, trace.events, path, res.stragglers
@@ -149,6 +149,13 @@ with tab_c:
             )
         if lag is not None and len(lag) > 1:
             st.dataframe(lag.round(3), hide_index=True, key="wi_stragglers")
+        sens = res.get("sensitivity")
+        if sens:
+            st.markdown(
+                f"**What should I optimise?** The step's change for each kind of work {sens['factor']:g}x faster"
+            )
+            st.dataframe(wfig.sensitivity_table(sens), hide_index=True, key="wi_sensitivity")
+            st.caption("Each row schedules the prediction again with that work sped up (not read off the path).")
     else:
         st.info("No critical path: the prediction has no tasks.")
 with tab_t:

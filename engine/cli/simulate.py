@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         raise TraceError("--scheduler applies to the fleet simulator: add --fleet (or give a trace store folder)")
     with progress_bar("simulate", enabled=not args.json) as cb:
         trace = _load(args.paths, cb)
-        result = simulate(trace, spec, config=cfg, progress=cb)
+        result = simulate(trace, spec, config=cfg, progress=cb, sensitivity=True)
     data = result.to_json()
     data["sources"] = [s.get("path") for s in trace.meta.get("sources", [])]
     if args.out:
@@ -108,6 +108,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"critical path: {cp['ms']:.3f} ms ({kinds}); on {ranks}")
         if cp["collectives"]:
             print("  collectives on it: " + ", ".join(list(cp["collectives"])[:5]))
+    sens = data.get("sensitivity")
+    if sens:
+        rows = [(c, v) for c, v in sens["categories"].items() if v["delta_ms"] is not None]
+        print(
+            f"sensitivity ({sens['factor']:g}x faster, step change): "
+            + ", ".join(f"{c} {v['delta_ms']:+.3f} ms ({v['delta_pct']:+.2f} %)" for c, v in rows)
+        )
     for key in ("sharding", "dp"):
         if key in data:
             print(f"{key}: {data[key]}")

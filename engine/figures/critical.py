@@ -18,6 +18,7 @@ KIND_COLORS = {
     "communication": "#ff6b6b",
     "launch_host": "#f4a261",
     "sync_wait": "#2a9d8f",
+    "host_unrecorded": "#e9c46a",
     "idle": "#adb5bd",
 }
 HAND_OFF = {"mode": "lines+markers", "name": "hand-off between ranks", "line": {"color": "#e63946", "width": 2}}
@@ -26,6 +27,7 @@ KIND_LABELS = {
     "communication": "communication",
     "launch_host": "launch / host overhead",
     "sync_wait": "sync wait",
+    "host_unrecorded": "host (unrecorded)",
     "idle": "idle",
 }
 

@@ -84,3 +84,31 @@ def sharding_table(report: dict) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(rows)
+
+
+SENSITIVITY_LABELS = {
+    "gpu": "GPU (all GPU work)",
+    "cpu": "CPU (host work)",
+    "communication": "communication",
+    "gemm": "GEMM",
+    "memory_bound": "memory-bound kernels",
+    "attention": "attention",
+}
+
+
+def sensitivity_table(block: dict | None) -> pd.DataFrame:
+    """The `sensitivity` block of simulate's JSON as the "what should I optimise" table: one row
+    per category, the step's change in ms and %, most helpful first; categories without tasks
+    last, with no figure."""
+    rows = []
+    for cat, v in ((block or {}).get("categories") or {}).items():
+        rows.append(
+            {
+                "speed-up of": SENSITIVITY_LABELS.get(cat, cat),
+                "tasks": v["tasks"],
+                "step change ms": v["delta_ms"],
+                "step change %": v["delta_pct"],
+            }
+        )
+    df = pd.DataFrame(rows, columns=["speed-up of", "tasks", "step change ms", "step change %"])
+    return df.sort_values("step change ms", na_position="last", kind="stable").reset_index(drop=True)

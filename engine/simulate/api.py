@@ -14,6 +14,7 @@ from engine.simulate.critical_path import critical_path
 from engine.simulate.graph import build_graph
 from engine.simulate.result import SimResult, iteration_ms, predicted_trace
 from engine.simulate.schedule import solve
+from engine.simulate.sensitivity import sensitivity as sensitivity_block
 from engine.simulate.stragglers import straggler_table
 
 if TYPE_CHECKING:
@@ -26,12 +27,14 @@ def simulate(
     *,
     config: SimConfig | None = None,
     progress: Progress | None = None,
+    sensitivity: bool = False,
 ) -> SimResult:
     """Predict `trace` (an engine `Trace`) under the what-if `spec` (a WhatIfSpec, dict or None).
 
     Edits of the spec run in order; structural ones (layers) rewrite the events table before the
     graph is built, cost ones (speed-ups, batch, data-parallel degree) change segment lengths of
-    the built graph. See engine/simulate/whatif/ for each edit's assumptions.
+    the built graph. See engine/simulate/whatif/ for each edit's assumptions. `sensitivity`:
+    also schedule the graph once per category of engine/simulate/sensitivity.py, 10 % faster.
     """
     from engine.simulate.whatif import WhatIfSpec, apply_edits
 
@@ -79,6 +82,12 @@ def simulate(
     measured_bd = TimeBreakdown.from_events(events)
     cp = critical_path(g, sched)
     lag = straggler_table(g, sched, cp, predicted)
+    sens = None
+    if sensitivity:
+        report(progress, 0.9, "sensitivity")
+        t2 = time.perf_counter()
+        sens = sensitivity_block(g, sched.times, max_rounds=cfg.max_rounds)
+        sens["seconds"] = round(time.perf_counter() - t2, 6)
     report(progress, 1.0, "done")
     return SimResult(
         graph=g,
@@ -94,4 +103,5 @@ def simulate(
         build_s=build_s,
         warnings=warnings,
         extra=ctx.report,
+        sensitivity=sens,
     )

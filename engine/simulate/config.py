@@ -25,8 +25,11 @@ class SimConfig(Settings):
     # the same rank at most `thread_window_us` before it.
     thread_block_us: float = 20.0
     thread_window_us: float = 10.0
-    # Host calls that wait for the GPU (sync-like runtime calls), matched by name.
-    sync_regex: str = r"Synchronize|^(cuda|hip)Memcpy$|^(cuda|hip)Memcpy(DtoH|HtoD|DtoD)?$"
+    # Host calls that wait for the GPU (sync-like runtime calls), matched by name: synchronize,
+    # synchronous copies and memsets, and frees (they synchronise the device).
+    sync_regex: str = (
+        r"Synchronize|^(cuda|hip)Memcpy(DtoH|HtoD|DtoD)?$|^(cuda|hip)Memset$|^(cuda|hip)(Free|FreeHost|HostFree)$"
+    )
     # Safety valve for the round-based solver (each round resolves at least one lane segment).
     max_rounds: int = 1_000_000
 

@@ -13,8 +13,13 @@ except a launch (a kernel its stream would have started then anyway was held by 
 
 Each piece is attributed to one kind (`Kind`): compute (non-communication GPU work; host
 operators on CPU-only ranks), communication (collective kernels / host collectives), launch/host
-overhead (host time on GPU ranks, launch latencies, labels' own time), sync wait (sync calls,
-sync / event-wait / thread hand-off latencies) or idle (a lane waiting with nothing binding).
+overhead (host time on GPU ranks, launch latencies, Python functions' own time), sync wait
+(sync calls' own cost, sync / event-wait / thread hand-off latencies), host (unrecorded) (host
+time no recorded operator covers: a gap between top-level events, a ProfilerStep's or a
+record_function label's own time) or idle (a GPU lane waiting with nothing binding).
+
+A host call that waited for the GPU keeps only its own cost (engine/simulate/waits.py), so on a
+GPU-bound step the path leaves the host through the wait edge and runs through the kernels.
 
 Walks: one per (rank, ProfilerStep) from the step's end back to its start; without steps, one
 from the last point to the first. `CriticalPath` reports means over the walks (ms per
@@ -48,6 +53,7 @@ class Kind(str, Enum):
     COMMUNICATION = "communication"
     LAUNCH_HOST = "launch_host"
     SYNC_WAIT = "sync_wait"
+    HOST_UNRECORDED = "host_unrecorded"
     IDLE = "idle"
 
     def __str__(self) -> str:
@@ -129,6 +135,8 @@ def task_kinds(g: TaskGraph, sync_regex: str | None = None) -> np.ndarray:
     sync = ~gpu & names.where(lambda s: bool(rx.search(s)))
     label = g.text("cat").where(lambda c: c in ANNOTATION_CATS) | names.where(lambda s: s.startswith(STEP_PREFIX))
     out = np.full(n, _K[Kind.LAUNCH_HOST], np.int8)
+    # a label's own time (ProfilerStep, record_function) is host time no recorded op covers
+    out[label & ~g.text("cat").where(lambda c: c == "python_function")] = _K[Kind.HOST_UNRECORDED]
     out[gpu] = _K[Kind.COMPUTE]
     out[gpu & comm_name] = _K[Kind.COMMUNICATION]
     out[sync] = _K[Kind.SYNC_WAIT]
@@ -257,6 +265,7 @@ def critical_path(g: TaskGraph, s: Schedule, *, sync_regex: str | None = None) -
     t = g.tasks
     kinds = task_kinds(g, sync_regex)
     rank_of_lane = g.lanes["rank"].to_numpy()
+    gpu_lane = g.lanes["gpu"].to_numpy().astype(bool)
     # walks: every host ProfilerStep task, else the whole schedule
     step = ~t["gpu"].to_numpy() & g.text("name").where(lambda x: x.startswith(STEP_PREFIX))
     if step.any():
@@ -274,7 +283,9 @@ def critical_path(g: TaskGraph, s: Schedule, *, sync_regex: str | None = None) -
         prev_t = np.where(prev < 0, 0.0, T[np.maximum(prev, 0)])
         a = np.clip(prev_t, lo, hi)
         owner = np.where(via_edge, -1, g.pt_owner[pts])
-        kind = np.where(owner >= 0, kinds[np.maximum(owner, 0)], _K[Kind.IDLE]).astype(np.int8)
+        # a gap on a host lane is host time the trace did not record; on a GPU lane it is idle
+        gap_kind = np.where(gpu_lane[lane_of_pt[pts]], _K[Kind.IDLE], _K[Kind.HOST_UNRECORDED])
+        kind = np.where(owner >= 0, kinds[np.maximum(owner, 0)], gap_kind).astype(np.int8)
         kind[ek == _INFERRED] = _K[Kind.SYNC_WAIT]
         for code, k in enumerate(EDGE_KINDS):
             m = ek == code

@@ -13,11 +13,18 @@ import pandas as pd
 
 from engine.simulate.config import SimConfig
 from engine.simulate.taskgraph import EdgeKind, TaskGraph
+from engine.simulate.waits import (
+    HOST_WAIT_RX,
+    LAUNCH_RX,
+    SKEW_US,
+    backpressure,
+    lane_stream,
+    last_gpu_ends,
+    split_waits,
+)
 from engine.trace import columns as _cols
 from engine.trace.vocab import RUNTIME_CATS, is_backend_comm
 from engine.user_regex import compile_user
-
-_NO_STREAM = -(1 << 62)  # stream code of a lane whose tid is not an integer (never matches)
 
 
 def build_edges(g: TaskGraph, cfg: SimConfig, events: pd.DataFrame, sync_rows: np.ndarray | None = None) -> None:
@@ -26,8 +33,10 @@ def build_edges(g: TaskGraph, cfg: SimConfig, events: pd.DataFrame, sync_rows: n
     if len(g.tasks) and g.tasks["gpu"].to_numpy().any():
         if sync_rows is None:
             sync_rows = np.flatnonzero(_cols.isin(events["cat"], ("cuda_sync",)))
-        launch_edges(g, cfg)
-        sync_edges(g, cfg, _sync_cs(events, sync_rows, "Stream Sync"))
+        waits = [launch_edges(g, cfg), sync_edges(g, cfg, _sync_cs(events, sync_rows, "Stream Sync"))]
+        waits.append(host_wait_pairs(g))
+        # one pass over every wait, before the thread hand-offs: a cut call is no wake-up point
+        split_waits(g, np.concatenate([w[0] for w in waits]), np.concatenate([w[1] for w in waits]))
         event_wait_edges(g, _sync_cs(events, sync_rows, "Stream Wait Event"))
     host_comm_edges(g, cfg)
     inter_thread_edges(g, cfg)
@@ -52,13 +61,17 @@ def _corr(t: pd.DataFrame) -> np.ndarray:
     return t["correlation"].to_numpy(dtype=np.float64, na_value=np.nan)
 
 
-def launch_edges(g: TaskGraph, cfg: SimConfig) -> None:
+Pairs = tuple[np.ndarray, np.ndarray]  # (GPU end point, host call end point) waits for split_waits
+
+
+def launch_edges(g: TaskGraph, cfg: SimConfig) -> Pairs:
     """CPU->GPU: runtime call start -> GPU task start, matched by (rank, correlation id).
 
-    A kernel that started within `stream_bound_gap_us` of its stream predecessor's end was held
-    by the stream: its launch latency is capped at the typical (median) latency of launch-bound
+    A kernel that started within `stream_bound_gap_us` of its stream predecessor's end, or was
+    launched before that predecessor ended, was held by the stream: its launch latency is capped at the typical (median) latency of launch-bound
     kernels, so a faster stream lets it start earlier. A launch-bound kernel keeps its own
     latency, and its gap after the predecessor is capped at the typical stream gap.
+    Returns the GPU -> host waits of blocking launches and of launch back-pressure (waits.py).
     """
     t = g.tasks
     corr = _corr(t)
@@ -71,28 +84,28 @@ def launch_edges(g: TaskGraph, cfg: SimConfig) -> None:
     hit = pos >= 0
     gidx, lidx = gidx[hit], hidx[pos[hit]]
     _queue_edges(g, cfg, gidx, lidx, EdgeKind.LAUNCH)
-    blocking_launch_edges(g, gidx, lidx)
     unlinked = int(gpu.sum()) - len(gidx)
     if unlinked:
         g.warnings.append(
             f"{unlinked} GPU task(s) have no launching runtime call in the trace; they keep their stream gaps"
         )
+    b_src, b_dst = blocking_launch_edges(g, gidx, lidx)
+    q_src, q_dst = backpressure(g, gidx, lidx)
+    return np.concatenate([b_src, q_src]), np.concatenate([b_dst, q_dst])
 
 
-def blocking_launch_edges(g: TaskGraph, gidx: np.ndarray, lidx: np.ndarray) -> None:
+def blocking_launch_edges(g: TaskGraph, gidx: np.ndarray, lidx: np.ndarray) -> Pairs:
     """GPU->CPU: a launch call that returned after the GPU task it launched had ended waited for
     it (a copy to pageable memory, cudaMemcpyAsync on the legacy stream, ...), whatever its
-    name: its return depends on that task's end, weight = the original post-wait time (capped
-    at the call's own segment, as `sync_edges`). Why: without it a GPU-bound loop's host seems
-    to run free, and neither the prediction nor the critical path sees the GPU hold it back."""
-    if not len(gidx):
-        return
+    name but a kernel launch's (waits.LAUNCH_RX: a tiny kernel often ends before its launch
+    call returns; the launch did not wait for it): its return depends on that task's end (the pairs returned, for `split_waits`). Why:
+    without it a GPU-bound loop's host seems to run free, and neither the prediction nor the
+    critical path sees the GPU hold it back."""
     ep = g.tasks["ep"].to_numpy()
     g_end, l_end = ep[gidx], ep[lidx]
-    waited = g.pt_time[l_end] >= g.pt_time[g_end]
-    if waited.any():
-        src, dst = g_end[waited], l_end[waited]
-        g.add_edges(src, dst, np.minimum(g.pt_time[dst] - g.pt_time[src], g.pt_d[dst]), EdgeKind.SYNC)
+    w8 = g.pt_time[l_end] + SKEW_US >= g.pt_time[g_end]  # host/GPU clock skew (waits.SKEW_US)
+    w8 &= ~g.text("name").where(LAUNCH_RX.search)[lidx]  # a kernel launch never waits for its kernel
+    return g_end[w8], l_end[w8]
 
 
 def _queue_edges(g: TaskGraph, cfg: SimConfig, gidx: np.ndarray, lidx: np.ndarray, kind: EdgeKind) -> None:
@@ -107,6 +120,9 @@ def _queue_edges(g: TaskGraph, cfg: SimConfig, gidx: np.ndarray, lidx: np.ndarra
     has_prev = ~first[sp_g]
     gap = np.where(has_prev, s_k - g.pt_time[np.maximum(sp_g - 1, 0)], np.inf)
     bound = gap <= cfg.stream_bound_gap_us
+    # launched while its stream was still busy: queued behind that work, whatever the gap after
+    # it (a copy's setup, a wait on an event); its latency is not a fixed cost either
+    bound |= has_prev & (g.pt_time[np.maximum(sp_g - 1, 0)] > g.pt_time[sp_l])
     # typical latency and gap per rank (its own host and driver): a rank's graph is then the same
     # whether built alone (the fleet simulator, engine/simulate/fleet) or with the other ranks
     typ_lat = np.zeros(len(gidx))
@@ -121,6 +137,9 @@ def _queue_edges(g: TaskGraph, cfg: SimConfig, gidx: np.ndarray, lidx: np.ndarra
     w = np.where(bound, np.minimum(lat, np.maximum(typ_lat, 0.0)), lat)
     lb = ~bound & has_prev
     g.pt_d[sp_g[lb]] = np.minimum(gap[lb], typ_gap[lb])
+    # a stream's first task waits for its launch, not for a fixed offset from the trace's start
+    # (that offset would hold it at its recorded time whatever the host does)
+    g.pt_d[sp_g[~has_prev]] = 0.0
     g.launcher[gidx] = lidx
     g.launch_w[gidx] = w
     g.add_edges(sp_l, sp_g, w, kind)
@@ -202,29 +221,18 @@ def _sync_cs(events: pd.DataFrame, rows: np.ndarray, name: str) -> SyncEvents:
     return rank[ok], corr[ok].astype(np.int64), stream[ok].astype(np.int64)
 
 
-def _lane_stream(g: TaskGraph) -> np.ndarray:
-    """Stream number of every lane (its tid as an integer), _NO_STREAM when it is not one."""
-    out = np.full(len(g.lanes), _NO_STREAM, np.int64)
-    for i, tid in enumerate(g.lanes["tid"]):
-        try:
-            out[i] = int(str(tid))
-        except ValueError:
-            pass
-    return out
-
-
-def sync_edges(g: TaskGraph, cfg: SimConfig, stream_syncs: SyncEvents) -> None:
+def sync_edges(g: TaskGraph, cfg: SimConfig, stream_syncs: SyncEvents) -> Pairs:
     """GPU->CPU: a sync call's return waits for the last GPU task of each stream that ended
-    before it returned (weight = the original post-wait time, capped at the call's own
-    segment, so a GPU that finished long before the call does not delay it). A Kineto
-    "Stream Sync" event with the call's correlation id limits the wait to that stream."""
+    before it returned. A Kineto "Stream Sync" event with the call's correlation id limits the
+    wait to that stream. Returns the (GPU end, call end) pairs: `split_waits` cuts a call that
+    waited to its own cost, and weighs each edge (waits.py)."""
     t = g.tasks
     rx = compile_user(cfg.sync_regex, "sync_regex")
     is_sync = (~t["gpu"].to_numpy()) & g.text("cat").where(lambda c: c in RUNTIME_CATS)
     is_sync &= g.text("name").where(rx.search)
     sidx = np.flatnonzero(is_sync)
     if not len(sidx):
-        return
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     corr = _corr(t)
     rank = t["rank"].to_numpy(np.int64)
     want = np.full(len(sidx), -1, np.int64)
@@ -236,29 +244,16 @@ def sync_edges(g: TaskGraph, cfg: SimConfig, stream_syncs: SyncEvents) -> None:
         ck = _key(cs_rank[pos_s], cs_corr[pos_s])
         pos = _lookup(ck, _key(rank[sidx[fin]], corr[sidx[fin]]), last=True)  # the last event wins
         want[fin] = np.where(pos >= 0, cs_stream[np.maximum(pos, 0)], -1)
-    ep_s = t["ep"].to_numpy()[sidx]
-    ce = g.pt_time[ep_s]
-    lanes = g.lanes
-    lane_stream = _lane_stream(g)
-    src_l, dst_l, w_l = [], [], []
-    for lane in np.flatnonzero(lanes["gpu"].to_numpy()):
-        lr = int(lanes["rank"].iat[lane])
-        a, b = g.lane_ptr[lane], g.lane_ptr[lane + 1]
-        ends = np.flatnonzero(g.pt_end[a:b]) + a
-        if not len(ends):
-            continue
-        sel = (rank[sidx] == lr) & ((want < 0) | (want == lane_stream[lane]))
-        if not sel.any():
-            continue
-        k = np.searchsorted(g.pt_time[ends], ce[sel] + 1e-6, side="right") - 1
-        ok = k >= 0
-        src = ends[k[ok]]
-        dst = ep_s[sel][ok]
-        src_l.append(src)
-        dst_l.append(dst)
-        w_l.append(np.minimum(g.pt_time[dst] - g.pt_time[src], g.pt_d[dst]))
-    if src_l:
-        g.add_edges(np.concatenate(src_l), np.concatenate(dst_l), np.concatenate(w_l), EdgeKind.SYNC)
+    return last_gpu_ends(g, sidx, want)
+
+
+def host_wait_pairs(g: TaskGraph) -> Pairs:
+    """GPU->CPU: host operators that enclose a device->host copy and its sync (`aten::item`,
+    `aten::_local_scalar_dense`, waits.HOST_WAIT_RX) wait for each stream of their rank; where
+    the trace records the runtime calls inside, those carry the wait and the operator's final
+    segment holds no GPU end (split_waits then leaves it alone)."""
+    calls = np.flatnonzero(~g.tasks["gpu"].to_numpy() & g.text("name").where(HOST_WAIT_RX.search))
+    return last_gpu_ends(g, calls)
 
 
 def event_wait_edges(g: TaskGraph, waits: SyncEvents) -> None:
@@ -297,7 +292,7 @@ def event_wait_edges(g: TaskGraph, waits: SyncEvents) -> None:
     # GPU tasks with a launcher, grouped by (rank, stream), ordered by launch time then index
     gi = np.flatnonzero(t["gpu"].to_numpy() & (g.launcher >= 0))
     lt = g.pt_time[sp[g.launcher[gi]]]
-    g_stream = _lane_stream(g)[lane[gi]]
+    g_stream = lane_stream(g)[lane[gi]]
     src = np.full(len(wi), -1, np.int64)
     src_t = np.full(len(wi), -np.inf)
     dst = np.full(len(wi), -1, np.int64)

@@ -21,10 +21,18 @@ in the same shape needs no special casing anywhere downstream.
     measured_breakdown      {...}       the same of the trace itself (what Explore shows)
     critical_path           {...}|null  the schedule's longest path (engine/simulate/
                                         critical_path.py): ms (= the step), by_kind {compute,
-                                        communication, launch_host, sync_wait, idle}, ranks
+                                        communication, launch_host, sync_wait,
+                                        host_unrecorded, idle}, ranks
                                         {rank: ms}, top_ops [{name, kind, ms}], collectives
                                         {name: ms}, crossings [{from_rank, to_rank, collective}],
                                         walks
+    sensitivity             {...}|null  "what should I optimise" (engine/simulate/
+                                        sensitivity.py; the CLI and the What-if page compute
+                                        it): factor (1.1), step_ms, seconds, categories {gpu,
+                                        cpu, communication, gemm, memory_bound, attention:
+                                        {tasks, delta_ms, delta_pct}}: the predicted step's
+                                        change, re-simulated with that work `factor`x faster
+                                        (delta < 0: shorter; null figures: no such tasks)
     stragglers              {...}|null  with 2+ ranks: straggler {rank, reason, held_others_ms}
                                         or null, ranks [{rank, held_others_ms, waited_ms,
                                         on_critical_path_ms, reason, straggler}]
@@ -85,6 +93,7 @@ class SimResult:
     build_s: float
     warnings: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    sensitivity: dict[str, Any] | None = None  # engine.simulate.sensitivity (simulate(sensitivity=True))
 
     @property
     def tasks_per_s(self) -> float:
@@ -113,6 +122,7 @@ class SimResult:
             "measured_breakdown": None if self.measured_breakdown is None else self.measured_breakdown.to_json(),
             "critical_path": None if self.critical_path is None else self.critical_path.to_json(),
             "stragglers": _stragglers_json(self.stragglers),
+            "sensitivity": self.sensitivity,
             "tasks": g.n_tasks,
             "edges": g.edge_counts(),
             "tasks_per_s": round(self.tasks_per_s, 1),

@@ -53,9 +53,8 @@ class Side:
         self.names = names
         prev = None
         for pos, (r, op) in enumerate(zip(self.rank.tolist(), self.top.tolist())):
-            if op < 0:
-                key = ("(no operator)", ())
-            else:
+            key: tuple[str, tuple[tuple[int, ...], ...]] = ("(no operator)", ())
+            if op >= 0:
                 key = (names[op], tuple(tuple(s) for s in dims.get(op, ())))
             ident = (r, op if op >= 0 else -1 - pos)
             seq = self.ops.setdefault(r, [])
@@ -91,7 +90,7 @@ def match(mine: Side, other: Side) -> tuple[np.ndarray, np.ndarray, Counter]:
                     w = own / own.sum() if own.sum() > 0 else np.full(len(pa), 1 / len(pa))
                     new[pa] = w * db.sum()
                     split[pa] = True
-        for ia in np.flatnonzero(~hit):
+        for ia in np.flatnonzero(~hit).tolist():
             missed[seq[ia][0][0]] += len(seq[ia][1])
     return new, split, missed
 

@@ -106,10 +106,10 @@ CATALOG: dict[str, Device] = {
             props_rx=r"B300",
         ),
         Device(
-            name="MI250X", vendor=Vendor.AMD, fp32_tflops=95.7, tf32_tflops=None, bf16_tflops=383.0,
-            fp16_tflops=383.0, fp8_tflops=None, hbm_tb_s=3.2768, units=220, launch_us=_AMD_LAUNCH,
-            source="AMD Instinct MI250X accelerator datasheet (OAM), "
-            "https://www.amd.com/system/files/documents/amd-instinct-mi200-datasheet.pdf",
+            name="MI250X", vendor=Vendor.AMD, fp32_tflops=47.85, tf32_tflops=None, bf16_tflops=191.5,
+            fp16_tflops=191.5, fp8_tflops=None, hbm_tb_s=1.6384, units=110, launch_us=_AMD_LAUNCH,
+            source="AMD Instinct MI250X accelerator datasheet (OAM figures halved: one GCD, which is what one "
+            "PyTorch device is), https://www.amd.com/system/files/documents/amd-instinct-mi200-datasheet.pdf",
             props_rx=r"MI250",
         ),
         Device(
@@ -142,14 +142,40 @@ _NAME_HINTS: tuple[tuple[str, str], ...] = (
 )
 
 
-def from_props(props: list) -> str | None:
-    """Catalog name of Kineto `deviceProperties`' first device (None when absent or unknown)."""
+# (vendor, computeMajor, computeMinor) -> catalog name, when deviceProperties' name does not say
+_CC: dict[tuple[Vendor, int, int], str] = {
+    (Vendor.NVIDIA, 7, 0): "V100",
+    (Vendor.NVIDIA, 8, 0): "A100",
+    (Vendor.NVIDIA, 9, 0): "H100",  # H200 too: told apart by memory below
+    (Vendor.NVIDIA, 10, 0): "B200",
+    (Vendor.NVIDIA, 10, 3): "B300",
+    (Vendor.AMD, 9, 0): "MI250X",  # gfx90a (gfx908, the MI100, reports 9.0 as well)
+    (Vendor.AMD, 9, 4): "MI300X",  # gfx942
+    (Vendor.AMD, 9, 5): "MI355X",  # gfx950
+}
+
+
+def from_props(props: list) -> tuple[str | None, str, str]:
+    """(catalog name or None, how, the device's own name) from Kineto `deviceProperties`' first
+    device: its name, else (AMD parts often report a generic name such as 'AMD Radeon Graphics') its
+    compute capability."""
     for p in props or []:
-        name = str(p.get("name", "")) if isinstance(p, dict) else ""
+        if not isinstance(p, dict):
+            continue
+        name = str(p.get("name", ""))
         for d in CATALOG.values():
             if re.search(d.props_rx, name, re.IGNORECASE):
-                return d.name
-    return None
+                return d.name, "deviceProperties name", name
+        vendor = Vendor.AMD if p.get("warpSize") == 64 or "amd" in name.lower() else Vendor.NVIDIA
+        if vendor == Vendor.NVIDIA and name:  # NVIDIA names the product: one the catalog lacks is not guessed
+            return None, "deviceProperties name", name
+        cc = (vendor, int(p.get("computeMajor", -1)), int(p.get("computeMinor", -1)))
+        dev = _CC.get(cc)
+        if dev == "H100" and float(p.get("totalGlobalMem", 0)) > 100e9:
+            dev = "H200"
+        how = f"deviceProperties compute capability {cc[1]}.{cc[2]}"
+        return dev, how, name
+    return None, "", ""
 
 
 def from_kernel_names(names: pd.Series) -> str | None:
@@ -162,13 +188,18 @@ def from_kernel_names(names: pd.Series) -> str | None:
     return None
 
 
-def detect(props: list, kernel_names: pd.Series) -> tuple[str, str] | None:
-    """(catalog name, how it was found) for a trace, or None."""
-    d = from_props(props)
-    if d is not None:
-        return d, "deviceProperties"
-    d = from_kernel_names(kernel_names)
-    return (d, "kernel names") if d is not None else None
+def detect(props: list, kernel_names: pd.Series) -> tuple[str | None, str]:
+    """(catalog name or None, how it was found, or why not) for a trace: deviceProperties first;
+    the kernel names only when the trace has no deviceProperties."""
+    dev, how, seen = from_props(props)
+    if dev is not None:
+        return dev, how
+    if seen:
+        return None, f"deviceProperties names {seen!r}, which the catalog does not hold"
+    dev = from_kernel_names(kernel_names)
+    if dev is not None:
+        return dev, "kernel names"
+    return None, "no deviceProperties and no kernel name that tells the GPU"
 
 
 # dtype hints in kernel names (first match wins)

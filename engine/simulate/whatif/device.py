@@ -84,14 +84,13 @@ class DeviceRetarget(Edit):
         if self.source_device is not None:
             src_name, how = self.source_device, "given"
         else:
-            found = detect(ctx.trace.meta.get("device_properties") or [], t["name"].iloc[gpu])
+            found, how = detect(ctx.trace.meta.get("device_properties") or [], t["name"].iloc[gpu])
             if found is None:
                 raise SpecError(
                     "source_device",
-                    "cannot tell which GPU the trace ran on (no deviceProperties, no telling kernel names); "
-                    f"give source_device, one of {sorted(CATALOG)}",
+                    f"cannot tell which GPU the trace ran on ({how}); give source_device, one of {sorted(CATALOG)}",
                 )
-            src_name, how = found
+            src_name = found
         src, tgt = CATALOG[src_name], CATALOG[self.target]
         names = t["name"].astype(str).to_numpy()[gpu]
         cls = kernel_classes(t.iloc[gpu]).astype(str)  # class values

@@ -237,3 +237,21 @@ def test_dataloader_inclusive_lands_on_nw4s_median_step(traces):
     nw4 = median(step_spans(traces(NW4).events)["dur_us"]) / 1e3
     r = simulate(traces(NW0), _spec({"kind": "speedup", "name": LOADER, "factor": 1000.0, "inclusive": True}))
     assert median(step_spans(r.predicted.events)["dur_us"]) / 1e3 == pytest.approx(nw4, rel=0.15)
+
+
+# ---- CLI ----
+
+
+def test_cli_shorthand_what_ifs(shared_traces, capsys):
+    from engine.cli.main import main
+
+    src, other = (str(shared_traces / p) for p in BERT)
+    assert main(["simulate", src, "--kernel-times", other, "--device", "MI300X", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["kernel_times"][0]["matched_fraction"] >= 0.9
+    assert data["device"][0]["source"] == "H100" and data["device"][0]["target"] == "MI300X"
+    assert main(["simulate", src, "--device", "TPU"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "MI355X" in err and "Traceback" not in err
+    assert main(["simulate", src, "--speedup-span", "aten::linear", "2x"]) == 2
+    assert "FACTOR must be a number" in capsys.readouterr().err

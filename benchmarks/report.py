@@ -492,6 +492,38 @@ def simulate(d: dict) -> list[str]:
     return out
 
 
+def ground_truth(d: dict) -> list[str]:
+    """Predictions made from one real trace, checked against a second real trace of the same
+    program in the changed setup: `kernel_times` (GPU durations taken from the other trace) and
+    `device` (retarget to the other side's GPU from the catalog, next to the naive "same step as
+    the source") on the tracelens H100/MI300X pairs, both directions; the DataLoader span of
+    kineto_resnet50_dataloader nw0 inclusive 1000x faster against nw4 (4 loader workers), median
+    ProfilerStep span (nw4's first step is a warm-up outlier). Error = predicted / measured - 1."""
+    rows = []
+    for r in d["rows"]:
+        naive = f"{r['naive_error_pct']:+.2f} %" if "naive_error_pct" in r else "–"
+        rows.append(
+            [r["kind"], r["case"], num(r["measured_ms"], 3), num(r["predicted_ms"], 3), f"{r['error_pct']:+.2f} %",
+             naive, f"± {r['target_pct']:.0f} %", "pass" if r["pass"] else "FAIL"]
+        )  # fmt: skip
+    out = table(["what-if", "case", "measured ms", "predicted ms", "error", "naive error", "target", ""], rows)
+    kt = [r for r in d["rows"] if r["kind"] == "kernel_times"]
+    if kt:
+        out += [
+            "Kernel matching (launching op order, name and input dims): "
+            + ", ".join(f"{r['case']} {100 * r['matched_fraction']:.0f} %" for r in kt)
+            + " of GPU tasks matched.",
+            "",
+        ]
+    out += [
+        f"{d['passed']} of {d['total']} within target; the device retarget is closer than the naive "
+        f"prediction on {d['device_closer_than_naive']} of {sum(r['kind'] == 'device' for r in d['rows'])} pairs. "
+        f"Wall {d['wall_s']} s.",
+        "",
+    ]
+    return out
+
+
 def ingest_parsers(d: dict) -> list[str]:
     """One big Kineto file built by tiling a shared real trace in time; each candidate runs in a
     fresh process, in interleaved rounds (medians; wall time after imports, cyclic GC off; peak RSS
@@ -705,6 +737,7 @@ SECTIONS = {
     "responsiveness": "Dashboard responsiveness (server side)",
     "responsiveness_browser": "Dashboard responsiveness in a real browser",
     "simulate": "Simulation and what-if",
+    "ground_truth": "What-if against real before/after pairs",
     "ingest_parsers": "Streaming ingestion: JSON parsers compared",
     "scale": "Cost against size: load, fleet simulate, Dask, rank overview",
     "fleet_suite": "A fleet of jobs as a weighted suite",

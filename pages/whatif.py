@@ -5,6 +5,7 @@ import json
 import streamlit as st
 
 from app import state, views
+from app.whatif_measured import device_report, gpu_edits, show_measured
 from engine.errors import TraceError
 from engine.figures import whatif as wfig
 from engine.simulate.config import SimConfig
@@ -54,6 +55,8 @@ with st.expander("Edits", expanded=True):
     if c[1].checkbox("Embedding sharding plans", key="wi_sh"):
         rk = c[1].text_input("ranks", "2 4", key="wi_sh_r")
         edits.append({"kind": "sharding", "ranks": [int(x) for x in rk.replace(",", " ").split()]})
+    more, measured = gpu_edits(name)  # device, kernel times, inclusive span (app/whatif_measured.py)
+    edits += more
     spec_text = c[2].text_area(
         "Spec (JSON, editable)",
         json.dumps({"version": 1, "edits": edits}, indent=1),
@@ -117,6 +120,9 @@ c[2].metric(  # no badge without edits; an unchanged step is neither good nor ba
 c[3].metric("tasks / edges", f"{res['tasks']:,} / {sum(res['edges'].values()):,}")
 for w in res["warnings"]:
     st.warning(w)
+device_report(res)
+if measured is not None:
+    show_measured(measured, res, pred_events, max(1.0, 1.2 * res["predicted_iteration_ms"]))
 tab_b, tab_c, tab_t, tab_s, tab_a = st.tabs(["Breakdown", "Critical path", "Timelines", "Sharding", "Assumptions"])
 with tab_b:
     st.plotly_chart(

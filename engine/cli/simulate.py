@@ -5,6 +5,10 @@ prediction is written to DIR as `predicted_kineto.json.gz` (opens in Perfetto an
 info/compare`) and `simulate.json` (the summary printed with --json). Spec errors name the
 field and exit with code 2.
 
+Shorthand what-ifs, appended to the spec's edits: `--device MI300X` (retarget the GPU work to a catalog
+GPU), `--kernel-times OTHER_TRACE` (GPU times from another trace of the same program),
+`--speedup-span REGEX FACTOR` (an inclusive host speed-up: the span and all host work nested in it).
+
 Many ranks (issue 22): a trace store folder (docs/store.md), or any traces with `--fleet`, are
 simulated by the fleet simulator (engine/simulate/fleet): one graph per rank built on
 `--scheduler serial|local|tcp://HOST:PORT` (as on `mystique sql`), collectives matched across
@@ -27,6 +31,27 @@ def register(subparsers) -> None:
     )
     p.add_argument("paths", nargs="+", metavar="TRACE", help="Kineto trace file(s), capture folder or *_meta.json")
     p.add_argument("--what-if", dest="what_if", metavar="SPEC", help="what-if spec: a JSON file or inline JSON")
+    p.add_argument(
+        "--device",
+        metavar="GPU",
+        help="what-if: retarget the GPU work to this catalog GPU (V100, A100, H100, H200, B200, B300, MI250X, "
+        "MI300X, MI355X); appended to --what-if's edits",
+    )
+    p.add_argument(
+        "--kernel-times",
+        dest="kernel_times",
+        metavar="TRACE",
+        help="what-if: take each GPU task's time from TRACE, another trace of the same program (another GPU or "
+        "library version); appended to --what-if's edits",
+    )
+    p.add_argument(
+        "--speedup-span",
+        dest="speedup_span",
+        nargs=2,
+        metavar=("REGEX", "FACTOR"),
+        help="what-if: host spans whose name matches REGEX run FACTOR times faster together with all the host "
+        "work nested in them (an inclusive speed-up, e.g. the DataLoader); appended to --what-if's edits",
+    )
     p.add_argument("--out", metavar="DIR", help="write predicted_kineto.json.gz and simulate.json here")
     p.add_argument("--config", metavar="JSON", help="SimConfig overrides as inline JSON")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -52,12 +77,39 @@ def _load(paths: list[str], progress):
     return load(*resolve(*paths).files, progress=progress)
 
 
+def _spec(args: argparse.Namespace, spec_cls):
+    """--what-if's spec with the shorthand flags' edits appended (None when there is none)."""
+    extra: list[dict] = []
+    if args.device:
+        extra.append({"kind": "device", "target": args.device})
+    if args.kernel_times:
+        extra.append({"kind": "kernel_times", "source": args.kernel_times})
+    if args.speedup_span:
+        rx, fac = args.speedup_span
+        try:
+            factor = float(fac)
+        except ValueError:
+            from engine.errors import TraceError
+
+            raise TraceError(f"--speedup-span: FACTOR must be a number, got {fac!r}") from None
+        extra.append({"kind": "speedup", "name": rx, "factor": factor, "inclusive": True})
+    if not args.what_if and not extra:
+        return None
+    base = spec_cls.parse(args.what_if) if args.what_if else None
+    if not extra:
+        return base
+    data = {"version": 1, "edits": (base.to_json()["edits"] if base else []) + extra}
+    spec = spec_cls.parse(data)
+    spec.path = base.path if base else None
+    return spec
+
+
 def run(args: argparse.Namespace) -> int:
     from engine.errors import TraceError
     from engine.simulate import SimConfig, export_kineto, simulate
     from engine.simulate.whatif import WhatIfSpec
 
-    spec = WhatIfSpec.parse(args.what_if) if args.what_if else None
+    spec = _spec(args, WhatIfSpec)
     try:
         cfg = SimConfig.parse(args.config) if args.config else SimConfig()
     except TraceError as exc:

@@ -56,6 +56,12 @@ in the same shape needs no special casing anywhere downstream.
     dp                      {...}       data-parallel model: ranks, collectives, exposed time
     sharding                {...}       plan ranking per rank count
     pipeline                {...}       1F1B step and bubble
+    speedup                 [{...}]     inclusive speed-ups: factor, inclusive, tasks, host_ms
+    kernel_times            [{...}]     source, gpu_tasks, matched_fraction, matched_time_fraction,
+                                        resplit_tasks, gpu_ms_before, gpu_ms_after, unmatched
+    device                  [{...}]     source, source_from, target, default_dtype, classes
+                                        {class: model, ratio, ms_before, ms_after, ...}, host,
+                                        citations
 """
 
 from __future__ import annotations

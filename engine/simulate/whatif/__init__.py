@@ -46,8 +46,10 @@ def apply_edits(spec: WhatIfSpec, trace: Trace, config: SimConfig, *, stage: str
 
 # registration side effects (one module per edit kind)
 from engine.simulate.whatif import dependency as _dependency  # noqa: E402,F401 -- registers into the registry above
+from engine.simulate.whatif import device as _device  # noqa: E402,F401 -- registers into the registry above
 from engine.simulate.whatif import dims as _dims  # noqa: E402,F401 -- registers into the registry above
 from engine.simulate.whatif import dp as _dp  # noqa: E402,F401 -- registers into the registry above
+from engine.simulate.whatif import kernel_times as _kernel_times  # noqa: E402,F401 -- registers into the registry above
 from engine.simulate.whatif import layers as _layers  # noqa: E402,F401 -- registers into the registry above
 from engine.simulate.whatif import pipeline as _pipeline  # noqa: E402,F401 -- registers into the registry above
 from engine.simulate.whatif import sharding as _sharding  # noqa: E402,F401 -- registers into the registry above

@@ -382,7 +382,7 @@ def _flow(server, driver, files):
     next(r for r in radios if r.text.startswith("composed")).click()
     _idle(d)
     _wait_css(d, ".st-key-run_replay button").click()
-    _wait_text(d, "worker peak RSS", timeout=300)
+    _wait_text(d, "peak RSS (process tree)", timeout=300)
     _idle(d)
     _shot(d, "7_replay")
 
@@ -463,7 +463,7 @@ def test_multi_rank_journey_compose_tp2_replay_two_ranks_compare_by_provenance(f
             box.send_keys(value, Keys.ENTER)
             _idle(d)
         _wait_css(d, ".st-key-run_replay button").click()
-        _wait_text(d, "worker peak RSS", timeout=400)
+        _wait_text(d, "peak RSS (process tree)", timeout=400)
         _idle(d)
         _shot(d, "21_replay_tp2")
 

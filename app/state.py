@@ -335,6 +335,7 @@ def replay_runs() -> list[dict]:
                 "median_ms": s.get("median_ms"),
                 "wall_s": s.get("wall_s"),
                 "worker_peak_rss_mb": s.get("worker_peak_rss_mb"),
+                "peak_rss_mb": s.get("peak_rss_mb"),
             }
         )
     return out

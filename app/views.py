@@ -237,10 +237,17 @@ def analysis_tables(paths: tuple[str, ...]) -> dict:
     """The trace's TimeBreakdown (per rank and step) and kernel table (cached on paths)."""
     from engine.analysis.breakdown import TimeBreakdown
     from engine.analysis.selftime import kernel_table
+    from engine.trace.kernels import class_shares
 
     ev = load_paths(paths).events
     bd = TimeBreakdown.from_events(ev)
-    return {"breakdown": bd.table, "per_rank": bd.per_rank(), "mean": bd.mean(), "kernels": kernel_table(ev)}
+    return {
+        "breakdown": bd.table,
+        "per_rank": bd.per_rank(),
+        "mean": bd.mean(),
+        "kernels": kernel_table(ev),
+        "classes": class_shares(ev),
+    }
 
 
 @view(st.cache_data, max_entries=16, show_spinner="Simulating the unchanged schedule for the critical path…")

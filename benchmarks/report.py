@@ -337,6 +337,25 @@ def real_traces(d: dict) -> list[str]:
     return out
 
 
+def kernel_classes(d: dict) -> list[str]:
+    """GPU time per kernel class (engine/trace/kernels.py: GEMM across cuBLAS, CUTLASS, hipBLASLt
+    `Cijk_`, rocBLAS and Triton matmul; attention apart from GEMM) on every shared Kineto trace:
+    each file loaded alone, its GPU tasks' summed durations per class over the summed duration of
+    all its GPU tasks (overlapping streams count twice)."""
+    classes = [c for c in d["classes"] if any(c in r["shares"] for r in d["traces"])]
+    rows = [
+        [
+            r["trace"],
+            num(r["gpu_tasks"]),
+            num(r["gpu_ms"], 1),
+            *[pct(r["shares"][c]) if c in r["shares"] else "" for c in classes],
+        ]
+        for r in d["traces"]
+    ]
+    out = table(["trace", "GPU tasks", "GPU ms", *classes], rows)
+    return out + [f"Run {d.get('date')}.", ""]
+
+
 def memory(d: dict) -> list[str]:
     """Each ET replayed in a fresh process with the peak-RSS counter reset just before; the bound is
     what the engine computes before allocating (`engine.replay.memory.rss_bound`)."""
@@ -733,6 +752,7 @@ SECTIONS = {
     "compose_scaling": "Composition",
     "lib_compositions": "Real-library compositions",
     "real_traces": "Every knob on real traces",
+    "kernel_classes": "Kernel classes on every shared GPU trace",
     "memory": "Replay memory: estimate vs measured peak RSS",
     "responsiveness": "Dashboard responsiveness (server side)",
     "responsiveness_browser": "Dashboard responsiveness in a real browser",

@@ -19,6 +19,20 @@ def _fmt(v, spec=".3f", suffix=""):
     return "—" if v is None or (isinstance(v, float) and v != v) else f"{v:{spec}}{suffix}"
 
 
+def _pairs_metric(col, m: dict) -> None:
+    """The headline of pairing: ops paired with an original op (by id or provenance), and apart,
+    those whose original time is unknown (an ET alone has no times), so the count agrees with
+    the per-op table."""
+    ins = int(m.get("inserted") or 0)
+    paired, unknown = int(m.get("paired", m.get("matched", 0))), int(m.get("times_unknown") or 0)
+    col.metric(
+        "ops paired",
+        f"{paired} / {int(m.get('replay_ops', 0)) - ins}",
+        f"{unknown} times unknown (ET only)" if unknown else None,
+        delta_color="off",
+    )
+
+
 if mode == "original vs replay":
     runs = state.replay_runs()
     if not runs:
@@ -64,10 +78,12 @@ if mode == "original vs replay":
         ),
     )
     ins = int(cmp.matching.get("inserted") or 0)  # ops the composition added: no original to match
-    c[3].metric("ops matched", f"{cmp.matching.get('matched', 0)} / {cmp.matching.get('replay_ops', 0) - ins}")
-    per_rank = ", ".join("rank {rank}: {matched}".format(**b) for b in cmp.matching.get("by_rank") or [])
+    _pairs_metric(c[3], cmp.matching)
+    per_rank = ", ".join(
+        "rank {}: {}".format(b["rank"], b.get("paired", b["matched"])) for b in cmp.matching.get("by_rank") or []
+    )
     st.caption(
-        f"ops matched by {cmp.matching.get('by', 'node id')}"
+        f"ops paired by {cmp.matching.get('by', 'node id')}"
         + (f" on every rank ({per_rank})" if per_rank else "")
         + (f"; {ins} ops inserted by the composition (e.g. TP all-reduces) have no original" if ins else "")
         + (

@@ -145,6 +145,7 @@ elif view == "Analysis":
     if not trace.has_kineto:
         st.info(selftime.missing_timing(trace))
         st.stop()
+    from app.classes import show_kernel_classes
     from app.critical import show_critical_path
     from engine.figures import analysis
 
@@ -171,6 +172,7 @@ elif view == "Analysis":
             "share_pct": st.column_config.ProgressColumn("share %", min_value=0, max_value=100, format="%.1f"),
         },
     )
+    show_kernel_classes(tabs["classes"], key="a_classes")
     st.subheader("Critical path (across ranks)")
     try:
         sim = views.simulated(paths)
@@ -234,6 +236,10 @@ elif view == "Breakdown":
             c[1].plotly_chart(
                 breakdown.bar_figure(k_t, "name", title="GPU time by kernel"), key="b_kernels", width="stretch"
             )
+            from app.classes import show_kernel_classes
+            from engine.trace.kernels import class_shares
+
+            show_kernel_classes(class_shares(trace.events), key="b_classes")
             idle = selftime.gpu_idle(trace.events)
             st.plotly_chart(breakdown.idle_figure(idle), key="b_idle", width="stretch")
             st.dataframe(idle, hide_index=True, key="b_idle_table")

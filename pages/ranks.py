@@ -82,7 +82,12 @@ st.caption(
     "= the step, as on the Analysis page (docs/analysis.md). Each panel has its own colour scale (hover for ms): "
     "a bright row is a slow rank, a bright column a slow step."
 )
-st.subheader("Stragglers (slowest first)")
+st.subheader("Slow ranks (step time against the median, slowest first)")
+st.caption(
+    "`slower_than_median`: a step 2 % or more over the median rank's. Not the straggler: that is the rank "
+    "the others wait for at collectives (Explore → Analysis, from the simulated schedule; docs/analysis.md). "
+    "In a synchronised job a slow step is as often a rank that waited."
+)
 with st.container(key="ov_lag"):
     st.dataframe(lag.round(3), hide_index=True, key="ov_stragglers", height=320)
 st.plotly_chart(overview.bars(store), key="ov_bars", width="stretch")

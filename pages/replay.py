@@ -164,7 +164,7 @@ def _jobs_panel() -> None:
     st.subheader("Results")
     st.dataframe(
         [
-            {k: r.get(k) for k in ("job", "target", "device", "median_ms", "wall_s", "worker_peak_rss_mb", "path")}
+            {k: r.get(k) for k in ("job", "target", "device", "median_ms", "wall_s", "peak_rss_mb", "path")}
             for r in runs
         ],
         hide_index=True,
@@ -184,7 +184,11 @@ def _jobs_panel() -> None:
     c[1].metric("ops replayed", f"{cov.get('replayed', 0)} / {cov.get('selected', 0)}")
     c[2].metric("substituted", cov.get("substituted", 0))
     c[3].metric("skipped", cov.get("skipped", 0))
-    c[4].metric("worker peak RSS", f"{last.get('worker_peak_rss_mb') or 0:,.0f} MB")
+    c[4].metric(
+        "peak RSS (process tree)",
+        f"{last.get('peak_rss_mb') or last.get('worker_peak_rss_mb') or 0:,.0f} MB",
+        help="the replay worker's peak plus each rank process's (ranks run at once)",
+    )
     if cov.get("by_reason"):
         st.caption("skipped/substituted by reason: " + ", ".join(f"{k}: {v}" for k, v in cov["by_reason"].items()))
     for w in report.warnings:  # one rank of a multi-rank job replayed alone (engine.replay.worldhint)

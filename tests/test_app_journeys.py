@@ -215,7 +215,7 @@ def test_p5_session_survives_reload_and_restart(ui):
     assert again.session_state["selection"]["ids"] == [5, 6]
     again = _page(again, "replay")
     assert again.number_input(key="replay_iters").value == 3
-    runs = next(d.value for d in again.dataframe if "worker_peak_rss_mb" in d.value.columns)
+    runs = next(d.value for d in again.dataframe if "peak_rss_mb" in d.value.columns)
     assert len(runs) == 1  # the run is listed again
     assert "median ms / iteration" in {m.label for m in again.metric}
     assert (ui / "workspace" / "catalog.sqlite").exists()

@@ -181,3 +181,24 @@ def test_gpu_replay_compares_kernel_time_of_a_gpu_trace(tmp_path, monkeypatch):
     host = sel["k_dur_us"].dropna()
     assert cmp_cpu.matching["matched"] == len(host)
     assert cmp_cpu.matching["original_sum_us"] == pytest.approx(host.sum())
+
+
+def test_an_et_alone_pairs_every_op_and_says_its_times_are_unknown(original, tmp_path, capsys):
+    """Issue 32: "0 / 640 ops matched" while the per-op table paired every op: an ET alone has no
+    original times, so its pairs are counted as pairs and told apart as times unknown."""
+    from engine.trace import load
+
+    trace, meta = original
+    replay, sel = _replay_from(trace, meta)
+    cmp = compare(load(meta["et_path"]), replay)
+    m = cmp.matching
+    assert m["paired"] == len(sel) and m["matched"] == 0 and m["times_unknown"] == len(sel)
+    assert cmp.per_op["original_name"].notna().sum() == len(sel)  # the table pairs them too
+    both = compare(trace, replay, original_meta=meta).matching  # with Kineto: every pair timed
+    assert both["paired"] == both["matched"] == len(sel) and both["times_unknown"] == 0
+    replay.write(tmp_path)
+    assert main(["compare", str(meta["et_path"]), str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(sel)}/{len(sel)} replayed ops paired by node id, 0 with original times" in out
+    assert f"{len(sel)} times unknown (ET only" in out
+    assert "coverage: selected" in out and "{" not in out.split("coverage:")[1].splitlines()[0]

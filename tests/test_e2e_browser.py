@@ -382,19 +382,19 @@ def _flow(server, driver, files):
     next(r for r in radios if r.text.startswith("composed")).click()
     _idle(d)
     _wait_css(d, ".st-key-run_replay button").click()
-    _wait_text(d, "worker peak RSS", timeout=300)
+    _wait_text(d, "peak RSS (process tree)", timeout=300)
     _idle(d)
     _shot(d, "7_replay")
 
     # Compare: matched through provenance
     _nav(d, "compare")
     _wait_text(d, "end-to-end error", timeout=240)
-    _wait_text(d, "ops matched by provenance")
+    _wait_text(d, "ops paired by provenance")
     _shot(d, "8_compare")
 
     # Reload (the Compare page's URL): a new session restores the workspace
     d.refresh()
-    _wait_text(d, "ops matched by provenance", timeout=240)
+    _wait_text(d, "ops paired by provenance", timeout=240)
     _idle(d)
     _nav(d, "traces")
     _wait_text(d, "Loaded traces")
@@ -463,16 +463,16 @@ def test_multi_rank_journey_compose_tp2_replay_two_ranks_compare_by_provenance(f
             box.send_keys(value, Keys.ENTER)
             _idle(d)
         _wait_css(d, ".st-key-run_replay button").click()
-        _wait_text(d, "worker peak RSS", timeout=400)
+        _wait_text(d, "peak RSS (process tree)", timeout=400)
         _idle(d)
         _shot(d, "21_replay_tp2")
 
         _nav(d, "compare")
         _wait_text(d, "on every rank", timeout=240)
         cap = _text(d, '[data-testid="stCaptionContainer"]')
-        assert "ops matched by provenance on every rank (rank 0:" in cap, cap
+        assert "ops paired by provenance on every rank (rank 0:" in cap, cap
         metric = _text(d, '[data-testid="stMetric"]')
-        m = re.search(r"ops matched\s+(\d+) / (\d+)", metric)
+        m = re.search(r"ops paired\s+(\d+) / (\d+)", metric)
         assert m and int(m.group(1)) >= 0.95 * int(m.group(2)) and int(m.group(2)) > 0, metric
         _shot(d, "21_compare_tp2")
 

@@ -44,7 +44,7 @@ def test_ranks_page_of_a_16_rank_job_in_chromium(shared_traces, tmp_path):
             browser_wait(d, ".st-key-ov_build button").click()
             first = browser.drawn_ms(d, None, ["ov_heat", "ov_bars"], [LAG], timeout_s=240)
             text = d.find_element(By.CSS_SELECTOR, '[data-testid="stMain"]').text
-            assert "ranks" in text and str(N_RANKS) in text and "Stragglers" in text
+            assert "ranks" in text and str(N_RANKS) in text and "Slow ranks" in text
             heat = d.execute_script(
                 "const gd = document.querySelector('.st-key-ov_heat .js-plotly-plot');"
                 "return gd._fullData.map(t => [t.type, t.z.length, t.z[0].length]);"

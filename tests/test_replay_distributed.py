@@ -75,6 +75,14 @@ def test_two_rank_sample_replays_with_collectives_and_merged_result(tmp_path, ca
     assert doc["median_ms"] == pytest.approx(
         max(r["iteration_ms"][0] for r in doc["ranks"]), rel=1e-6
     )  # iteration = slowest rank
+    # each rank process's measured peak (a torch process is over 100 MB): the dashboard shows the
+    # process tree's peak, the worker's own plus the ranks' (issue 32: "worker peak RSS" alone)
+    assert all(r["peak_rss_bytes"] > 100 * 2**20 for r in doc["ranks"]), [r["peak_rss_bytes"] for r in doc["ranks"]]
+    from engine.replay import ReplayResult
+    from engine.workspace.worker import tree_peak_rss_mb
+
+    ranks_mb = sum(r["peak_rss_bytes"] for r in doc["ranks"]) / 2**20
+    assert tree_peak_rss_mb(ReplayResult.from_json({**doc, "per_op": doc.get("per_op") or []})) > ranks_mb
     # the dashboard's per-rank views read exactly these keys
     from engine.figures import ranks as rfig
     from engine.replay.distributed import capture_rank_medians

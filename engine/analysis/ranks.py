@@ -1,4 +1,4 @@
-"""Per-rank, per-step summaries of a trace store, and the stragglers among ranks (issue 22).
+"""Per-rank, per-step summaries of a trace store, and the slow ranks among them (issue 22).
 
 Why: a 512-rank job's events do not fit one process, but its overview does: one row per rank
 and step (compute / communication / exposed communication / idle, ms) is a few thousand rows.
@@ -33,7 +33,10 @@ SUMMARY_VERSION = "r1"
 SUMMARY = Path("summary") / "ranks.parquet"
 # The breakdown reads only these columns (work categories, names, threads, times)
 NEEDED = ["cat", "name", "pid", "tid", "ts_us", "dur_us"]
-STRAGGLER_MIN_PCT = 2.0  # a rank must be this much slower than the median step to be flagged
+# A rank this much slower than the median step is flagged `slower_than_median`. Not "straggler":
+# that is the rank the others wait for at collectives (engine/simulate/stragglers.py), and in a
+# synchronised job a slow step is as often a rank that waited (docs/analysis.md).
+SLOW_RANK_MIN_PCT = 2.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,15 +134,15 @@ def per_rank(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def stragglers(table: pd.DataFrame) -> pd.DataFrame:
-    """Ranks sorted by step time, slowest first, with their lateness against the median rank.
+    """Slow ranks: ranks sorted by step time, slowest first, with their lateness against the median rank.
 
     Per rank (means over its steps): step_ms, vs_median_ms (step_ms - the median over ranks of
     the same step, averaged over steps), vs_median_pct, compute_vs_median_ms (compute is where a
     slow rank's time goes: in a synchronised job the others wait for it in collectives, so
     their exposed communication grows, not its), slowest_steps (steps in which it was the
-    slowest rank), straggler (vs_median_pct >= STRAGGLER_MIN_PCT)."""
+    slowest rank), slower_than_median (vs_median_pct >= SLOW_RANK_MIN_PCT)."""
     cols = ["rank", "steps", "step_ms", "vs_median_ms", "vs_median_pct", "compute_ms", "compute_vs_median_ms"]
-    cols += ["exposed_communication_ms", "idle_ms", "slowest_steps", "straggler"]
+    cols += ["exposed_communication_ms", "idle_ms", "slowest_steps", "slower_than_median"]
     if table.empty:
         return pd.DataFrame(columns=cols)
     t = table[["rank", "step_index", "step_ms", "compute_ms", "exposed_communication_ms", "idle_ms"]].copy()
@@ -155,7 +158,7 @@ def stragglers(table: pd.DataFrame) -> pd.DataFrame:
     out["slowest_steps"] = r["slowest"].sum().astype(int)
     med = float(out["step_ms"].median())
     out["vs_median_pct"] = 100.0 * out["vs_median_ms"] / med if med > 0 else 0.0
-    out["straggler"] = (out["vs_median_pct"] >= STRAGGLER_MIN_PCT) & (len(out) > 1)
+    out["slower_than_median"] = (out["vs_median_pct"] >= SLOW_RANK_MIN_PCT) & (len(out) > 1)
     out = out.reset_index()[cols]
     return out.sort_values(
         ["step_ms", "compute_ms", "rank"], ascending=[False, False, True], kind="stable"

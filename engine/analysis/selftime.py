@@ -182,12 +182,16 @@ def gpu_idle(events: pd.DataFrame) -> pd.DataFrame:
 
 def kernel_table(events: pd.DataFrame, top: int | None = None) -> pd.DataFrame:
     """Per kernel name (cpu_op name on CPU-only traces, annotations apart): calls, total, mean,
-    self, share % of self time; names whole (the pages wrap them)."""
+    self, share % of self time, and for GPU kernels their class (engine.trace.kernels); names
+    whole (the pages wrap them)."""
     gpu = cat_mask(events["cat"]).any()
     t = time_by(events, GPU_CATS if gpu else ("cpu_op",))
     t = t.rename(columns={"count": "calls"})[["name", "kind", "calls", "total_us", "mean_us", "self_us", "share_pct"]]
     if not gpu:
         t["kind"] = np.where(t["kind"] == "annotation", "annotation", "cpu_op")
     else:
+        from engine.trace.kernels import classify_kernel
+
         t["kind"] = "kernel"
+        t.insert(2, "class", [classify_kernel(n).value for n in t["name"].astype(str)])
     return t.head(top) if top else t

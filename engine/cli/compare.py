@@ -65,6 +65,13 @@ def _pct(x) -> str:
     return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{100 * x:.1f}%"
 
 
+def coverage_line(cov: dict) -> str:
+    """'selected 12, replayed 10, substituted 1, skipped 1 (reason: n, ...)' from a replay's coverage."""
+    head = ", ".join(f"{k} {cov.get(k, 0)}" for k in ("selected", "replayed", "substituted", "skipped"))
+    why = cov.get("by_reason") or {}
+    return head + (f" ({', '.join(f'{k}: {v}' for k, v in why.items())})" if why else "")
+
+
 def _print_text(result, top: int) -> None:
     e = result.e2e
     if result.kind == "replay":
@@ -73,13 +80,17 @@ def _print_text(result, top: int) -> None:
             f"replay {_fmt(e['replay_ms'], ' ms')} on {e.get('replay_device')}, error {_pct(e['error'])}"
         )
         m = result.matching
+        unknown = int(m.get("times_unknown") or 0)
         print(
-            f"ops: {m['matched']}/{m['replay_ops']} replayed ops matched by ET id; "
+            f"ops: {m.get('paired', m['matched'])}/{m['replay_ops'] - int(m.get('inserted') or 0)} replayed ops "
+            f"paired by {m.get('by', 'node id')}, {m['matched']} with original times"
+            + (f", {unknown} times unknown (ET only: no linked Kineto time)" if unknown else "")
+            + "; "
             f"sum original {_fmt(m['original_sum_us'], ' us')} vs replay {_fmt(m['replay_sum_us'], ' us')} "
             f"({_pct(m['sum_error'])}); time basis {result.time_basis}"
         )
         if result.coverage:
-            print(f"coverage: {result.coverage}")
+            print(f"coverage: {coverage_line(result.coverage)}")
         tables = (("phase", result.by_phase), ("category", result.by_category), ("name", result.by_name))
         for key, df in tables:
             print(f"\nby {key}:")

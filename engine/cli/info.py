@@ -73,6 +73,11 @@ def render(objs: list[dict]) -> str:
         ]
         for k, v in rows:
             lines.append(f"  {k:<15} {_fmt(v)}")
+        if o.get("kernel_classes"):
+            lines.append(
+                "  kernel classes  "
+                + ", ".join(f"{c['class']} {100 * c['share']:.1f}% ({c['kernels']:,})" for c in o["kernel_classes"])
+            )
         if o["ops_by_category"]:
             lines.append("  categories      " + ", ".join(f"{k} {v:,}" for k, v in o["ops_by_category"].items()))
         if o["top_ops"]:

@@ -207,7 +207,7 @@ def _run_fleet(args: argparse.Namespace, spec, cfg) -> int:
     )
     for s in result.stragglers():
         print(
-            f"straggler: rank {s['rank']} arrived last at {s['last_at']} collective(s); "
+            f"last to arrive: rank {s['rank']} arrived last at {s['last_at']} collective(s); "
             f"waited {s['wait_ms']:.3f} ms; step {s['step_ms']:.3f} ms"
         )
     if "dp" in data["report"]:

@@ -20,12 +20,15 @@ Errors are relative: |replay - original| / original.
     e2e          {original_ms, replay_ms, error, original_source, original_device,
                   replay_device, replay_iterations}   end-to-end step times and their error
     time_basis   str       "cpu" (host op time) or "gpu" (kernel time under each op)
-    matching     {by, replay_ops, matched, unknown_ids, name_mismatch, match_rate,
-                  original_sum_us, replay_sum_us, sum_error, inserted, by_rank}   `by`:
-                           "node id" or "provenance"; name_mismatch: pairs refused because
+    matching     {by, replay_ops, paired, matched, times_unknown, unknown_ids, name_mismatch,
+                  match_rate, original_sum_us, replay_sum_us, sum_error, inserted, by_rank}
+                           `by`: "node id" or "provenance"; paired: replayed ops paired with an
+                           original op (same name) by id or provenance; matched: the paired ops
+                           with an original time; times_unknown: paired ops without one (an
+                           original that is an ET alone has no times); name_mismatch: pairs refused because
                            names differ; inserted: ops a composition added (no provenance in
                            a composed ET, e.g. TP all-reduces), left out of match_rate;
-                           by_rank (distributed): [{rank, replay_ops, matched}]
+                           by_rank (distributed): [{rank, replay_ops, paired, matched}]
     coverage     {...}     the replay's coverage (engine/replay/result.py)
     by_phase, by_category, by_name   [{...}]  time per group, both sides and the error
     per_op       [{replay_id, replay_name, original_id, original_name, rank, segment, repeat,
@@ -175,11 +178,14 @@ def compare_replay(
     cmp.per_op = per.reset_index(drop=True)
 
     matched = per["original_us"].notna()
+    paired = found & ~mismatch & ~inserted
     unknown = int((~found & ~inserted).sum())
     cmp.matching = {
         "by": "provenance" if by_prov else "node id",
         "replay_ops": len(per),
+        "paired": int(paired.sum()),
         "matched": int(matched.sum()),
+        "times_unknown": int((paired & ~matched).sum()),
         "unknown_ids": unknown,
         "name_mismatch": int(mismatch.sum()),
         "inserted": int(inserted.sum()),
@@ -193,6 +199,7 @@ def compare_replay(
                 "rank": int(r),
                 "replay_ops": len(g),
                 "inserted": int(inserted[g.index].sum()),
+                "paired": int(paired[g.index].sum()),
                 "matched": int(g["original_us"].notna().sum()),
             }
             for r, g in per.groupby("rank", sort=True)

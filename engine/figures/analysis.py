@@ -40,11 +40,12 @@ def rank_timelines(
     events: pd.DataFrame, window_us: float | None = None, bar_limit: int = 1500, path: pd.DataFrame | None = None
 ) -> go.Figure:
     """One timeline row per rank, each from its own start, sharing the µs axis; `path` (a
-    CriticalPath's segments) is highlighted in a "critical path" row on top of each rank's lanes."""
+    CriticalPath's segments) is highlighted in a "critical path" row on top of each rank's lanes.
+    `bar_limit` is the whole figure's event-bar budget, shared by the ranks."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from engine.figures.critical import KIND_COLORS, KIND_LABELS
+    from engine.figures.critical import KIND_COLORS, KIND_LABELS, bounded_segments
     from engine.figures.timeline import TimelineView, aggregate_trace, level_of_detail, prepare, timeline_traces
 
     ranks = sorted(int(r) for r in events["rank"].unique())
@@ -52,17 +53,18 @@ def rank_timelines(
         rows=len(ranks), cols=1, shared_xaxes=True, vertical_spacing=0.04, subplot_titles=[f"rank {r}" for r in ranks]
     )
     total_rows = 0
+    per_rank = max(50, bar_limit // max(len(ranks), 1))
     for k, r in enumerate(ranks, start=1):
-        view = TimelineView(start_us=0.0 if window_us else None, end_us=window_us, rank=r, bar_limit=bar_limit)
+        view = TimelineView(start_us=0.0 if window_us else None, end_us=window_us, rank=r, bar_limit=per_rank)
         ev = prepare(events, view)
-        detail, agg = level_of_detail(ev, bar_limit)
+        detail, agg = level_of_detail(ev, per_rank)
         for tr in timeline_traces(detail, legend=k == 1):
             fig.add_trace(tr, row=k, col=1)
         if len(agg):
             fig.add_trace(aggregate_trace(agg, legend=k == 1), row=k, col=1)
         lanes = ev.attrs["lanes"]
         ticks, labels = [-v for v in lanes.values()], list(lanes.keys())
-        on = path[(path["rank"] == r) & (path["dur_us"] > 0)] if path is not None else None
+        on = bounded_segments(path[path["rank"] == r]) if path is not None else None
         if on is not None and len(on):
             origin = float(ev.attrs["origin_us"])
             for kind, part in on.groupby("kind", sort=False):

@@ -10,15 +10,18 @@ import pandas as pd
 
 from engine.trace.vocab import GPU_CATS, RUNTIME_CATS
 
+# A selected annotation that spans a step launches thousands of kernels: draw the first ones only.
+FLOW_LIMIT = 200
+
 
 def flow_arrows(
-    events: pd.DataFrame, laid: pd.DataFrame, ev_id: int
+    events: pd.DataFrame, laid: pd.DataFrame, ev_id: int, limit: int = FLOW_LIMIT
 ) -> list[tuple[tuple[float, float], tuple[float, float]]]:
     """Arrows from CPU launches to the GPU work they launched, for one selected event.
 
     A runtime launch links to its kernels by `correlation`; a cpu_op links through the launches
     nested inside it (same pid/tid, inside its time range). Coordinates are in `laid` (the
-    output of `prepare`); events outside the current view are skipped.
+    output of `prepare`); events outside the current view are skipped; at most `limit` arrows.
     """
     if "correlation" not in events.columns:
         return []
@@ -40,6 +43,7 @@ def flow_arrows(
     gpu = events[events["cat"].isin(GPU_CATS) & events["correlation"].isin(launches["correlation"].dropna().tolist())]
     pos = laid.set_index("ev")[["start_us", "y"]]
     out = []
+    gpu = gpu[gpu["ev"].isin(pos.index)].head(limit)
     for _, k in gpu.iterrows():
         src = launches[launches["correlation"] == k["correlation"]]
         if src.empty or k["ev"] not in pos.index or src.iloc[0]["ev"] not in pos.index:

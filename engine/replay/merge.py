@@ -73,6 +73,7 @@ def merge(
                 "et": (d.get("paths") or {}).get("et"),
                 "et_sha256": (d.get("paths") or {}).get("et_sha256"),
                 "skipped_ops": (d.get("skipped_ops") or [])[:50],
+                "peak_rss_bytes": (d.get("memory") or {}).get("peak_rss_bytes"),
             }
         )
     medians = [float(r["median_ms"] or 0.0) for r in ranks]

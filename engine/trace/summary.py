@@ -22,6 +22,9 @@ trace loaded from one file the two are the same object. Keys (all always present
     top_ops         [{name, count, dur_us}]  10 names with the most total host time (Kineto
                                cpu_op events; ET: linked Kineto time, dur_us null if unlinked)
     kernels         int        Kineto events with cat "kernel"
+    kernel_classes  [{class, kernels, dur_us, share}]  GPU tasks per kernel class
+                               (engine.trace.kernels), largest first; share of summed GPU task
+                               time; [] without GPU work
     cpu_ops         int        Kineto events with cat "cpu_op"
     iterations      [{name, ts_us, dur_us, rank}]  ProfilerStep#N windows
     warnings        [str]
@@ -52,6 +55,7 @@ KEYS = (
     "time_span_us",
     "top_ops",
     "kernels",
+    "kernel_classes",
     "cpu_ops",
     "iterations",
     "warnings",
@@ -130,6 +134,7 @@ def _object(trace: Trace, ops: pd.DataFrame, events: pd.DataFrame, src: dict | N
         "time_span_us": None if span is None or np.isnan(span) else round(span, 3),
         "top_ops": top,
         "kernels": _count(events["cat"], "kernel") if len(events) else 0,
+        "kernel_classes": _kernel_classes(events),
         "cpu_ops": _count(events["cat"], "cpu_op") if len(events) else 0,
         "iterations": iters if len(events) else [],
         "warnings": _warnings(meta, src),
@@ -148,6 +153,23 @@ def _warnings(meta: dict, src: dict | None) -> list[str]:
 
 def _paired(trace: Trace) -> bool:
     return trace.has_et and trace.has_kineto and bool(trace.meta.get("link"))
+
+
+def _kernel_classes(events: pd.DataFrame | None) -> list[dict]:
+    from engine.trace.kernels import class_shares
+
+    if events is None or not len(events):
+        return []
+    t = class_shares(events)
+    return [
+        {
+            "class": str(r["class"]),
+            "kernels": int(r["kernels"]),
+            "dur_us": round(float(r["dur_us"]), 3),
+            "share": round(float(r["share"]), 4),
+        }
+        for _, r in t.iterrows()
+    ]
 
 
 def summarize(trace: Trace) -> dict:

@@ -255,3 +255,19 @@ def test_cli_shorthand_what_ifs(shared_traces, capsys):
     assert "\n" not in err and "MI355X" in err and "Traceback" not in err
     assert main(["simulate", src, "--speedup-span", "aten::linear", "2x"]) == 2
     assert "FACTOR must be a number" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_kernel_times_on_a_long_pair_aligns_in_linear_time(traces, shared_traces):
+    """nw0 <- nw4: ~8,000 launching operators a side (the greedy alignment, not difflib), legacy
+    'Input dims'; the same job, so nearly every GPU task matches and the GPU time becomes nw4's."""
+    import time
+
+    from engine.simulate import simulate
+
+    t0 = time.perf_counter()
+    r = simulate(traces(NW0), _spec({"kind": "kernel_times", "source": str(shared_traces / NW4)}))
+    rep = r.extra["kernel_times"][0]
+    assert rep["matched_fraction"] >= 0.99
+    assert rep["gpu_ms_after"] == pytest.approx(_gpu_ms(shared_traces / NW4), rel=0.01)
+    assert time.perf_counter() - t0 < 60

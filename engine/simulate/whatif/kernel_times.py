@@ -9,7 +9,8 @@ traces); a GPU task of
 a matched operator takes the duration of the task at the same position within the other side's
 operator. Where the operator launches a different number of GPU tasks there (vendors split work
 differently: a fused kernel, an extra memset), its tasks share the other side's total for that
-operator in their own proportions. Unmatched operators keep their own kernel times. Below
+operator in their own proportions. Unmatched operators keep their own kernel times. When one side recorded no
+input dims (no `record_shapes`), both match on name and order alone (`matched_on` says which). Below
 `MIN_MATCHED` of this trace's GPU tasks matched, the edit refuses, naming what did not match.
 
 Assumptions: the two traces ran the same program with the same shapes; the host side, launch
@@ -52,6 +53,7 @@ class Side:
         self.rank = rank[self.gpu]
         self.ops: dict[int, list[tuple]] = {}  # rank -> [(key, [positions in self.gpu])]
         self.names = names
+        self.has_dims = bool(dims)
         prev = None
         for pos, (r, op) in enumerate(zip(self.rank.tolist(), self.top.tolist())):
             key: tuple[str, tuple[tuple[int, ...], ...]] = ("(no operator)", ())
@@ -106,8 +108,11 @@ def match(mine: Side, other: Side) -> tuple[np.ndarray, np.ndarray, Counter]:
     ranks_other = sorted(other.ops)
     for r, seq in mine.ops.items():
         oseq = other.ops.get(r) or (other.ops[ranks_other[0]] if len(ranks_other) == 1 else [])
-        a = [k for k, _ in seq]
-        b = [k for k, _ in oseq]
+        # a trace recorded without shapes (or a fleet rank read from a store) has no dims: then
+        # both sides match on names and order alone
+        use_dims = mine.has_dims and other.has_dims
+        a = [k if use_dims else k[0] for k, _ in seq]
+        b = [k if use_dims else k[0] for k, _ in oseq]
         hit = np.zeros(len(seq), bool)
         for ia, ib in align(a, b):
             hit[ia] = True
@@ -175,6 +180,7 @@ class KernelTimes(Edit):
                 "matched_fraction": round(frac, 4),
                 "matched_time_fraction": round(float(old[ok].sum() / old.sum()) if old.sum() > 0 else 1.0, 4),
                 "resplit_tasks": int(split.sum()),
+                "matched_on": "name, input dims, order" if mine.has_dims and other.has_dims else "name, order",
                 "gpu_ms_before": round(float(old.sum()) / 1e3, 3),
                 "gpu_ms_after": round(float(np.where(ok, new, old).sum()) / 1e3, 3),
                 "unmatched": dict(missed.most_common(5)),

@@ -12,7 +12,9 @@ trace is compared with a second, real trace of the same program in the changed s
                 DataLoader span inclusive 1000x faster, against nw4 (4 loader workers)
 Steps are ProfilerStep host spans: the mean over the trace's steps for the tracelens pairs (one
 step each), the median for the dataloader pair (nw4's first step is a warm-up outlier, 215 ms
-against ~174 ms; the median ignores it), on both the prediction and the measurement. Nothing is
+against ~174 ms; the median ignores it), on both the prediction and the measurement. Beside the step, each row gives the GPU phase (first GPU
+task start to last GPU task end in a step), which separates the GPU prediction from host work the
+two machines do at different speeds (a prediction keeps the source's host). Nothing is
 hard-coded: every figure is computed from /work/shared traces (`MYSTIQUE_SHARED_TRACES`).
 Writes benchmarks/results/ground_truth.json.
 """
@@ -52,12 +54,37 @@ DATALOADER = (
 LOADER_RX = r"^enumerate\(DataLoader\)"
 
 
+def _r3(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
 def _spec(*edits: dict) -> dict:
     return {"version": 1, "edits": list(edits)}
 
 
 def _median_step_ms(events) -> float:
     return float(step_spans(events)["dur_us"].median()) / 1e3
+
+
+def gpu_phase_ms(events, stat: str = "mean") -> float | None:
+    """Per ProfilerStep: first GPU task start to last GPU task end among the GPU tasks that start
+    in the step (the GPU phase, apart from the host work before the first kernel); mean or median."""
+    import numpy as np
+
+    from engine.trace.vocab import GPU_CATS
+
+    st = step_spans(events)
+    gpu = events[events["cat"].astype(str).isin(GPU_CATS)]
+    ts = gpu["ts_us"].to_numpy(np.float64)
+    end = ts + gpu["dur_us"].to_numpy(np.float64)
+    out = []
+    for a, d in zip(st["ts_us"].to_numpy(np.float64), st["dur_us"].to_numpy(np.float64)):
+        m = (ts >= a) & (ts < a + d)
+        if m.any():
+            out.append(float(end[m].max() - ts[m].min()) / 1e3)
+    if not out:
+        return None
+    return float(np.median(out) if stat == "median" else np.mean(out))
 
 
 def _row(kind: str, case: str, measured: float, predicted: float, **extra) -> dict:
@@ -88,6 +115,8 @@ def pairs() -> list[dict]:
                     "kernel_times", case, measured[dst], r.predicted_iteration_ms,
                     matched_fraction=kt["matched_fraction"], gpu_ms_source=kt["gpu_ms_before"],
                     gpu_ms_predicted=kt["gpu_ms_after"], source=src, measured_trace=dst,
+                    gpu_phase_measured_ms=_r3(gpu_phase_ms(traces[dst].events)),
+                    gpu_phase_predicted_ms=_r3(gpu_phase_ms(r.predicted.events)),
                 )
             )  # fmt: skip
             r = simulate(traces[src], _spec({"kind": "device", "target": dst_dev}))
@@ -99,6 +128,8 @@ def pairs() -> list[dict]:
                 source_device=dev["source"], source_device_from=dev["source_from"],
                 classes={c: {k: v[k] for k in ("model", "ms_before", "ms_after") if k in v} for c, v in dev["classes"].items()},
                 source=src, measured_trace=dst,
+                gpu_phase_measured_ms=_r3(gpu_phase_ms(traces[dst].events)),
+                gpu_phase_predicted_ms=_r3(gpu_phase_ms(r.predicted.events)),
             )  # fmt: skip
             row["closer_than_naive"] = abs(row["error_pct"]) < abs(row["naive_error_pct"])
             rows.append(row)
@@ -117,6 +148,8 @@ def dataloader() -> list[dict]:
             _median_step_ms(r.predicted.events), statistic="median ProfilerStep span",
             nw0_measured_ms=round(_median_step_ms(nw0.events), 3),
             loader_ms_per_step=round(float(loader["dur_us"].sum()) / len(steps) / 1e3, 3),
+            gpu_phase_measured_ms=_r3(gpu_phase_ms(nw4.events, "median")),
+            gpu_phase_predicted_ms=_r3(gpu_phase_ms(r.predicted.events, "median")),
             source=DATALOADER[0], measured_trace=DATALOADER[1],
         )
     ]  # fmt: skip

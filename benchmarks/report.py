@@ -517,15 +517,30 @@ def ground_truth(d: dict) -> list[str]:
     `device` (retarget to the other side's GPU from the catalog, next to the naive "same step as
     the source") on the tracelens H100/MI300X pairs, both directions; the DataLoader span of
     kineto_resnet50_dataloader nw0 inclusive 1000x faster against nw4 (4 loader workers), median
-    ProfilerStep span (nw4's first step is a warm-up outlier). Error = predicted / measured - 1."""
+    ProfilerStep span (nw4's first step is a warm-up outlier). Error = predicted / measured - 1. GPU
+    phase: first GPU task start to last GPU task end in a step, apart from the host work before it
+    (a prediction keeps the source machine's host)."""
     rows = []
     for r in d["rows"]:
         naive = f"{r['naive_error_pct']:+.2f} %" if "naive_error_pct" in r else "–"
+        gm, gp = r.get("gpu_phase_measured_ms"), r.get("gpu_phase_predicted_ms")
+        phase = f"{num(gm, 1)} / {num(gp, 1)}" if gm and gp else "–"
         rows.append(
             [r["kind"], r["case"], num(r["measured_ms"], 3), num(r["predicted_ms"], 3), f"{r['error_pct']:+.2f} %",
-             naive, f"± {r['target_pct']:.0f} %", "pass" if r["pass"] else "FAIL"]
+             naive, f"± {r['target_pct']:.0f} %", "pass" if r["pass"] else "FAIL", phase]
         )  # fmt: skip
-    out = table(["what-if", "case", "measured ms", "predicted ms", "error", "naive error", "target", ""], rows)
+    head = [
+        "what-if",
+        "case",
+        "measured ms",
+        "predicted ms",
+        "error",
+        "naive error",
+        "target",
+        "",
+        "GPU phase ms meas / pred",
+    ]
+    out = table(head, rows)
     kt = [r for r in d["rows"] if r["kind"] == "kernel_times"]
     if kt:
         out += [

@@ -58,7 +58,8 @@ in the same shape needs no special casing anywhere downstream.
     pipeline                {...}       1F1B step and bubble
     speedup                 [{...}]     inclusive speed-ups: factor, inclusive, tasks, host_ms
     kernel_times            [{...}]     source, gpu_tasks, matched_fraction, matched_time_fraction,
-                                        resplit_tasks, gpu_ms_before, gpu_ms_after, unmatched
+                                        resplit_tasks, matched_on, gpu_ms_before, gpu_ms_after,
+                                        unmatched
     device                  [{...}]     source, source_from, target, default_dtype, classes
                                         {class: model, ratio, ms_before, ms_after, ...}, host,
                                         citations

@@ -1,7 +1,8 @@
 """Shapes for the batch / hidden edits from a Kineto trace alone: its cpu_ops' "Input Dims".
 
 Why: most traces users bring are Kineto-only (no ET), and a trace recorded with
-`record_shapes=True` carries every cpu_op's input shapes in `args["Input Dims"]`. The events
+`record_shapes=True` carries every cpu_op's input shapes in `args["Input Dims"]` (the 2021
+profiler's legacy `Operator` events: `args["Input dims"]`). The events
 table does not keep those args (they would double its size for one edit), so this module reads
 them back from the source files, matching each X event by its position in its file (`ev`,
 assigned in parse order by engine.trace.kineto) and source (`src`).
@@ -59,7 +60,8 @@ def input_dims(trace: Trace) -> dict[tuple[int, int], list[Shape]]:
             if blob.path != path:
                 continue
             doc = _decode(blob, typed=False)
-            evs = doc.get("traceEvents") if isinstance(doc, dict) else None
+            # the array form (a top-level list, the 2021 profiler) holds the events themselves
+            evs = doc.get("traceEvents") if isinstance(doc, dict) else doc
             if not isinstance(evs, list):
                 continue
             i = 0
@@ -68,7 +70,7 @@ def input_dims(trace: Trace) -> dict[tuple[int, int], list[Shape]]:
                     continue
                 args = e.get("args")
                 if type(args) is dict:
-                    dims = args.get("Input Dims")
+                    dims = args.get("Input Dims", args.get("Input dims"))  # legacy spelling: "Input dims"
                     if isinstance(dims, list) and dims:
                         out[(src, i)] = [_shape(d) for d in dims]
                 i += 1

@@ -91,8 +91,11 @@ def environment(device: str) -> dict:
     if src.is_file():
         env["source"] = src.read_text().strip()
     else:
-        r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
-        env["source"] = r.stdout.strip() or None
+        try:  # a copied tree may have no .git, a bare machine no git
+            r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
+            env["source"] = r.stdout.strip() or None
+        except OSError:
+            env["source"] = None
     return env
 
 

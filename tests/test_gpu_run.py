@@ -1,4 +1,5 @@
-"""The GPU run's dry run: `benchmarks/gpu_run.py --device cpu --quick` end to end (about 40 s).
+"""The GPU run's dry run: `benchmarks/gpu_run.py --device cpu --quick` end to end (about 40 s,
+the tests marked slow), and its stream-overlap measure on a hand-written Kineto trace.
 
 Why: the GPU run waits, unused, until a GPU is lent, and must then work at the first try. This
 runs its code path on CPU at tiny sizes and checks what each step wrote against counts read from
@@ -22,8 +23,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("MYSTIQUE_SHARED_TRACES", ROOT.parent / "shared" / "traces"))
 STEPS = ("captures", "fidelity", "coverage", "streams", "lumos", "bound", "gpu_tests", "compare")
-
-pytestmark = pytest.mark.slow
 
 
 def _json_gz(path: Path):
@@ -73,6 +72,7 @@ def run(tmp_path_factory):
     return doc, out, work
 
 
+@pytest.mark.slow
 def test_every_step_recorded_and_the_output_fits_what_comes_back(run):
     doc, out, _ = run
     assert list(doc["steps"]) == list(STEPS)
@@ -85,6 +85,7 @@ def test_every_step_recorded_and_the_output_fits_what_comes_back(run):
     assert all(f"-- {s}" in log for s in STEPS)
 
 
+@pytest.mark.slow
 def test_captures_hold_the_steps_asked_for(run):
     doc, _, work = run
     res = doc["steps"]["captures"]["result"]
@@ -96,6 +97,7 @@ def test_captures_hold_the_steps_asked_for(run):
     assert res["ddp"]["dist_backend"] == "gloo" and (work / "ddp" / "ddp_rank0_et.json.gz").is_file()
 
 
+@pytest.mark.slow
 def test_fidelity_replays_every_top_level_op_of_the_capture(run):
     doc, _, work = run
     recs = [r for r in doc["steps"]["fidelity"]["result"]["records"] if "coverage" in r]
@@ -106,6 +108,7 @@ def test_fidelity_replays_every_top_level_op_of_the_capture(run):
         assert r["original_ms"] > 0 and r["replay_ms"] > 0 and r["metrics"]["original"]["samples"]
 
 
+@pytest.mark.slow
 def test_coverage_replays_each_small_shared_et(run):
     doc, _, _ = run
     res = doc["steps"]["coverage"]["result"]
@@ -121,6 +124,7 @@ def test_coverage_replays_each_small_shared_et(run):
     assert all(0 <= r["replayed"] <= r["selected"] for r in res["records"])
 
 
+@pytest.mark.slow
 def test_what_if_ground_truths_are_the_base_model_changed_once(run):
     doc, _, work = run
     w = doc["steps"]["lumos"]["result"]["whatifs"]
@@ -150,6 +154,7 @@ def test_what_if_ground_truths_are_the_base_model_changed_once(run):
     assert w["mlp_gemm_x2_slower"]["predicted_ms"] > w["mlp_gemm_x2_slower"]["base_predicted_ms"]
 
 
+@pytest.mark.slow
 def test_bound_batches_differ_and_pytest_gpu_ran(run):
     doc, _, _ = run
     b = doc["steps"]["bound"]["result"]
@@ -158,6 +163,7 @@ def test_bound_batches_differ_and_pytest_gpu_ran(run):
     assert t["returncode"] == 0 and "skipped" in t["summary"], t["tail"]
 
 
+@pytest.mark.slow
 def test_compare_archive_holds_one_step_of_each_side(run):
     doc, out, work = run
     res = doc["steps"]["compare"]["result"]
@@ -175,3 +181,28 @@ def test_compare_archive_holds_one_step_of_each_side(run):
     assert _host_steps(orig) == 1 and _host_steps(_json_gz(work / "mlp" / "mlp_kineto.json.gz")) == 2
     labels = {e["name"] for e in _events(rep) if str(e.get("name", "")).startswith("et:")}
     assert len(labels) == res["replayed_ops"] > 0
+
+
+def test_stream_overlap_of_a_hand_written_trace(tmp_path):
+    """Kernels on stream 7 at 10-110 us and stream 8 at 80-130 us, 1 step: 30 us overlap, 120 us busy."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import engine.trace as T
+    from benchmarks.gpurun.steps import _stream_overlap
+
+    def kernel(name, ts, dur, stream, corr):
+        args = {"stream": stream, "correlation": corr, "device": 0}
+        return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur, "args": args}
+
+    doc = {
+        "traceEvents": [
+            {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 0, "dur": 200},
+            kernel("gemm_a", 10, 100, 7, 1),
+            kernel("gemm_b", 80, 50, 8, 2),
+        ]
+    }
+    path = tmp_path / "two_streams_kineto.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    got = _stream_overlap(T.load(path, use_cache=False).events)
+    assert got["streams"] == 2 and got["iterations"] == 1
+    assert got["overlap_us"] == pytest.approx(30.0) and got["kernel_busy_us"] == pytest.approx(120.0)
+    assert got["overlap_frac"] == pytest.approx(0.25)

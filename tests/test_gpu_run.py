@@ -64,8 +64,8 @@ def run(tmp_path_factory):
     out, work = tmp / "out", tmp / "work"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_run.py"), "--device", "cpu", "--quick"]
     cmd += ["--out", str(out), "--work", str(work)]
-    if SHARED.is_dir():
-        cmd += ["--traces", str(SHARED)]
+    # always named: the run's default would also find a staged .gpu_carry/traces
+    cmd += ["--traces", str(SHARED if SHARED.is_dir() else tmp / "no_shared_traces")]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     doc = json.loads((out / "gpu_run.json").read_text())

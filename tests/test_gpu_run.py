@@ -206,3 +206,12 @@ def test_stream_overlap_of_a_hand_written_trace(tmp_path):
     assert got["streams"] == 2 and got["iterations"] == 1
     assert got["overlap_us"] == pytest.approx(30.0) and got["kernel_busy_us"] == pytest.approx(120.0)
     assert got["overlap_frac"] == pytest.approx(0.25)
+
+
+def test_a_spent_budget_skips_every_step_with_its_reason(tmp_path):
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_run.py"), "--device", "cpu", "--quick", "--budget-s", "0"]
+    p = subprocess.run(cmd + ["--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    steps = json.loads((tmp_path / "gpu_run.json").read_text())["steps"]
+    assert list(steps) == list(STEPS)
+    assert all(s["status"] == "skipped" and s["reason"].startswith("budget: 0 s left") for s in steps.values())

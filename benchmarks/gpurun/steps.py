@@ -48,6 +48,10 @@ class Ctx:
     def size(self) -> str:
         return "quick" if self.quick else "full"
 
+    def over(self) -> str | None:
+        """The reason to skip the rest of a step once the run's deadline has passed, else None."""
+        return "skipped: the run's time budget ran out" if time.monotonic() >= self.deadline else None
+
     def session(self) -> dict[str, Any]:
         """Capture phases: quick = 1 warm-up, 3 timed, 2 recorded steps."""
         base = dict(steps=2, warmup=1, timing_steps=3) if self.quick else dict(steps=3, warmup=5, timing_steps=20)
@@ -103,6 +107,9 @@ def captures(ctx: Ctx) -> dict[str, Any]:
     """mlp, transformer, resnet_tv at the run's sizes; ddp on one rank (NCCL on CUDA, gloo on CPU)."""
     out: dict[str, Any] = {}
     for m in CAPTURE_MODELS:
+        if reason := ctx.over():
+            out[m] = {"skipped": reason}
+            continue
         try:
             out[m] = _capture(ctx, m, m, **SIZES[ctx.size][m])
             ctx.captures[m] = Path(out[m]["folder"])
@@ -152,8 +159,8 @@ def fidelity(ctx: Ctx) -> dict[str, Any]:
     rounds, per_round, metric_steps = (2, 2, 4) if ctx.quick else (8, 5, 100)
     records: list[dict[str, Any]] = []
     for m in CAPTURE_MODELS:
-        if m not in ctx.captures:
-            records.append({"model": m, "skipped": "no capture (step captures)"})
+        if m not in ctx.captures or ctx.over():
+            records.append({"model": m, "skipped": ctx.over() or "no capture (step captures)"})
             continue
         try:
             rec = fid.run_model(
@@ -322,8 +329,8 @@ def lumos(ctx: Ctx) -> dict[str, Any]:
             unchanged[m] = _error(exc)
     whatifs: dict[str, Any] = {}
     for name, (model, variant, edits) in WHATIFS.items():
-        if model not in traces:
-            whatifs[name] = {"skipped": f"no {model} trace"}
+        if model not in traces or ctx.over():
+            whatifs[name] = {"skipped": ctx.over() or f"no {model} trace"}
             continue
         try:
             base = traces[model]

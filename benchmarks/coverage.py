@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from harness import ROOT  # first: puts the repo root on sys.path (benchmarks/harness.py)
@@ -74,6 +75,7 @@ def main(argv=None) -> int:
             "wall_s": round(time.perf_counter() - t0, 2),
             "reference": {"replayed": ref[0], "selected": ref[1]} if ref else None,
             "skipped_ops": res.skipped_ops[:50],
+            "substituted_ops": dict(Counter(r["name"] for r in res.per_op if str(r["status"]) == "substituted")),
         }
         records.append(rec)
         comp = f"{cov['replayed_compute']}/{cov['selected_compute']}"

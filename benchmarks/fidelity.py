@@ -41,13 +41,27 @@ def _capture_fresh(name: str, device: str, tmp: Path, threads: int) -> Path:
     return tmp / name
 
 
-def _metric_block(fn, n: int, device: str) -> dict:
+def _metric_block(fn, n: int, device: str, curves: bool = False) -> dict:
+    """The metrics summary over `n` calls of `fn`; with `curves`, the samples too (SM %, memory,
+    power over time on a GPU: `MetricsSampler.to_dict`)."""
     from engine.metrics import MetricsSampler
 
     with MetricsSampler(interval_s=0.02, device=device) as m:
         for _ in range(n):
             fn()
-    return m.summary()
+    return m.to_dict() if curves else m.summary()
+
+
+def build_model(name: str, device: str, config: dict):
+    """(step_fn, config) of sample `name` rebuilt from a capture meta's `model_config`: ours
+    (engine.capture.models) or a real-library one (lib_models, whose meta also names the library
+    and architecture, which are not sizes)."""
+    from engine.capture import lib_models, models
+
+    lib = name in lib_models.LIB_SAMPLES
+    drop = {"model", "library", "arch"} if lib else {"model"}
+    overrides = {k: (tuple(v) if isinstance(v, list) else v) for k, v in config.items() if k not in drop}
+    return (lib_models.build if lib else models.build)(name, device, **overrides)
 
 
 def run_model(
@@ -61,29 +75,31 @@ def run_model(
     tmp: Path,
     metrics: bool,
     host_gaps: bool = False,
+    folder: Path | None = None,
+    metric_steps: int | None = None,
+    curves: bool = False,
 ) -> dict:
+    """One model's interleaved rounds (module docstring). `folder`: a capture folder to replay
+    instead of sample_traces/<name> (its meta's model_config rebuilds the live model);
+    `metric_steps` steps per metrics block (default `per_round`), `curves` keeps their samples."""
     import orjson
     import torch
 
     import engine.trace as T
-    from engine.capture.models import build
     from engine.replay import ReplayConfig
     from engine.replay.executor import ReplaySession
 
-    folder = ROOT / "sample_traces" / name
+    folder = folder or ROOT / "sample_traces" / name
     meta_path = folder / f"{name}_meta.json"
     meta = orjson.loads(meta_path.read_bytes()) if meta_path.is_file() else {}
     threads = int(meta.get("num_threads") or torch.get_num_threads())
     if fresh:
         folder = _capture_fresh(name, device, tmp, threads)
         meta = orjson.loads((folder / f"{name}_meta.json").read_bytes())
-    overrides = {
-        k: (tuple(v) if isinstance(v, list) else v) for k, v in (meta.get("model_config") or {}).items() if k != "model"
-    }
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        step_fn, _ = build(name, device, **overrides)
+        step_fn, _ = build_model(name, device, meta.get("model_config") or {})
         trace = T.load(folder / f"{name}_et.json.gz", folder / f"{name}_kineto.json.gz")
         sync = (lambda: torch.cuda.synchronize()) if device.startswith("cuda") else (lambda: None)
 
@@ -112,8 +128,10 @@ def run_model(
                 rep += r
                 orig_rounds.append(statistics.median(o))
                 rep_rounds.append(statistics.median(r))
-            m_orig = _metric_block(step_fn, per_round, device) if metrics else {}
-            m_rep = _metric_block(lambda: session.run_iteration(measured=False), per_round, device) if metrics else {}
+            n_m = metric_steps or per_round
+            m_orig = _metric_block(original_step, n_m, device, curves) if metrics else {}
+            replay_iter = lambda: session.run_iteration(measured=False)  # noqa: E731
+            m_rep = _metric_block(replay_iter, n_m, device, curves) if metrics else {}
             res = session.finish()
     finally:
         torch.set_num_threads(old_threads)

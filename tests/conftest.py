@@ -137,11 +137,13 @@ def pytest_collection_modifyitems(config, items):
     no_gpu = pytest.mark.skip(reason="needs a CUDA device; none is available here")
     keep, shared_layer = [], []
     for item in items:
-        if "gpu" in item.keywords and not _has_cuda():
+        # markers, not item.keywords: keywords also hold the names of the folders above the test,
+        # so a checkout in a folder named "gpu" or "shared" had every test skipped or deselected
+        if item.get_closest_marker("gpu") and not _has_cuda():
             item.add_marker(no_gpu)
         if "shared_traces" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.shared)
-        (shared_layer if "shared" in item.keywords and not shared_available() else keep).append(item)
+        (shared_layer if item.get_closest_marker("shared") and not shared_available() else keep).append(item)
     if shared_layer:
         _DESELECTED_SHARED[:] = [i.nodeid for i in shared_layer]
         config.hook.pytest_deselected(items=shared_layer)

@@ -120,22 +120,30 @@ def _tbe(rows: list[int], dim: int, lr: float):
     )
 
 
-def build_dist(name: str, rank: int, world: int) -> tuple[SampleStep, dict[str, Any]]:
-    """(step_fn, config) of multi-rank sample `name` for `rank` of `world` (group initialized)."""
+def build_dist(name: str, rank: int, world: int, device: str = "cpu") -> tuple[SampleStep, dict[str, Any]]:
+    """(step_fn, config) of multi-rank sample `name` for `rank` of `world` (group initialized).
+
+    `device`: where ddp's model and batch live ("cuda" under NCCL: its collectives take device
+    tensors only, so a CPU model under an NCCL group fails at its first all-reduce). The DLRM
+    samples are CPU-only (their sharded tables and FBGEMM's CPU kernels)."""
     torch.manual_seed(SEED)  # identical replicas of the data-parallel weights on every rank
     g = torch.Generator().manual_seed(SEED + 1000 * (rank + 1))  # each rank its own batch
     c: Any  # one config/model type per sample below
     model: Any
     if name == "ddp":
         c = DDPConfig()
-        body = mlp_stack([*c.widths, c.classes], last_act=False)
+        body = mlp_stack([*c.widths, c.classes], last_act=False).to(device)
         model = nn.parallel.DistributedDataParallel(body, bucket_cap_mb=c.bucket_cap_mb)
-        x = torch.randn(c.batch, c.widths[0], generator=g)
-        y = torch.randint(0, c.classes, (c.batch,), generator=g)
+        x = torch.randn(c.batch, c.widths[0], generator=g).to(device)
+        y = torch.randint(0, c.classes, (c.batch,), generator=g).to(device)
         opt = torch.optim.SGD(model.parameters(), lr=c.lr, momentum=0.9, foreach=True)
         step = SampleStep("ddp", model, opt, (x,), y, F.cross_entropy)
         return step, {"model": name, "world_size": world, **asdict(c)}
     if name in ("dlrm_a2a", "dlrm_tbe"):
+        if not str(device).startswith("cpu"):
+            from engine.errors import TraceError
+
+            raise TraceError(f"multi-rank sample {name} runs on CPU only, not {device!r}")
         c = DistDLRMConfig()
         tbe = name == "dlrm_tbe"
         model = ShardedDLRM(c, rank, world, tbe)

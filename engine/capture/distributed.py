@@ -104,11 +104,11 @@ def capture_distributed(
     return {"name": name, "world_size": world_size, "ranks": ranks, "job_median_ms": max(x["median_ms"] for x in ranks)}
 
 
-def _builder(spec: str):
+def _builder(spec: str, device: str = "cpu"):
     from engine.capture.dist_models import DIST_SAMPLES, build_dist
 
     if spec in DIST_SAMPLES:
-        return lambda rank, world: build_dist(spec, rank, world)
+        return lambda rank, world: build_dist(spec, rank, world, device)
     if ":" not in spec:
         raise TraceError(
             f"unknown multi-rank builder {spec!r}: a sample ({', '.join(DIST_SAMPLES)}) or 'module:function'"
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         from engine.capture.api import capture, session_arguments
 
         rank, world = init_from_env(a.device, a.timeout)
-        step_fn, config = _builder(a.model)(rank, world)
+        step_fn, config = _builder(a.model, a.device)(rank, world)
         name = f"{a.name or a.model}_rank{rank}"
         command = a.command or " ".join(sys.argv)
         res = capture(

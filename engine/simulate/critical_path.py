@@ -194,7 +194,9 @@ def _infer(g: TaskGraph, T: np.ndarray, prev: np.ndarray, via: np.ndarray, edge:
     launch = np.zeros(len(T), bool)
     if len(g.e_kind):
         launch[g.e_dst[g.e_kind == EDGE_KINDS.index(EdgeKind.LAUNCH)]] = True
-    idle_gap = (via < 0) & (prev >= 0) & (g.pt_owner < 0)
+    # (a GPU task after a gap its stream always leaves between tasks was held by the stream)
+    lane_gpu = np.repeat(g.lanes["gpu"].to_numpy().astype(bool), np.diff(g.lane_ptr))
+    idle_gap = (via < 0) & (prev >= 0) & (g.pt_owner < 0) & (~lane_gpu | (g.pt_d > INFER_US))
     own_prev_t = np.where(prev >= 0, T[np.maximum(prev, 0)], -np.inf)
     cand = sp[(idle_gap | ((via >= 0) & launch) | (prev < 0))[sp]]
     if not len(cand):

@@ -97,6 +97,7 @@ class CriticalPath:
     crossings: list[dict]
     segments: pd.DataFrame
     walks: int
+    task_ms: np.ndarray | None = None  # per task: its own time on the path (ms, mean per walk)
 
     def to_json(self, top: int = 10) -> dict[str, Any]:
         return {
@@ -193,7 +194,9 @@ def _infer(g: TaskGraph, T: np.ndarray, prev: np.ndarray, via: np.ndarray, edge:
     launch = np.zeros(len(T), bool)
     if len(g.e_kind):
         launch[g.e_dst[g.e_kind == EDGE_KINDS.index(EdgeKind.LAUNCH)]] = True
-    idle_gap = (via < 0) & (prev >= 0) & (g.pt_owner < 0)
+    # (a GPU task after a gap its stream always leaves between tasks was held by the stream)
+    lane_gpu = np.repeat(g.lanes["gpu"].to_numpy().astype(bool), np.diff(g.lane_ptr))
+    idle_gap = (via < 0) & (prev >= 0) & (g.pt_owner < 0) & (~lane_gpu | (g.pt_d > INFER_US))
     own_prev_t = np.where(prev >= 0, T[np.maximum(prev, 0)], -np.inf)
     cand = sp[(idle_gap | ((via >= 0) & launch) | (prev < 0))[sp]]
     if not len(cand):
@@ -324,6 +327,13 @@ def critical_path(g: TaskGraph, s: Schedule, *, sync_regex: str | None = None) -
     return _summarise(g, pd.concat(pieces, ignore_index=True), len(walks))
 
 
+def _task_ms(g: TaskGraph, seg: pd.DataFrame, n_walks: int) -> np.ndarray:
+    """Each task's own time on the path (ms, mean per walk): what speeding it up can gain at most."""
+    task = seg["task"].to_numpy()
+    own = task >= 0
+    return np.bincount(task[own], seg["dur_us"].to_numpy()[own], minlength=g.n_tasks) / 1e3 / n_walks
+
+
 def _summarise(g: TaskGraph, seg: pd.DataFrame, n_walks: int) -> CriticalPath:
     names = g.tasks["name"].astype(str).to_numpy()
     seg["kind"] = np.asarray([k.value for k in KINDS], dtype=object)[seg["kind_code"].to_numpy()]
@@ -362,6 +372,7 @@ def _summarise(g: TaskGraph, seg: pd.DataFrame, n_walks: int) -> CriticalPath:
         crossings=crossings,
         segments=segments,
         walks=n_walks,
+        task_ms=_task_ms(g, seg, n_walks),
     )
 
 

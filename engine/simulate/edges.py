@@ -23,7 +23,7 @@ from engine.simulate.waits import (
     split_waits,
 )
 from engine.trace import columns as _cols
-from engine.trace.vocab import RUNTIME_CATS, is_backend_comm
+from engine.trace.vocab import ANNOTATION_CATS, RUNTIME_CATS, STEP_PREFIX, is_backend_comm
 from engine.user_regex import compile_user
 
 
@@ -328,7 +328,9 @@ def inter_thread_edges(g: TaskGraph, cfg: SimConfig) -> None:
     A point that ends a segment of at least `thread_block_us` is where a thread woke up (after
     idling or blocking). It depends on the latest point of another thread of the same rank
     strictly earlier and at most `thread_window_us` earlier (strictly, so edges never form a
-    cycle), with the original gap as weight; equal times: the later lane in lane order.
+    cycle), with the original gap as weight; equal times: the later lane in lane order. The
+    woken thread's gap itself, when no recorded operator owns it, shrinks to nothing: the
+    thread waited, it did no work there.
     """
     lanes = g.lanes
     host = np.flatnonzero(~lanes["gpu"].to_numpy())
@@ -364,3 +366,12 @@ def inter_thread_edges(g: TaskGraph, cfg: SimConfig) -> None:
     hit = best >= 0
     if hit.any():
         g.add_edges(best[hit], cand[hit], t_c[hit] - best_t[hit], EdgeKind.INTER_THREAD)
+        # a woken thread's gap that no recorded operator owns (idle, or a label's own time: a
+        # ProfilerStep, record_function or Python frame around the wait) was the wait itself:
+        # it ends when the other thread gets there, not after a fixed time
+        own = g.pt_owner[cand[hit]]
+        label = g.text("cat").where(lambda c: c in ANNOTATION_CATS) | g.text("name").where(
+            lambda n: n.startswith(STEP_PREFIX)
+        )
+        waits = (own < 0) | label[np.maximum(own, 0)]
+        g.pt_d[cand[hit][waits]] = 0.0

@@ -29,6 +29,7 @@ REASONS = {
     Kind.COMMUNICATION.value: "late collective",
     Kind.LAUNCH_HOST.value: "host stall",
     Kind.SYNC_WAIT.value: "host stall",
+    Kind.HOST_UNRECORDED.value: "host stall",
 }
 MIN_SHARE = 0.005  # a rank must hold the others up for 0.5 % of a step to be named
 

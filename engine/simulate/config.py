@@ -25,6 +25,10 @@ class SimConfig(Settings):
     # the same rank at most `thread_window_us` before it.
     thread_block_us: float = 20.0
     thread_window_us: float = 10.0
+    # A host thread idle (no recorded op) for at least `thread_idle_us` waited for another thread
+    # (a DataLoader queue, the autograd engine's hand-off): it wakes after the latest point of
+    # another thread of its rank inside the gap, however long before its wake-up that was.
+    thread_idle_us: float = 1000.0
     # Host calls that wait for the GPU (sync-like runtime calls), matched by name: synchronize,
     # synchronous copies and memsets, and frees (they synchronise the device).
     sync_regex: str = (
@@ -44,6 +48,7 @@ class SimConfig(Settings):
             "stream_bound_gap_us": (Finite(), Between(0, MAX_US)),
             "thread_block_us": (Finite(), Between(0, MAX_US)),
             "thread_window_us": (Finite(), Between(0, MAX_US)),
+            "thread_idle_us": (Finite(), Between(0, MAX_US)),
             "sync_regex": (Regex(),),
             "max_rounds": (Finite(), Between(1, 1 << 40)),
         }

@@ -328,9 +328,12 @@ def inter_thread_edges(g: TaskGraph, cfg: SimConfig) -> None:
     A point that ends a segment of at least `thread_block_us` is where a thread woke up (after
     idling or blocking). It depends on the latest point of another thread of the same rank
     strictly earlier and at most `thread_window_us` earlier (strictly, so edges never form a
-    cycle), with the original gap as weight; equal times: the later lane in lane order. The
-    woken thread's gap itself, when no recorded operator owns it, shrinks to nothing: the
-    thread waited, it did no work there.
+    cycle), with the original gap as weight; equal times: the later lane in lane order. A gap
+    that no recorded operator owns and that lasts at least `thread_idle_us` (a thread idle for a
+    millisecond waited for another: a DataLoader queue, the autograd engine's hand-off) depends
+    on the latest point of another thread inside the gap, however early. The woken thread's gap
+    itself, when no recorded operator owns it, shrinks to nothing: the thread waited, it did no
+    work there.
     """
     lanes = g.lanes
     host = np.flatnonzero(~lanes["gpu"].to_numpy())
@@ -349,6 +352,10 @@ def inter_thread_edges(g: TaskGraph, cfg: SimConfig) -> None:
     t_c = g.pt_time[cand]
     c_lane = lane_of_pt[cand]
     c_rank = lane_rank[c_lane]
+    # how far back a wake-up may be linked: the window, or the whole gap when it is a long idle one
+    reach = np.full(len(cand), float(cfg.thread_window_us))
+    long_idle = (g.pt_d[cand] >= cfg.thread_idle_us) & (g.pt_owner[cand] < 0)
+    reach[long_idle] = np.maximum(reach[long_idle], g.pt_d[cand][long_idle])
     best = np.full(len(cand), -1, np.int64)
     best_t = np.full(len(cand), -np.inf)
     for ln in host:
@@ -360,7 +367,7 @@ def inter_thread_edges(g: TaskGraph, cfg: SimConfig) -> None:
         ok = k >= a
         q, k = q[ok], k[ok]
         tk = g.pt_time[k]
-        better = (tk >= t_c[q] - cfg.thread_window_us) & (tk >= best_t[q])
+        better = (tk >= t_c[q] - reach[q]) & (tk >= best_t[q])
         best[q[better]] = k[better]
         best_t[q[better]] = tk[better]
     hit = best >= 0

@@ -278,8 +278,9 @@ elif view == "SQL":
     except TraceError as exc:
         st.error(str(exc))
     else:
-        st.dataframe(res.head(10_000), hide_index=True, key="explore_sql_result")
-        st.caption(f"{len(res):,} rows" + (" (first 10,000 shown)" if len(res) > 10_000 else ""))
+        st.dataframe(res.frame, hide_index=True, key="explore_sql_result")
+        n = len(res.frame)
+        st.caption(f"first {n:,} rows (the result has more; only these were read)" if res.truncated else f"{n:,} rows")
 
 sel = state.selection()
 if sel["ids"] and sel["trace"] == name:

@@ -22,6 +22,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import prefetch, views
+from app.markup import md_escape
 from engine.errors import TraceError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +69,7 @@ def catalog_error(exc: TraceError | str) -> None:
     msg = str(exc).splitlines()[0]
     if msg not in shown:
         shown.append(msg)
-        st.error(msg)
+        st.error(md_escape(msg))
 
 
 def catalog_notice() -> None:
@@ -81,7 +82,7 @@ def catalog_notice() -> None:
     shown = st.session_state.setdefault("_catalog_shown", [])
     if notice and notice not in shown:
         shown.append(notice)
-        st.warning(notice)
+        st.warning(md_escape(notice))
 
 
 def runner():
@@ -438,7 +439,7 @@ def graph_panel(
     with cols[0]:
         bc = st.columns(min(len(crumbs), 8))
         for i, (label, f) in enumerate(crumbs[-8:]):
-            if bc[i].button(("› " if i else "") + label, key=f"{chart_key}_crumb_{i}", width="stretch"):
+            if bc[i].button(("› " if i else "") + md_escape(label), key=f"{chart_key}_crumb_{i}", width="stretch"):
                 foci[f"{name}|{rank}"] = views.focus_key_of(f)
                 st.session_state.pop(chart_key, None)
                 st.rerun()
@@ -461,14 +462,14 @@ def graph_panel(
     sel_keys = tuple(k for k in picks.get(pk, []) if k in model.groups)
     fig, n_found = views.hierarchy_fig(paths, rank, focus_key, color_by, sel_keys, search, height)
     if search:
-        st.caption(f"search {search!r}: {n_found} groups hold a matching op (ringed red)")
+        st.caption(f"search {md_escape(repr(search))}: {n_found} groups hold a matching op (ringed red)")
     st.plotly_chart(fig, on_select="rerun", selection_mode=("points", "box", "lasso"), key=chart_key, width="stretch")
     if sel_keys:
         b = st.columns([3, 1])
         openable = [k for k in sel_keys if isinstance(k, str) and k.startswith(("tree:", "range:"))]
         if openable:
             lab = model.nodes.set_index("key").loc[openable[0], "label"]
-            if b[0].button(f"Open group {lab}", key=f"{chart_key}_open"):
+            if b[0].button(f"Open group {md_escape(lab)}", key=f"{chart_key}_open"):
                 foci[f"{name}|{rank}"] = openable[0]
                 st.rerun()
         if b[1].button("Clear pick", key=f"{chart_key}_clear"):

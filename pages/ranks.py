@@ -8,6 +8,7 @@ stragglers, and one rank's timeline on demand. The summaries are built once in a
 import streamlit as st
 
 from app import overview, scheduler, state
+from app.markup import md_escape
 from engine.errors import TraceError
 
 st.title("Ranks")
@@ -37,7 +38,9 @@ def _jobs_panel() -> None:
     active = overview.active_jobs(paths)
     for j in active:
         c = st.columns([5, 1])
-        c[0].progress(float(j["fraction"] or 0.0), text=f"job {j['id']} · {j['status'].value} · {j['message'] or ''}")
+        c[0].progress(
+            float(j["fraction"] or 0.0), text=f"job {j['id']} · {j['status'].value} · {md_escape(j['message'] or '')}"
+        )
         if c[1].button("Cancel", key=f"ov_cancel_{j['id']}"):
             try:
                 state.runner().cancel(j["id"])
@@ -50,12 +53,12 @@ def _jobs_panel() -> None:
     st.session_state["_ov_active"] = bool(active)
     if not active:
         if why := overview.last_failure(paths):
-            st.caption(why)
+            st.caption(md_escape(why))
         if st.button("Build rank summaries", type="primary", key="ov_build", disabled=sched is None):
             try:
                 overview.submit(paths, str(sched), st.session_state.get("current"))
             except TraceError as exc:
-                st.error(str(exc))
+                st.error(md_escape(exc))
             st.rerun()
 
 
@@ -106,7 +109,7 @@ if st.session_state.get("ov_opened") == (store, rank, pick) and pick is not None
     try:
         fig, n = overview.rank_timeline(store, int(rank), lo, lo + float(row["step_ms"]) * 1e3)
     except TraceError as exc:
-        st.error(str(exc))
+        st.error(md_escape(exc))
     else:
-        st.caption(f"rank {rank} · {row['step']} · {n:,} events read from the store")
+        st.caption(f"rank {rank} · {md_escape(row['step'])} · {n:,} events read from the store")
         st.plotly_chart(fig, key="ov_timeline", width="stretch")

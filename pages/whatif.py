@@ -5,6 +5,7 @@ import json
 import streamlit as st
 
 from app import state, views
+from app.markup import md_escape
 from engine.errors import TraceError
 from engine.figures import whatif as wfig
 from engine.simulate.config import SimConfig
@@ -94,7 +95,7 @@ try:
             state="complete",
         )
 except (TraceError, ValueError) as exc:
-    st.error(str(exc))
+    st.error(md_escape(exc))
     st.stop()
 
 c = st.columns(4)
@@ -116,7 +117,7 @@ c[2].metric(  # no badge without edits; an unchanged step is neither good nor ba
 )
 c[3].metric("tasks / edges", f"{res['tasks']:,} / {sum(res['edges'].values()):,}")
 for w in res["warnings"]:
-    st.warning(w)
+    st.warning(md_escape(w))
 tab_b, tab_c, tab_t, tab_s, tab_a = st.tabs(["Breakdown", "Critical path", "Timelines", "Sharding", "Assumptions"])
 with tab_b:
     st.plotly_chart(
@@ -145,7 +146,7 @@ with tab_c:
         if strag.get("straggler"):
             s_ = strag["straggler"]
             st.warning(
-                f"rank {s_['rank']} holds the others up ({s_['held_others_ms']:.3f} ms per step at collectives): {s_['reason']}"
+                f"rank {s_['rank']} holds the others up ({s_['held_others_ms']:.3f} ms per step at collectives): {md_escape(s_['reason'])}"
             )
         if lag is not None and len(lag) > 1:
             st.dataframe(lag.round(3), hide_index=True, key="wi_stragglers")
@@ -181,6 +182,6 @@ if st.button("Add the prediction to the workspace (opens in Explore and Compare)
     try:
         export_kineto(pred_events, path, state.get_trace(name).meta)
         state.add_trace(label, [str(path)])
-        st.success(f"added {label!r}: pick it on Explore or Compare")
+        st.success(f"added {md_escape(repr(label))}: pick it on Explore or Compare")
     except (TraceError, OSError) as exc:
-        st.error(str(exc))
+        st.error(md_escape(exc))

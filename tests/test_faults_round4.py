@@ -6,13 +6,18 @@ one line naming the file, no traceback; nothing lost, bytes compared) and the AP
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
-from clirun import cli, one_line_error
+from clirun import DDP, cli, one_line_error
+from conftest import SAMPLES
 
 from engine.errors import TraceError
+
+MLP = SAMPLES / "mlp"
 
 
 def _sha(p: Path) -> str:
@@ -47,3 +52,105 @@ def test_12_duplicate_top_level_keys_are_refused_by_loader_and_store(tmp_path, c
     ok = tmp_path / "ok.json"  # a key repeated inside events is nobody's business
     ok.write_text('{"traceEvents": [%s], "x": {"a": 1, "a": 2}}' % (ev % "a"))
     assert len(load(ok, use_cache=False).events) == 1
+
+
+# 13 -------------------------------------------------------------------------------------------
+def test_13_store_refuses_two_files_declaring_the_same_rank(tmp_path, cache_dir):
+    """Two Kineto files that both declare rank 0 were merged into one rank; replay refuses two
+    such ETs, and now the store refuses them too, naming both files."""
+    import shutil
+
+    job = tmp_path / "job"
+    job.mkdir()
+    a = Path(shutil.copy(DDP / "ddp_rank0_kineto.json.gz", job / "a_kineto.json.gz"))
+    b = Path(shutil.copy(DDP / "ddp_rank0_kineto.json.gz", job / "b_kineto.json.gz"))
+    before = {p: _sha(p) for p in (a, b)}
+    msg = one_line_error(cli("sql", job, "SELECT count(*) FROM events", cache=cache_dir), "declares rank 0")
+    assert str(a) in msg and str(b) in msg, msg
+    assert {p: _sha(p) for p in (a, b)} == before
+    store = cache_dir / "store"
+    assert not list(store.glob("*/manifest.json")) and not [d for d in store.iterdir() if d.name.startswith(".")]
+    ok = cli("sql", DDP, "SELECT count(DISTINCT rank) AS n FROM events", "--json", cache=cache_dir)
+    assert ok.returncode == 0 and json.loads(ok.stdout) == [{"n": 2}], ok.stderr  # distinct ranks still store
+
+
+# 14 -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("where", ["cap", "cap/sub", "."])
+def test_14_replay_out_inside_its_own_inputs_is_refused(tmp_path, cache_dir, where, monkeypatch):
+    """`replay cap --out cap` wrote the replay's trace into the capture, which then failed `info`
+    and doubled in `sql`. An --out that holds the inputs or lies inside them is refused before
+    anything runs, and the capture is byte for byte what it was."""
+    import shutil
+
+    cap = tmp_path / "cap"
+    shutil.copytree(MLP, cap)
+    before = {p.name: _sha(p) for p in cap.iterdir()}
+    r = cli("replay", cap, "--out", tmp_path / where, "--iters", "1", "--warmup", "0", "--no-profile", cache=cache_dir)
+    one_line_error(r, str(cap), "--out")
+    assert {p.name: _sha(p) for p in cap.iterdir()} == before
+
+
+# 16 -------------------------------------------------------------------------------------------
+def test_16_simulate_never_reports_a_negative_measured_step(tmp_path, cache_dir):
+    """ProfilerStep spans whose end is before their start: `simulate` said "measured -63.432 ms,
+    error -199.87 %". Now there is no measured step, and a warning says why."""
+    doc = json.loads(gzip.decompress((MLP / "mlp_kineto.json.gz").read_bytes()))
+    steps = [e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")]
+    assert steps
+    for e in steps:
+        e["dur"] = -e["dur"]
+    p = tmp_path / "backwards.json"
+    p.write_text(json.dumps(doc))
+    r = cli("simulate", p, "--json", cache=cache_dir)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert out["measured_iteration_ms"] is None and out["error_pct"] is None, out
+    assert any("run backwards" in w for w in out["warnings"]), out["warnings"]
+    human = cli("simulate", p, cache=cache_dir)
+    assert "measured -" not in human.stdout and "run backwards" in human.stdout + human.stderr
+
+
+# 17 -------------------------------------------------------------------------------------------
+def test_17_staging_of_a_killed_build_is_swept_at_the_next(tmp_path, cache_dir):
+    """A store build SIGKILLed mid-way left `.<key>-xxxx` in the store root for good. The next
+    build sweeps it (its lock died with it); a running build's folder (lock held) stays."""
+    import fcntl
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    flag = tmp_path / "started"
+    code = (
+        "import time, pathlib\n"
+        "from engine.trace.store import ingest\n"
+        f"def slow(job):\n    pathlib.Path({str(flag)!r}).write_text('x'); time.sleep(120)\n"
+        "ingest._ingest_file = slow\n"
+        f"ingest.build({str(MLP / 'mlp_kineto.json.gz')!r}, scheduler='serial')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MYSTIQUE_CACHE_DIR": str(cache_dir)}
+    p = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT)
+    try:
+        end = time.monotonic() + 60
+        while not flag.exists():
+            assert p.poll() is None and time.monotonic() < end, "the build never started"
+            time.sleep(0.1)
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    store = cache_dir / "store"
+    left = [d.name for d in store.iterdir() if d.name.startswith(".")]
+    assert len(left) == 1, left
+    live = store / ".0123456789abcdef-live"  # another build, running now: its lock is held
+    live.mkdir()
+    fd = os.open(live / ".building", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        r = cli("sql", MLP / "mlp_kineto.json.gz", "SELECT count(*) AS n FROM events", "--json", cache=cache_dir)
+        assert r.returncode == 0 and json.loads(r.stdout)[0]["n"] > 0, r.stderr
+        assert sorted(d.name for d in store.iterdir() if d.name.startswith(".")) == [live.name]
+    finally:
+        os.close(fd)

@@ -111,6 +111,7 @@ STICKY = (
     "tt_window",
     "dash_scheduler",
     "ov_job",
+    "ov_job_paths",
 )
 SESSION_KEYS = ("current", "selection", "benchmark")
 
@@ -131,7 +132,10 @@ def save_settings() -> None:
     for k in STICKY:
         if k in st.session_state:
             v = st.session_state[k]
-            if isinstance(v, (str, int, float, bool)) and saved.get(k) != v:
+            plain = isinstance(v, (str, int, float, bool)) or (
+                isinstance(v, list) and all(isinstance(x, str) for x in v)
+            )
+            if plain and saved.get(k) != v:
                 saved[k] = changed[k] = v
     for k in SESSION_KEYS:
         if k in st.session_state and st.session_state.get(f"_saved_{k}") != st.session_state[k]:

@@ -14,7 +14,8 @@ from engine.errors import TraceError
 st.title("Ranks")
 if "ov_job" not in st.session_state:
     cur = state.traces().get(st.session_state.get("current") or "")
-    st.session_state["ov_job"] = ";".join(cur["paths"]) if cur else ""
+    st.session_state["ov_job_paths"] = list(cur["paths"]) if cur else []  # a list: a path may hold ';'
+    st.session_state["ov_job"] = ";".join(st.session_state["ov_job_paths"])
 # Not a keyed widget: "ov_job" is plain (sticky) state that outlives the page, and the box is
 # redrawn from it, so coming back to the page never shows or sends back a stale value.
 with st.container(key="ov_job_box"):
@@ -25,7 +26,7 @@ with st.container(key="ov_job_box"):
     )
 with st.expander("Settings"):
     sched = scheduler.widget()
-paths = overview.split_paths(text)
+paths = overview.job_paths(text, st.session_state.get("ov_job_paths") or [])
 if not paths:
     st.info("Name a job: its per-rank summaries are built once, then this page reads only them.")
     st.stop()

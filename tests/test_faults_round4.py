@@ -154,3 +154,43 @@ def test_17_staging_of_a_killed_build_is_swept_at_the_next(tmp_path, cache_dir):
         assert sorted(d.name for d in store.iterdir() if d.name.startswith(".")) == [live.name]
     finally:
         os.close(fd)
+
+
+# 15 -------------------------------------------------------------------------------------------
+def test_15_ranks_page_keeps_a_loaded_traces_paths_as_a_list(tmp_path, monkeypatch, cache_dir):
+    """A loaded trace whose folder holds ';' opened the Ranks page as two wrong paths (the list
+    was joined on ';' and split again). Its paths now travel as a list: the job builds."""
+    import os
+    import shutil
+
+    pytest.importorskip("streamlit")
+    from streamlit.testing.v1 import AppTest
+
+    from engine.workspace import Catalog, JobRunner
+
+    monkeypatch.setenv("MYSTIQUE_UI_DIR", str(tmp_path / "ui"))
+    monkeypatch.delenv("MYSTIQUE_APP_SCHEDULER", raising=False)
+    job = tmp_path / "run;42"
+    job.mkdir()
+    files = [str(shutil.copy(p, job)) for p in sorted(DDP.glob("ddp_rank*_kineto.json.gz"))]
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app" / "main.py"), default_timeout=180)
+    at.run()
+    at.switch_page("../pages/traces.py")
+    at.run()
+    at.text_area(key="server_paths").input("\n".join(files))
+    at.text_input(key="path_name").input("job")
+    at.button(key="load_path").click()
+    at.run()
+    assert at.session_state["current"] == "job", [e.value for e in at.error]
+    at.switch_page("../pages/ranks.py")
+    at.run()
+    next(t for t in at.text_input if t.label.startswith("Fan-out scheduler")).input("serial")
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    at.button(key="ov_build").click()
+    at.run()
+    cat = Catalog(Path(os.environ["MYSTIQUE_UI_DIR"]) / "workspace")
+    (j,) = cat.jobs(kind="rank_summary")
+    assert j["params"]["paths"] == files
+    done = JobRunner(cat).wait(j["id"], timeout_s=300)
+    assert done["status"].value == "done" and done["summary"]["ranks"] == 2, done.get("error")

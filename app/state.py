@@ -174,8 +174,10 @@ def traces() -> dict[str, dict]:
     return st.session_state.setdefault("traces", {})
 
 
-def add_trace(name: str, paths: list[str]) -> dict:
-    """Load `paths` as one trace named `name` (ET + Kineto of one run pair up). Raises TraceError.
+def add_trace(name: str, paths: list[str]) -> str:
+    """Load `paths` as one trace named `name` (ET + Kineto of one run pair up); returns the name it
+    got: `name`, or `name (2)`... when another dashboard on this workspace holds it (the
+    catalog decides, engine.workspace.Catalog.add_trace). Raises TraceError.
     A folder (a composed benchmark, a capture, a multi-rank job) stands for its files as the CLI
     reads them (engine.trace.layout.resolve): a composed folder's ranks, not its COMPLETE.json."""
     if any(Path(p).is_dir() for p in paths):
@@ -191,14 +193,14 @@ def add_trace(name: str, paths: list[str]) -> dict:
         "kind": trace.meta.get("kind", ""),
         "link_rate": (trace.meta.get("link") or {}).get("link_rate"),
     }
+    try:
+        name = catalog().add_trace(name, entry)
+    except TraceError as exc:  # the trace stays loaded in the session; the user is told once
+        catalog_error(exc)
     traces()[name] = entry
     st.session_state.setdefault("current", name)
     prefetch.request(entry["paths"])
-    try:
-        catalog().put_trace(name, entry)
-    except TraceError as exc:  # the trace stays loaded in the session; the user is told once
-        catalog_error(exc)
-    return entry
+    return name
 
 
 def rename_trace(old: str, new: str) -> None:

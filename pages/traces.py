@@ -23,7 +23,7 @@ with src_sample:
         if st.button("Load sample", key="load_sample"):
             try:
                 name = state.unique_name(f"sample:{pick}") if f"sample:{pick}" in state.traces() else f"sample:{pick}"
-                state.add_trace(name, sets[pick])
+                name = state.add_trace(name, sets[pick])
                 state.make_current(name)
                 st.success(f"loaded {md_escape(name)}")
             except TraceError as exc:
@@ -48,7 +48,7 @@ with src_upload:
                     raise TraceError(f"file is {f.size / 2**20:.0f} MB, over the {limit_mb} MB upload limit", f.name)
                 paths.append(state.save_upload(f.name, f.getvalue()))
             name = state.unique_name(up_name.strip() or Path(files[0].name).name)
-            state.add_trace(name, [str(p) for p in paths])
+            name = state.add_trace(name, [str(p) for p in paths])
             state.make_current(name)
             st.success(f"loaded {md_escape(name)}")
         except TraceError as exc:
@@ -70,7 +70,7 @@ with src_path:
                 if not Path(p).exists():
                     raise TraceError("no such file", p)
             name = state.unique_name(p_name.strip() or Path(paths[0]).name)
-            state.add_trace(name, paths)
+            name = state.add_trace(name, paths)
             state.make_current(name)
             st.success(f"loaded {md_escape(name)}")
         except TraceError as exc:

@@ -181,7 +181,7 @@ if st.button("Add the prediction to the workspace (opens in Explore and Compare)
     path = state.results_dir() / f"predicted_{entry['hash'][:12]}_{abs(hash(spec_text)) % 10**8}.json.gz"
     try:
         export_kineto(pred_events, path, state.get_trace(name).meta)
-        state.add_trace(label, [str(path)])
+        label = state.add_trace(label, [str(path)])
         st.success(f"added {md_escape(repr(label))}: pick it on Explore or Compare")
     except (TraceError, OSError) as exc:
         st.error(md_escape(exc))

@@ -194,3 +194,99 @@ def test_15_ranks_page_keeps_a_loaded_traces_paths_as_a_list(tmp_path, monkeypat
     assert j["params"]["paths"] == files
     done = JobRunner(cat).wait(j["id"], timeout_s=300)
     assert done["status"].value == "done" and done["summary"]["ranks"] == 2, done.get("error")
+
+
+# 4 --------------------------------------------------------------------------------------------
+def test_4_trace_names_are_unique_per_workspace_across_processes(tmp_path):
+    """Two dashboards on one workspace each loaded a file named k.json: the second silently
+    replaced the first's trace. Now the catalog gives the second `k.json (2)`; the same files
+    under the same name are the same trace (no duplicate)."""
+    from clirun import python
+
+    from engine.workspace import Catalog
+
+    ws = tmp_path / "ws"
+    a = Catalog(ws)
+    assert a.add_trace("k.json", {"paths": ["/a/k.json"], "hash": "A"}) == "k.json"
+    code = (
+        "from engine.workspace import Catalog\n"
+        f"c = Catalog(__import__('pathlib').Path({str(ws)!r}))\n"
+        "print(c.add_trace('k.json', {'paths': ['/b/k.json'], 'hash': 'B'}))\n"
+        "print(c.add_trace('k.json', {'paths': ['/c/k.json'], 'hash': 'C'}))\n"
+    )
+    r = python(code)
+    assert r.returncode == 0 and r.stdout.split("\n")[:2] == ["k.json (2)", "k.json (3)"], r.stderr
+    assert a.add_trace("k.json", {"paths": ["/a/k.json"], "hash": "A2"}) == "k.json"  # reloaded in place
+    got = {n: (e["paths"], e["hash"]) for n, e in a.traces().items()}
+    assert got == {
+        "k.json": (["/a/k.json"], "A2"),
+        "k.json (2)": (["/b/k.json"], "B"),
+        "k.json (3)": (["/c/k.json"], "C"),
+    }
+
+
+# 9 --------------------------------------------------------------------------------------------
+def test_9_catalog_moved_away_under_a_running_dashboard_is_recreated(tmp_path, monkeypatch, cache_dir):
+    """Moving catalog.sqlite away while the dashboard ran put a traceback on the Traces page. It
+    is recreated, the page works, and a warning says what happened; the moved file is intact."""
+    pytest.importorskip("streamlit")
+    from mdtext import shown
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("MYSTIQUE_UI_DIR", str(tmp_path / "ui"))
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app" / "main.py"), default_timeout=180)
+    at.run()
+    at.switch_page("../pages/traces.py")
+    at.run()
+    assert not at.exception
+    cat = tmp_path / "ui" / "workspace" / "catalog.sqlite"
+    moved = tmp_path / "moved.sqlite"
+    cat.rename(moved)
+    before = _sha(moved)
+    seen = []
+    for _ in range(2):
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        seen += [shown(w.value) for w in [*at.warning, *at.error]]
+    assert any(str(cat) in w and "recreated it" in w for w in seen), seen
+    assert cat.is_file() and _sha(moved) == before
+    at.text_area(key="server_paths").input(str(MLP / "mlp_kineto.json.gz"))
+    at.text_input(key="path_name").input("again")
+    at.button(key="load_path").click()
+    at.run()
+    assert not at.exception and "again" in at.session_state["traces"]
+    from engine.workspace import Catalog
+
+    assert "again" in Catalog(cat.parent).traces()
+
+
+def test_4_two_dashboards_loading_the_same_file_name_keep_both(tmp_path, monkeypatch, cache_dir):
+    """The user's path: two dashboard sessions on one workspace each load a different k.json.gz
+    under its default name (the file name). Both traces stay in the workspace."""
+    import shutil
+
+    pytest.importorskip("streamlit")
+    from streamlit.testing.v1 import AppTest
+
+    from engine.workspace import Catalog
+
+    monkeypatch.setenv("MYSTIQUE_UI_DIR", str(tmp_path / "ui"))
+    files = []
+    for sub, src in (("a", MLP / "mlp_kineto.json.gz"), ("b", SAMPLES / "cnn" / "cnn_kineto.json.gz")):
+        (tmp_path / sub).mkdir()
+        files.append(str(shutil.copy(src, tmp_path / sub / "k.json.gz")))
+    sessions = []
+    for _ in files:  # both open before either loads: each sees a workspace without k.json.gz
+        at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app" / "main.py"), default_timeout=180)
+        at.run()
+        at.switch_page("../pages/traces.py")
+        at.run()
+        sessions.append(at)
+    for at, f in zip(sessions, files, strict=True):
+        at.text_area(key="server_paths").input(f)
+        at.button(key="load_path").click()
+        at.run()
+        assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    got = {n: e["paths"] for n, e in Catalog(tmp_path / "ui" / "workspace").traces().items() if n.startswith("k.json")}
+    assert got == {"k.json.gz": [files[0]], "k.json.gz (2)": [files[1]]}, got
+    assert "k.json.gz (2)" in sessions[1].session_state["traces"]

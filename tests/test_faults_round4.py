@@ -290,3 +290,49 @@ def test_4_two_dashboards_loading_the_same_file_name_keep_both(tmp_path, monkeyp
     got = {n: e["paths"] for n, e in Catalog(tmp_path / "ui" / "workspace").traces().items() if n.startswith("k.json")}
     assert got == {"k.json.gz": [files[0]], "k.json.gz (2)": [files[1]]}, got
     assert "k.json.gz (2)" in sessions[1].session_state["traces"]
+
+
+# 8 and 11 -------------------------------------------------------------------------------------
+def test_8_tls_scheduler_without_tls_settings_is_one_line(cache_dir):
+    """`--scheduler tls://...` ended in a TypeError traceback from Dask's TLS layer."""
+    r = cli("sql", DDP, "SELECT 1", "--scheduler", "tls://127.0.0.1:8786", cache=cache_dir, timeout=60)
+    one_line_error(r, "tls://127.0.0.1:8786", "TLS settings")
+
+
+def test_11_a_listener_that_does_not_speak_dask_is_refused_in_seconds(cache_dir):
+    """Something listens at the address (a plain TCP server that accepts and says nothing): the
+    client's start-up hung past 120 s. Its whole start-up, handshake included, has one deadline."""
+    import socket
+    import threading
+    import time
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(srv.accept()[0])
+            except OSError:
+                continue
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    addr = f"tcp://127.0.0.1:{srv.getsockname()[1]}"
+    try:
+        t0 = time.monotonic()
+        r = cli("sql", DDP, "SELECT 1", "--scheduler", addr, cache=cache_dir, timeout=110)
+        wall = time.monotonic() - t0
+    finally:
+        stop.set()
+        t.join()
+        for c in held:
+            c.close()
+        srv.close()
+    one_line_error(r, addr, "handshake")
+    assert wall < 45, wall
+    assert held, "the client never connected: the test did not test the handshake"

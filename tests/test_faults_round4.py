@@ -336,3 +336,43 @@ def test_11_a_listener_that_does_not_speak_dask_is_refused_in_seconds(cache_dir)
     one_line_error(r, addr, "handshake")
     assert wall < 45, wall
     assert held, "the client never connected: the test did not test the handshake"
+
+
+# 5 --------------------------------------------------------------------------------------------
+def test_5_replay_bounds_ops_whose_outputs_come_from_scalars_or_shapes(tmp_path, cache_dir):
+    """`arange(end=N)`, `eye(n)` and `outer(a, b)` recorded with 16-element outputs allocated what
+    their arguments say (1.93 GB against a bound of 509 MB, then an OOM kill). Their outputs are
+    now computed on the meta device first: each is skipped with its own reason and the sizes in
+    its detail, and the rest of the MLP replays as before."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from crafted_et import _Builder
+
+    b = _Builder()
+    none = ("<None>", "None", [], [])
+    factory = "*, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"
+    long_out = b.tensor()
+    long_out[4] = 8  # int64
+    ids = [
+        b.add("aten::arange", f"aten::arange(Scalar end, {factory}",
+              [(50_000_000, "Int", [], []), none, none, ("cpu", "Device", [], []), none],
+              [(long_out, "Tensor(long int)", [16], [1])]),
+        b.add("aten::eye", f"aten::eye(SymInt n, {factory}",
+              [(8000, "Int", [], []), (6, "Int", [], []), none, ("cpu", "Device", [], []), none],
+              [(b.tensor(), "Tensor(float)", [16], [1])]),
+        b.add("aten::outer", "aten::outer(Tensor self, Tensor vec2) -> Tensor",
+              [(b.tensor(8000), "Tensor(float)", [8000], [1]), (b.tensor(8000), "Tensor(float)", [8000], [1])],
+              [(b.tensor(), "Tensor(float)", [16], [1])]),
+    ]  # fmt: skip
+    et = tmp_path / "big_et.json.gz"
+    et.write_bytes(gzip.compress(json.dumps(b.doc).encode()))
+    out = tmp_path / "out"
+    r = cli("replay", et, "--out", out, "--iters", "1", "--warmup", "0", "--no-profile", "--json", cache=cache_dir)
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads((out / "replay.json").read_text())
+    skipped = {s["op_id"]: s for s in doc["skipped_ops"]}
+    for i, mib in zip(ids, (381.5, 244.1, 244.1), strict=True):
+        assert skipped[i]["reason"] == "allocates more than the trace records (outputs computed on the meta device)"
+        assert f"{mib:,.1f} MiB" in skipped[i]["detail"], skipped[i]
+    assert set(skipped) == set(ids), skipped  # nothing else in the MLP is refused

@@ -16,6 +16,7 @@ import orjson
 import pandas as pd
 import streamlit as st
 
+from app.markup import md_escape
 from engine.compose.shard.kinds import SHARDINGS
 from engine.errors import TraceError
 
@@ -66,7 +67,7 @@ def op_table(trace, pattern: str = "") -> pd.DataFrame:
         try:
             t = t[compile_user(pattern, "the name filter").mask(t["name"])]
         except TraceError as exc:  # a user's bad regex: shown, table unfiltered
-            st.warning(str(exc))
+            st.warning(md_escape(exc))
     return t.reset_index(drop=True)
 
 

@@ -14,12 +14,13 @@ if str(ROOT) not in sys.path:
 import streamlit as st  # noqa: E402 -- after the sys.path fix above
 
 from app import prefetch, state  # noqa: E402 -- after the sys.path fix above
+from app.markup import md_escape  # noqa: E402
 
 st.set_page_config(page_title="mystique-studio", page_icon=":material/biotech:", layout="wide")
 state.ensure_started()
 state.catalog_notice()
 if err := st.session_state.pop("_start_error", None):
-    st.warning(err)
+    st.warning(md_escape(err))
 if pending := st.session_state.pop("_pending_current", None):
     state.make_current(pending)
 state.restore_settings()

@@ -28,6 +28,12 @@ def split_paths(text: str) -> list[str]:
     return [os.path.expanduser(p.strip()) for p in text.replace("\n", ";").split(";") if p.strip()]
 
 
+def job_paths(text: str, listed: list[str]) -> list[str]:
+    """The job's paths: `listed` (a loaded trace's paths, kept as a list) while the box still shows
+    them, else what was typed (issue 31: a loaded path holding ';' was cut in two)."""
+    return list(listed) if listed and text == ";".join(listed) else split_paths(text)
+
+
 def _stamp(paths: list[str]) -> list:
     """Size and mtime of every file behind the paths (a folder: its trace files, as the store
     build lists them), so a file rewritten in place makes a new job necessary."""

@@ -14,6 +14,7 @@ import os
 
 import streamlit as st
 
+from app.markup import md_escape
 from engine.errors import TraceError
 from engine.settings import DashboardSettings
 
@@ -52,5 +53,5 @@ def widget() -> str | None:
     try:
         return current()
     except TraceError as exc:
-        st.error(str(exc))
+        st.error(md_escape(exc))
         return None

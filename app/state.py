@@ -22,6 +22,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import prefetch, views
+from app.markup import md_escape
 from engine.errors import TraceError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +69,7 @@ def catalog_error(exc: TraceError | str) -> None:
     msg = str(exc).splitlines()[0]
     if msg not in shown:
         shown.append(msg)
-        st.error(msg)
+        st.error(md_escape(msg))
 
 
 def catalog_notice() -> None:
@@ -81,7 +82,7 @@ def catalog_notice() -> None:
     shown = st.session_state.setdefault("_catalog_shown", [])
     if notice and notice not in shown:
         shown.append(notice)
-        st.warning(notice)
+        st.warning(md_escape(notice))
 
 
 def runner():
@@ -110,6 +111,7 @@ STICKY = (
     "tt_window",
     "dash_scheduler",
     "ov_job",
+    "ov_job_paths",
 )
 SESSION_KEYS = ("current", "selection", "benchmark")
 
@@ -130,7 +132,10 @@ def save_settings() -> None:
     for k in STICKY:
         if k in st.session_state:
             v = st.session_state[k]
-            if isinstance(v, (str, int, float, bool)) and saved.get(k) != v:
+            plain = isinstance(v, (str, int, float, bool)) or (
+                isinstance(v, list) and all(isinstance(x, str) for x in v)
+            )
+            if plain and saved.get(k) != v:
                 saved[k] = changed[k] = v
     for k in SESSION_KEYS:
         if k in st.session_state and st.session_state.get(f"_saved_{k}") != st.session_state[k]:
@@ -169,8 +174,10 @@ def traces() -> dict[str, dict]:
     return st.session_state.setdefault("traces", {})
 
 
-def add_trace(name: str, paths: list[str]) -> dict:
-    """Load `paths` as one trace named `name` (ET + Kineto of one run pair up). Raises TraceError.
+def add_trace(name: str, paths: list[str]) -> str:
+    """Load `paths` as one trace named `name` (ET + Kineto of one run pair up); returns the name it
+    got: `name`, or `name (2)`... when another dashboard on this workspace holds it (the
+    catalog decides, engine.workspace.Catalog.add_trace). Raises TraceError.
     A folder (a composed benchmark, a capture, a multi-rank job) stands for its files as the CLI
     reads them (engine.trace.layout.resolve): a composed folder's ranks, not its COMPLETE.json."""
     if any(Path(p).is_dir() for p in paths):
@@ -186,14 +193,14 @@ def add_trace(name: str, paths: list[str]) -> dict:
         "kind": trace.meta.get("kind", ""),
         "link_rate": (trace.meta.get("link") or {}).get("link_rate"),
     }
+    try:
+        name = catalog().add_trace(name, entry)
+    except TraceError as exc:  # the trace stays loaded in the session; the user is told once
+        catalog_error(exc)
     traces()[name] = entry
     st.session_state.setdefault("current", name)
     prefetch.request(entry["paths"])
-    try:
-        catalog().put_trace(name, entry)
-    except TraceError as exc:  # the trace stays loaded in the session; the user is told once
-        catalog_error(exc)
-    return entry
+    return name
 
 
 def rename_trace(old: str, new: str) -> None:
@@ -439,7 +446,7 @@ def graph_panel(
     with cols[0]:
         bc = st.columns(min(len(crumbs), 8))
         for i, (label, f) in enumerate(crumbs[-8:]):
-            if bc[i].button(("› " if i else "") + label, key=f"{chart_key}_crumb_{i}", width="stretch"):
+            if bc[i].button(("› " if i else "") + md_escape(label), key=f"{chart_key}_crumb_{i}", width="stretch"):
                 foci[f"{name}|{rank}"] = views.focus_key_of(f)
                 st.session_state.pop(chart_key, None)
                 st.rerun()
@@ -462,14 +469,14 @@ def graph_panel(
     sel_keys = tuple(k for k in picks.get(pk, []) if k in model.groups)
     fig, n_found = views.hierarchy_fig(paths, rank, focus_key, color_by, sel_keys, search, height)
     if search:
-        st.caption(f"search {search!r}: {n_found} groups hold a matching op (ringed red)")
+        st.caption(f"search {md_escape(repr(search))}: {n_found} groups hold a matching op (ringed red)")
     st.plotly_chart(fig, on_select="rerun", selection_mode=("points", "box", "lasso"), key=chart_key, width="stretch")
     if sel_keys:
         b = st.columns([3, 1])
         openable = [k for k in sel_keys if isinstance(k, str) and k.startswith(("tree:", "range:"))]
         if openable:
             lab = model.nodes.set_index("key").loc[openable[0], "label"]
-            if b[0].button(f"Open group {lab}", key=f"{chart_key}_open"):
+            if b[0].button(f"Open group {md_escape(lab)}", key=f"{chart_key}_open"):
                 foci[f"{name}|{rank}"] = openable[0]
                 st.rerun()
         if b[1].button("Clear pick", key=f"{chart_key}_clear"):

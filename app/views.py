@@ -283,10 +283,31 @@ def rank_timelines_fig(paths: tuple[str, ...], window_us: float | None, with_pat
     return rank_timelines(load_paths(paths).events, window_us, path=seg)
 
 
+def _session_ended() -> Callable[[], bool]:
+    """A check, made on the script thread now, that turns true once this browser session has gone
+    (its tab closed) or its run was asked to stop: the SQL box then interrupts its query."""
+    from streamlit.runtime import Runtime
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    if ctx is None or not Runtime.exists():
+        return lambda: False
+    runtime, requests = Runtime.instance(), ctx.script_requests
+
+    def ended() -> bool:
+        stopping = getattr(getattr(requests, "_state", None), "value", "") == "STOP"
+        return stopping or not runtime.is_active_session(ctx.session_id)
+
+    return ended
+
+
 @view(st.cache_data, max_entries=16, show_spinner="Querying…")
 def sql_result(paths: tuple[str, ...], sql: str, scheduler: str | None = None):
-    """Read-only SQL over the trace store of `paths` (engine.trace.store.query: built on first use,
-    fanned out on the dashboard's `scheduler` setting)."""
-    from engine.trace.store import query
+    """Read-only SQL over the trace store of `paths` (engine.trace.store.sql.run: built on first
+    use, fanned out on the dashboard's `scheduler` setting): the first MAX_ROWS rows only (what is
+    cached), under UI_TIMEOUT_S, interrupted when the session ends."""
+    from engine.trace.store.sql import MAX_ROWS, UI_TIMEOUT_S, run
 
-    return query(list(paths), sql, scheduler=scheduler)
+    return run(
+        list(paths), sql, scheduler=scheduler, max_rows=MAX_ROWS, timeout_s=UI_TIMEOUT_S, cancel=_session_ended()
+    )

@@ -9,6 +9,7 @@ import json
 import streamlit as st
 
 from app import state, views
+from app.markup import md_escape
 from engine.simulate.devices import CATALOG
 
 
@@ -111,7 +112,7 @@ def show_measured(measured: str, res: dict, pred_events, window_ms: float) -> No
 def device_report(res: dict) -> None:
     """The device retarget's per-class models and the catalog rows it used."""
     for rep in res.get("device", []):
-        st.caption(f"device: {rep['source']} ({rep['source_from']}) -> {rep['target']}; host {rep['host']}")
+        st.caption(md_escape(f"device: {rep['source']} ({rep['source_from']}) -> {rep['target']}; host {rep['host']}"))
         st.dataframe(
             [
                 {"class": k, **{f: v.get(f) for f in ("model", "ratio", "ms_before", "ms_after", "fallback")}}
@@ -120,4 +121,4 @@ def device_report(res: dict) -> None:
             hide_index=True,
             key=f"wi_dev_tbl_{rep['target']}",
         )
-        st.caption(json.dumps(rep["citations"]))
+        st.caption(md_escape(json.dumps(rep["citations"])))

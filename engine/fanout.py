@@ -12,8 +12,15 @@ Schedulers (`--scheduler` on the CLI, default from MYSTIQUE_SCHEDULER, else "loc
     "serial"          in this process, one item after the other;
     "local"           a LocalCluster of processes, one single-threaded worker per core (at most
                       one per item), each limited to an equal share of the available memory;
-    "tcp://HOST:PORT" an existing `dask scheduler` (its workers do the work).
+    "tcp://HOST:PORT" an existing `dask scheduler` (its workers do the work); `tls://HOST:PORT`
+                      only when Dask's TLS configuration is given (distributed.comm.tls.ca-file
+                      and a client certificate, e.g. DASK_DISTRIBUTED__COMM__TLS__CA_FILE).
 One item runs serially under "local": starting workers costs more than it saves.
+
+Connecting is bounded as a whole (issue 31): the client's start-up, Dask's handshake included,
+runs on a helper thread under one deadline of CONNECT_TIMEOUT_S, so an address where something
+listens but does not speak Dask is refused in seconds (it hung past 120 s), and any failure
+there (a TLS address without TLS settings was a traceback) is one line naming the address.
 
 Cancellation: an exception in the caller (KeyboardInterrupt, or a progress callback raising)
 closes the client, which cancels the futures not yet run; a task's exception is re-raised here.
@@ -41,10 +48,66 @@ def resolve(scheduler: str | None) -> str:
     """The scheduler to use: the argument, else MYSTIQUE_SCHEDULER, else "local"; TraceError
     (one line) for anything that is not serial, local or a tcp://HOST:PORT address."""
     value = (scheduler if scheduler is not None else os.environ.get(ENV, "")).strip() or LOCAL
-    if value in (SERIAL, LOCAL) or _ADDRESS.match(value):
-        return value
     where = "--scheduler" if scheduler is not None else ENV
+    if value in (SERIAL, LOCAL) or (_ADDRESS.match(value) and value.startswith("tcp://")):
+        return value
+    if _ADDRESS.match(value):  # tls://
+        if not _tls_configured():
+            raise TraceError(
+                f"bad {where} {value!r}: tls:// needs Dask's TLS settings (distributed.comm.tls.ca-file and "
+                "distributed.comm.tls.client.cert, e.g. DASK_DISTRIBUTED__COMM__TLS__CA_FILE); else use tcp://HOST:PORT"
+            )
+        return value
     raise TraceError(f"bad {where} {value!r}: expected serial, local or tcp://HOST:PORT")
+
+
+def _tls_configured() -> bool:
+    try:
+        import dask.config
+    except ImportError:
+        return False
+    get = dask.config.get
+    return bool(get("distributed.comm.tls.ca-file", None) and get("distributed.comm.tls.client.cert", None))
+
+
+def _connect(address: str):
+    """A Client of the scheduler at `address`, its whole start-up under one deadline
+    (CONNECT_TIMEOUT_S); TraceError (one line) when it fails or does not finish in time. A start-up
+    still running at the deadline is left to its daemon thread, which closes what it gets."""
+    import threading
+
+    from distributed import Client
+
+    box: dict = {}
+    done = threading.Event()
+    gave_up = threading.Event()
+
+    def start() -> None:
+        try:
+            client = Client(address, timeout=CONNECT_TIMEOUT_S)
+        except BaseException as exc:  # noqa: BLE001  # handed to the caller
+            box["error"] = exc
+        else:
+            if gave_up.is_set():
+                client.close()
+            box["client"] = client
+        finally:
+            done.set()
+
+    threading.Thread(target=start, name="mystique-dask-connect", daemon=True).start()
+    if not done.wait(CONNECT_TIMEOUT_S + 2):
+        gave_up.set()
+        raise TraceError(
+            f"cannot reach the Dask scheduler at {address}: no Dask handshake within {CONNECT_TIMEOUT_S} s "
+            "(something else listens there?)"
+        )
+    if "client" in box:
+        return box["client"]
+    exc = box["error"]
+    if isinstance(exc, KeyboardInterrupt):
+        raise exc
+    msg = " ".join(str(exc).split())[:200] or type(exc).__name__
+    raise TraceError(f"cannot reach the Dask scheduler at {address}: {msg}")
 
 
 def local_cluster_size(n_items: int) -> tuple[int, int]:
@@ -113,11 +176,7 @@ def _on_dask(fn, items: list, mode: str, progress: Progress | None) -> list:
         cluster = local_cluster(*local_cluster_size(len(items)))
         client = Client(cluster)
     else:
-        try:
-            client = Client(mode, timeout=CONNECT_TIMEOUT_S)
-        except (OSError, TimeoutError) as exc:
-            msg = " ".join(str(exc).split())[:200] or type(exc).__name__
-            raise TraceError(f"cannot reach the Dask scheduler at {mode}: {msg}") from None
+        client = _connect(mode)
     try:
         futures = client.map(fn, items, pure=False)
         index = {f.key: i for i, f in enumerate(futures)}

@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from app import state, views
+from app.markup import md_escape
 from engine.errors import TraceError
 from engine.figures import compare as cfig
 
@@ -52,7 +53,7 @@ if mode == "original vs replay":
     )
     run = runs[pick]
     if run["trace"] not in state.traces():
-        st.error(f"original trace {run['trace']!r} is no longer loaded")
+        st.error(f"original trace {md_escape(repr(run['trace']))} is no longer loaded")
         st.stop()
     from engine.compare import compare
     from engine.replay.result import ReplayResult  # lazy: engine.replay imports torch
@@ -63,7 +64,7 @@ if mode == "original vs replay":
         report = ReplayResult.read(run["path"])
         cmp = compare(original, report, original_meta=meta)
     except TraceError as exc:
-        st.error(str(exc))
+        st.error(md_escape(exc))
         st.stop()
     e2e = cmp.e2e
     c = st.columns(4)
@@ -93,11 +94,11 @@ if mode == "original vs replay":
         )
         + "; ops whose names differ are never paired"
     )
-    st.caption(f"original time from {e2e.get('original_source')}; per-op time basis: {cmp.time_basis}")
+    st.caption(f"original time from {md_escape(e2e.get('original_source'))}; per-op time basis: {cmp.time_basis}")
     if run["target"] != "whole trace":
         m = cmp.matching
         st.info(
-            f"This replay ran a {run['target']}, not the whole step: the end-to-end error above compares it "
+            f"This replay ran a {md_escape(run['target'])}, not the whole step: the end-to-end error above compares it "
             "with the full original iteration. Like with like, over the ops both sides ran:"
         )
         c = st.columns(3)
@@ -106,12 +107,16 @@ if mode == "original vs replay":
         err = m.get("sum_error")
         c[2].metric("matched-ops error", _fmt(None if err is None or err != err else 100 * err, ".1f", "%"))
     for w in cmp.warnings:
-        st.warning(w)
+        st.warning(md_escape(w))
     cov = cmp.coverage
     st.markdown(
         f"**Coverage**: selected {cov.get('selected', 0)}, replayed {cov.get('replayed', 0)}, "
         f"substituted {cov.get('substituted', 0)}, skipped {cov.get('skipped', 0)}"
-        + (f" ({', '.join(f'{k}: {v}' for k, v in cov.get('by_reason', {}).items())})" if cov.get("by_reason") else "")
+        + (
+            f" ({md_escape(', '.join(f'{k}: {v}' for k, v in cov.get('by_reason', {}).items()))})"
+            if cov.get("by_reason")
+            else ""
+        )
     )
     if report.ranks:
         from engine.figures import ranks as rfig
@@ -197,14 +202,14 @@ else:
     diff = compare(ta, tb, labels=(a, b))
     e = diff.e2e
     c = st.columns(3)
-    c[0].metric(f"{a} ms / iteration", _fmt(e.get("a_ms")))
-    c[1].metric(f"{b} ms / iteration", _fmt(e.get("b_ms")))
+    c[0].metric(f"{md_escape(a)} ms / iteration", _fmt(e.get("a_ms")))
+    c[1].metric(f"{md_escape(b)} ms / iteration", _fmt(e.get("b_ms")))
     c[2].metric(
         "difference",
         _fmt(100 * e["error"] if e.get("error") is not None and e.get("error") == e.get("error") else None, ".1f", "%"),
     )
     for w in diff.warnings:
-        st.warning(w)
+        st.warning(md_escape(w))
     if len(diff.by_category):
         st.plotly_chart(
             cfig.time_by_bars(

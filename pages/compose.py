@@ -11,6 +11,7 @@ import streamlit as st
 
 from app import compose_bridge as bridge
 from app import state, views
+from app.markup import md_escape
 from engine.compose.shard.kinds import SHARDINGS, ShardKind
 from engine.errors import TraceError
 from engine.figures.selection import selection_to_node_ids
@@ -75,7 +76,7 @@ if not spec["segments"]:
 for i, seg in enumerate(spec["segments"]):
     with st.container(border=True):
         cols = st.columns([4, 1, 1])
-        cols[0].markdown(f"**{seg['label']}** · {bridge.describe(seg)}")
+        cols[0].markdown(f"**{md_escape(seg['label'])}** · {md_escape(bridge.describe(seg))}")
         seg["repeat"] = int(cols[1].number_input("repeat", 1, 10000, int(seg["repeat"]), key=f"seg_rep_{i}:{tk}"))
         if cols[2].button("Remove", key=f"seg_rm_{i}"):
             spec["segments"].pop(i)
@@ -117,11 +118,11 @@ if spec["segments"]:
     try:
         bench, summary = bridge.compose_spec(trace, spec)
     except TraceError as exc:
-        st.error(str(exc))
+        st.error(md_escape(exc))
         bench, summary = None, None
     if summary is not None:
         for w in summary["warnings"]:
-            st.warning(w)
+            st.warning(md_escape(w))
         m = st.columns(4)
         m[0].metric("ops per iteration", f"{summary['ops']:,}")
         m[1].metric("synthesized inputs", f"{summary['inputs']:,}")
@@ -134,11 +135,11 @@ if spec["segments"]:
                 st.warning(
                     f"Embedding sharding keeps only the embedding lookups (+ their all_to_all): "
                     f"{rep['n_dropped']} picked non-embedding ops are not in the per-rank benchmarks "
-                    f"({listed}). Replay the dense part with a separate segment without sharding.",
+                    f"({md_escape(listed)}). Replay the dense part with a separate segment without sharding.",
                     icon="⚠️",
                 )
             st.markdown(
-                f"**Embedding plan `{rep['plan']}` over {rep['ranks']} ranks** · load imbalance "
+                f"**Embedding plan {md_escape(rep['plan'])} over {rep['ranks']} ranks** · load imbalance "
                 f"(max / mean cost) {rep['imbalance']:.3f}"
             )
             st.dataframe(rep["per_rank"], hide_index=True, key="compose_shard_ranks")
@@ -155,7 +156,7 @@ if spec["segments"]:
         parent = st.text_input("Export under", str(state.catalog().root / "benchmarks"), key="compose_out_parent")
         # the folder is named after the benchmark (a kept text box kept the first name before)
         out_dir = str(Path(parent) / bridge.folder_name(spec["name"]))
-        st.caption(f"Export folder: `{out_dir}`")
+        st.caption(f"Export folder: {md_escape(out_dir)}")
         if st.button("Export benchmark", key="compose_export"):
             try:
                 info = bridge.export_benchmark(bench, out_dir)
@@ -163,9 +164,9 @@ if spec["segments"]:
                 # Replay opens on what was just composed (this page's own picker is drawn already)
                 st.session_state["current"] = name
                 st.session_state["_replay_target_next"] = f"composed benchmark ({Path(out_dir).name})"
-                st.success(f"exported to {out_dir}: {', '.join(info.get('files', []))}")
+                st.success(md_escape(f"exported to {out_dir}: {', '.join(info.get('files', []))}"))
             except TraceError as exc:
-                st.error(str(exc))
+                st.error(md_escape(exc))
 
 st.subheader("Save / load spec")
 c = st.columns(2)
@@ -185,6 +186,6 @@ if up is not None and st.session_state.get("_spec_loaded") != up.file_id:
         st.session_state[f"_spec_gen:{name}"] = st.session_state.get(f"_spec_gen:{name}", 0) + 1
         st.rerun()
     except TraceError as exc:
-        st.error(str(exc))
+        st.error(md_escape(exc))
 
 state.save_spec(name, spec)

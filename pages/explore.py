@@ -3,6 +3,7 @@
 import streamlit as st
 
 from app import scheduler, state, views, zoom
+from app.markup import md_escape
 from engine.analysis import selftime
 from engine.errors import TraceError
 from engine.figures import breakdown
@@ -43,7 +44,7 @@ if view == "Operator graph":
         try:
             ids, changed = state.graph_panel(name, paths, rank, "explore_graph")
         except TraceError as exc:
-            st.error(str(exc))
+            st.error(md_escape(exc))
             st.stop()
         if ids and changed:
             state.set_selection(name, ids, "graph")
@@ -130,7 +131,7 @@ elif view == "Timeline":
             if len(row):
                 r = row.iloc[0]
                 st.caption(
-                    f"event {flow}: {r['cat']} · {r['name']} · start {float(r['ts_us']) - t0:,.3f} µs · "
+                    f"event {flow}: {md_escape(r['cat'])} · {md_escape(r['name'])} · start {float(r['ts_us']) - t0:,.3f} µs · "
                     f"dur {float(r['dur_us']):,.3f} µs · flow arrows to the GPU work it launched"
                 )
         if keys and trace.has_et:
@@ -143,7 +144,7 @@ elif view == "Timeline":
 
 elif view == "Analysis":
     if not trace.has_kineto:
-        st.info(selftime.missing_timing(trace))
+        st.info(md_escape(selftime.missing_timing(trace)))
         st.stop()
     from app.classes import show_kernel_classes
     from app.critical import show_critical_path
@@ -177,7 +178,7 @@ elif view == "Analysis":
     try:
         sim = views.simulated(paths)
     except TraceError as exc:
-        st.info(f"No critical path: {exc}")
+        st.info(f"No critical path: {md_escape(exc)}")
         st.stop()
     cp = sim["json"]["critical_path"]
     if cp:
@@ -190,7 +191,7 @@ elif view == "Analysis":
             cp, sim["segments"], sim["top_ops"], title="The longest step's critical path, across ranks", key="a_cp"
         )
         if cp["collectives"]:
-            st.caption("Collectives on the path: " + ", ".join(list(cp["collectives"])[:8]))
+            st.caption("Collectives on the path: " + md_escape(", ".join(list(cp["collectives"])[:8])))
         st.caption(
             "The longest path through the simulator's schedule of this trace (engine/simulate/critical_path.py): "
             "its length is the step; it moves to the rank that arrived last at each collective."
@@ -204,7 +205,7 @@ elif view == "Analysis":
             r = hit.iloc[0]
             st.warning(
                 f"rank {int(r['rank'])} holds the others up: they wait {float(r['held_others_ms']):,.3f} ms per step "
-                f"for it at collectives; on the critical path its time goes to {r['reason']}."
+                f"for it at collectives; on the critical path its time goes to {md_escape(r['reason'])}."
             )
         else:
             st.success("No rank holds the others up at collectives.")
@@ -220,7 +221,7 @@ elif view == "Analysis":
 elif view == "Breakdown":
     missing = selftime.missing_timing(trace)
     if missing:
-        st.info(missing)
+        st.info(md_escape(missing))
     if trace.has_kineto:
         c = st.columns(2)
         ops_t = selftime.time_by(trace.events, "cpu_op")
@@ -282,10 +283,11 @@ elif view == "SQL":
     try:
         res = views.sql_result(paths, sql, scheduler.current())
     except TraceError as exc:
-        st.error(str(exc))
+        st.error(md_escape(exc))
     else:
-        st.dataframe(res.head(10_000), hide_index=True, key="explore_sql_result")
-        st.caption(f"{len(res):,} rows" + (" (first 10,000 shown)" if len(res) > 10_000 else ""))
+        st.dataframe(res.frame, hide_index=True, key="explore_sql_result")
+        n = len(res.frame)
+        st.caption(f"first {n:,} rows (the result has more; only these were read)" if res.truncated else f"{n:,} rows")
 
 sel = state.selection()
 if sel["ids"] and sel["trace"] == name:

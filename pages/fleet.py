@@ -6,7 +6,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import fleet, scheduler, state
-from app.escape import md
+from app.markup import md_escape as md
 from engine.errors import TraceError
 from engine.figures.fleet import jobs_scatter, mix_bars
 

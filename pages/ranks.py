@@ -8,12 +8,14 @@ stragglers, and one rank's timeline on demand. The summaries are built once in a
 import streamlit as st
 
 from app import overview, scheduler, state
+from app.markup import md_escape
 from engine.errors import TraceError
 
 st.title("Ranks")
 if "ov_job" not in st.session_state:
     cur = state.traces().get(st.session_state.get("current") or "")
-    st.session_state["ov_job"] = ";".join(cur["paths"]) if cur else ""
+    st.session_state["ov_job_paths"] = list(cur["paths"]) if cur else []  # a list: a path may hold ';'
+    st.session_state["ov_job"] = ";".join(st.session_state["ov_job_paths"])
 # Not a keyed widget: "ov_job" is plain (sticky) state that outlives the page, and the box is
 # redrawn from it, so coming back to the page never shows or sends back a stale value.
 with st.container(key="ov_job_box"):
@@ -24,7 +26,7 @@ with st.container(key="ov_job_box"):
     )
 with st.expander("Settings"):
     sched = scheduler.widget()
-paths = overview.split_paths(text)
+paths = overview.job_paths(text, st.session_state.get("ov_job_paths") or [])
 if not paths:
     st.info("Name a job: its per-rank summaries are built once, then this page reads only them.")
     st.stop()
@@ -37,7 +39,9 @@ def _jobs_panel() -> None:
     active = overview.active_jobs(paths)
     for j in active:
         c = st.columns([5, 1])
-        c[0].progress(float(j["fraction"] or 0.0), text=f"job {j['id']} · {j['status'].value} · {j['message'] or ''}")
+        c[0].progress(
+            float(j["fraction"] or 0.0), text=f"job {j['id']} · {j['status'].value} · {md_escape(j['message'] or '')}"
+        )
         if c[1].button("Cancel", key=f"ov_cancel_{j['id']}"):
             try:
                 state.runner().cancel(j["id"])
@@ -50,12 +54,12 @@ def _jobs_panel() -> None:
     st.session_state["_ov_active"] = bool(active)
     if not active:
         if why := overview.last_failure(paths):
-            st.caption(why)
+            st.caption(md_escape(why))
         if st.button("Build rank summaries", type="primary", key="ov_build", disabled=sched is None):
             try:
                 overview.submit(paths, str(sched), st.session_state.get("current"))
             except TraceError as exc:
-                st.error(str(exc))
+                st.error(md_escape(exc))
             st.rerun()
 
 
@@ -111,7 +115,7 @@ if st.session_state.get("ov_opened") == (store, rank, pick) and pick is not None
     try:
         fig, n = overview.rank_timeline(store, int(rank), lo, lo + float(row["step_ms"]) * 1e3)
     except TraceError as exc:
-        st.error(str(exc))
+        st.error(md_escape(exc))
     else:
-        st.caption(f"rank {rank} · {row['step']} · {n:,} events read from the store")
+        st.caption(f"rank {rank} · {md_escape(row['step'])} · {n:,} events read from the store")
         st.plotly_chart(fig, key="ov_timeline", width="stretch")

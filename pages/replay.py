@@ -10,6 +10,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import state
+from app.markup import md_escape
 from engine.errors import TraceError
 from engine.graph.replayset import SelectionMode
 from engine.replay.collectives import ReplayMode
@@ -130,7 +131,7 @@ if st.button("Run replay", type="primary", key="run_replay"):
         job = state.runner().submit("replay", job_params(), trace=name, target=target)
         st.toast(f"replay job {job} queued")
     except TraceError as exc:
-        st.error(str(exc))
+        st.error(md_escape(exc))
 
 
 def _jobs_panel() -> None:
@@ -144,7 +145,7 @@ def _jobs_panel() -> None:
         with st.container(border=True):
             cols = st.columns([5, 1])
             label = f"job {j['id']} · {j['target']} · {j['status'].value}"
-            cols[0].progress(float(j["fraction"] or 0.0), text=f"{label} · {j['message'] or ''}"[:160])
+            cols[0].progress(float(j["fraction"] or 0.0), text=md_escape(f"{label} · {j['message'] or ''}"[:160]))
             if cols[1].button("Cancel", key=f"cancel_{j['id']}"):
                 try:
                     runner.cancel(j["id"])
@@ -153,7 +154,7 @@ def _jobs_panel() -> None:
                     state.catalog_error(exc)
     failed = [j for j in jobs if j["status"].value in ("failed", "cancelled")]
     for j in failed[-3:]:
-        st.caption(f"job {j['id']} {j['status'].value}: {j.get('error') or ''}")
+        st.caption(f"job {j['id']} {j['status'].value}: {md_escape(j.get('error') or '')}")
     runs = [r for r in state.replay_runs() if r["trace"] == name]
     if st.session_state.get("_replay_active") and not active:
         st.session_state["_replay_active"] = False
@@ -176,7 +177,7 @@ def _jobs_panel() -> None:
     try:
         report = ReplayResult.read(last["path"])
     except TraceError as exc:
-        st.error(str(exc))
+        st.error(md_escape(exc))
         return
     c = st.columns(5)
     c[0].metric("median ms / iteration", f"{report.median_ms:.3f}")
@@ -190,16 +191,18 @@ def _jobs_panel() -> None:
         help="the replay worker's peak plus each rank process's (ranks run at once)",
     )
     if cov.get("by_reason"):
-        st.caption("skipped/substituted by reason: " + ", ".join(f"{k}: {v}" for k, v in cov["by_reason"].items()))
+        st.caption(
+            "skipped/substituted by reason: " + md_escape(", ".join(f"{k}: {v}" for k, v in cov["by_reason"].items()))
+        )
     for w in report.warnings:  # one rank of a multi-rank job replayed alone (engine.replay.worldhint)
         if "--mirror-rank" in w and "--world-size" in w:
             n = w.rsplit("--world-size ", 1)[1].split()[0].strip("`")
-            st.info(f"{w} (here: set World size (processes) to {n})", icon="💡")
+            st.info(f"{md_escape(w)} (here: set World size (processes) to {md_escape(n)})", icon="💡")
     if report.ranks:
         from engine.figures import ranks as rfig
 
         if report.spmd:
-            st.caption(report.spmd["assumption"])
+            st.caption(md_escape(report.spmd["assumption"]))
         doc = report.to_json()
         st.plotly_chart(rfig.rank_bars(doc), key="replay_rank_bars", width="stretch")
         st.dataframe(rfig.rank_table(doc), hide_index=True, key="replay_rank_table")

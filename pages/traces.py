@@ -5,6 +5,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import state, views
+from app.markup import md_escape
 from engine.errors import TraceError
 from engine.figures import breakdown
 
@@ -18,15 +19,15 @@ with src_sample:
     sets = state.sample_sets()
     if sets:
         pick = st.selectbox("Sample", list(sets), key="sample_pick")
-        st.caption(" + ".join(Path(p).name for p in sets[pick]))
+        st.caption(" + ".join(md_escape(Path(p).name) for p in sets[pick]))
         if st.button("Load sample", key="load_sample"):
             try:
                 name = state.unique_name(f"sample:{pick}") if f"sample:{pick}" in state.traces() else f"sample:{pick}"
-                state.add_trace(name, sets[pick])
+                name = state.add_trace(name, sets[pick])
                 state.make_current(name)
-                st.success(f"loaded {name}")
+                st.success(f"loaded {md_escape(name)}")
             except TraceError as exc:
-                st.error(str(exc))
+                st.error(md_escape(exc))
     else:
         st.info("No bundled samples (run `make samples`).")
 
@@ -47,15 +48,15 @@ with src_upload:
                     raise TraceError(f"file is {f.size / 2**20:.0f} MB, over the {limit_mb} MB upload limit", f.name)
                 paths.append(state.save_upload(f.name, f.getvalue()))
             name = state.unique_name(up_name.strip() or Path(files[0].name).name)
-            state.add_trace(name, [str(p) for p in paths])
+            name = state.add_trace(name, [str(p) for p in paths])
             state.make_current(name)
-            st.success(f"loaded {name}")
+            st.success(f"loaded {md_escape(name)}")
         except TraceError as exc:
             # name the file as the user uploaded it, not by its server-side copy under the work dir
             msg = str(exc)
             for p in paths:
                 msg = msg.replace(f"{p.parent}/", "")
-            st.error(msg)
+            st.error(md_escape(msg))
 
 with src_path:
     raw = st.text_area("Paths on the server (one per line; ET + Kineto of one run pair up)", key="server_paths")
@@ -69,11 +70,11 @@ with src_path:
                 if not Path(p).exists():
                     raise TraceError("no such file", p)
             name = state.unique_name(p_name.strip() or Path(paths[0]).name)
-            state.add_trace(name, paths)
+            name = state.add_trace(name, paths)
             state.make_current(name)
-            st.success(f"loaded {name}")
+            st.success(f"loaded {md_escape(name)}")
         except TraceError as exc:
-            st.error(str(exc))
+            st.error(md_escape(exc))
 
 st.subheader("Loaded traces")
 loaded = state.traces()
@@ -118,7 +119,7 @@ else:
             state.remove_trace(cur)
             st.rerun()
 
-with st.expander(f"Workspace: {state.workspace_dir()}"):
+with st.expander(f"Workspace: {md_escape(state.workspace_dir())}"):
     st.caption(
         "Loaded traces, specs, replay runs and settings are kept in this folder's catalog "
         "(catalog.sqlite) and restored after a reload or a restart."

@@ -5,6 +5,7 @@ import json
 import streamlit as st
 
 from app import state, views
+from app.markup import md_escape
 from app.whatif_measured import device_report, gpu_edits, show_measured
 from engine.errors import TraceError
 from engine.figures import whatif as wfig
@@ -97,7 +98,7 @@ try:
             state="complete",
         )
 except (TraceError, ValueError) as exc:
-    st.error(str(exc))
+    st.error(md_escape(exc))
     st.stop()
 
 c = st.columns(4)
@@ -119,7 +120,7 @@ c[2].metric(  # no badge without edits; an unchanged step is neither good nor ba
 )
 c[3].metric("tasks / edges", f"{res['tasks']:,} / {sum(res['edges'].values()):,}")
 for w in res["warnings"]:
-    st.warning(w)
+    st.warning(md_escape(w))
 device_report(res)
 if measured is not None:
     show_measured(measured, res, pred_events, max(1.0, 1.2 * res["predicted_iteration_ms"]))
@@ -151,7 +152,7 @@ with tab_c:
         if strag.get("straggler"):
             s_ = strag["straggler"]
             st.warning(
-                f"rank {s_['rank']} holds the others up ({s_['held_others_ms']:.3f} ms per step at collectives): {s_['reason']}"
+                f"rank {s_['rank']} holds the others up ({s_['held_others_ms']:.3f} ms per step at collectives): {md_escape(s_['reason'])}"
             )
         if lag is not None and len(lag) > 1:
             st.dataframe(lag.round(3), hide_index=True, key="wi_stragglers")
@@ -193,7 +194,7 @@ if st.button("Add the prediction to the workspace (opens in Explore and Compare)
     path = state.results_dir() / f"predicted_{entry['hash'][:12]}_{abs(hash(spec_text)) % 10**8}.json.gz"
     try:
         export_kineto(pred_events, path, state.get_trace(name).meta)
-        state.add_trace(label, [str(path)])
-        st.success(f"added {label!r}: pick it on Explore or Compare")
+        label = state.add_trace(label, [str(path)])
+        st.success(f"added {md_escape(repr(label))}: pick it on Explore or Compare")
     except (TraceError, OSError) as exc:
-        st.error(str(exc))
+        st.error(md_escape(exc))

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
+from mdtext import shown
 
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
@@ -86,7 +87,7 @@ def test_bad_inputs_show_one_line_errors_and_keep_traces(app, tmp_path):
     app.button(key="load_upload").click()
     app.run()
     _ok(app)
-    assert len(app.error) == 1 and "broken_trace.json.gz" in app.error[0].value
+    assert len(app.error) == 1 and "broken_trace.json.gz" in shown(app.error[0].value)
     assert "\n" not in app.error[0].value.strip()
     # a non-trace JSON through a server path
     bad = tmp_path / "notes.json"
@@ -95,12 +96,12 @@ def test_bad_inputs_show_one_line_errors_and_keep_traces(app, tmp_path):
     app.button(key="load_path").click()
     app.run()
     _ok(app)
-    assert any("notes.json" in e.value for e in app.error)
+    assert any("notes.json" in shown(e.value) for e in app.error)
     # missing file
     app.text_area(key="server_paths").input(str(tmp_path / "nope.json.gz"))
     app.button(key="load_path").click()
     app.run()
-    assert any("no such file" in e.value for e in app.error)
+    assert any("no such file" in shown(e.value) for e in app.error)
     assert app.session_state["traces"] == before
 
 
@@ -117,7 +118,10 @@ def test_upload_over_the_limit_is_refused(app, monkeypatch):
         app.button(key="load_upload").click()
         app.run()
         _ok(app)
-        assert any("over the 1 MB upload limit" in e.value and "huge_kineto.json.gz" in e.value for e in app.error)
+        assert any(
+            "over the 1 MB upload limit" in shown(e.value) and "huge_kineto.json.gz" in shown(e.value)
+            for e in app.error
+        )
         assert app.session_state["traces"] == before and app.session_state["current"] == "sample:mlp"
     finally:
         config.set_option("server.maxUploadSize", 200)
@@ -145,7 +149,7 @@ def test_non_trace_uploads_show_a_message_and_the_app_keeps_working(app):
         app.run()
         _ok(app)
         assert len(app.error) == 1, (fname, [e.value for e in app.error])
-        msg = app.error[0].value
+        msg = shown(app.error[0].value)
         assert msg.startswith(f"{fname}: ") and problem in msg and "\n" not in msg.strip(), msg  # no server path
         assert not app.success
         # traces already loaded are untouched, and still shown
@@ -479,7 +483,7 @@ def test_replay_page_hints_mirror_rank_for_one_rank_of_a_multi_rank_job(app):
     at.run()
     _ok(at)
     _wait_runs(at, 1)
-    hints = [i.value for i in at.info if "--mirror-rank 0 --world-size 2" in i.value]
+    hints = [shown(i.value) for i in at.info if "--mirror-rank 0 --world-size 2" in shown(i.value)]
     assert hints and "2-rank job" in hints[0] and "World size (processes) to 2" in hints[0], [i.value for i in at.info]
 
 
@@ -501,4 +505,4 @@ def test_explore_sql_box_queries_the_store_read_only(app, tmp_path):
     at.text_area(key="explore_sql").input(f"SELECT * FROM read_csv('{secret}')")
     at.run()
     _ok(at)
-    assert any("Permission" in e.value for e in at.error)
+    assert any("Permission" in shown(e.value) for e in at.error)

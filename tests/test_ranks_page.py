@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from mdtext import shown
 
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
@@ -98,7 +99,8 @@ def test_ranks_page_builds_summaries_in_a_worker_and_draws_the_overview(app, tmp
     _ok(app)
     assert len(app.get("plotly_chart")) == 3
     assert any(
-        f"rank {slow} · ProfilerStep#1" in c.value and "events read from the store" in c.value for c in app.caption
+        f"rank {slow} · ProfilerStep#1" in shown(c.value) and "events read from the store" in c.value
+        for c in app.caption
     )
     # a warm open (a new session) finds the summaries of the same, unchanged files without a job
     at = AppTest.from_file(MAIN, default_timeout=180)
@@ -120,7 +122,7 @@ def test_a_bad_scheduler_setting_is_one_line_and_blocks_the_build(app, tmp_path)
     _box(app, "Fan-out scheduler").input("tcp://nowhere")
     app.run()
     _ok(app)
-    errs = [e.value for e in app.error]
+    errs = [shown(e.value) for e in app.error]
     assert errs == ["bad --scheduler 'tcp://nowhere': expected serial, local or tcp://HOST:PORT"]
     assert app.button(key="ov_build").disabled
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, SAMPLES
+from mdtext import shown
 
 pytest.importorskip("streamlit")
 psutil = pytest.importorskip("psutil")
@@ -115,7 +116,7 @@ def _open_every_page(ws: Path) -> tuple[object, list[str]]:
             at.switch_page(f"../pages/{page}.py")
         at.run()
         assert not at.exception, (page, [e.value for e in at.exception])
-        seen.extend(str(m.value) for m in [*at.error, *at.warning] if "catalog.sqlite" in str(m.value))
+        seen.extend(shown(m.value) for m in [*at.error, *at.warning] if "catalog.sqlite" in shown(m.value))
 
     run(None)
     for page in PAGES:
@@ -215,7 +216,7 @@ def test_read_only_catalog_opens_read_only_and_refuses_saves_with_one_line(ws, r
     at.button(key="load_path").click()
     at.run()
     assert not at.exception and "cnn" in at.session_state["traces"]
-    assert not [m for m in [*at.error, *at.warning] if "catalog.sqlite" in str(m.value)]
+    assert not [m for m in [*at.error, *at.warning] if "catalog.sqlite" in shown(m.value)]
     from engine.workspace import Catalog, CatalogError
 
     with pytest.raises(CatalogError, match="read-only"):
@@ -302,7 +303,7 @@ def test_full_disk_save_in_the_app_is_one_error_and_the_session_keeps_it(ws):
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
         reader.close()
     assert not at.exception, [e.value for e in at.exception]
-    errors = [str(e.value) for e in at.error if "catalog.sqlite" in str(e.value)]
+    errors = [shown(e.value) for e in at.error if "catalog.sqlite" in shown(e.value)]
     assert len(errors) == 1 and "cannot write" in errors[0] and "not saved" in errors[0], errors
     assert "cnn" in at.session_state["traces"]
 

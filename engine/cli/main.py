@@ -50,11 +50,16 @@ def main(argv: list[str] | None = None) -> int:
     import signal
     import threading
 
+    from engine.cli.common import printable_output
+
     previous = None
     if args.command != "app" and threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _on_term)  # the dashboard keeps its server's own
     try:
-        return _run(args)
+        if args.command == "app":  # the server's own logs; trace text never reaches them
+            return _run(args)
+        with printable_output():  # trace text's control characters never reach the terminal
+            return _run(args)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

@@ -108,6 +108,13 @@ def run(args: argparse.Namespace) -> int:
     traces = list(args.trace)
     # what the path(s) are (engine.trace.layout); an interrupted compose is refused there
     inputs = resolve(*traces, kineto=args.kineto if len(traces) == 1 else None)
+    outs = (
+        [Path(args.out)]
+        if args.out
+        else [Path("replay_out") / n for n in {inputs.name.split("_rank")[0], *(r.name for r in inputs.ranks)}]
+    )
+    for out in outs:
+        _check_out(out, [*traces, *inputs.files])
     distributed = (
         len(traces) > 1
         or args.world_size is not None
@@ -119,6 +126,21 @@ def run(args: argparse.Namespace) -> int:
     if len(traces) > 1:
         raise TraceError("several trace files replay together (distributed); --sequential takes one folder")
     return run_single(args, inputs)
+
+
+def _check_out(out: Path, inputs: list) -> None:
+    """Refuse an output folder that holds an input, or lies inside an input folder: the replay's
+    own Kineto trace and replay.json would join the capture (it then failed `info` and doubled
+    in `sql`: issue 31)."""
+    o = out.resolve()
+    for p in inputs:
+        q = Path(p).resolve()
+        if q == o or o in q.parents:
+            raise TraceError(
+                f"--out {out} holds this input: the replay's files would join it; choose another folder", p
+            )
+        if Path(p).is_dir() and q in o.parents:
+            raise TraceError(f"--out {out} is inside this input folder: the replay's files would join it", p)
 
 
 def run_distributed(args: argparse.Namespace, inputs: Inputs) -> int:

@@ -25,7 +25,8 @@ from engine.errors import TraceError
 from engine.progress import Progress, report
 from engine.replay.commstats import breakdown, executed_collectives
 from engine.replay.config import ReplayConfig
-from engine.replay.memory import available_bytes, estimate, skip_oversized
+from engine.replay.memory import available_bytes, estimate, release_skipped, skip_oversized
+from engine.replay.metacheck import skip_over_meta
 from engine.replay.plan import Plan, build_plan
 from engine.replay.reasons import SkipReason
 from engine.replay.result import OpStatus, PerOpRow, ReplayResult, coverage_report
@@ -131,6 +132,8 @@ class ReplaySession:
             custom=CustomOps(seed=config.seed),
         )
         avail = available_bytes(device)
+        if skip_over_meta(plan, avail):  # outputs larger than recorded (arange(N), eye(n), outer)
+            release_skipped(plan)
         est = self.est_initial = estimate(plan, avail)
         lazy = config.lazy is True or (config.lazy == "auto" and est.eager_peak_bytes > avail)
         if est.eager_peak_bytes > avail and config.lazy is False:

@@ -113,19 +113,24 @@ def skip_oversized(plan: Plan, available: int) -> int:
                 )
                 n += 1
     if n:
-        # drop externals only the skipped ops used, and recompute lifetimes
-        from engine.replay.plan import lifetimes
-
-        used = {s for st in plan.steps if st.runnable for s in st.in_slots}
-        for slot in [s for s in plan.externals if s not in used]:
-            del plan.externals[slot]
-        for st in plan.steps:
-            if st.runnable:
-                continue
-            for _, _, slot, _ in st.outs:
-                plan.produced_bytes[slot] = 0
-        lifetimes(plan.steps, plan.externals)
+        release_skipped(plan)
     return n
+
+
+def release_skipped(plan: Plan) -> None:
+    """After ops were skipped: drop externals only they used, zero what they would have
+    produced, and recompute lifetimes."""
+    from engine.replay.plan import lifetimes
+
+    used = {s for st in plan.steps if st.runnable for s in st.in_slots}
+    for slot in [s for s in plan.externals if s not in used]:
+        del plan.externals[slot]
+    for st in plan.steps:
+        if st.runnable:
+            continue
+        for _, _, slot, _ in st.outs:
+            plan.produced_bytes[slot] = 0
+    lifetimes(plan.steps, plan.externals)
 
 
 # Process-level peak (RSS) bound: what the replay adds to the process on top of the tensors the

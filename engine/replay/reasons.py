@@ -25,6 +25,7 @@ class SkipReason(str, Enum):
     TRACE_CODE_UNSUPPORTED = "trace code (Triton kernel) execution is not supported"
     MEMORY = "needs more memory than the device has free"
     MEMORY_DEPENDENCY = "depends on an op skipped for memory"
+    MEMORY_OVER_RECORD = "allocates more than the trace records (outputs computed on the meta device)"
     COLLECTIVE_SINGLE_PROCESS = "collective (single-process replay)"
     COLLECTIVE_UNSUPPORTED = "collective not supported by the backend"
     FAILED = "failed at run time"

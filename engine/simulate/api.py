@@ -71,6 +71,11 @@ def simulate(
     ctx.predicted_events = pred.events
     apply_edits(wspec, trace, cfg, stage="result", ctx=ctx)  # analytic edits on the prediction
     measured = iteration_ms(events)
+    if measured is not None and not measured >= 0:  # a step whose end is before its start (issue 31)
+        warnings.append(
+            f"the trace's ProfilerStep spans run backwards (mean {measured:.3f} ms): no measured step is reported"
+        )
+        measured = None
     predicted = iteration_ms(pred.events)
     if predicted is None:
         warnings.append("no ProfilerStep span in the trace: the iteration is the whole simulated span")

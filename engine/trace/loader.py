@@ -31,7 +31,7 @@ import pandas as pd
 from engine import jsonio
 from engine.errors import TraceError, env_int
 from engine.progress import report
-from engine.trace import safe_io
+from engine.trace import dupkeys, safe_io
 from engine.trace.categories import categorize
 from engine.trace.et import is_et, parse_et, parse_et_typed
 from engine.trace.et_typed import TYPED_DOCS, decode_chakra
@@ -60,6 +60,8 @@ def _decode(blob: safe_io.Blob, typed: bool = True):
     """The document of a blob: a typed document (`et_typed.TYPED_DOCS`) for well-formed chakra ETs
     (fast path), else orjson's dict; a TraceError naming the file when it is neither an ET nor a Kineto trace."""
     data = blob.data[3:] if blob.data[:3] == b"\xef\xbb\xbf" else blob.data  # UTF-8 byte-order mark
+    if (dup := dupkeys.duplicate_top_level_key(data)) is not None:  # the store refuses it too
+        raise TraceError(dupkeys.message(dup), blob.path)
     if typed:
         doc = decode_chakra(data)
         if doc is not None:

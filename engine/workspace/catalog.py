@@ -142,9 +142,33 @@ class Catalog:
         db.row_factory = sqlite3.Row
         return _Closing(db)
 
+    def _recreate_if_gone(self) -> None:
+        """The file was moved or deleted while this catalog was open (a dashboard running, issue
+        31): sqlite would open a new empty file without tables, and every read failed. Recreate
+        it with the schema and the run folders' jobs, and say so once through `notice`."""
+        if self.read_only is not None or self.path.exists():
+            return
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            with self._db() as db:
+                schema.migrate(db)
+                db.execute("BEGIN IMMEDIATE")
+                found = schema.reindex_runs(self.root, db)
+                db.execute("COMMIT")
+        except (OSError, sqlite3.Error) as exc:
+            return self._refuse(f"disappeared while open, cannot recreate it ({_why(exc)})", readable=False)
+        self.notice = str(
+            CatalogError(
+                f"disappeared while the dashboard ran (moved or deleted): recreated it, {found} jobs recovered "
+                "from run folders; traces and settings saved before are not in it",
+                self.path,
+            )
+        )
+
     def _read(self, sql: str, args: tuple = (), *, again: bool = True) -> list[sqlite3.Row]:
         """Rows of a query; a file damaged while open is rebuilt once; other errors are one
         CatalogError line."""
+        self._recreate_if_gone()
         if not self._readable:
             return []
         try:
@@ -159,6 +183,7 @@ class Catalog:
         """`fn(connection)` in write mode; refused with the one-line reason when read-only, and a
         failed write (full disk, I/O error) is one CatalogError line, never dropped silently."""
         self.check_writable()
+        self._recreate_if_gone()
         try:
             with self._db() as db:
                 return fn(db)
@@ -202,6 +227,28 @@ class Catalog:
                 row,
             )
         )
+
+    def add_trace(self, name: str, entry: dict) -> str:
+        """Enter a newly loaded trace as `name`, or `name (2)`, `name (3)`... when another trace
+        holds that name (another dashboard or tab on this workspace added it meanwhile): never a
+        silent replace (issue 31). The same paths under that name are the same trace, updated in
+        place. One write transaction, so two processes cannot both take a name. Returns the name."""
+        paths = _dumps(list(entry["paths"]))
+
+        def fn(db: sqlite3.Connection) -> str:
+            db.execute("BEGIN IMMEDIATE")
+            taken = {r["name"]: r["paths"] for r in db.execute("SELECT name, paths FROM traces")}
+            got, i = name, 2
+            while got in taken and taken[got] != paths:
+                got, i = f"{name} ({i})", i + 1
+            db.execute(
+                "INSERT OR REPLACE INTO traces (name, paths, hash, kind, link_rate, added) VALUES (?, ?, ?, ?, ?, ?)",
+                (got, paths, entry.get("hash"), entry.get("kind"), entry.get("link_rate"), time.time()),
+            )
+            db.execute("COMMIT")
+            return got
+
+        return self._write(fn)
 
     def traces(self) -> dict[str, dict]:
         return {

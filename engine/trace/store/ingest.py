@@ -19,6 +19,7 @@ import gc
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -225,7 +226,9 @@ def build(*paths, rank: int | None = None, use_cache: bool = True, scheduler: st
     root = store_root()
     try:
         root.mkdir(parents=True, exist_ok=True)
+        sweep_staging(root)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}-", dir=root))
+        held = _hold(tmp)
     except OSError as exc:
         raise TraceError(f"cannot write the trace store: {exc.strerror or exc}", root) from None
     try:
@@ -239,9 +242,11 @@ def build(*paths, rank: int | None = None, use_cache: bool = True, scheduler: st
         sources: list[dict] = []
         skipped: list[dict] = []
         ev0 = 0
+        declared: dict[int, str] = {}  # rank -> the first document that declares it
         for job, (recs, skips) in zip(jobs, done, strict=True):
             skipped.extend(skips)
             for rec in recs:
+                _check_rank(rec, declared)
                 src = len(sources)
                 for t in TABLES:
                     part = job.stage / t / f"rank={rec['rank']}" / f"src={rec['src']}" / "part.parquet"
@@ -258,6 +263,7 @@ def build(*paths, rank: int | None = None, use_cache: bool = True, scheduler: st
         (tmp / "manifest.json").write_text(json.dumps(manifest, default=str))
         if final.exists():
             shutil.rmtree(final, ignore_errors=True)
+        (tmp / ".building").unlink()  # the entry holds data only; the lock stays held until the rename
         os.replace(tmp, final)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -265,7 +271,71 @@ def build(*paths, rank: int | None = None, use_cache: bool = True, scheduler: st
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        os.close(held)
     return final
+
+
+_STAGING = re.compile(r"\.[0-9a-f]{16}-")
+STAGING_GRACE_S = 600.0
+"""A staging folder without its lock file is swept only when older than this (its build may
+be between mkdtemp and taking the lock)."""
+
+
+def _hold(tmp: Path) -> int:
+    """Take the staging folder's lock (`.building`, flock): held while this build runs, released
+    by the kernel when the process dies, however it dies."""
+    import fcntl
+
+    fd = os.open(tmp / ".building", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def sweep_staging(root: Path) -> list[str]:
+    """Remove the staging folders of builds that died (SIGKILL, power loss: issue 31), found by
+    their lock being free; a live build's lock is held, so its folder stays. Returns the names."""
+    import fcntl
+    import time
+
+    gone = []
+    for d in root.iterdir():
+        if not (_STAGING.match(d.name) and d.is_dir() and not d.is_symlink()):
+            continue
+        try:
+            fd = os.open(d / ".building", os.O_RDWR)
+        except FileNotFoundError:
+            try:
+                stale = time.time() - d.stat().st_mtime > STAGING_GRACE_S
+            except OSError:
+                continue
+            if stale:
+                shutil.rmtree(d, ignore_errors=True)
+                gone.append(d.name)
+            continue
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: a build is running
+            continue
+        else:
+            shutil.rmtree(d, ignore_errors=True)
+            gone.append(d.name)
+        finally:
+            os.close(fd)
+    return gone
+
+
+def _check_rank(rec: dict, declared: dict[int, str]) -> None:
+    """Two documents that declare the same rank (distributedInfo) would be merged into one rank
+    of the store: refused, naming both, as replay refuses two such execution traces."""
+    if rec.get("rank_in_file") is None:
+        return
+    r = int(rec["rank"])
+    if r in declared:
+        raise TraceError(f"declares rank {r}, as does {declared[r]}: each rank needs its own file", rec["path"])
+    declared[r] = str(rec["path"])
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,7 +30,7 @@ import msgspec
 import numpy as np
 
 from engine.errors import TraceError
-from engine.trace import safe_io
+from engine.trace import dupkeys, safe_io
 
 BLOCK = 8 << 20  # bytes of JSON decoded at a time: ~60k events, ~100 MB of Python objects at most
 MAX_DEPTH = 256
@@ -360,6 +360,8 @@ class KinetoScanner:
                 raise TraceError(f"not valid JSON ({str(exc)[:120]})", self.path) from None
         if not isinstance(doc, dict) or not self.found:
             raise NotKineto("not a Kineto trace (no top-level 'traceEvents')", self.path)
+        if (dup := dupkeys.duplicate_top_level_key(data)) is not None:  # the loader refuses it too
+            raise TraceError(dupkeys.message(dup), self.path)
         return doc
 
 

@@ -1,0 +1,102 @@
+"""Each op's output sizes computed on the `meta` device before the replay allocates anything.
+
+Why: the memory bound (engine/replay/memory.py) trusts the trace's recorded output sizes, but an
+op's real output size comes from its arguments: `arange(end=N)`, `eye(n)` from scalars,
+`outer(a, b)` from its inputs' shapes. A trace that records small outputs for such an op (a
+hand-edited or hostile ET) ran the op for real: peak RSS 1.93 GB against a bound of 509 MB,
+growing to an OOM kill (issue 31). Here every resolved op is called once with meta tensors of
+its inputs' recorded shapes, dtypes and strides (device arguments set to `meta`), which
+allocates nothing; the bytes of its outputs that are new storage (views of inputs excluded)
+are compared with the recorded outputs, and an op over them is skipped before the run, its
+consumers with it; the budget check (engine/replay/memory.py) then works on sizes that hold. An op the meta device cannot run (no meta
+kernel, data-dependent output shapes) keeps the recorded sizes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.replay.plan import OpStep, Plan
+from engine.replay.reasons import SkipReason
+from engine.replay.tensors import empty_like_rec
+
+SLACK_BYTES = 1 << 20
+"""Outputs may exceed the recorded ones by this much (or by the factor below) before refusal."""
+FACTOR = 2.0
+_META = torch.device("meta")
+
+
+def _device_args(ov) -> tuple[set[int], set[str]]:
+    pos, names = set(), set()
+    for i, a in enumerate(ov._schema.arguments):
+        if "Device" in str(a.type):
+            names.add(a.name)
+            if not a.kwarg_only:
+                pos.add(i)
+    return pos, names
+
+
+def meta_output_bytes(st: OpStep, recs: dict) -> int | None:
+    """Bytes of new storage `st` allocates, computed on the meta device; None when unknown."""
+    ov = st.resolved.overload if st.resolved is not None else None
+    if ov is None:
+        return None
+    try:
+        tensors = {slot: empty_like_rec(recs[slot], "meta") for _, _, _, slot in st.fixups}
+    except (KeyError, RuntimeError, ValueError, TypeError):
+        return None
+    a, kw = list(st.pos), dict(st.kw)
+    for w, key, sub, slot in st.fixups:
+        box = a if w == "p" else kw
+        if sub is None:
+            box[key] = tensors[slot]
+        else:
+            if not isinstance(box[key], list):
+                box[key] = list(box[key])
+            box[key][sub] = tensors[slot]
+    dpos, dnames = _device_args(ov)
+    for i in dpos:
+        if i < len(a) and a[i] is not None:
+            a[i] = _META
+    for k in dnames & set(kw):
+        if kw[k] is not None:
+            kw[k] = _META
+    if kw.get("pin_memory"):
+        kw["pin_memory"] = False
+    try:
+        res = ov(*a, **kw)
+    except Exception:  # noqa: BLE001 -- no meta kernel, data-dependent shapes: the recorded sizes stand
+        return None
+    inputs = {t.untyped_storage()._cdata for t in tensors.values()}
+    total = 0
+    for t in res if isinstance(res, (list, tuple)) else (res,):
+        if isinstance(t, torch.Tensor) and t.device.type == "meta" and t.untyped_storage()._cdata not in inputs:
+            total += t.untyped_storage().nbytes()
+    return total
+
+
+def skip_over_meta(plan: Plan, available: int) -> int:
+    """Mark resolved ops whose meta-computed outputs exceed the recorded outputs (beyond FACTOR
+    and SLACK_BYTES) as skipped; returns how many. Once the recorded sizes are known to hold,
+    the budget (`available`) is applied by engine.replay.memory as before: eager, lazy, or
+    skipping the ops that alone exceed it."""
+    recs = {e.slot: e.rec for e in plan.externals.values()}
+    for st in plan.steps:
+        for _, _, slot, rec in st.outs:
+            recs[slot] = rec
+    n = 0
+    for st in plan.steps:
+        if not st.runnable or st.call is not None or st.resolved is None:
+            continue
+        got = meta_output_bytes(st, recs)
+        if got is None:
+            continue
+        recorded = sum(rec.nbytes() for _, _, _, rec in st.outs)
+        if got > max(FACTOR * recorded, recorded + SLACK_BYTES):
+            st.reason = SkipReason.MEMORY_OVER_RECORD
+            st.detail = (
+                f"op {st.op_id} {st.name} would allocate {got / 2**20:,.1f} MiB (its arguments, on the meta "
+                f"device) against {recorded / 2**20:,.1f} MiB recorded and {available / 2**20:,.0f} MiB available"
+            )
+            n += 1
+    return n

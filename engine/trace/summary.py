@@ -24,6 +24,11 @@ trace loaded from one file the two are the same object. Keys (all always present
     kernels         int        Kineto events with cat "kernel"
     cpu_ops         int        Kineto events with cat "cpu_op"
     iterations      [{name, ts_us, dur_us, rank}]  ProfilerStep#N windows
+    step_ms         float|null mean measured step (engine/trace/steps.py): ProfilerStep spans,
+                               else a serving framework's step annotations; null otherwise
+    step_source     str|null   where the step came from: "ProfilerStep", "annotation:<pattern>"
+                               (vLLM/xDiT execute_*, SGLang step[*]) or "window" (the whole
+                               capture); null without events
     warnings        [str]
     resources       [str]      files bundled with the trace (e.g. pt2_et_resources/*.py); listed,
                                never imported or executed
@@ -54,6 +59,8 @@ KEYS = (
     "kernels",
     "cpu_ops",
     "iterations",
+    "step_ms",
+    "step_source",
     "warnings",
     "resources",
 )
@@ -132,9 +139,20 @@ def _object(trace: Trace, ops: pd.DataFrame, events: pd.DataFrame, src: dict | N
         "kernels": _count(events["cat"], "kernel") if len(events) else 0,
         "cpu_ops": _count(events["cat"], "cpu_op") if len(events) else 0,
         "iterations": iters if len(events) else [],
+        **_steps(events),
         "warnings": _warnings(meta, src),
         "resources": sorted(meta.get("resources", {})),
     }
+
+
+def _steps(events: pd.DataFrame | None) -> dict:
+    from engine.trace.steps import WINDOW, measured_steps
+
+    if events is None or not len(events):
+        return {"step_ms": None, "step_source": None}
+    ms = measured_steps(events)
+    mean = None if ms.spans.empty or ms.step_source == WINDOW else float(ms.spans["dur_us"].mean()) / 1e3
+    return {"step_ms": None if mean is None else round(mean, 6), "step_source": ms.step_source}
 
 
 def _warnings(meta: dict, src: dict | None) -> list[str]:

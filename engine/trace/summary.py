@@ -116,9 +116,9 @@ def _object(trace: Trace, ops: pd.DataFrame, events: pd.DataFrame, src: dict | N
     if src is not None:
         rank_decl = src.get("rank_in_file")
         if rank_decl is None:
-            from engine.trace.loader import rank_from_name
+            from engine.trace.layout import rank_in_name
 
-            rank_decl = rank_from_name(src["path"])
+            rank_decl = rank_in_name(src["path"])
         world = src.get("world_size")
     else:
         rank_decl = ranks[0] if len(ranks) == 1 else None

@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.errors import TraceError, malformed_as_trace_error
+from engine.outdir import atomic_folder
 from engine.trace import safe_io
 from engine.trace.cache import cache_root
 from engine.trace.kineto import parse_kineto
@@ -223,48 +223,39 @@ def build(*paths, rank: int | None = None, use_cache: bool = True, scheduler: st
     if use_cache and (final / "manifest.json").is_file():
         return final
     root = store_root()
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}-", dir=root))
+    try:  # filled under a temporary sibling, renamed into place whole (engine.outdir.atomic_folder)
+        with atomic_folder(final, prefix=f".{key[:16]}-") as tmp:
+            for t in TABLES:
+                (tmp / t).mkdir()
+            jobs = [
+                _Job(file=f, stage=tmp / f".job{i}", rank=rank, limit=limit, only_file=len(files) == 1)
+                for i, f in enumerate(files)
+            ]
+            done = map_ranks(_ingest_file, jobs, scheduler=mode, progress=progress)
+            sources: list[dict] = []
+            skipped: list[dict] = []
+            ev0 = 0
+            for job, (recs, skips) in zip(jobs, done, strict=True):
+                skipped.extend(skips)
+                for rec in recs:
+                    src = len(sources)
+                    for t in TABLES:
+                        part = job.stage / t / f"rank={rec['rank']}" / f"src={rec['src']}" / "part.parquet"
+                        dest = tmp / t / f"rank={rec['rank']}" / f"src={src}" / "part.parquet"
+                        dest.parent.mkdir(parents=True, exist_ok=True)
+                        os.replace(part, dest)
+                    rec["src"], rec["ev0"] = src, ev0
+                    sources.append(rec)
+                    ev0 += rec["rows"]["events"]
+                shutil.rmtree(job.stage, ignore_errors=True)
+            if not sources:
+                raise TraceError(
+                    "holds no Kineto trace (the store holds Kineto events; ETs are not stored yet)", paths[0]
+                )
+            manifest = {"store_version": STORE_VERSION, "content_hash": key, "sources": sources, "skipped": skipped}
+            (tmp / "manifest.json").write_text(json.dumps(manifest, default=str))
     except OSError as exc:
         raise TraceError(f"cannot write the trace store: {exc.strerror or exc}", root) from None
-    try:
-        for t in TABLES:
-            (tmp / t).mkdir()
-        jobs = [
-            _Job(file=f, stage=tmp / f".job{i}", rank=rank, limit=limit, only_file=len(files) == 1)
-            for i, f in enumerate(files)
-        ]
-        done = map_ranks(_ingest_file, jobs, scheduler=mode, progress=progress)
-        sources: list[dict] = []
-        skipped: list[dict] = []
-        ev0 = 0
-        for job, (recs, skips) in zip(jobs, done, strict=True):
-            skipped.extend(skips)
-            for rec in recs:
-                src = len(sources)
-                for t in TABLES:
-                    part = job.stage / t / f"rank={rec['rank']}" / f"src={rec['src']}" / "part.parquet"
-                    dest = tmp / t / f"rank={rec['rank']}" / f"src={src}" / "part.parquet"
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(part, dest)
-                rec["src"], rec["ev0"] = src, ev0
-                sources.append(rec)
-                ev0 += rec["rows"]["events"]
-            shutil.rmtree(job.stage, ignore_errors=True)
-        if not sources:
-            raise TraceError("holds no Kineto trace (the store holds Kineto events; ETs are not stored yet)", paths[0])
-        manifest = {"store_version": STORE_VERSION, "content_hash": key, "sources": sources, "skipped": skipped}
-        (tmp / "manifest.json").write_text(json.dumps(manifest, default=str))
-        if final.exists():
-            shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise TraceError(f"cannot write the trace store: {exc.strerror or exc}", root) from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return final
 
 

@@ -18,6 +18,7 @@ the analyses, the fleet simulator, the critical path and the timeline's first vi
                           xDiT's `execute_diffusion_...`, SGLang's `step[...]`); else "window",
                           one span per rank over all its events
   step_ms(trace)          mean measured step in ms (None for a bare window)
+  step_ms_by_rank(trace)  {rank: mean step ms} from `meta["iterations"]`
 """
 
 from __future__ import annotations
@@ -141,6 +142,16 @@ def step_ms(trace: Trace) -> float | None:
     return iteration_ms(trace.events)
 
 
+def step_ms_by_rank(trace: Trace) -> dict[int, float]:
+    """{rank: mean ProfilerStep span in ms} from the trace's `meta["iterations"]` (what load and
+    ingest recorded; no events are read)."""
+    out: dict[int, list[float]] = {}
+    for it in (getattr(trace, "meta", None) or {}).get("iterations") or []:
+        if it.get("rank") is not None and it.get("dur_us"):
+            out.setdefault(int(it["rank"]), []).append(float(it["dur_us"]) / 1e3)
+    return {r: sum(v) / len(v) for r, v in sorted(out.items())}
+
+
 __all__ = [
     "PROFILER_STEP",
     "STEP_ANNOTATIONS",
@@ -152,6 +163,7 @@ __all__ = [
     "measured_steps",
     "step_mask",
     "step_ms",
+    "step_ms_by_rank",
     "step_rows",
     "step_spans",
 ]

@@ -133,3 +133,28 @@ def test_only_the_vocabulary_and_the_step_model_name_a_step():
         if p not in home and any("ProfilerStep#" in s for s in _code_strings(p))
     ]
     assert spelled == []
+
+
+# modules that name the prefix for another reason than finding steps: label rules (a step span is
+# a label, not work), the store's Arrow prefilter before the model decides, and the writers of
+# synthetic traces
+_PREFIX_USERS = {
+    "engine/trace/vocab.py",
+    "engine/trace/steps.py",
+    "engine/trace/phases.py",
+    "engine/trace/categories.py",
+    "engine/trace/store/rows.py",
+    "engine/testing/fleet.py",
+    "engine/testing/tiled.py",
+}
+
+
+def test_step_detectors_use_the_step_model_not_the_prefix():
+    """A module that tests names against STEP_PREFIX itself is a step detector of its own; it asks
+    `engine.trace.steps` (step_mask, step_spans, measured_steps) instead."""
+    users = [
+        str(p.relative_to(ROOT))
+        for p in sorted((ROOT / "engine").rglob("*.py"))
+        if "STEP_PREFIX" in p.read_text() and str(p.relative_to(ROOT)) not in _PREFIX_USERS
+    ]
+    assert users == []

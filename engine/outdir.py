@@ -97,6 +97,14 @@ def atomic_folder(final: str | os.PathLike, prefix: str = ".tmp-") -> Iterator[P
         raise
 
 
+def atomic_fill(path: str | os.PathLike, fill: Callable[[BinaryIO], object], failure: str | None = None) -> Path:
+    """`atomic_write` for a writer that wants a file object (`fill(fh)`: Parquet, a stream);
+    `failure` is the one-line message with a `{}` for the reason."""
+    p = Path(path)
+    _through_temp(p.parent, f".{p.name}.", fill, p, failure or _KEPT, p)
+    return p
+
+
 def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike, transform=None) -> Path:
     """Stream `src` (optionally through `transform(src_fh, dst_fh)`) into `dst` atomically."""
     p = Path(dst)

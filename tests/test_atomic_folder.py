@@ -29,3 +29,21 @@ def test_a_clean_fill_replaces_the_folder_whole(tmp_path):
         assert not (final / "new.txt").exists()  # readers see the old folder until the rename
     assert sorted(p.name for p in tmp_path.iterdir()) == ["entry"]
     assert sorted(p.name for p in final.iterdir()) == ["new.txt"]
+
+
+def test_a_file_filled_through_a_writer_is_replaced_whole_or_not_at_all(tmp_path):
+    from engine.errors import TraceError
+    from engine.outdir import atomic_fill
+
+    out = tmp_path / "ranks.parquet"
+    out.write_bytes(b"old")
+
+    def broken(fh):
+        fh.write(b"half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(TraceError, match="cannot write the summaries: .*space"):
+        atomic_fill(out, broken, "cannot write the summaries: {}")
+    assert out.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["ranks.parquet"]
+    atomic_fill(out, lambda fh: fh.write(b"new"))
+    assert out.read_bytes() == b"new" and sorted(p.name for p in tmp_path.iterdir()) == ["ranks.parquet"]

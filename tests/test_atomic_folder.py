@@ -42,7 +42,7 @@ def test_a_file_filled_through_a_writer_is_replaced_whole_or_not_at_all(tmp_path
         fh.write(b"half")
         raise OSError(28, "No space left on device")
 
-    with pytest.raises(TraceError, match="cannot write the summaries: .*space"):
+    with pytest.raises(TraceError, match=r"cannot write the summaries: .*space"):
         atomic_fill(out, broken, "cannot write the summaries: {}")
     assert out.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["ranks.parquet"]
     atomic_fill(out, lambda fh: fh.write(b"new"))

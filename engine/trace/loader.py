@@ -43,6 +43,10 @@ from engine.trace.ranks import ranks_of
 LOADER_VERSION = "h1-5"  # h1-2: sources carry pid / rank_declared (pairing checks); h1-3: meta["files"]; h1-4: Kineto time/rank warnings; h1-5: collective metadata columns
 
 
+# the name engine/fleet (and older callers) import; the rule is layout's `rank_in_name`
+rank_from_name = rank_in_name
+
+
 def _decode(blob: safe_io.Blob, typed: bool = True):
     """The document of a blob: a typed document (`et_typed.TYPED_DOCS`) for well-formed chakra ETs
     (fast path), else orjson's dict; a TraceError naming the file when it is neither an ET nor a Kineto trace."""

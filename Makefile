@@ -50,14 +50,14 @@ lint: setup
 	$(BIN)/mypy
 
 # Two passes: everything but the wall-clock assertions on both cores (pytest-xdist, one file per
-# worker so module fixtures are built once), then the `perf` and `alone` tests by themselves, so that a timing bound or a peak-RSS measurement
+# worker so module fixtures are built once, heaviest files first: tests/conftest.py), then the `perf` and `alone` tests by themselves, so that a timing bound or a peak-RSS measurement
 # never shares the CPU with another test. Exit 5 (nothing collected, e.g. PYTEST_ARGS picked a
 # file without perf tests) is not a failure.
 # Every run is a fresh machine's first: a new --basetemp under $TMPDIR (not pytest-of-$USER/pytest-N,
 # whose length grows with the machine's history), no .pytest_cache, and tests/conftest.py points
 # HOME, the caches and the UI folder at new empty folders. The folder is removed after a pass and
 # kept (its path printed) after a failure.
-XDIST ?= -n 2 --dist loadfile
+XDIST ?= -n 2 --dist loadfile --no-loadscope-reorder
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 test: setup browser lint
 	@t=$$(mktemp -d "$${TMPDIR:-/tmp}/mystique-test.XXXXXX") && echo "make test: temp folders under $$t" && \

@@ -6,6 +6,8 @@ whole run, and a failed re-run must never truncate the previous good result. So
     for a probe write (read-only, unwritable, full or file-valued `--out` fail here, in one line);
   * `atomic_write(path, data)` writes a temporary sibling, fsyncs it and renames it over the
     target: readers see the old file or the new one, never half of one;
+  * `atomic_folder(final)` does the same for a folder (the parse cache's entries, the trace
+    store): filled under a temporary sibling, renamed into place on success, removed on failure;
   * `OutputLock(out)` takes an exclusive `flock` on the folder itself for the run (no lock file
     is left behind), so a second writer sharing `--out` is refused with the pid of the first;
     while held, a `RUNNING` marker
@@ -19,9 +21,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -73,6 +76,32 @@ def atomic_write(path: str | os.PathLike, data: bytes | str) -> Path:
     p = Path(path)
     raw = data.encode() if isinstance(data, str) else data
     _through_temp(p.parent, f".{p.name}.", lambda fh: fh.write(raw), p, _KEPT, p)
+    return p
+
+
+@contextlib.contextmanager
+def atomic_folder(final: str | os.PathLike, prefix: str = ".tmp-") -> Iterator[Path]:
+    """A new temporary sibling folder of `final` to fill: on a clean exit it replaces `final`
+    (an old one is removed first), on any exception it is removed and the exception propagates.
+    An OSError (making the folder, the rename) propagates as is: callers word their own line."""
+    dest = Path(final)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=dest.parent))
+    try:
+        yield tmp
+        if dest.exists():
+            shutil.rmtree(dest, ignore_errors=True)
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def atomic_fill(path: str | os.PathLike, fill: Callable[[BinaryIO], object], failure: str | None = None) -> Path:
+    """`atomic_write` for a writer that wants a file object (`fill(fh)`: Parquet, a stream);
+    `failure` is the one-line message with a `{}` for the reason."""
+    p = Path(path)
+    _through_temp(p.parent, f".{p.name}.", fill, p, failure or _KEPT, p)
     return p
 
 

@@ -58,6 +58,8 @@ def pytest_configure(config):
     # Store ingestion fans out serially unless a test names a scheduler (tests/test_fanout.py):
     # a Dask LocalCluster per multi-rank test would cost seconds each on a loaded machine
     os.environ["MYSTIQUE_SCHEDULER"] = "serial"
+    if hasattr(config.option, "loadscopereorder"):  # keep heaviest_files_first's order under xdist
+        config.option.loadscopereorder = False
     try:
         import hypothesis
         from hypothesis.configuration import set_hypothesis_home_dir
@@ -133,6 +135,65 @@ def sample_path():
     return _sample_path
 
 
+# Files run heaviest first: under `-n 2 --dist loadfile` a worker takes the next file when it is
+# done, so the longest files start at once and the short ones fill in at the end (the
+# longest-first rule; in collection order a long file found last ran alone on one core while the
+# other idled). Weights are each file's summed test time in seconds from a measured run,
+# tests/durations.json; a file not in it counts as DEFAULT_FILE_S. Refresh the table from the
+# main pass (`make test`'s first command plus `--durations-table tests/durations.json`). The order
+# inside a file is kept, and the sort is the same on every worker (xdist checks that). xdist's
+# own reorder (files with the most tests first, on by default) would undo it: the browser
+# journeys, one to three tests a file and minutes each, then ran last; `pytest_configure` turns
+# it off (the Makefile says --no-loadscope-reorder too).
+DURATIONS = ROOT / "tests" / "durations.json"
+DEFAULT_FILE_S = 5.0
+_MEASURED: dict[str, float] = {}
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--durations-table",
+        metavar="PATH",
+        default=None,
+        help="write each test file's summed test time (s) to PATH as JSON (merged into what is there)",
+    )
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def file_weights() -> dict[str, float]:
+    try:
+        table = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): float(v) for k, v in table.items()} if isinstance(table, dict) else {}
+
+
+def heaviest_files_first(items: list) -> None:
+    """Sort `items` in place by their file's weight, heaviest first (stable: a file's tests stay
+    together and in their order)."""
+    w = file_weights()
+    items.sort(key=lambda it: -w.get(_file_of(it.nodeid), DEFAULT_FILE_S))
+
+
+def pytest_runtest_logreport(report):
+    _MEASURED[_file_of(report.nodeid)] = _MEASURED.get(_file_of(report.nodeid), 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    path = session.config.getoption("--durations-table")
+    if not path or hasattr(session.config, "workerinput") or not _MEASURED:  # the controller writes
+        return
+    try:
+        old = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        old = {}
+    merged = {**(old if isinstance(old, dict) else {}), **{k: round(v, 1) for k, v in _MEASURED.items()}}
+    Path(path).write_text(json.dumps(dict(sorted(merged.items())), indent=1) + "\n")
+
+
 def pytest_collection_modifyitems(config, items):
     no_gpu = pytest.mark.skip(reason="needs a CUDA device; none is available here")
     keep, shared_layer = [], []
@@ -148,6 +209,7 @@ def pytest_collection_modifyitems(config, items):
         _DESELECTED_SHARED[:] = [i.nodeid for i in shared_layer]
         config.hook.pytest_deselected(items=shared_layer)
         items[:] = keep
+    heaviest_files_first(items)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -57,6 +57,9 @@ def _check_equal(path: Path) -> None:
     src = query(path, "SELECT * FROM sources ORDER BY src")
     assert src["rank"].tolist() == [s["rank"] for s in tr.meta["sources"]]
     assert src["events"].tolist() == [s["events"] for s in tr.meta["sources"]]
+    # the step model's iterations, built at store ingest as at load (engine/trace/steps.py)
+    stored = json.loads((build(path) / "manifest.json").read_text())["sources"]
+    assert [it for s in stored for it in s["iterations"]] == tr.meta["iterations"], path.name
 
 
 def test_store_equals_loader_on_every_shared_kineto_trace(shared_traces, manifest, cache_dir):

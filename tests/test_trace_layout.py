@@ -68,3 +68,48 @@ def test_exported_benchmark_is_composed_and_an_incomplete_one_is_refused(tmp_pat
     (out / "COMPLETE.json").unlink()
     with pytest.raises(TraceError, match=r"no COMPLETE\.json.*2 rank file\(s\) on disk"):
         resolve(out)
+
+
+# File names of the bundled samples and the shared traces, and what rank each carries; then the
+# forms other tools write (PyTorch's tensorboard handler: "<worker>_<pid>.pt.trace.json",
+# torchrun captures "trace_rank3.json", upper case from hand-named files).
+RANK_NAMES = [
+    ("ddp_rank0_et.json.gz", 0),
+    ("ddp_rank1_kineto.json.gz", 1),
+    ("dlrm_a2a_rank1_meta.json", 1),
+    ("dlrm_tbe_rank0_et.json.gz", 0),
+    ("mlp_et.json.gz", None),
+    ("pt2_et.json.tar.gz", None),
+    ("benchmark_result_2869224_1695835535_trace.json.gz", None),
+    ("mi250_minitoy_train_ROCm6_2_kineto.json.gz", None),
+    ("nw0_worker0.pt.trace.json.gz", None),
+    ("h100_bert_small.json.gz", None),
+    ("1.0.2-chakra.0.0.4.json.gz", None),
+    ("trace_rank3.json", 3),
+    ("Rank_12_kineto.json.gz", 12),
+    ("host_1234.pt.trace.json", 1234),
+    ("worker-7.json.gz", 7),
+    ("bundle.tar.gz!rank5_et.json", 5),
+]
+
+
+@pytest.mark.parametrize(("name", "rank"), RANK_NAMES)
+def test_one_rule_reads_a_rank_from_a_file_name(name, rank):
+    from engine.trace.layout import rank_in_name
+
+    assert rank_in_name(name) == rank
+
+
+def test_resolve_groups_files_under_the_rank_they_load_as(tmp_path):
+    """Two Kineto files named `job_3.json` and `job_5.json` load as ranks 3 and 5; resolve once
+    grouped them as one rankless trace (its rule knew only "rankN")."""
+    evs = {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 1}]}
+    paths = []
+    for r in (3, 5):
+        paths.append(tmp_path / f"job_{r}.json")
+        paths[-1].write_text(json.dumps(evs))
+    inp = resolve(*paths)
+    assert inp.kind is InputKind.RANKS and inp.rank_numbers == [3, 5]
+    from engine.trace import load
+
+    assert sorted(load(*paths, use_cache=False).events["rank"].unique().tolist()) == [3, 5]

@@ -16,8 +16,6 @@ reads only this file. Steps are the rank's `ProfilerStep#N` host spans (the mani
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +24,7 @@ import pandas as pd
 
 from engine.analysis.breakdown import COLUMNS, PARTS, TimeBreakdown
 from engine.errors import TraceError
+from engine.outdir import atomic_fill
 from engine.progress import Progress, report
 from engine.trace.store import read
 
@@ -114,15 +113,9 @@ def summarize(
     out = store / SUMMARY
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".ranks-", suffix=".parquet", dir=out.parent)
-        os.close(fd)
-        try:
-            pq.write_table(arrow, tmp)
-            os.replace(tmp, out)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
     except OSError as exc:
         raise TraceError(f"cannot write the rank summaries: {exc.strerror or exc}", out) from None
+    atomic_fill(out, lambda fh: pq.write_table(arrow, fh), "cannot write the rank summaries: {}")
     return table
 
 

@@ -70,6 +70,8 @@ def render(objs: list[dict]) -> str:
             ("cpu ops", o["cpu_ops"]),
             ("time span (us)", o["time_span_us"]),
             ("iterations", len(o["iterations"])),
+            ("step (ms)", o["step_ms"]),
+            ("step source", o["step_source"]),
         ]
         for k, v in rows:
             lines.append(f"  {k:<15} {_fmt(v)}")

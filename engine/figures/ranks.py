@@ -68,11 +68,9 @@ def original_rank_ms(trace: Trace, meta_by_rank: dict[int, float] | None = None)
     mean ProfilerStep span of each rank in the trace."""
     if meta_by_rank:
         return dict(meta_by_rank)
-    out: dict[int, list[float]] = {}
-    for it in (getattr(trace, "meta", None) or {}).get("iterations") or []:
-        if it.get("rank") is not None and it.get("dur_us"):
-            out.setdefault(int(it["rank"]), []).append(float(it["dur_us"]) / 1e3)
-    return {r: sum(v) / len(v) for r, v in sorted(out.items())}
+    from engine.trace.steps import step_ms_by_rank
+
+    return step_ms_by_rank(trace)
 
 
 def ranks_side_by_side(original: dict[int, float], report: dict[str, Any]) -> go.Figure:

@@ -25,6 +25,7 @@ import pandas as pd
 
 from engine.figures.flows import flow_arrows
 from engine.trace.ranks import of_rank
+from engine.trace.steps import step_spans
 from engine.trace.vocab import GPU_ACTIVITY_CATS
 
 if TYPE_CHECKING:
@@ -223,9 +224,11 @@ def default_window(events: pd.DataFrame, max_events: int = 5000, origin_us: floa
     end = ts + events["dur_us"].to_numpy(float)
     origin = float(ts.min()) if origin_us is None else origin_us
     span = float(end.max()) - origin
-    steps = events[events["name"].astype(str).str.startswith("ProfilerStep#")]
+    # the host's ProfilerStep spans: a GPU-side step annotation starts after its host span does,
+    # so the first step in time is always a host one
+    steps = step_spans(events)
     if len(steps):
-        first = steps.sort_values("ts_us").iloc[0]
+        first = steps.sort_values("ts_us", kind="stable").iloc[0]
         return float(first["ts_us"]) - origin, float(first["ts_us"] + first["dur_us"]) - origin
     if len(events) <= max_events:
         return 0.0, max(span, 1.0)

@@ -40,7 +40,8 @@ import pandas as pd
 from engine.simulate.config import SimConfig
 from engine.simulate.schedule import Schedule
 from engine.simulate.taskgraph import EDGE_KINDS, EdgeKind, TaskGraph
-from engine.trace.vocab import ANNOTATION_CATS, STEP_PREFIX, is_backend_comm, is_comm
+from engine.trace.steps import step_mask
+from engine.trace.vocab import ANNOTATION_CATS, is_backend_comm, is_comm
 
 _TOL = 1e-3  # µs: times equal within a nanosecond are ties
 _COLL = EDGE_KINDS.index(EdgeKind.COLLECTIVE)
@@ -134,7 +135,7 @@ def task_kinds(g: TaskGraph, sync_regex: str | None = None) -> np.ndarray:
         p = np.where(ok, parent[np.maximum(p, 0)], -1)
     rx = re.compile(sync_regex or SimConfig().sync_regex)
     sync = ~gpu & names.where(lambda s: bool(rx.search(s)))
-    label = g.text("cat").where(lambda c: c in ANNOTATION_CATS) | names.where(lambda s: s.startswith(STEP_PREFIX))
+    label = g.text("cat").where(lambda c: c in ANNOTATION_CATS) | step_mask(names)
     out = np.full(n, _K[Kind.LAUNCH_HOST], np.int8)
     # a label's own time (ProfilerStep, record_function) is host time no recorded op covers
     out[label & ~g.text("cat").where(lambda c: c == "python_function")] = _K[Kind.HOST_UNRECORDED]
@@ -270,7 +271,7 @@ def critical_path(g: TaskGraph, s: Schedule, *, sync_regex: str | None = None) -
     rank_of_lane = g.lanes["rank"].to_numpy()
     gpu_lane = g.lanes["gpu"].to_numpy().astype(bool)
     # walks: every host ProfilerStep task, else the whole schedule
-    step = ~t["gpu"].to_numpy() & g.text("name").where(lambda x: x.startswith(STEP_PREFIX))
+    step = step_mask(g.text("name"), host=~t["gpu"].to_numpy())
     if step.any():
         walks = [_step_end(g, T, int(i)) for i in np.flatnonzero(step)]
     else:

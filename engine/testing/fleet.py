@@ -13,6 +13,8 @@ from pathlib import Path
 
 import orjson
 
+from engine.trace.vocab import STEP_PREFIX
+
 
 def make_fleet(source: Path, out_dir: Path, n_ranks: int) -> list[Path]:
     """Write `rank<r>_kineto.json` for r in range(n_ranks) under `out_dir`; their paths."""
@@ -36,7 +38,7 @@ def make_fleet(source: Path, out_dir: Path, n_ranks: int) -> list[Path]:
 
 # ---- a fleet written straight into a trace store (issue 22's 32-512 rank checks) ----
 
-STEP = "ProfilerStep#"
+STEP = STEP_PREFIX
 
 
 def make_fleet_store(source: Path, n_ranks: int, out_dir: Path, seed: int = 0, *, tiles: int = 1) -> Path:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import orjson
 
+from engine.trace.vocab import STEP_PREFIX
+
 _ID_ARGS = ("correlation", "External id", "Record function id", "Sequence number")
 
 
@@ -27,7 +29,7 @@ def _window(events: list) -> tuple[float, float, int]:
         for e in events
         if isinstance(e, dict)
         and e.get("ph") == "X"
-        and str(e.get("name", "")).startswith("ProfilerStep#")
+        and str(e.get("name", "")).startswith(STEP_PREFIX)
         and e.get("cat") not in ("gpu_user_annotation",)
     ]
     if steps:
@@ -76,7 +78,7 @@ def make_tiled(source: Path, out: Path, n_events: int) -> dict:
                     if type(args.get(key)) is int:
                         id_step = max(id_step, args[key] + 1)
     steps = sorted(
-        {e["name"] for e in inside if isinstance(e.get("name"), str) and e["name"].startswith("ProfilerStep#")},
+        {e["name"] for e in inside if isinstance(e.get("name"), str) and e["name"].startswith(STEP_PREFIX)},
         key=lambda s: int(s.split("#")[1]) if s.split("#")[1].isdigit() else 0,
     )
     first = int(steps[0].split("#")[1]) if steps and steps[0].split("#")[1].isdigit() else 0
@@ -92,7 +94,7 @@ def make_tiled(source: Path, out: Path, n_events: int) -> dict:
             sep = b",\n"
             written += 1
         for k in range(copies):
-            step_no = {s: f"ProfilerStep#{first + k * len(steps) + i}" for i, s in enumerate(steps)}
+            step_no = {s: f"{STEP_PREFIX}{first + k * len(steps) + i}" for i, s in enumerate(steps)}
             buf = [orjson.dumps(_copy(e, k, shift, id_step, step_no)) for e in inside]
             fh.write(sep + b",\n".join(buf))
             sep = b",\n"

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -99,28 +98,21 @@ def load_cached(key: str) -> Trace | None:
 
 def save_cached(key: str, trace: Trace) -> bool:
     """Write the entry atomically; False (and nothing left behind) when the cache is not writable."""
-    root = cache_root()
-    tmp = None
+    from engine.outdir import atomic_folder
+
     try:
         import pyarrow.parquet  # noqa: F401 -- optional: without pyarrow traces load uncached
     except ImportError:
         return False
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}-", dir=root))
-        for t in TABLES:
-            _to_parquet(getattr(trace, t), tmp / f"{t}.parquet", _TUPLE_COLS.get(t, ()))
-        (tmp / "meta.json").write_text(json.dumps(trace.meta, default=_json_default))
-        final = root / key
-        if final.exists():
-            shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
+        with atomic_folder(cache_root() / key, prefix=f".{key[:16]}-") as tmp:
+            for t in TABLES:
+                _to_parquet(getattr(trace, t), tmp / f"{t}.parquet", _TUPLE_COLS.get(t, ()))
+            (tmp / "meta.json").write_text(json.dumps(trace.meta, default=_json_default))
         return True
     except (OSError, ValueError, TypeError, NotImplementedError, OverflowError):
         # Unwritable folder, full disk, or a value Parquet cannot hold (odd shapes in a damaged
         # trace): the load itself succeeded, so it is returned uncached.
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
         return False
 
 

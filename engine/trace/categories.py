@@ -28,7 +28,7 @@ import re
 import pandas as pd
 
 from engine.trace.model import CATEGORIES
-from engine.trace.vocab import is_comm
+from engine.trace.vocab import STEP_PREFIX, is_comm
 
 OP_NAME = re.compile(r"^[A-Za-z_]\w*::[A-Za-z_][\w.]*$")
 """A dispatcher operator name, `namespace::op[.overload]` (what a replay can look up and run)."""
@@ -58,7 +58,7 @@ def classify(name: str) -> str:
     """The category of one operator/annotation name (rules in the module docstring)."""
     if not name:
         return "annotation"
-    if name.startswith(("## ", "[", "ProfilerStep#", "nn.Module:", "Optimizer.", "enumerate(DataLoader)")) or (
+    if name.startswith(("## ", "[", STEP_PREFIX, "nn.Module:", "Optimizer.", "enumerate(DataLoader)")) or (
         name.startswith("#") and name.endswith("#")
     ):
         return "annotation"

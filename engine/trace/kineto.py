@@ -19,6 +19,7 @@ import pandas as pd
 
 from engine.errors import TraceError, malformed_as_trace_error
 from engine.trace.columns import fast_cat
+from engine.trace.steps import iterations
 from engine.trace.vocab import GPU_ACTIVITY_CATS, LEGACY_CATS, modern_cat
 
 _NA = -(1 << 63)
@@ -181,7 +182,6 @@ def _parse(doc: dict, path: str, rank: int, rank_fixed: bool):
     fl_id, fl_cat, fl_ph, fl_ts, fl_pid, fl_tid = [], [], [], [], [], []
     pnames: dict[str, str] = {}
     tnames: dict[str, str] = {}
-    iters: list[dict] = []
     strs: dict = {}
 
     def s(v):
@@ -240,8 +240,6 @@ def _parse(doc: dict, path: str, rank: int, rank_fixed: bool):
                 coll_l.append(cn if type(cn) is str else s(cn))
                 cseq_l.append(get("seq", NA))
                 comms_l.append(get("comms_id", NA))
-            if name.startswith("ProfilerStep#") and cat not in _GPU_CATS:
-                iters.append({"name": name, "ts_us": ts_l[-1], "dur_us": dur_l[-1], "rank": rank})
         elif ph in _FLOW_PH:
             fl_id.append(ai(e.get("id")))
             c = e.get("cat", "")
@@ -303,7 +301,7 @@ def _parse(doc: dict, path: str, rank: int, rank_fixed: bool):
         "process_names": pnames,
         "thread_names": tnames,
         "device_properties": props if isinstance(props, list) else [],
-        "iterations": iters,
+        "iterations": iterations(events),  # the step model's (engine/trace/steps.py)
         "schema_version": doc.get("schemaVersion"),
     }
     return events, flows, meta

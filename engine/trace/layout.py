@@ -261,7 +261,23 @@ class Inputs:
 
 
 _ET_NAME = re.compile(r"^(?P<name>.+?)(_et)?\.json(\.gz|\.tar\.gz)?$")
-_RANK_IN_NAME = re.compile(r"rank[_\-]?(\d+)")
+# A rank number in a file name: "rank3"/"Rank_3"/"rank-3" anywhere, else a trailing "_3.json"
+# ("worker_3.pt.trace.json.gz"). One rule for the loader (the rank a file loads as) and for
+# resolve (the rank it groups a file under), so the two never disagree.
+_RANK_IN_NAME = (
+    re.compile(r"rank[_\-]?(\d{1,5})", re.IGNORECASE),
+    re.compile(r"[_\-](\d{1,5})(?:\.pt)?(?:\.trace)?\.json(?:\.gz)?$", re.IGNORECASE),
+)
+
+
+def rank_in_name(path: str | os.PathLike) -> int | None:
+    """The rank a file's name carries (rules above; an archive member "a.tar.gz!x" by its member)."""
+    base = os.path.basename(str(path).split("!")[-1])
+    for rx in _RANK_IN_NAME:
+        m = rx.search(base)
+        if m:
+            return int(m.group(1))
+    return None
 
 
 def _is_kineto(p: Path) -> bool:
@@ -272,11 +288,6 @@ def name_of(path: Path) -> str:
     """A display name: an ET file's stem without `_et`, a folder's name."""
     m = _ET_NAME.match(path.name)
     return (m.group("name") if m else path.stem) if path.is_file() else path.name
-
-
-def _rank_in_name(p: Path) -> int | None:
-    m = _RANK_IN_NAME.search(p.name)
-    return int(m.group(1)) if m else None
 
 
 def _one_trace(et: Path, kineto: Path | None, rank: int | None = None) -> RankInputs:
@@ -304,12 +315,12 @@ def _folder(p: Path) -> Inputs:
         return _composed(p)
     ets = sorted(p.glob("*_et.json*"))
     kinetos = sorted(p.glob("*_kineto.json*"))
-    if len(ets) > 1 and all(_rank_in_name(f) is not None for f in ets):
-        by_rank = {_rank_in_name(k): k for k in kinetos}
+    if len(ets) > 1 and all(rank_in_name(f) is not None for f in ets):
+        by_rank = {rank_in_name(k): k for k in kinetos}
         ranks = tuple(
             RankInputs(
-                rank=_rank_in_name(f),
-                files=(f, *([by_rank[_rank_in_name(f)]] if _rank_in_name(f) in by_rank else [])),
+                rank=rank_in_name(f),
+                files=(f, *([by_rank[rank_in_name(f)]] if rank_in_name(f) in by_rank else [])),
                 meta=meta_for(f, loose=False) or {},
                 name=name_of(f),
             )
@@ -322,7 +333,7 @@ def _folder(p: Path) -> Inputs:
         r = _one_trace(ets[0], k)
         return Inputs(kind=InputKind.CAPTURE, ranks=(r,), meta=r.meta, name=r.name, folder=p)
     if not ets and kinetos:
-        ranks = tuple(RankInputs(rank=_rank_in_name(k), files=(k,), name=name_of(k)) for k in kinetos)
+        ranks = tuple(RankInputs(rank=rank_in_name(k), files=(k,), name=name_of(k)) for k in kinetos)
         return Inputs(kind=InputKind.TRACE, ranks=ranks, meta=meta_for(p) or {}, name=p.name, folder=p)
     raise TraceError(f"folder holds {len(ets)} '*_et.json*' files; give one ET file", p)
 
@@ -357,7 +368,7 @@ def resolve(*paths: str | os.PathLike, kineto: str | os.PathLike | None = None) 
             raise TraceError("a folder is given alone, not with other traces", p)
     groups: dict[int | None, list[Path]] = {}  # the files of each rank, in the order given
     for p in ps:
-        groups.setdefault(_rank_in_name(p), []).append(p)
+        groups.setdefault(rank_in_name(p), []).append(p)
     ranks = tuple(
         RankInputs(rank=r, files=tuple(fs), meta=meta_for(*fs, loose=False) or {}, name=name_of(fs[0]))
         for r, fs in groups.items()
@@ -391,6 +402,7 @@ __all__ = [
     "meta_for",
     "name_of",
     "rank_files",
+    "rank_in_name",
     "rank_medians",
     "read_meta",
     "resolve",

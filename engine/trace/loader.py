@@ -22,7 +22,6 @@ import functools
 import gc
 import hashlib
 import os
-import re
 from pathlib import Path
 
 import numpy as np
@@ -36,24 +35,16 @@ from engine.trace.categories import categorize
 from engine.trace.et import is_et, parse_et, parse_et_typed
 from engine.trace.et_typed import TYPED_DOCS, decode_chakra
 from engine.trace.kineto import as_kineto, is_kineto, parse_kineto
+from engine.trace.layout import rank_in_name
 from engine.trace.model import PHASES, Trace
 from engine.trace.pairing import check_link, check_ranks, et_pid, kineto_pids
 from engine.trace.ranks import ranks_of
 
 LOADER_VERSION = "h1-5"  # h1-2: sources carry pid / rank_declared (pairing checks); h1-3: meta["files"]; h1-4: Kineto time/rank warnings; h1-5: collective metadata columns
-_RANK_RE = (
-    re.compile(r"rank[_\-]?(\d{1,5})", re.IGNORECASE),
-    re.compile(r"[_\-](\d{1,5})(?:\.pt)?(?:\.trace)?\.json(?:\.gz)?$", re.IGNORECASE),
-)
 
 
-def rank_from_name(path: str) -> int | None:
-    base = os.path.basename(path.split("!")[-1])
-    for rx in _RANK_RE:
-        m = rx.search(base)
-        if m:
-            return int(m.group(1))
-    return None
+# the name engine/fleet (and older callers) import; the rule is layout's `rank_in_name`
+rank_from_name = rank_in_name
 
 
 def _decode(blob: safe_io.Blob, typed: bool = True):
@@ -199,7 +190,7 @@ def load(*paths, rank: int | None = None, progress=None, use_cache: bool = True)
         files.extend(safe_io.list_files(p))
     raws = [(f, safe_io.read_raw(f, limit)) for f in files]
     digests = [hashlib.sha256(raw).digest() for _, raw in raws]  # hashed once: cache key and sources
-    key = content_key(digests, rank, [rank_from_name(str(f)) for f, _ in raws])
+    key = content_key(digests, rank, [rank_in_name(str(f)) for f, _ in raws])
     if use_cache:
         from engine.trace.cache import load_cached
 
@@ -311,7 +302,7 @@ def _build(raws, digests, rank_arg, limit, key, progress) -> Trace:
             check_load_memory(json_total, blob.path)
             doc = _decode(blob)
             src = len(sources)
-            name_rank = rank_from_name(blob.path)
+            name_rank = rank_in_name(blob.path)
             fallback = name_rank if name_rank is not None else (rank_arg if rank_arg is not None else 0)
             parsed = parse_et_typed(doc, blob.path, fallback, warn) if isinstance(doc, TYPED_DOCS) else None
             if parsed is None and isinstance(doc, TYPED_DOCS):  # a value the typed path leaves to orjson

@@ -47,7 +47,9 @@ import pandas as pd
 
 from engine.trace.columns import Distinct
 from engine.trace.model import PHASES
+from engine.trace.steps import step_mask
 from engine.trace.tree import nearest_marked, parent_positions
+from engine.trace.vocab import STEP_PREFIX
 
 # Bump when the rules below change: parse caches that store phase/module must include it in
 # their key (or recompute: annotate_phases takes ~5 ms on 14k nodes).
@@ -70,7 +72,7 @@ _PHASE_WORDS = {
     "train_step",
     "iteration",
 }
-_RE_LABEL = re.compile(r"^(?:## .* ##|\[.*\]|nn\.Module: |ProfilerStep#|Optimizer\.)")
+_RE_LABEL = re.compile(r"^(?:## .* ##|\[.*\]|nn\.Module: |" + re.escape(STEP_PREFIX) + r"|Optimizer\.)")
 
 
 def _is_label(ops: pd.DataFrame, names: Distinct) -> np.ndarray:
@@ -90,7 +92,7 @@ def _is_label(ops: pd.DataFrame, names: Distinct) -> np.ndarray:
 
 
 def _is_module_label(name: str) -> bool:
-    if name.startswith(("[pytorch|profiler|", "ProfilerStep#", "Optimizer.")):
+    if name.startswith(("[pytorch|profiler|", STEP_PREFIX, "Optimizer.")):
         return False
     core = name.strip("# ").strip().lower()
     return bool(core) and core not in _PHASE_WORDS
@@ -107,7 +109,7 @@ def annotate_phases(ops: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     label = _is_label(ops, names)
     scope = ops["scope"].to_numpy(dtype=np.int64, na_value=-1) if "scope" in ops.columns else np.full(n, -1)
     profiler_root = names.where(lambda s: s.startswith("[pytorch|profiler|"))
-    step = names.where(lambda s: s.startswith("ProfilerStep#"))
+    step = step_mask(names)  # ET ops are all host rows
 
     bw_mark = names.where(lambda s: s.startswith(_BACKWARD_FN)) | (scope == 1)
     bw_mark |= label & names.where(lambda s: _RE_BACKWARD.search(s) is not None)

@@ -27,6 +27,11 @@ trace loaded from one file the two are the same object. Keys (all always present
                                time; [] without GPU work
     cpu_ops         int        Kineto events with cat "cpu_op"
     iterations      [{name, ts_us, dur_us, rank}]  ProfilerStep#N windows
+    step_ms         float|null mean measured step (engine/trace/steps.py): ProfilerStep spans,
+                               else a serving framework's step annotations; null otherwise
+    step_source     str|null   where the step came from: "ProfilerStep", "annotation:<pattern>"
+                               (vLLM/xDiT execute_*, SGLang step[*]) or "window" (the whole
+                               capture); null without events
     warnings        [str]
     resources       [str]      files bundled with the trace (e.g. pt2_et_resources/*.py); listed,
                                never imported or executed
@@ -58,6 +63,8 @@ KEYS = (
     "kernel_classes",
     "cpu_ops",
     "iterations",
+    "step_ms",
+    "step_source",
     "warnings",
     "resources",
 )
@@ -113,9 +120,9 @@ def _object(trace: Trace, ops: pd.DataFrame, events: pd.DataFrame, src: dict | N
     if src is not None:
         rank_decl = src.get("rank_in_file")
         if rank_decl is None:
-            from engine.trace.loader import rank_from_name
+            from engine.trace.layout import rank_in_name
 
-            rank_decl = rank_from_name(src["path"])
+            rank_decl = rank_in_name(src["path"])
         world = src.get("world_size")
     else:
         rank_decl = ranks[0] if len(ranks) == 1 else None
@@ -137,9 +144,20 @@ def _object(trace: Trace, ops: pd.DataFrame, events: pd.DataFrame, src: dict | N
         "kernel_classes": _kernel_classes(events),
         "cpu_ops": _count(events["cat"], "cpu_op") if len(events) else 0,
         "iterations": iters if len(events) else [],
+        **_steps(events),
         "warnings": _warnings(meta, src),
         "resources": sorted(meta.get("resources", {})),
     }
+
+
+def _steps(events: pd.DataFrame | None) -> dict:
+    from engine.trace.steps import WINDOW, measured_steps
+
+    if events is None or not len(events):
+        return {"step_ms": None, "step_source": None}
+    ms = measured_steps(events)
+    mean = None if ms.spans.empty or ms.step_source == WINDOW else float(ms.spans["dur_us"].mean()) / 1e3
+    return {"step_ms": None if mean is None else round(mean, 6), "step_source": ms.step_source}
 
 
 def _warnings(meta: dict, src: dict | None) -> list[str]:

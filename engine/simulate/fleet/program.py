@@ -115,7 +115,7 @@ def build_graph_of(events: pd.DataFrame, spec, cfg, meta: dict):
 def reduce_graph(g) -> dict[str, np.ndarray]:
     """The arrays of a one-rank graph the fleet solver needs (see the module doc)."""
     from engine.simulate.collectives import collective_ids, comm_mask
-    from engine.trace.vocab import GPU_ACTIVITY_CATS, STEP_PREFIX
+    from engine.trace.steps import host_mask, step_mask
 
     t = g.tasks
     npts = len(g.pt_d)
@@ -130,7 +130,7 @@ def reduce_graph(g) -> dict[str, np.ndarray]:
     c_sp = sp[ci]
     lau = g.launcher[ci]
     cats = g.text("cat")
-    step = names.where(lambda s: s.startswith(STEP_PREFIX)) & ~cats.where(lambda c: c in GPU_ACTIVITY_CATS)
+    step = step_mask(names, host_mask(cats))
     si = np.flatnonzero(step)
     ts = t["ts_us"].to_numpy(np.float64)
     dur = t["dur_us"].to_numpy(np.float64)

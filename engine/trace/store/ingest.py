@@ -33,7 +33,7 @@ from engine.errors import TraceError, malformed_as_trace_error
 from engine.trace import safe_io
 from engine.trace.cache import cache_root
 from engine.trace.kineto import parse_kineto
-from engine.trace.loader import rank_from_name
+from engine.trace.layout import rank_in_name
 from engine.trace.store import rows, stream
 
 STORE_VERSION = "s3"  # s2: `ev` stored per source, offset in the view; s3: collective metadata columns
@@ -102,7 +102,7 @@ def _hash_file(path: Path, limit: int) -> bytes:
 
 def store_key(files: list[Path], rank: int | None, limit: int) -> str:
     h = hashlib.sha256(f"{STORE_VERSION}|rank={rank}|n={len(files)}".encode())
-    h.update(repr([rank_from_name(str(f)) for f in files]).encode())
+    h.update(repr([rank_in_name(str(f)) for f in files]).encode())
     for f in files:
         h.update(_hash_file(f, limit))
     return h.hexdigest()
@@ -361,7 +361,7 @@ def _ingest_file(job: _Job) -> tuple[list[dict], list[dict]]:
         recs: list[dict] = []
         skipped: list[dict] = []
         for doc_path, blocks in _documents(job.file, job.limit):
-            name_rank = rank_from_name(doc_path)
+            name_rank = rank_in_name(doc_path)
             fallback = name_rank if name_rank is not None else (job.rank if job.rank is not None else 0)
             try:
                 rec = _ingest(doc_path, blocks, job.stage, len(recs), 0, fallback, False)

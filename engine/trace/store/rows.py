@@ -21,11 +21,13 @@ from typing import Any
 
 import msgspec
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.trace.kineto import _GPU_CATS, _NA, _as_int, _int_column, _time_warnings
-from engine.trace.vocab import LEGACY_CATS, modern_cat
+from engine.trace.steps import iterations
+from engine.trace.vocab import LEGACY_CATS, STEP_PREFIX, modern_cat
 
 
 class _Missing:
@@ -169,13 +171,13 @@ def tables(items: list[Item], path: str, rank: int, ev0: int, schemas: dict) -> 
     del got, block
     if "pg_name" in schemas["events"].names:
         cols.update(_collectives(args))
-    iters = []
-    if xs:
-        hits = pc.starts_with(cols["name"], "ProfilerStep#")
+    iters: list[dict] = []
+    if xs:  # the prefix on Arrow is a cheap superset; the step model (engine/trace/steps.py) decides
+        hits = pc.starts_with(cols["name"], STEP_PREFIX)
         if pc.any(hits).as_py():
-            for i in np.flatnonzero(hits.to_numpy(zero_copy_only=False)).tolist():
-                if cat[i] not in gpu:
-                    iters.append({"name": name[i], "ts_us": float(ts[i]), "dur_us": float(dur[i]), "rank": rank})
+            at = np.flatnonzero(hits.to_numpy(zero_copy_only=False))
+            cand = {"name": [name[i] for i in at], "cat": [cat[i] for i in at], "ts_us": ts[at], "dur_us": dur[at]}
+            iters = iterations(pd.DataFrame(cand), rank=rank)
     ev_schema = schemas["events"]
     events = pa.Table.from_arrays([cols[f.name] for f in ev_schema], schema=ev_schema)
     fs = [e for e in items if e.ph in ("s", "f", "t")]

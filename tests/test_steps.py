@@ -1,0 +1,160 @@
+"""One step model (engine/trace/steps.py, issue 34 item 2; issue 30 "Steps without ProfilerStep").
+
+Every step detector asks the one model, so the string that names a step appears in code only in
+the vocabulary and the model. A serving trace without `ProfilerStep#N` spans takes its step from
+the framework's per-step annotation (vLLM / xDiT `execute_...`, SGLang `step[...]`), else from
+the whole window, and says which. Golden values are read from the raw JSON here (a hand count of
+the b200 trace: one `user_annotation` named `execute_context_1(888_788544)_generation_0(0)`,
+87412.863 us long, and no ProfilerStep span at all).
+"""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from clirun import cli
+
+from engine.trace import load
+from engine.trace.steps import iteration_ms, measured_steps, step_spans
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _kineto(path: Path, events: list[dict]) -> Path:
+    """A mini Kineto trace: one cpu_op under each span, a kernel, and the spans given."""
+    evs = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5}]
+    evs.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 12, "dur": 900, "args": {}})
+    for e in events:
+        evs.append({"ph": "X", "pid": 1, "tid": 1, **e})
+    path.write_text(json.dumps({"traceEvents": evs}))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "source"),
+    [
+        ("execute_model", "annotation:execute_*"),  # vLLM V0
+        ("execute_context_2(96)_generation_14(14)", "annotation:execute_*"),  # vLLM V1
+        ("execute_diffusion_step_3", "annotation:execute_diffusion_*"),  # xDiT
+        ("step[prefill=1,decode=7]", "annotation:step[*]"),  # SGLang
+    ],
+)
+def test_a_serving_step_comes_from_the_framework_annotation(tmp_path, cache_dir, name, source):
+    spans = [
+        {"cat": "user_annotation", "name": name, "ts": 0, "dur": 400},
+        {"cat": "user_annotation", "name": name, "ts": 500, "dur": 600},
+        # a GPU-side copy of the range is not the step (as for ProfilerStep)
+        {"cat": "gpu_user_annotation", "name": name, "ts": 3, "dur": 5000, "pid": 0, "tid": 7},
+    ]
+    tr = load(_kineto(tmp_path / "serve.json", spans), use_cache=False)
+    ms = measured_steps(tr.events)
+    assert ms.step_source == source
+    assert ms.spans["dur_us"].tolist() == [400.0, 600.0]
+    assert iteration_ms(tr.events) == pytest.approx(0.5)
+    assert tr.meta["iterations"] == []  # meta["iterations"] stays the ProfilerStep record
+
+
+def test_profiler_step_wins_and_nested_ranges_count_once(tmp_path, cache_dir):
+    spans = [
+        {"cat": "user_annotation", "name": "ProfilerStep#4", "ts": 0, "dur": 1000},
+        {"cat": "user_annotation", "name": "execute_model", "ts": 1, "dur": 900},
+    ]
+    tr = load(_kineto(tmp_path / "both.json", spans), use_cache=False)
+    assert measured_steps(tr.events).step_source == "ProfilerStep"
+    assert iteration_ms(tr.events) == pytest.approx(1.0)
+    # an execute_model range holding the framework's own execute_* sub-ranges is one step
+    nested = [
+        {"cat": "user_annotation", "name": "execute_model", "ts": 0, "dur": 1000},
+        {"cat": "user_annotation", "name": "execute_context_1(8)_generation_0(0)", "ts": 5, "dur": 900},
+    ]
+    tr = load(_kineto(tmp_path / "nested.json", nested), use_cache=False)
+    ms = measured_steps(tr.events)
+    assert ms.spans["name"].tolist() == ["execute_model"] and iteration_ms(tr.events) == pytest.approx(1.0)
+
+
+def test_without_steps_the_window_is_named_and_no_step_is_measured(tmp_path, cache_dir):
+    tr = load(_kineto(tmp_path / "bare.json", []), use_cache=False)
+    ms = measured_steps(tr.events)
+    assert ms.step_source == "window"
+    assert ms.spans["dur_us"].tolist() == [902.0]  # 10 .. 912: the cpu_op's start to the kernel's end
+    assert iteration_ms(tr.events) is None and step_spans(tr.events).empty
+
+
+def test_b200_serving_trace_reports_its_execute_step(shared_traces, cache_dir):
+    path = shared_traces / "tracelens_b200_eager" / "eager_trace.json.gz"
+    with gzip.open(path) as fh:
+        raw = json.load(fh)
+    raw = raw["traceEvents"] if isinstance(raw, dict) else raw
+    xs = [e for e in raw if e.get("ph") == "X"]
+    assert not any(e["name"].startswith("ProfilerStep#") for e in xs)
+    want = [e["dur"] for e in xs if e.get("cat") == "user_annotation" and e["name"].startswith("execute_")]
+    assert want == [87412.863]
+    info = cli("info", path, "--json", cache=cache_dir)
+    assert info.returncode == 0, info.stderr
+    doc = json.loads(info.stdout)
+    o = doc[0] if isinstance(doc, list) else doc
+    assert o["step_source"] == "annotation:execute_*"
+    assert o["step_ms"] == pytest.approx(want[0] / 1000, rel=1e-9)
+    from engine.simulate import simulate
+
+    res = simulate(load(path)).to_json()
+    assert res["measured_iteration_ms"] == pytest.approx(want[0] / 1000, rel=1e-9)
+
+
+def _code_strings(path: Path) -> list[str]:
+    """String constants of a module, docstrings and comments left out."""
+    tree = ast.parse(path.read_text())
+    docs = {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+        and n.body
+        and isinstance(n.body[0], ast.Expr)
+        and isinstance(n.body[0].value, ast.Constant)
+    }
+    return [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+    ]
+
+
+def test_only_the_vocabulary_and_the_step_model_name_a_step():
+    """The seven detectors (loader, store rows, phases, analysis steps, fleet program, critical
+    path, timeline) ask engine/trace/steps.py: no other module spells the step's prefix."""
+    home = {ROOT / "engine" / "trace" / "vocab.py", ROOT / "engine" / "trace" / "steps.py"}
+    spelled = [
+        str(p.relative_to(ROOT))
+        for p in sorted((ROOT / "engine").rglob("*.py"))
+        if p not in home and any("ProfilerStep#" in s for s in _code_strings(p))
+    ]
+    assert spelled == []
+
+
+# modules that name the prefix for another reason than finding steps: label rules (a step span is
+# a label, not work), the store's Arrow prefilter before the model decides, and the writers of
+# synthetic traces
+_PREFIX_USERS = {
+    "engine/trace/vocab.py",
+    "engine/trace/steps.py",
+    "engine/trace/phases.py",
+    "engine/trace/categories.py",
+    "engine/trace/store/rows.py",
+    "engine/testing/fleet.py",
+    "engine/testing/tiled.py",
+}
+
+
+def test_step_detectors_use_the_step_model_not_the_prefix():
+    """A module that tests names against STEP_PREFIX itself is a step detector of its own; it asks
+    `engine.trace.steps` (step_mask, step_spans, measured_steps) instead."""
+    users = [
+        str(p.relative_to(ROOT))
+        for p in sorted((ROOT / "engine").rglob("*.py"))
+        if "STEP_PREFIX" in p.read_text() and str(p.relative_to(ROOT)) not in _PREFIX_USERS
+    ]
+    assert users == []

@@ -502,3 +502,23 @@ def test_explore_sql_box_queries_the_store_read_only(app, tmp_path):
     at.run()
     _ok(at)
     assert any("Permission" in e.value for e in at.error)
+
+
+def test_default_export_folders_of_two_traces_differ(app):
+    """Issue 32: the default export name "benchmark" was shared by every trace, so exporting one
+    trace's benchmark overwrote another's. The folder carries a short hash of trace and spec."""
+    from app import compose_bridge as bridge
+
+    cnn = ROOT / "sample_traces" / "cnn"
+    app.text_area(key="server_paths").input(f"{cnn / 'cnn_et.json.gz'}\n{cnn / 'cnn_kineto.json.gz'}")
+    app.text_input(key="path_name").input("cnn")
+    app.button(key="load_path").click()
+    app.run()
+    _ok(app)
+    traces = app.session_state["traces"]
+    spec = {"name": "benchmark", "segments": [], "batch_scale": 1.0}
+    mlp = bridge.export_folder("benchmark", traces["sample:mlp"]["hash"], spec)
+    other = bridge.export_folder("benchmark", traces["cnn"]["hash"], spec)
+    assert mlp != other and mlp.startswith("benchmark-") and other.startswith("benchmark-")
+    assert bridge.export_folder("benchmark", traces["sample:mlp"]["hash"], dict(spec)) == mlp  # stable
+    assert bridge.export_folder("benchmark", traces["sample:mlp"]["hash"], {**spec, "batch_scale": 2.0}) != mlp

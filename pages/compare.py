@@ -213,8 +213,11 @@ else:
         )
         st.stop()
     c = st.columns(2)
-    a = c[0].selectbox("Trace A", names, index=0, key="cmp_a")
-    b = c[1].selectbox("Trace B", names, index=1, key="cmp_b")
+    for k in ("cmp_a", "cmp_b"):  # picks restored from an earlier visit or reload, if still loaded
+        if k in st.session_state and st.session_state[k] not in names:
+            del st.session_state[k]
+    a = c[0].selectbox("Trace A", names, **({} if "cmp_a" in st.session_state else {"index": 0}), key="cmp_a")
+    b = c[1].selectbox("Trace B", names, **({} if "cmp_b" in st.session_state else {"index": 1}), key="cmp_b")
     from engine.compare import compare
     from engine.compare.gpu_pairs import bookkeeping
 

@@ -45,6 +45,7 @@ def _cross_gpu_tables(diff, a: str, b: str) -> None:
     """GPU time per kernel class and per paired op type, each with its direction (issue 32)."""
     if len(diff.by_class):
         st.subheader(f"GPU time by kernel class: {b} against {a}")
+        st.markdown(" · ".join(f"**{d}**" for d in diff.by_class["direction"].head(4)))
         st.dataframe(diff.by_class.round({"a_us": 1, "b_us": 1, "ratio": 3}), hide_index=True, key="tt_classes")
     if len(diff.by_op_type):
         p = diff.op_pairs

@@ -101,6 +101,18 @@ def folder_name(name: str) -> str:
     return out or "benchmark"
 
 
+def export_folder(name: str, trace_hash: str, spec: dict) -> str:
+    """The default export folder: the benchmark's name and a short hash of the trace's content and
+    the spec, so two traces (or two specs) never share a folder by default (issue 32: exporting
+    one trace's "benchmark" overwrote another's and broke its run's Compare); the same trace and
+    spec export to the same folder again."""
+    import hashlib
+    import json
+
+    key = json.dumps({"trace": trace_hash, "spec": spec_json(spec)}, sort_keys=True, default=str)
+    return f"{folder_name(name)}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+
+
 def spec_json(spec: dict) -> dict:
     return {k: v for k, v in spec.items() if k != "trace"}
 

@@ -107,12 +107,18 @@ STICKY = (
     "replay_mode",
     "replay_gaps",
     "cmp_mode",
+    "cmp_a",
+    "cmp_b",
     "cmp_window",
+    "replay_target",
+    "replay_rmode",
     "tt_window",
     "dash_scheduler",
     "ov_job",
     "ov_job_paths",
 )
+# Widgets keyed per trace and target (the Replay form's world size): every key with the prefix.
+STICKY_PREFIXES = ("replay_world:",)
 SESSION_KEYS = ("current", "selection", "benchmark")
 
 
@@ -129,7 +135,8 @@ def save_settings() -> None:
     """After a page ran: remember sticky values and session handles, in the catalog too."""
     saved = st.session_state.setdefault("_sticky", {})
     changed = {}
-    for k in STICKY:
+    dynamic = [k for k in st.session_state if isinstance(k, str) and k.startswith(STICKY_PREFIXES)]
+    for k in (*STICKY, *dynamic):
         if k in st.session_state:
             v = st.session_state[k]
             plain = isinstance(v, (str, int, float, bool)) or (
@@ -305,7 +312,7 @@ def _restore() -> bool:
     specs = cat.specs()
     st.session_state["specs"] = {k: v for k, v in specs.items() if k in traces()}
     settings = cat.settings()
-    st.session_state["_sticky"] = {k: v for k, v in settings.items() if k in STICKY}
+    st.session_state["_sticky"] = {k: v for k, v in settings.items() if k in STICKY or k.startswith(STICKY_PREFIXES)}
     for k in SESSION_KEYS:
         if f"session.{k}" in settings and settings[f"session.{k}"] is not None:
             st.session_state[k] = settings[f"session.{k}"]

@@ -34,6 +34,31 @@ def _pairs_metric(col, m: dict) -> None:
     )
 
 
+@views.view(st.cache_data, max_entries=8, show_spinner="Comparing the two traces…")
+def _trace_diff(pa: tuple[str, ...], pb: tuple[str, ...], a: str, b: str, keep: bool):
+    """compare_traces of two loaded traces, cached on their files, labels and the bookkeeping switch."""
+    from engine.compare import compare_traces
+
+    return compare_traces(views.load_paths(pa), views.load_paths(pb), labels=(a, b), bookkeeping=keep)
+
+
+def _cross_gpu_tables(diff, a: str, b: str) -> None:
+    """GPU time per kernel class and per paired op type, each with its direction (issue 32)."""
+    if len(diff.by_class):
+        st.subheader(md_escape(f"GPU time by kernel class: {b} against {a}"))
+        st.markdown(" · ".join(f"**{md_escape(d)}**" for d in diff.by_class["direction"].head(4)))
+        st.dataframe(diff.by_class.round({"a_us": 1, "b_us": 1, "ratio": 3}), hide_index=True, key="tt_classes")
+    if len(diff.by_op_type):
+        p = diff.op_pairs
+        st.subheader("GPU time by operator, ops paired in launch order on name and input shapes")
+        st.caption(
+            f"{p['paired']:,} ops paired of {p['a_ops']:,} ({a}) and {p['b_ops']:,} ({b}) that launched GPU work; "
+            "vendor kernels never pair by name, the operators that launched them do. ratio = "
+            f"{b} / {a}: over 1, {b} is slower."
+        )
+        st.dataframe(diff.by_op_type.round({"a_us": 1, "b_us": 1, "ratio": 3}), hide_index=True, key="tt_op_types")
+
+
 if mode == "original vs replay":
     runs = state.replay_runs()
     if not runs:
@@ -194,22 +219,30 @@ else:
         )
         st.stop()
     c = st.columns(2)
-    a = c[0].selectbox("Trace A", names, index=0, key="cmp_a")
-    b = c[1].selectbox("Trace B", names, index=1, key="cmp_b")
+    for k in ("cmp_a", "cmp_b"):  # picks restored from an earlier visit or reload, if still loaded
+        if k in st.session_state and st.session_state[k] not in names:
+            del st.session_state[k]
+    a = c[0].selectbox("Trace A", names, **({} if "cmp_a" in st.session_state else {"index": 0}), key="cmp_a")
+    b = c[1].selectbox("Trace B", names, **({} if "cmp_b" in st.session_state else {"index": 1}), key="cmp_b")
     from engine.compare import compare
+    from engine.compare.gpu_pairs import bookkeeping
 
     ta, tb = state.get_trace(a), state.get_trace(b)
-    diff = compare(ta, tb, labels=(a, b))
+    keep = st.checkbox("Show python frames and profiler bookkeeping", key="tt_bookkeeping")
+    diff = _trace_diff(tuple(state.traces()[a]["paths"]), tuple(state.traces()[b]["paths"]), a, b, keep)
     e = diff.e2e
     c = st.columns(3)
     c[0].metric(f"{md_escape(a)} ms / iteration", _fmt(e.get("a_ms")))
     c[1].metric(f"{md_escape(b)} ms / iteration", _fmt(e.get("b_ms")))
     c[2].metric(
-        "difference",
+        f"{b} against {a}",
+        diff.headline.replace(" on the step", "").removeprefix(f"{b} ") if diff.headline else "—",
         _fmt(100 * e["error"] if e.get("error") is not None and e.get("error") == e.get("error") else None, ".1f", "%"),
+        delta_color="off",
     )
     for w in diff.warnings:
         st.warning(md_escape(w))
+    _cross_gpu_tables(diff, a, b)
     if len(diff.by_category):
         st.plotly_chart(
             cfig.time_by_bars(
@@ -226,8 +259,11 @@ else:
             width="stretch",
         )
         win = st.number_input("Timeline window (µs from each start)", 100.0, value=20000.0, key="tt_window")
+        ea, eb = (
+            (ta.events, tb.events) if keep else (ta.events[~bookkeeping(ta.events)], tb.events[~bookkeeping(tb.events)])
+        )
         st.plotly_chart(
-            cfig.aligned_timelines(ta.events, tb.events, (a, b), window_us=float(win)),
+            cfig.aligned_timelines(ea, eb, (a, b), window_us=float(win)),
             key="tt_timelines",
             width="stretch",
         )

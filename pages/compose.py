@@ -155,7 +155,7 @@ if spec["segments"]:
             st.dataframe(summary["inputs_table"], hide_index=True, key="compose_inputs", height=220)
         parent = st.text_input("Export under", str(state.catalog().root / "benchmarks"), key="compose_out_parent")
         # the folder is named after the benchmark (a kept text box kept the first name before)
-        out_dir = str(Path(parent) / bridge.folder_name(spec["name"]))
+        out_dir = str(Path(parent) / bridge.export_folder(spec["name"], state.traces()[name]["hash"], spec))
         st.caption(f"Export folder: {md_escape(out_dir)}")
         if st.button("Export benchmark", key="compose_export"):
             try:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import state
+from app import state, views
 from app.markup import md_escape
 from engine.errors import TraceError
 from engine.graph.replayset import SelectionMode
@@ -32,6 +32,8 @@ if bench and bench.get("trace") == name:
 nxt = st.session_state.pop("_replay_target_next", None)  # Compose just exported: open on it
 if nxt in targets:
     st.session_state["replay_target"] = nxt
+elif st.session_state.get("replay_target") not in targets:
+    st.session_state.pop("replay_target", None)  # a restored target this trace does not have
 target = st.radio("Replay", targets, key="replay_target", horizontal=True)
 
 
@@ -126,7 +128,53 @@ def job_params() -> dict:
     return params
 
 
-if st.button("Run replay", type="primary", key="run_replay"):
+@views.view(st.cache_data, max_entries=16, show_spinner="Estimating the world's memory…")
+def _world_memory(paths: tuple[str, ...], world: int, mirror: int | None, cfg: str) -> tuple[dict | None, str]:
+    """(WorldBudget.to_json(), "") or (None, the refusal the CLI gives) for this world."""
+    import json
+
+    from engine.replay.budget import check_world_memory, world_budget
+    from engine.replay.distributed import DistConfig, plan_ranks
+
+    tr = views.load_paths(paths)
+    config = ReplayConfig.from_dict(json.loads(cfg))
+    _, rank_map = plan_ranks(tr, DistConfig(world_size=world, mirror_rank=mirror))
+    try:
+        return check_world_memory(tr, list(paths), rank_map, config, paths[0]).to_json(), ""
+    except TraceError as exc:
+        return world_budget(tr, list(paths), rank_map, config).to_json(), str(exc)
+
+
+def show_world_memory() -> bool:
+    """The memory estimate of the chosen world, before Run (issue 32: 8 ranks at ~5 GB each were
+    preset on a 24 GB machine with no estimate); False when the CLI would refuse it."""
+    if dist_opts is None:
+        return True
+    import json
+
+    cfg = {**job_params()["config"], "metrics": False, "out_dir": str(state.results_dir())}  # as the worker sets it
+    try:
+        b, refusal = _world_memory(
+            tuple(rank_files["paths"]), dist_opts["world_size"], dist_opts["mirror_rank"], json.dumps(cfg)
+        )
+    except (TraceError, ValueError) as exc:
+        st.error(str(exc))
+        return False
+    gib = b["total_bytes"] / 2**30
+    per = max(b["per_rank_bytes"].values()) / 2**30
+    text = (
+        f"Memory estimate: {b['world_size']} ranks × up to {per:.2f} GiB = {gib:.1f} GiB at once, "
+        f"of {b['available_bytes'] / 2**30:.1f} GiB this machine can give ({b['limited_by']})"
+    )
+    if refusal:
+        st.error(refusal)
+        return False
+    st.caption(text)
+    return True
+
+
+fits = show_world_memory()
+if st.button("Run replay", type="primary", key="run_replay", disabled=not fits):
     try:
         job = state.runner().submit("replay", job_params(), trace=name, target=target)
         st.toast(f"replay job {job} queued")

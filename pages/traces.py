@@ -99,13 +99,14 @@ else:
     if cur:
         st.session_state["current"] = cur
         summary = views.summary_of(tuple(loaded[cur]["paths"]))
-        c = st.columns(4)
+        c = st.columns(5)
         kind = str(summary.get("kind", ""))  # "execution_trace+kineto" is cut off at a metric's width
         c[0].metric("kind", " + ".join(KIND_LABELS.get(k, k) for k in kind.split("+")) if kind else "", help=kind)
         c[1].metric("ET nodes", f"{summary.get('nodes', 0) or 0:,}")
         c[2].metric("Kineto events", f"{summary.get('events', 0) or 0:,}")
         rate = summary.get("link_rate")
         c[3].metric("ET↔Kineto link rate", "—" if rate is None else f"{100 * float(rate):.1f}%")
+        c[4].metric("ranks", f"{len(summary.get('ranks') or []) or 1:,}", help="ranks the loaded files hold")
         if summary.get("top_ops"):  # also loads plotly.js in the browser before Explore needs it
             st.plotly_chart(breakdown.top_ops_figure(summary), key="summary_top_ops", width="stretch")
         with st.expander("Full summary (mystique info)", expanded=False):

@@ -24,6 +24,31 @@ if name is None:
 
 wi_ranks = [str(r) for r in (state.get_trace(name).meta.get("ranks") or [])]
 edits: list[dict] = []
+notes: dict = {}  # edit kind -> the slot under its fields where the inferred value is shown
+
+
+def show_inferred(res: dict) -> None:
+    """Under the Layers and Batch fields: the value the simulation inferred (or was given)."""
+    if "layers" in notes and res.get("layers"):
+        ly = res["layers"][0]
+        notes["layers"].caption(md_escape(f"module: {ly.get('module')} ({ly.get('matched', 0)} matched)"))
+    if "batch" in notes and res.get("batch"):
+        b = res["batch"][0]
+        how = "inferred" if b.get("inferred") else "given"
+        notes["batch"].caption(md_escape(f"current batch: {b.get('size')} ({how}, shapes from {b.get('shapes_from')})"))
+
+
+def folded(warnings: list[str]) -> list[str]:
+    """Warnings that differ only in their numbers (24 times "no backward nodes found for module
+    event N") folded into the first of them with a count, in first-seen order."""
+    import re
+
+    groups: dict[str, list[str]] = {}
+    for w in warnings:
+        groups.setdefault(re.sub(r"\d+", "#", w), []).append(w)
+    return [g[0] if len(g) == 1 else f"{g[0]} (and {len(g) - 1} more like it)" for g in groups.values()]
+
+
 with st.expander("Edits", expanded=True):
     c = st.columns(3)
     if c[0].checkbox("Speed-up", key="wi_sp"):
@@ -32,18 +57,24 @@ with st.expander("Edits", expanded=True):
         on = c[0].selectbox("on rank", ["all", *wi_ranks], key="wi_sp_rank")
         edits.append({"kind": "speedup", "category": cat, "factor": fac, **({} if on == "all" else {"rank": int(on)})})
     if c[1].checkbox("Layers", key="wi_ly"):
-        mod = c[1].text_input("module regex", r"blocks\.\d+", key="wi_ly_m")
+        mod = c[1].text_input(
+            "module regex (empty: auto)", "", key="wi_ly_m", placeholder="auto: the repeated block stack"
+        )
+        notes["layers"] = c[1].empty()
         lo, hi = field_bounds("layers", "copies")
         cp = c[1].number_input("extra copies", lo, hi, 1, key="wi_ly_c")
-        edits.append({"kind": "layers", "module": mod, "copies": int(cp)})
+        edits.append({"kind": "layers", **({"module": mod.strip()} if mod.strip() else {}), "copies": int(cp)})
     if c[2].checkbox("Batch size", key="wi_bs"):
-        size = c[2].number_input("current batch", 1, 1 << 20, 256, key="wi_bs_n")
+        size = c[2].number_input(
+            "current batch (empty: auto)", 1, 1 << 20, None, key="wi_bs_n", placeholder="auto: from the trace"
+        )
+        notes["batch"] = c[2].empty()
         sc = c[2].number_input("scale", 0.05, 64.0, 2.0, key="wi_bs_s")
         mult = c[2].text_input("per-sample multiples (e.g. seq len)", "", key="wi_bs_m")
         edits.append(
             {
                 "kind": "batch",
-                "size": int(size),
+                **({"size": int(size)} if size else {}),
                 "scale": sc,
                 "multiples": [int(x) for x in mult.replace(",", " ").split()],
             }
@@ -119,7 +150,8 @@ c[2].metric(  # no badge without edits; an unchanged step is neither good nor ba
     delta_color="inverse" if abs(change_pct) >= 0.05 else "off",
 )
 c[3].metric("tasks / edges", f"{res['tasks']:,} / {sum(res['edges'].values()):,}")
-for w in res["warnings"]:
+show_inferred(res)
+for w in folded(res["warnings"]):
     st.warning(md_escape(w))
 device_report(res)
 if measured is not None:

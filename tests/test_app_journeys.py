@@ -409,3 +409,38 @@ def test_explore_views_are_prefetched_and_reruns_recompute_nothing(ui, monkeypat
     _ok(at)
     assert _chart(at, "explore_timeline")["layout"]["title"]["text"] != ""
     assert calls == built  # a new filter: a slice of the cached layout, no new layout
+
+
+def test_replay_form_and_compare_picks_survive_a_reload_with_the_memory_estimate_shown(ui):
+    """Issue 32: a reload reset the Replay form to "whole trace, World size 1", Compare forgot its
+    mode and picks, and an 8-rank world was preset with no memory estimate before Run."""
+    ddp = ROOT / "sample_traces" / "ddp"
+    at = _new(ui)
+    at = _load(at, sorted(ddp.glob("ddp_rank*.json.gz")), "ddp")
+    at = _page(at, "replay")
+    world = next(w for w in at.number_input if (w.key or "").startswith("replay_world:"))
+    assert world.value == 2  # the recorded ranks
+    captions = " ".join(c.value for c in at.caption)
+    assert "Memory estimate: 2 ranks × up to" in captions and "GiB at once" in captions, captions
+    assert not at.button(key="run_replay").disabled
+    world.set_value(64)  # 64 torch processes at once fit no test machine: the CLI's refusal, Run disabled
+    at.run()
+    assert any("refused: 64 ranks need about" in e.value for e in at.error), [e.value for e in at.error]
+    assert at.button(key="run_replay").disabled
+    world = next(w for w in at.number_input if (w.key or "").startswith("replay_world:"))
+    world.set_value(2)
+    at.run()
+    at = _page(at, "compare")
+    at.radio(key="cmp_mode").set_value("trace vs trace")
+    at.run()
+    at.selectbox(key="cmp_a").set_value("ddp")
+    at.selectbox(key="cmp_b").set_value("sample:mlp")
+    at.run()
+    _ok(at)
+
+    again = _page(_new(ui), "compare")  # a reload: a new session on the same workspace
+    assert again.radio(key="cmp_mode").value == "trace vs trace"
+    assert (again.selectbox(key="cmp_a").value, again.selectbox(key="cmp_b").value) == ("ddp", "sample:mlp")
+    again = _page(again, "replay")
+    world = next(w for w in again.number_input if (w.key or "").startswith("replay_world:"))
+    assert world.value == 2 and again.radio(key="replay_target").value == "whole trace"

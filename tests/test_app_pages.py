@@ -506,3 +506,46 @@ def test_explore_sql_box_queries_the_store_read_only(app, tmp_path):
     at.run()
     _ok(at)
     assert any("Permission" in shown(e.value) for e in at.error)
+    assert any("Permission" in e.value for e in at.error)
+
+
+def test_default_export_folders_of_two_traces_differ(app):
+    """Issue 32: the default export name "benchmark" was shared by every trace, so exporting one
+    trace's benchmark overwrote another's. The folder carries a short hash of trace and spec."""
+    from app import compose_bridge as bridge
+
+    cnn = ROOT / "sample_traces" / "cnn"
+    app.text_area(key="server_paths").input(f"{cnn / 'cnn_et.json.gz'}\n{cnn / 'cnn_kineto.json.gz'}")
+    app.text_input(key="path_name").input("cnn")
+    app.button(key="load_path").click()
+    app.run()
+    _ok(app)
+    traces = app.session_state["traces"]
+    spec = {"name": "benchmark", "segments": [], "batch_scale": 1.0}
+    mlp = bridge.export_folder("benchmark", traces["sample:mlp"]["hash"], spec)
+    other = bridge.export_folder("benchmark", traces["cnn"]["hash"], spec)
+    assert mlp != other and mlp.startswith("benchmark-") and other.startswith("benchmark-")
+    assert bridge.export_folder("benchmark", traces["sample:mlp"]["hash"], dict(spec)) == mlp  # stable
+    assert bridge.export_folder("benchmark", traces["sample:mlp"]["hash"], {**spec, "batch_scale": 2.0}) != mlp
+
+
+def test_a_job_folder_loads_and_says_its_rank_count(app, tmp_path):
+    """Issue 32: a job folder (ETs and Kineto traces in two subfolders) failed with "folder holds
+    0 '_et.json' files", and a loaded multi-rank job never said how many ranks it holds."""
+    import shutil
+
+    ddp = ROOT / "sample_traces" / "ddp"
+    job = tmp_path / "job"
+    for sub in ("et", "kineto"):
+        (job / sub).mkdir(parents=True)
+        for r in (0, 1):
+            shutil.copy(ddp / f"ddp_rank{r}_{sub}.json.gz", job / sub / f"rank{r}.json.gz")
+    app.text_area(key="server_paths").input(str(job))
+    app.text_input(key="path_name").input("job")
+    app.button(key="load_path").click()
+    app.run()
+    _ok(app)
+    assert not app.error, [e.value for e in app.error]
+    assert app.session_state["traces"]["job"]["kind"] == "execution_trace+kineto"
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["ranks"] == "2"

@@ -55,3 +55,33 @@ def test_whatif_widgets_take_their_bounds_from_the_edit_rules(whatif_page):
     for key, kind, name in (("wi_ly_c", "layers", "copies"), ("wi_dp_n", "data_parallel", "ranks")):
         w = at.number_input(key=key)
         assert (w.min, w.max) == field_bounds(kind, name)
+
+
+def test_whatif_fields_left_empty_are_inferred_and_a_wrong_batch_is_refused(
+    tmp_path, monkeypatch, cache_dir, shared_traces
+):
+    """Issue 32: the default layer regex `blocks\\.\\d+` failed on real models, "current batch 256"
+    was never checked (+0.0 % silently), and layers x2 on an inference trace printed one warning
+    box per layer. On the H100 BERT (Kineto alone, 4 BertLayer modules, inputs 1 x 141 x 512)."""
+    monkeypatch.setenv("MYSTIQUE_UI_DIR", str(tmp_path / "ui"))
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=180)
+    at.run()
+    at.text_area(key="server_paths").input(str(shared_traces / "tracelens_bert_small" / "h100_bert_small.json.gz"))
+    at.text_input(key="path_name").input("bert")
+    at.button(key="load_path").click()
+    at.run()
+    at.switch_page("../pages/whatif.py")
+    at.run()
+    at.checkbox(key="wi_ly").check()
+    at.checkbox(key="wi_bs").check()
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    assert at.text_input(key="wi_ly_m").value == "" and at.number_input(key="wi_bs_n").value is None
+    captions = " ".join(c.value for c in at.caption)
+    assert "module: `BertLayer_\\d+` (4 matched)" in captions
+    assert "current batch: 1 (inferred, shapes from Kineto Input Dims)" in captions
+    backward = [w.value for w in at.warning if "no backward nodes" in w.value]
+    assert len(backward) == 1 and backward[0].endswith("(and 3 more like it)"), backward
+    at.number_input(key="wi_bs_n").set_value(256)
+    at.run()
+    assert any("no tensor has a dimension equal to 256" in e.value for e in at.error), [e.value for e in at.error]

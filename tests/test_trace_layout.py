@@ -113,3 +113,37 @@ def test_resolve_groups_files_under_the_rank_they_load_as(tmp_path):
     from engine.trace import load
 
     assert sorted(load(*paths, use_cache=False).events["rank"].unique().tolist()) == [3, 5]
+
+
+def _job_folder(tmp_path):
+    """The 2-rank ddp sample as a job folder of another team: ETs and Kineto traces in two
+    subfolders, named without our `_et` / `_kineto` suffixes (issue 32's DLRM job)."""
+    import shutil
+
+    ddp = Path(__file__).resolve().parents[1] / "sample_traces" / "ddp"
+    job = tmp_path / "job"
+    for sub, kind in (("et", "et"), ("kineto", "kineto")):
+        (job / sub).mkdir(parents=True)
+        for r in (0, 1):
+            shutil.copy(ddp / f"ddp_rank{r}_{kind}.json.gz", job / sub / f"rank{r}.json.gz")
+    return job
+
+
+def test_a_job_folder_two_folders_and_a_folder_of_kineto_ranks_resolve(tmp_path, cache_dir, capsys):
+    from engine.cli.main import main
+    from engine.trace.layout import InputKind, resolve
+
+    job = _job_folder(tmp_path)
+    for given in ((job,), (job / "et", job / "kineto")):
+        inp = resolve(*given)
+        assert inp.kind is InputKind.RANKS and inp.rank_numbers == [0, 1], given
+        for r in inp.ranks:  # each rank's ET first, then its Kineto trace
+            assert [f.parent.name for f in r.files] == ["et", "kineto"] and r.files[0].name == f"rank{r.rank}.json.gz"
+    kin = resolve(job / "kineto")
+    assert kin.kind is InputKind.RANKS and [len(r.files) for r in kin.ranks] == [1, 1]
+    assert main(["info", str(job), "--json"]) == 0
+    objs = json.loads(capsys.readouterr().out)
+    assert sorted(o["kind"] for o in objs) == ["execution_trace", "execution_trace", "kineto", "kineto"]
+    assert main(["simulate", str(job / "kineto"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ranks"] == [0, 1]

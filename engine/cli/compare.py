@@ -109,6 +109,17 @@ def _print_text(result, top: int) -> None:
             f"iterations: a {_fmt(e['a_ms'], ' ms')} (n={e['a_iterations']}), "
             f"b {_fmt(e['b_ms'], ' ms')} (n={e['b_iterations']}), error {_pct(e['error'])}"
         )
+        if result.headline:
+            print(f"{result.headline} (b against a)")
+        if len(result.by_class):
+            print("\nGPU time by kernel class (b against a):")
+            for r in result.by_class.itertuples(index=False):
+                print(f"  {r.a_us:12,.1f} -> {r.b_us:12,.1f} us  {r.direction}")
+        if len(result.by_op_type):
+            p = result.op_pairs
+            print(f"\nops paired in launch order on name and shapes: {p['paired']} of {p['a_ops']} / {p['b_ops']}")
+            for r in result.by_op_type.head(top).itertuples(index=False):
+                print(f"  {r.a_us:12,.1f} -> {r.b_us:12,.1f} us  n={r.pairs:<5d} {r.direction}")
         print("\nby category:")
         for r in result.by_category.head(top).itertuples(index=False):
             print(

@@ -18,7 +18,17 @@ count when both sides have iterations, so runs of different lengths stay compara
     by_category  [{...}]   per Kineto cat: count, dur_us, self_us (_a / _b) and delta_us
     by_name      [{...}]   per (cat, name), the `top` rows with the largest |delta_us|
     ops_by_name  [{...}]   ET op counts per name on each side (when both have an ET)
+    by_class     [{class, a_us, b_us, ratio, direction}]  GPU task time per kernel class (per
+                           iteration when both sides have them); ratio = b / a; direction
+                           "B 1.32x slower on gemm" (engine.compare.gpu_pairs)
+    by_op_type   [{name, class, pairs, a_us, b_us, ratio, direction}]  GPU time of the launching
+                           ops paired in launch order on (name, input shapes)
+    op_pairs     {a_ops, b_ops, paired}   launching ops on each side and how many paired
+    headline     str       "B 1.09x slower on the step" (median iterations)
     warnings     [str]
+Python frames and profiler bookkeeping (`gpu_pairs.bookkeeping`: python_function rows, "PyTorch
+Profiler (0)", instant events) are left out of by_category and by_name unless
+`bookkeeping=True`.
 """
 
 from __future__ import annotations
@@ -44,6 +54,10 @@ class TraceDiff:
     by_category: pd.DataFrame = field(default_factory=pd.DataFrame)  # cat rows
     ops_by_name: pd.DataFrame = field(default_factory=pd.DataFrame)  # ET op name counts
     sides: dict[str, Any] = field(default_factory=dict)
+    by_class: pd.DataFrame = field(default_factory=pd.DataFrame)  # kernel class rows
+    by_op_type: pd.DataFrame = field(default_factory=pd.DataFrame)  # paired launching ops per name
+    op_pairs: dict[str, int] = field(default_factory=dict)
+    headline: str = ""
     warnings: list[str] = field(default_factory=list)
 
     def to_json(self, top: int | None = None) -> dict[str, Any]:
@@ -61,6 +75,10 @@ class TraceDiff:
             "by_category": json_records(self.by_category),
             "by_name": json_records(cut(self.by_name)),
             "ops_by_name": json_records(self.ops_by_name if top is None else self.ops_by_name.head(top)),
+            "by_class": json_records(self.by_class),
+            "by_op_type": json_records(self.by_op_type if top is None else self.by_op_type.head(top)),
+            "op_pairs": dict(self.op_pairs),
+            "headline": self.headline,
             "warnings": list(self.warnings),
         }
 
@@ -71,15 +89,18 @@ def _iter_stats(trace: Trace) -> dict[str, Any]:
     return {"iterations": len(durs), "median_iter_ms": float(np.median(durs)) / 1e3 if durs else math.nan}
 
 
-def _events_by(trace: Trace, keys: list[str]) -> pd.DataFrame:
+def _events_by(trace: Trace, keys: list[str], keep_bookkeeping: bool = False) -> pd.DataFrame:
     ev = trace.events
     if ev is None or ev.empty:
         return pd.DataFrame(columns=[*keys, "count", "dur_us"])
     from engine.analysis.selftime import self_time
+    from engine.compare.gpu_pairs import bookkeeping
 
     frame = pd.DataFrame({k: ev[k].astype(str) for k in keys})
     frame["dur_us"] = ev["dur_us"].astype("float64").fillna(0.0)
     frame["self_us"] = self_time(ev)
+    if not keep_bookkeeping:
+        frame = frame[~bookkeeping(ev)]
     return (
         frame.groupby(keys, sort=False)
         .agg(count=("dur_us", "size"), dur_us=("dur_us", "sum"), self_us=("self_us", "sum"))
@@ -104,7 +125,22 @@ def _side_by_side(a: pd.DataFrame, b: pd.DataFrame, keys: list[str], ia: int, ib
     return m.loc[order.sort_values(ascending=False, kind="stable").index].reset_index(drop=True)
 
 
-def compare_traces(a: Any, b: Any, *, labels: tuple[str, str] = ("a", "b")) -> TraceDiff:
+def _gpu_side_by_side(diff: TraceDiff, a: Any, b: Any, label_b: str, ia: int, ib: int) -> None:
+    """Kernel classes and paired launching ops (engine.compare.gpu_pairs), and the headline."""
+    from engine.compare import gpu_pairs as gp
+
+    per_a, per_b = (ia, ib) if ia and ib else (1, 1)
+    diff.by_class = gp.by_class(a, b, label_b, per_a, per_b)
+    la, lb = gp.launch_ops(a), gp.launch_ops(b)
+    pairs = gp.pair_ops(la, lb)
+    diff.op_pairs = {"a_ops": len(la), "b_ops": len(lb), "paired": len(pairs)}
+    diff.by_op_type = gp.by_op_type(pairs, label_b, per_a, per_b)
+    a_ms, b_ms = diff.e2e.get("a_ms"), diff.e2e.get("b_ms")
+    if a_ms and b_ms and math.isfinite(a_ms) and math.isfinite(b_ms):
+        diff.headline = gp.direction(label_b, b_ms / a_ms, "the step")
+
+
+def compare_traces(a: Any, b: Any, *, labels: tuple[str, str] = ("a", "b"), bookkeeping: bool = False) -> TraceDiff:
     """Side-by-side tables of two Traces; columns suffixed `_a` (first) and `_b` (second)."""
     diff = TraceDiff()
     sa, sb = _iter_stats(a), _iter_stats(b)
@@ -126,10 +162,12 @@ def compare_traces(a: Any, b: Any, *, labels: tuple[str, str] = ("a", "b")) -> T
         }
     ia, ib = sa["iterations"], sb["iterations"]
     if a.has_kineto and b.has_kineto:
-        diff.by_name = _side_by_side(
-            _events_by(a, ["cat", "name"]), _events_by(b, ["cat", "name"]), ["cat", "name"], ia, ib
+        keys = ["cat", "name"]
+        diff.by_name = _side_by_side(_events_by(a, keys, bookkeeping), _events_by(b, keys, bookkeeping), keys, ia, ib)
+        diff.by_category = _side_by_side(
+            _events_by(a, ["cat"], bookkeeping), _events_by(b, ["cat"], bookkeeping), ["cat"], ia, ib
         )
-        diff.by_category = _side_by_side(_events_by(a, ["cat"]), _events_by(b, ["cat"]), ["cat"], ia, ib)
+        _gpu_side_by_side(diff, a, b, labels[1], ia, ib)
     elif a.has_kineto or b.has_kineto:
         diff.warnings.append("only one side has Kineto events: no timing comparison")
     if a.has_et and b.has_et:

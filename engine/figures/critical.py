@@ -38,9 +38,10 @@ KIND_LABELS = {
 
 def bounded_segments(segments: pd.DataFrame, limit: int = BAR_LIMIT) -> pd.DataFrame:
     """At most `limit` bars for the path's pieces (in path order, start times rising): each piece
-    its own bar when they fit; else adjacent pieces of one kind on one rank merge first; when still over the budget, adjacent pieces on one
-    rank within one time bin of span/limit merge (the bin widening until the budget holds; past that, one bar per bin on its busiest rank), the bar
-    coloured by the kind that holds most of its time. Rows: rank, kind, name, via, start_us,
+    its own bar when they fit; else adjacent pieces of one kind on one rank within one time bin
+    (span / limit, widened until the budget holds) merge; past that, pieces of any kind within a
+    bin on one rank, then within a bin on its busiest rank; a bar is coloured by the kind that
+    holds most of its time. Rows: rank, kind, name, via, start_us,
     dur_us (the bar's extent: first start to last end), busy_us (the pieces' own time), pieces."""
     seg = segments[segments["dur_us"] > 0].reset_index(drop=True)
     cols = ["rank", "kind", "name", "via", "start_us", "dur_us", "busy_us", "pieces"]
@@ -50,16 +51,21 @@ def bounded_segments(segments: pd.DataFrame, limit: int = BAR_LIMIT) -> pd.DataF
     kind = seg["kind"].astype(str).to_numpy()
     start = seg["start_us"].to_numpy(float)
     end = start + seg["dur_us"].to_numpy(float)
-    new = np.r_[True, (rank[1:] != rank[:-1]) | (kind[1:] != kind[:-1])]
     span = max(float(end.max() - start.min()), 1e-9)
-    bins = max(int(limit), 1)
-    while int(new.sum()) > limit and bins >= 1:
-        b = np.floor((start - start.min()) / (span / bins)).astype(np.int64)
-        new = np.r_[True, (rank[1:] != rank[:-1]) | (b[1:] != b[:-1])]
-        bins //= 2
-    if int(new.sum()) > limit:  # more hand-offs than bars: one bar per bin, on its busiest rank
-        b = np.minimum(np.floor((start - start.min()) / (span / limit)).astype(np.int64), limit - 1)
-        new = np.r_[True, b[1:] != b[:-1]]
+    rank_cut = np.r_[True, rank[1:] != rank[:-1]]
+    kind_cut = np.r_[True, kind[1:] != kind[:-1]]
+    new = rank_cut
+    for cuts in (rank_cut | kind_cut, rank_cut, np.zeros(len(seg), bool)):
+        # as fine as the budget allows: by kind and time bin, then by time bin alone
+        bins = max(int(limit), 1)
+        while bins >= 1:
+            b = np.minimum(np.floor((start - start.min()) / (span / bins)).astype(np.int64), bins - 1)
+            new = cuts | np.r_[True, b[1:] != b[:-1]]
+            if int(new.sum()) <= limit:
+                break
+            bins //= 2
+        if int(new.sum()) <= limit:
+            break
     group = np.cumsum(new) - 1
     first = np.flatnonzero(new)
     last = np.r_[first[1:] - 1, len(seg) - 1]

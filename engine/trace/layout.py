@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -335,7 +335,42 @@ def _folder(p: Path) -> Inputs:
     if not ets and kinetos:
         ranks = tuple(RankInputs(rank=rank_in_name(k), files=(k,), name=name_of(k)) for k in kinetos)
         return Inputs(kind=InputKind.TRACE, ranks=ranks, meta=meta_for(p) or {}, name=p.name, folder=p)
+    if not ets:  # no file named as ours: a job folder (subfolders) or traces named otherwise
+        files = _folder_traces(p)
+        if files:
+            return _with_folder(resolve(*files), p)
     raise TraceError(f"folder holds {len(ets)} '*_et.json*' files; give one ET file", p)
+
+
+def _folder_traces(p: Path) -> list[Path]:
+    """The trace files of a folder, or of its subfolders when it has none (safe_io.list_files);
+    [] when there are none."""
+    from engine.trace.safe_io import list_files
+
+    try:
+        return list_files(p)
+    except TraceError:
+        return []
+
+
+def _with_folder(inputs: Inputs, folder: Path) -> Inputs:
+    return replace(inputs, folder=folder, name=inputs.name or folder.name)
+
+
+def _sniff_et(p: Path) -> bool:
+    """An execution trace (ET) by name (`*_et.json*`) or by its first bytes (`"nodes"` before any
+    `"traceEvents"`); Kineto otherwise. Only orders a rank's files: the loader reads each."""
+    if "_et." in p.name or p.name.endswith(".et.json") or p.name.endswith(".et.json.gz"):
+        return True
+    import gzip
+
+    try:
+        with gzip.open(p) if p.name.endswith(".gz") else p.open("rb") as f:
+            head = f.read(1 << 16)
+    except (OSError, EOFError):
+        return False
+    nodes, events = head.find(b'"nodes"'), head.find(b'"traceEvents"')
+    return nodes >= 0 and (events < 0 or nodes < events)
 
 
 def resolve(*paths: str | os.PathLike, kineto: str | os.PathLike | None = None) -> Inputs:
@@ -363,14 +398,26 @@ def resolve(*paths: str | os.PathLike, kineto: str | os.PathLike | None = None) 
             return Inputs(kind=InputKind.CAPTURE, ranks=(r,), meta=meta, name=r.name, folder=p.parent)
         r = _one_trace(p, k)
         return Inputs(kind=InputKind.TRACE, ranks=(r,), meta=r.meta, name=r.name)
-    for p in ps:
-        if p.is_dir():
-            raise TraceError("a folder is given alone, not with other traces", p)
+    if any(p.is_dir() for p in ps):  # folders given together (an ET folder and a Kineto folder)
+        every: list[Path] = []
+        for p in ps:
+            if p.is_dir() and is_composed(p):
+                raise TraceError("an exported benchmark folder is given alone, not with other traces", p)
+            more = _folder_traces(p) if p.is_dir() else [p]
+            if not more:
+                raise TraceError("folder holds no trace (nor do its subfolders)", p)
+            every += more
+        return resolve(*every)
     groups: dict[int | None, list[Path]] = {}  # the files of each rank, in the order given
     for p in ps:
         groups.setdefault(rank_in_name(p), []).append(p)
     ranks = tuple(
-        RankInputs(rank=r, files=tuple(fs), meta=meta_for(*fs, loose=False) or {}, name=name_of(fs[0]))
+        RankInputs(
+            rank=r,
+            files=tuple(sorted(fs, key=lambda f: not _sniff_et(f))) if len(fs) > 1 else tuple(fs),  # ET first
+            meta=meta_for(*fs, loose=False) or {},
+            name=name_of(fs[0]),
+        )
         for r, fs in groups.items()
     )
     kind = InputKind.RANKS if len([r for r in groups if r is not None]) > 1 else InputKind.TRACE

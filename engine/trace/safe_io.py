@@ -268,24 +268,37 @@ def _read_tar(data: bytes, path: str, limit: int) -> list[Blob]:
     return blobs
 
 
+# Files in a folder that are no trace: capture metadata, an exported benchmark's spec and marker.
+_NOT_TRACES = ("_meta.json", "spec.json", "COMPLETE.json")
+
+
+def _dir_traces(p: Path) -> list[Path]:
+    return sorted(
+        f
+        for f in p.iterdir()
+        if f.is_file()
+        and not f.is_symlink()
+        and f.name.lower().endswith(_TRACE_SUFFIXES + _TAR_SUFFIXES)
+        and not f.name.endswith(_NOT_TRACES)
+    )
+
+
 def list_files(path: str | os.PathLike) -> list[Path]:
     """The files behind one user-supplied path: itself, or a directory's trace files (sorted).
 
     A capture folder's `<name>_meta.json` (engine.capture.meta) describes the traces beside it
     and is no trace itself: `info` on the folder failed on it while replay and compare, which
-    read it as the capture's meta, accepted the folder."""
+    read it as the capture's meta, accepted the folder. A folder with no trace of its own (a job
+    folder, ETs and Kineto traces in two subfolders) gives its subfolders' traces."""
     p = Path(path)
     if p.is_dir():
-        files = sorted(
-            f
-            for f in p.iterdir()
-            if f.is_file()
-            and not f.is_symlink()
-            and f.name.lower().endswith(_TRACE_SUFFIXES + _TAR_SUFFIXES)
-            and not f.name.endswith("_meta.json")
-        )
+        files = _dir_traces(p)
+        if not files:  # a job folder: its traces in subfolders (ETs in one, Kineto in another)
+            files = [
+                f for d in sorted(x for x in p.iterdir() if x.is_dir() and not x.is_symlink()) for f in _dir_traces(d)
+            ]
         if not files:
-            raise TraceError("directory holds no .json, .json.gz or .tar.gz trace", p)
+            raise TraceError("directory holds no .json, .json.gz or .tar.gz trace (nor do its subfolders)", p)
         return files
     if not p.exists():
         raise TraceError("no such file or directory", p)

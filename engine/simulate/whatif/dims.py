@@ -97,6 +97,7 @@ class DimScale(Edit):
             size = self._infer(trace)
         targets = {size} | {size * m for m in self.multiples}
         rows = []
+        has_dim = False  # some tensor has a dimension the edit scales
         for oid, name in zip(ids, names):
             fam = family_of(name)
             if fam is None or int(oid) not in shapes:
@@ -104,12 +105,21 @@ class DimScale(Edit):
             ins, outs, _item = shapes[int(oid)]
             ins1 = [scale_shape(x, targets, self.scale, self.once) for x in ins]
             outs1 = [scale_shape(x, targets, self.scale, self.once) for x in outs]
+            has_dim = has_dim or ins1 != ins or outs1 != outs
             w0, w1 = fam.work(name, ins, outs), fam.work(name, ins1, outs1)
             if from_kineto and not (w0 and w1):  # no outputs recorded (convolution): input bytes
                 fam = FAMILIES["memory"]
                 w0, w1 = fam.work(name, ins, outs), fam.work(name, ins1, outs1)
             if w0 and w1:
                 rows.append((int(oid), fam.name, float(w0), float(w1)))
+        if not has_dim and self.size is not None:  # as Compose refuses a batch no input has
+            from engine.simulate.whatif.spec import SpecError
+
+            raise SpecError(
+                "size",
+                f"no tensor has a dimension equal to {self.size} (the current {self.kind} size given); "
+                "leave it out to infer it from the trace",
+            )
         if not rows:
             ctx.warnings.append(f"{self.kind}: no op has a dimension equal to {sorted(targets)}; nothing changed")
             return

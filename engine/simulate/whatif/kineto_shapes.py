@@ -57,8 +57,8 @@ def input_dims(trace: Trace) -> dict[tuple[int, int], list[Shape]]:
         except (TraceError, OSError):
             continue  # the file moved since loading: no shapes from it
         for blob in safe_io.expand(file, raw, limit):
-            if blob.path != path:
-                continue
+            if blob.path != path or b'"Input Dims"' not in blob.data:
+                continue  # another member, or recorded without shapes: no need to decode it
             doc = _decode(blob, typed=False)
             # the array form (a top-level list, the 2021 profiler) holds the events themselves
             evs = doc.get("traceEvents") if isinstance(doc, dict) else doc

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from mdtext import shown
 
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
@@ -66,4 +67,4 @@ def test_device_picker_retargets(page):
     _ok(at)
     assert not at.error, [e.value for e in at.error]
     assert set(at.selectbox(key="wi_dev_t").options) >= {"V100", "H100", "B300", "MI300X", "MI355X"}
-    assert any(c.value.startswith("device: H100 (deviceProperties name) -> MI300X") for c in at.caption)
+    assert any(shown(c.value).startswith("device: H100 (deviceProperties name) -> MI300X") for c in at.caption)

@@ -21,7 +21,7 @@ from typing import Any
 from engine.errors import TraceError
 from engine.fleet.signature import EVENT_COLUMNS, device_name, job_signature, rank_signature
 from engine.progress import Progress
-from engine.trace.loader import rank_from_name
+from engine.trace.layout import rank_in_name
 from engine.trace.vocab import GPU_CATS
 
 _TRACE_SUFFIXES = (".json", ".json.gz", ".tar.gz", ".tgz")
@@ -67,7 +67,7 @@ def discover(paths: list[str | os.PathLike]) -> list[Job]:
             subdirs[:] = sorted(s for s in subdirs if not s.startswith("."))
             files = [Path(d) / n for n in sorted(names)]
             cand = [f for f in files if _is_candidate(f)]
-            ranked = [f for f in cand if rank_from_name(os.fspath(f)) is not None]
+            ranked = [f for f in cand if rank_in_name(os.fspath(f)) is not None]
             if len(ranked) >= 2:
                 jobs.append(Job(name=Path(d).relative_to(root).as_posix(), files=tuple(os.fspath(f) for f in ranked)))
                 cand = [f for f in cand if f not in ranked]

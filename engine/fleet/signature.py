@@ -29,7 +29,8 @@ import pandas as pd
 from engine.trace import intervals as iv
 from engine.trace.categories import classify
 from engine.trace.kernels import MEMORY_BOUND, KernelClass, kernel_classes
-from engine.trace.vocab import GPU_CATS, RUNTIME_CATS, STEP_PREFIX, is_comm
+from engine.trace.steps import step_mask
+from engine.trace.vocab import GPU_CATS, RUNTIME_CATS, is_comm
 
 COMM_TYPES: tuple[tuple[str, re.Pattern], ...] = (
     ("comm_all_reduce", re.compile(r"all_?reduce", re.I)),
@@ -121,10 +122,9 @@ class RankSignature:
 
 
 def _window(events: pd.DataFrame, host: np.ndarray) -> tuple[np.ndarray, list[float]]:
-    names = events["name"].astype(str).to_numpy()
     ts = events["ts_us"].to_numpy(np.float64)
     end = ts + np.nan_to_num(events["dur_us"].to_numpy(np.float64))
-    step = host & np.char.startswith(names.astype(str), STEP_PREFIX)
+    step = step_mask(events["name"], host)
     if step.any():
         return iv.union(ts[step], end[step]), sorted(((end - ts)[step] / 1000.0).tolist())
     if not len(ts):
@@ -162,7 +162,7 @@ def rank_signature(events: pd.DataFrame) -> RankSignature:
         return RankSignature(shares=shares, window_ms=0.0, step_ms=steps)
     ts = events["ts_us"].to_numpy(np.float64)
     end = ts + np.nan_to_num(events["dur_us"].to_numpy(np.float64))
-    host &= ~np.char.startswith(names.astype(str), STEP_PREFIX)
+    host &= ~step_mask(events["name"])
     hs, he, _ = _clip(ts[host], end[host], win)
     H = iv.union(hs, he)
     if gpu.any():

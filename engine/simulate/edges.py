@@ -23,7 +23,8 @@ from engine.simulate.waits import (
     split_waits,
 )
 from engine.trace import columns as _cols
-from engine.trace.vocab import ANNOTATION_CATS, RUNTIME_CATS, STEP_PREFIX, is_backend_comm
+from engine.trace.steps import step_mask
+from engine.trace.vocab import ANNOTATION_CATS, RUNTIME_CATS, is_backend_comm
 from engine.user_regex import compile_user
 
 
@@ -377,8 +378,6 @@ def inter_thread_edges(g: TaskGraph, cfg: SimConfig) -> None:
         # ProfilerStep, record_function or Python frame around the wait) was the wait itself:
         # it ends when the other thread gets there, not after a fixed time
         own = g.pt_owner[cand[hit]]
-        label = g.text("cat").where(lambda c: c in ANNOTATION_CATS) | g.text("name").where(
-            lambda n: n.startswith(STEP_PREFIX)
-        )
+        label = g.text("cat").where(lambda c: c in ANNOTATION_CATS) | step_mask(g.text("name"))
         waits = (own < 0) | label[np.maximum(own, 0)]
         g.pt_d[cand[hit][waits]] = 0.0

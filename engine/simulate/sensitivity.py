@@ -18,7 +18,7 @@ import numpy as np
 
 from engine.simulate.schedule import solve
 from engine.simulate.taskgraph import TaskGraph
-from engine.trace.vocab import STEP_PREFIX
+from engine.trace.steps import step_mask
 
 CATEGORIES = ("gpu", "cpu", "communication", "gemm", "memory_bound", "attention")
 FACTOR = 1.1
@@ -28,7 +28,7 @@ def step_ms(g: TaskGraph, times: np.ndarray) -> float:
     """The step of a schedule: the mean host ProfilerStep span (ms), else the whole span (as the
     prediction's `predicted_iteration_ms`)."""
     t = g.tasks
-    step = ~t["gpu"].to_numpy() & g.text("name").where(lambda s: s.startswith(STEP_PREFIX))
+    step = step_mask(g.text("name"), host=~t["gpu"].to_numpy())
     if step.any():
         sp, ep = t["sp"].to_numpy()[step], t["ep"].to_numpy()[step]
         return float(np.mean(times[ep] - times[sp])) / 1e3

@@ -301,7 +301,7 @@ def planted_fleet(
                 {
                     "ph": "X",
                     "cat": "user_annotation",
-                    "name": f"ProfilerStep#{s}",
+                    "name": f"{STEP}{s}",
                     "pid": 1,
                     "tid": 1,
                     "ts": start,

@@ -114,6 +114,14 @@ class SynthReport:
             "skipped_ops": list(self.skipped_ops),
         }
 
+    @classmethod
+    def from_dict(cls, d: dict) -> SynthReport:
+        keys = ("path", "et_path", "cpu_ops", "op_nodes", "label_nodes", "annotations", "guessed_values")
+        rep = cls(**{k: d[k] for k in keys if k in d})
+        rep.skipped = dict(d.get("skipped") or {})
+        rep.skipped_ops = list(d.get("skipped_ops") or [])
+        return rep
+
     def line(self) -> str:
         skipped = ", ".join(f"{n} {r}" for r, n in sorted(self.skipped.items(), key=lambda kv: -kv[1])) or "none"
         return (
@@ -243,6 +251,7 @@ def _args(ctx: _Ctx, args: dict) -> tuple[list, list, list, list, list[int], str
     conc = args.get("Concrete Inputs")
     n = max(len(dims), len(types))
     vals: list = []
+    v: Any
     ets: list = []
     shapes: list = []
     sts: list = []
@@ -259,7 +268,9 @@ def _args(ctx: _Ctx, args: dict) -> tuple[list, list, list, list, list[int], str
         elif t == "TensorList":
             if not isinstance(d, list) or not all(isinstance(x, list) for x in d):
                 return [], [], [], [], [], "a tensor list without element shapes"
-            parts = [_tensor(ctx, list_type, x, s[j] if isinstance(s, list) and j < len(s) else []) for j, x in enumerate(d)]
+            parts = [
+                _tensor(ctx, list_type, x, s[j] if isinstance(s, list) and j < len(s) else []) for j, x in enumerate(d)
+            ]
             v = [p[0] for p in parts]
             et = f"GenericList[{','.join(p[1] for p in parts)}]"
             sh, st = [p[2] for p in parts], [p[3] for p in parts]
@@ -280,6 +291,9 @@ def _args(ctx: _Ctx, args: dict) -> tuple[list, list, list, list, list[int], str
             sh, st = [], []
         elif c:  # "" with a value: a string or a device
             et, v, sh, st = ("Device" if _is_device(c) else "String"), c, [], []
+        elif conc is None:  # before PyTorch 2.1: "" is None or any value not recorded (a list)
+            et, v, sh, st = "?", None, [], []
+            unknown.append(i)
         else:
             et, v, sh, st = "None", "<None>", [], []
         vals.append(v)
@@ -313,9 +327,13 @@ def _fill_unknown(schema, vals: list, ets: list, unknown: list[int]) -> str | No
             else:
                 vals[i], ets[i] = 1, "Int"
             continue
-        if ets[i].startswith("GenericList"):
-            return f"argument '{a.name if a is not None else i}' (a list) is not recorded"
-        st = str(getattr(a, "type", "int")).replace("Optional[", "").rstrip("]") if a is not None else "int"
+        full = str(getattr(a, "type", "int")) if a is not None else "int"
+        if ets[i] == "?" and full.startswith("Optional["):
+            vals[i], ets[i] = "<None>", "None"
+            continue
+        if ets[i].startswith("GenericList") or (ets[i] == "?" and "List" in full) or "Tensor" in full:
+            return f"argument '{a.name if a is not None else i}' ({full}) is not recorded"
+        st = full.replace("Optional[", "").rstrip("]")
         v = _NEUTRAL.get(st, 1)
         vals[i], ets[i] = v, ("Bool" if isinstance(v, bool) else "Double" if isinstance(v, float) else "Int")
     return None
@@ -332,7 +350,7 @@ def _fits(ets: list[str], schema) -> bool:
         return False
     for t, a in zip(ets, args):
         st = str(getattr(a, "real_type", a.type))
-        if not _kind_ok(t, st) and not (t == "None" and a.has_default_value()):
+        if t != "?" and not _kind_ok(t, st) and not (t == "None" and a.has_default_value()):
             return False
     return True
 
@@ -468,9 +486,9 @@ def synthesize(doc: Any, path: str) -> tuple[dict, SynthReport]:
     rep = SynthReport(path=path)
     type_counts: Counter = Counter()
     for _, e in host:
-        a = e.get("args")
-        if isinstance(a, dict):
-            type_counts.update(t for t in a.get("Input type") or () if isinstance(t, str) and t not in _NON_TENSOR)
+        ea = e.get("args")
+        if isinstance(ea, dict):
+            type_counts.update(t for t in ea.get("Input type") or () if isinstance(t, str) and t not in _NON_TENSOR)
     ctx = _Ctx(device=_device(evs, doc), default_type=(type_counts.most_common(1) or [("float", 0)])[0][0])
     order, parent = _parents(host)
     threads: dict[tuple, int] = {}
@@ -490,7 +508,8 @@ def synthesize(doc: Any, path: str) -> tuple[dict, SynthReport]:
         nid += 1
         ids[i] = nid
         name = str(e.get("name", ""))
-        a = e.get("args") if isinstance(e.get("args"), dict) else {}
+        raw = e.get("args")
+        a: dict = raw if isinstance(raw, dict) else {}
         key = (str(e.get("pid", "")), str(e.get("tid", "")))
         t = threads[key]
         p = ids[parent[i]] if parent[i] >= 0 else thread_node[key]
@@ -512,7 +531,9 @@ def synthesize(doc: Any, path: str) -> tuple[dict, SynthReport]:
                 rep.annotations += 1
             node = _node(nid, name, p, _attrs(rf, seq, 7, t, fw, ""))
         else:
-            node, problem = _op_node(ctx, nid, name, p, a, _attrs(rf, seq, 0, t, fw, ""), last_inplace.setdefault(t, {}), rep)
+            node, problem = _op_node(
+                ctx, nid, name, p, a, _attrs(rf, seq, 0, t, fw, ""), last_inplace.setdefault(t, {}), rep
+            )
             if problem is not None:
                 rep.skip(name, *problem)
                 node = _node(nid, name, p, _attrs(rf, seq, 0, t, fw, ""))
@@ -544,6 +565,13 @@ def _op_node(ctx: _Ctx, nid: int, name: str, parent: int, a: dict, attrs: list, 
     if problem is not None:
         return None, (SynthSkip.NO_MATCHING_OVERLOAD, problem)
     ov, why = _match(ctx, name, ets)
+    if why is not None and "None" in ets:  # a "" Kineto did not fill in (e.g. index's tensor list)?
+        wild = ["?" if t == "None" else t for t in ets]
+        ov, why2 = _match(ctx, name, wild)
+        if why2 is None:
+            unknown = sorted({*unknown, *(k for k, t in enumerate(ets) if t == "None")})
+            ets[:] = wild
+            why = None
     if why is not None:
         return None, why
     _defaults_for_none(ov._schema, vals, ets)

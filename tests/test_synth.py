@@ -47,7 +47,7 @@ def test_shared_traces_with_shapes_become_nodes(shared_traces):
 
     for rel in WITH_SHAPES:
         p = shared_traces / rel
-        _doc, rep = synthesize_file(p)
+        _doc, rep = synthesize_file(p, flow=False)
         assert rep.cpu_ops == _raw_cpu_ops(p), rel
         assert rep.synthesized + sum(rep.skipped.values()) == rep.cpu_ops, rel  # nothing silent
         assert rep.rate >= 0.95, (rel, rep.to_dict()["skipped"])
@@ -59,7 +59,7 @@ def test_custom_ops_are_listed_by_reason(shared_traces):
     from engine.trace.synth import SynthSkip, synthesize_file
 
     p = shared_traces / CUSTOM_OPS
-    _doc, rep = synthesize_file(p)
+    _doc, rep = synthesize_file(p, flow=False)
     assert rep.cpu_ops == _raw_cpu_ops(p)
     custom = rep.skipped.get(str(SynthSkip.LIBRARY_NOT_LOADED), 0)
     assert custom > 300
@@ -74,7 +74,7 @@ def test_pre_concrete_inputs_trace_lists_unrecorded_lists(shared_traces):
     from engine.trace.synth import SynthSkip, synthesize_file
 
     p = shared_traces / NO_CONCRETE[0]
-    _doc, rep = synthesize_file(p)
+    _doc, rep = synthesize_file(p, flow=False)
     assert rep.cpu_ops == _raw_cpu_ops(p) == 40506
     assert rep.skipped[str(SynthSkip.UNKNOWN_VALUE)] > 0.9 * sum(rep.skipped.values())
     assert rep.guessed_values > 0
@@ -197,3 +197,36 @@ def test_compose_refuses_sharding_a_kineto_only_source(cache):
     )
     with pytest.raises(TraceError, match="Kineto-only"):
         compose(spec)
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "transformer", "gpt2_hf", "dlrm", "resnet_tv"])
+def test_inferred_data_dependencies_are_mostly_real(name):
+    """Each inferred link (an input read from an earlier op's output) is checked against the real
+    ET of the same run: nodes pair by record-function id, the link is true when the real
+    consumer's input is one of the real producer's outputs."""
+    from engine.trace.synth import synthesize_file
+
+    def rf(n):
+        return next(a["value"] for a in n["attrs"] if a["name"] == "rf_id")
+
+    doc, rep = synthesize_file(SAMPLES / name / f"{name}_kineto.json.gz")
+    real = {
+        rf(n): n for n in json.loads(gzip.decompress((SAMPLES / name / f"{name}_et.json.gz").read_bytes()))["nodes"]
+    }
+    latest: dict[int, dict] = {}
+    true = false = 0
+    for n in doc["nodes"]:
+        for k, (v, t) in enumerate(zip(n["inputs"]["values"], n["inputs"]["types"])):
+            if t.startswith("Tensor(") and v[0] in latest:
+                rc, rp = real.get(rf(n)), real.get(rf(latest[v[0]]))
+                if rc is None or rp is None or not isinstance(rc["inputs"]["values"][k], list):
+                    continue
+                outs = {x[0] for x in rp["outputs"]["values"] if isinstance(x, list) and x and type(x[0]) is int}
+                true += rc["inputs"]["values"][k][0] in outs
+                false += rc["inputs"]["values"][k][0] not in outs
+        for v, t in zip(n["outputs"]["values"], n["outputs"]["types"]):
+            if t.startswith("Tensor("):
+                latest[v[0]] = n
+    assert rep.flow["links"] >= 30
+    assert true + false >= 0.9 * rep.flow["links"]
+    assert true >= 0.75 * (true + false), (true, false)

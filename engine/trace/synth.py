@@ -18,11 +18,10 @@ Rules, per host event (`cpu_op`, and `user_annotation` as labels; python_functio
 * an operator that cannot be synthesized (no "Input Dims", a name the dispatcher does not know,
   a library not installed, arguments no overload accepts, an unknown list) stays in the tree as
   a node without arguments (its children still replay) and is listed by reason (`SynthReport`);
-* data dependencies: Kineto records no outputs, so one rule only, one that cannot be wrong: an
-  in-place op (`aten::add_`, name ending in one "_") returns its first input, so its output is
-  that tensor and the next op on the thread reading a tensor of the same shape, dtype and strides
-  reads it; every other tensor is a fresh input (a tensor not known to be produced by an earlier
-  op is an external input, synthesized at replay);
+* data dependencies (synth_flow.py): the replayed-level ops' outputs are computed on meta
+  tensors, and an op reads an output of the previous replayed-level op on its thread when
+  shape, dtype and strides are equal; every other tensor is a fresh input (a tensor not known
+  to be produced by an earlier op is an external input, synthesized at replay);
 * provenance: every node carries `mystique_kineto` {"ev", "ts_us", "dur_us", "rf_id",
   "external_id"} (ev = the event's row in the loaded events table), and `rf_id` is the event's
   "Record function id" (else its "External id"), so the loader links each node to its event
@@ -80,7 +79,7 @@ class SynthReport:
     label_nodes: int = 0  # cpu_ops that are labels (autograd wrappers, step/module names)
     annotations: int = 0  # user_annotation events, also labels (not counted in cpu_ops)
     guessed_values: int = 0  # scalars the trace did not give (schema default or neutral value)
-    inplace_links: int = 0  # inputs read from an earlier in-place op's output
+    flow: dict = field(default_factory=dict)  # synth_flow.infer_flow's counts (links, outputs, no_meta)
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> count
     skipped_ops: list[dict] = field(default_factory=list)  # first 50: {name, reason, detail}
     et_path: str = ""
@@ -108,7 +107,7 @@ class SynthReport:
             "label_nodes": self.label_nodes,
             "annotations": self.annotations,
             "guessed_values": self.guessed_values,
-            "inplace_links": self.inplace_links,
+            "flow": dict(self.flow),
             "rate": round(self.rate, 6),
             "skipped": dict(self.skipped),
             "skipped_ops": list(self.skipped_ops),
@@ -478,8 +477,9 @@ def _device(evs: list, doc: Any) -> str:
     return "cuda:0" if gpu or (isinstance(doc, dict) and doc.get("deviceProperties")) else "cpu"
 
 
-def synthesize(doc: Any, path: str) -> tuple[dict, SynthReport]:
-    """(ET document, report) of one Kineto document (module docstring); TraceError when refused."""
+def synthesize(doc: Any, path: str, *, flow: bool = True) -> tuple[dict, SynthReport]:
+    """(ET document, report) of one Kineto document (module docstring); TraceError when refused.
+    `flow`: infer outputs and the tensors they feed (synth_flow.py; needs torch)."""
     evs = _events(doc, path)
     check_synthesizable(evs, path)
     host = _host_events(evs)
@@ -502,7 +502,9 @@ def synthesize(doc: Any, path: str) -> tuple[dict, SynthReport]:
         nodes.append(_node(1 + t, "[pytorch|profiler|execution_trace|thread]", 1, _attrs(0, -1, 7, t, 0, "")))
     ids: dict[int, int] = {}
     nid = 1 + len(threads)
-    last_inplace: dict[int, dict] = {}  # thread -> {(shape, dtype, strides): tensor record}
+    covered: dict[int, bool] = {}  # host position -> an operator node is on its path (itself included)
+    top: list[int] = []  # node positions of the replayed-level operators (graph.replayset's rule)
+    thread_of: dict[int, int] = {}
     for i in order:
         ev, e = host[i]
         nid += 1
@@ -531,17 +533,24 @@ def synthesize(doc: Any, path: str) -> tuple[dict, SynthReport]:
                 rep.annotations += 1
             node = _node(nid, name, p, _attrs(rf, seq, 7, t, fw, ""))
         else:
-            node, problem = _op_node(
-                ctx, nid, name, p, a, _attrs(rf, seq, 0, t, fw, ""), last_inplace.setdefault(t, {}), rep
-            )
+            node, problem = _op_node(ctx, nid, name, p, a, _attrs(rf, seq, 0, t, fw, ""), rep)
             if problem is not None:
                 rep.skip(name, *problem)
                 node = _node(nid, name, p, _attrs(rf, seq, 0, t, fw, ""))
                 node["attrs"].append({"name": "mystique_skipped", "type": "string", "value": str(problem[0])})
             else:
                 rep.op_nodes += 1
+                if not covered.get(parent[i], False):
+                    top.append(len(nodes))
+                    thread_of[len(nodes)] = t
+                covered[i] = True
+        covered[i] = covered.get(i, False) or covered.get(parent[i], False)
         node[PROVENANCE_KEY] = prov
         nodes.append(node)
+    if flow:
+        from engine.trace.synth_flow import infer_flow
+
+        rep.flow = infer_flow(nodes, top, thread_of, ctx.fresh, ctx.device)
     pid = Counter(e.get("pid") for _, e in host).most_common(1)[0][0]
     et = {
         "schema": "1.1.1-chakra.0.0.4",
@@ -557,7 +566,7 @@ def synthesize(doc: Any, path: str) -> tuple[dict, SynthReport]:
     return et, rep
 
 
-def _op_node(ctx: _Ctx, nid: int, name: str, parent: int, a: dict, attrs: list, inplace: dict, rep: SynthReport):
+def _op_node(ctx: _Ctx, nid: int, name: str, parent: int, a: dict, attrs: list, rep: SynthReport):
     """(node, None) or (None, (reason, detail)) for one operator event."""
     if not isinstance(_dims(a), list):
         return None, (SynthSkip.NO_SHAPES, "no 'Input Dims'")
@@ -580,19 +589,6 @@ def _op_node(ctx: _Ctx, nid: int, name: str, parent: int, a: dict, attrs: list, 
         if problem is not None:
             return None, (SynthSkip.UNKNOWN_VALUE, problem)
         rep.guessed_values += len(unknown)
-    # data dependency (module docstring): a tensor equal in shape/dtype/strides to the output of
-    # the latest in-place op on this thread is that output
-    for k, et in enumerate(ets):
-        if et.startswith("Tensor("):
-            sig = (tuple(shapes[k]), et, tuple(sts[k]))
-            prev = inplace.get(sig)
-            if prev is not None:
-                vals[k] = list(prev)
-                rep.inplace_links += 1
-    inplace.clear()
-    short = name.split("::", 1)[1]
-    if short.endswith("_") and not short.endswith("__") and ets and ets[0].startswith("Tensor("):
-        inplace[(tuple(shapes[0]), ets[0], tuple(sts[0]))] = vals[0]
     attrs[-1]["value"] = str(ov._schema)
     node = _node(nid, name, parent, attrs, {"values": vals, "shapes": shapes, "types": ets, "strides": sts})
     if unknown:
@@ -620,13 +616,13 @@ def read_kineto(path: str | Path) -> list[tuple[str, Any]]:
     return out
 
 
-def synthesize_file(path: str | Path) -> tuple[dict, SynthReport]:
-    """(ET document, report) of a Kineto file holding one trace."""
+def synthesize_file(path: str | Path, *, flow: bool = True) -> tuple[dict, SynthReport]:
+    """(ET document, report) of a Kineto file holding one trace (`flow`: see `synthesize`)."""
     docs = read_kineto(path)
     if len(docs) > 1:
         raise TraceError(f"{len(docs)} Kineto traces in one file: synthesize them one at a time", path)
     member, doc = docs[0]
-    return synthesize(doc, member)
+    return synthesize(doc, member, flow=flow)
 
 
 def synthesized_path(path: str | Path) -> Path:

@@ -1,0 +1,53 @@
+"""`python -m engine.trace.synth_table KINETO...`: the synthesis coverage table of Kineto files.
+
+Per file: cpu_ops (counted by the synthesis, = the file's cpu_op events), synthesized nodes,
+skipped by reason, and the share of the replay set a one-iteration CPU replay ran. The replay
+runs only when the plan's memory estimate (engine.replay.memory, the replay's own estimator)
+is under `--cap-gib`; otherwise the row says how much it would need, nothing is allocated.
+A file that cannot be synthesized prints its one-line reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from engine.errors import TraceError
+
+
+def row(path: str, cap_bytes: int) -> str:
+    from engine.replay import ReplayConfig, ReplaySession
+    from engine.trace.synth import load_synthesized
+
+    try:
+        trace = load_synthesized(path)
+    except TraceError as exc:
+        return f"| {path} | refused: {exc.problem} | | | |"
+    rep = trace.meta["synthesized"]
+    skipped = "; ".join(f"{n} {r}" for r, n in sorted(rep["skipped"].items(), key=lambda kv: -kv[1])) or "none"
+    session = ReplaySession(trace, config=ReplayConfig(warmup=0, iters=1, profile=False))
+    need = session.est.eager_peak_bytes
+    if need > cap_bytes:
+        replayed = f"not run: needs {need / 2**30:.1f} GiB (cap {cap_bytes / 2**30:.1f})"
+    else:
+        with session:
+            session.run_iteration()
+            cov = session.finish().coverage
+        replayed = f"{cov['replayed']}/{cov['selected']} ({cov['replayed'] / max(cov['selected'], 1):.1%})"
+    return f"| {path} | {rep['cpu_ops']} | {rep['synthesized']} ({rep['rate']:.1%}) | {skipped} | {replayed} |"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("kineto", nargs="+")
+    ap.add_argument("--cap-gib", type=float, default=1.0, help="replay only under this planned peak (default 1)")
+    args = ap.parse_args(argv)
+    print("| trace | cpu_ops | synthesized | skipped by reason | CPU replay (replayed/selected) |")
+    print("| --- | ---: | ---: | --- | --- |")
+    for p in args.kineto:
+        print(row(p, int(args.cap_gib * 2**30)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -188,15 +188,33 @@ def test_compose_and_replay_cli_synthesize_first(cache, capsys):
     assert summary["coverage"]["replayed"] >= 0.99 * summary["coverage"]["selected"]
 
 
-def test_compose_refuses_sharding_a_kineto_only_source(cache):
+@pytest.mark.parametrize("knob", [{"sharding": {"kind": "dp", "degree": 2}}, {"batch_scale": 2}])
+def test_compose_refuses_flow_knobs_on_a_kineto_only_source(cache, knob):
+    """Sharding and batch scaling follow the batch through every tensor's producer: a synthesized
+    ET does not have that flow, so they refuse in one line (not a shape error deep inside)."""
+    from engine.compose import compose, spec_from_dict
+
+    src = str(SAMPLES / "mlp" / "mlp_kineto.json.gz")
+    spec = spec_from_dict({"name": "x", "sources": [src], "segments": [{"selection": {}}], **knob})
+    with pytest.raises(TraceError, match="Kineto-only") as exc:
+        compose(spec)
+    assert "mlp_kineto.json.gz" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_compose_keeps_the_other_knobs_on_a_kineto_only_source(cache):
     from engine.compose import compose, spec_from_dict
 
     src = str(SAMPLES / "mlp" / "mlp_kineto.json.gz")
     spec = spec_from_dict(
-        {"name": "x", "sources": [src], "segments": [{"selection": {}}], "sharding": {"kind": "dp", "degree": 2}}
+        {
+            "name": "x",
+            "sources": [src],
+            "segments": [{"selection": {"module": "nn.Module: body.0"}, "repeat": 3}],
+            "dtype": "bf16",
+        }
     )
-    with pytest.raises(TraceError, match="Kineto-only"):
-        compose(spec)
+    bench = compose(spec)
+    assert len(bench.replay_ids[0]) >= 3 and bench.meta["synthesized"][0]["cpu_ops"] == 272
 
 
 @pytest.mark.parametrize("name", ["mlp", "cnn", "transformer", "gpt2_hf", "dlrm", "resnet_tv"])

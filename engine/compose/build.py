@@ -351,10 +351,11 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
         meta["warnings"].extend(
             f"sources[{k}]: {r['path']}: " + SynthReport.from_dict(r).line() for k, r in synth.items()
         )
-        if spec.sharding is not None:
+        knob = "sharding" if spec.sharding is not None else "batch scaling" if spec.batch_scale != 1.0 else None
+        if knob is not None:  # both follow the batch from the inputs through every op's tensors
             raise TraceError(
-                "sharding needs parameter identities and tensor flow, which a Kineto-only source does not "
-                "record (its ET is synthesized)",
+                f"{knob} needs the whole tensor flow (every tensor's producer), which a Kineto-only source "
+                "does not record: its ET is synthesized and most of its tensors are fresh inputs",
                 paths[next(iter(synth))],
             )
     from engine.compose.transforms.scale import param_storages, parameters

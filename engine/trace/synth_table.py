@@ -3,7 +3,7 @@
 Per file: cpu_ops (counted by the synthesis, = the file's cpu_op events), synthesized nodes,
 skipped by reason, and the share of the replay set a one-iteration CPU replay ran. The replay
 runs only when the plan's memory estimate (engine.replay.memory, the replay's own estimator)
-is under `--cap-gib`; otherwise the row says how much it would need, nothing is allocated.
+is under `--cap-gib` (eagerly, else with lazy allocation); otherwise the row says how much it would need, nothing is allocated.
 A file that cannot be synthesized prints its one-line reason.
 """
 
@@ -26,14 +26,20 @@ def row(path: str, cap_bytes: int) -> str:
     rep = trace.meta["synthesized"]
     skipped = "; ".join(f"{n} {r}" for r, n in sorted(rep["skipped"].items(), key=lambda kv: -kv[1])) or "none"
     session = ReplaySession(trace, config=ReplayConfig(warmup=0, iters=1, profile=False))
-    need = session.est.eager_peak_bytes
-    if need > cap_bytes:
-        replayed = f"not run: needs {need / 2**30:.1f} GiB (cap {cap_bytes / 2**30:.1f})"
+    eager, lazy = session.est_initial.eager_peak_bytes, session.est_initial.lazy_peak_bytes
+    how = ""
+    if eager > cap_bytes and lazy <= cap_bytes:  # inputs made per use and dropped after their last
+        session = ReplaySession(trace, config=ReplayConfig(warmup=0, iters=1, profile=False, lazy=True))
+        how = ", lazy"
+    if min(eager, lazy) > cap_bytes:
+        replayed = f"not run: needs {eager / 2**30:.1f} GiB, {lazy / 2**30:.1f} lazily (cap {cap_bytes / 2**30:.1f})"
     else:
         with session:
             session.run_iteration()
             cov = session.finish().coverage
-        replayed = f"{cov['replayed']}/{cov['selected']} ({cov['replayed'] / max(cov['selected'], 1):.1%})"
+        by = "; ".join(f"{n} {r}" for r, n in cov["by_reason"].items())
+        replayed = f"{cov['replayed']}/{cov['selected']} ({cov['replayed'] / max(cov['selected'], 1):.1%}{how})"
+        replayed += f": {by}" if by else ""
     return f"| {path} | {rep['cpu_ops']} | {rep['synthesized']} ({rep['rate']:.1%}) | {skipped} | {replayed} |"
 
 

@@ -37,6 +37,15 @@ _CTYPE = {
 }
 
 
+def _ctype(dtype: str) -> str:
+    """The C type name an ET writes for a torch dtype name (the dtypes table read backwards)."""
+    if dtype in _CTYPE:
+        return _CTYPE[dtype]
+    from engine.trace.dtypes import _C10
+
+    return next((c for c, d in _C10.items() if d == dtype), dtype)
+
+
 def _sig(shape, et: str, strides) -> tuple:
     return (tuple(shape or ()), et, tuple(strides or ()))
 
@@ -120,7 +129,7 @@ def infer_flow(nodes: list[dict], top: list[int], thread_of: dict[int, int], fre
             if not isinstance(x, torch.Tensor):
                 continue
             dt = str(x.dtype).removeprefix("torch.")
-            et = f"Tensor({_CTYPE.get(dt, 'float')})"
+            et = f"Tensor({_ctype(dt)})"
             shape, st = list(x.shape), list(x.stride())
             src = in_alias.get(frozenset(r.alias_info.before_set)) if r.alias_info is not None else None
             if src is not None and r.alias_info.is_write:

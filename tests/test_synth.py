@@ -248,3 +248,12 @@ def test_inferred_data_dependencies_are_mostly_real(name):
     assert rep.flow["links"] >= 30
     assert true + false >= 0.9 * rep.flow["links"]
     assert true >= 0.75 * (true + false), (true, false)
+
+
+def test_no_schema_dispatch_finds_overloads_whose_name_ends_in_out():
+    """`aten::to.dtype_layout` (what `x.to(torch.float16)` records) is no `out=` overload: kind
+    matching (ET 1.0.1 traces, synthesized ETs) used to skip it, so `aten::to` fit no overload."""
+    from engine.replay.dispatch import _by_kinds
+
+    ov = _by_kinds("aten::to", ["Tensor(float)", "Int", "Int", "None", "None", "Bool", "Bool", "None"])
+    assert ov._schema.overload_name == "dtype_layout"

@@ -24,7 +24,8 @@ Rules, per host event (`cpu_op`, and `user_annotation` as labels; python_functio
   to be produced by an earlier op is an external input, synthesized at replay);
 * provenance: every node carries `mystique_kineto` {"ev", "ts_us", "dur_us", "rf_id",
   "external_id"} (ev = the event's row in the loaded events table), and `rf_id` is the event's
-  "Record function id" (else its "External id"), so the loader links each node to its event
+  "Record function id" (its "External id" where the file's record-function ids are all one
+  value, as in TraceLens files), so the loader links each node to its event
   and, through `correlation`, the GPU kernels it launched (gpu_dur_us).
 
 Refused in one line naming the file: GPU activity only (no cpu_op), no shapes recorded, the 2021
@@ -491,6 +492,10 @@ def synthesize(doc: Any, path: str, *, flow: bool = True) -> tuple[dict, SynthRe
             type_counts.update(t for t in ea.get("Input type") or () if isinstance(t, str) and t not in _NON_TENSOR)
     ctx = _Ctx(device=_device(evs, doc), default_type=(type_counts.most_common(1) or [("float", 0)])[0][0])
     order, parent = _parents(host)
+    # Record function ids link nodes to events only when they differ (TraceLens files hold 0s)
+    rf_ids = (
+        len({(e.get("args") or {}).get("Record function id") for _, e in host if isinstance(e.get("args"), dict)}) > 2
+    )
     threads: dict[tuple, int] = {}
     for i in order:
         e = host[i][1]
@@ -515,7 +520,8 @@ def synthesize(doc: Any, path: str, *, flow: bool = True) -> tuple[dict, SynthRe
         key = (str(e.get("pid", "")), str(e.get("tid", "")))
         t = threads[key]
         p = ids[parent[i]] if parent[i] >= 0 else thread_node[key]
-        rf = _int_arg(a, "Record function id", _int_arg(a, "External id"))
+        rf = _int_arg(a, "Record function id", -1) if rf_ids else -1
+        rf = rf if rf >= 0 else _int_arg(a, "External id")
         prov = {
             "ev": ev,
             "ts_us": e.get("ts"),

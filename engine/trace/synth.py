@@ -633,11 +633,13 @@ def synthesize_file(path: str | Path, *, flow: bool = True) -> tuple[dict, Synth
 
 def synthesized_path(path: str | Path) -> Path:
     """Where the ET synthesized from a Kineto file is kept: the trace cache, keyed by the file's
-    bytes and the synthesis version."""
+    bytes, the synthesis version and the torch build."""
+    import torch  # the overloads (and their schemas) come from this build's registry
+
     from engine.trace.cache import cache_root
 
     p = Path(path)
-    h = hashlib.sha256(SYNTH_VERSION.encode())
+    h = hashlib.sha256(f"{SYNTH_VERSION}|{torch.__version__}".encode())
     with open(p, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)

@@ -334,7 +334,12 @@ def _fill_unknown(schema, vals: list, ets: list, unknown: list[int]) -> str | No
         if ets[i].startswith("GenericList") or (ets[i] == "?" and "List" in full) or "Tensor" in full:
             return f"argument '{a.name if a is not None else i}' ({full}) is not recorded"
         st = full.replace("Optional[", "").rstrip("]")
-        v = _NEUTRAL.get(st, 1)
+        if st == "Device":  # the replay puts every device argument on its own device
+            vals[i], ets[i] = "cpu", "Device"
+            continue
+        if st not in _NEUTRAL:
+            return f"argument '{a.name if a is not None else i}' ({full}) is not recorded"
+        v = _NEUTRAL[st]
         vals[i], ets[i] = v, ("Bool" if isinstance(v, bool) else "Double" if isinstance(v, float) else "Int")
     return None
 

@@ -43,6 +43,10 @@ def run(args: argparse.Namespace) -> int:
         replay = load_replay_json(replay_path)
         if replay is None:
             replay, _ = load_original(replay_path, progress=cb)
+        else:  # a replay of the ET synthesized from a Kineto-only original: compare through it
+            from engine.compare.inputs import with_synthesized_et
+
+            original = with_synthesized_et(original, list(original_paths), replay)
         result = compare(original, replay, original_meta=meta)
     top = args.top if args.top > 0 else None
     if args.json:

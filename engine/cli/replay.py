@@ -266,6 +266,12 @@ def _run_one(args, T, ReplayConfig, replay, rank, paths, meta, name, out) -> dic
     cfg = _config(args, ReplayConfig, out, threads)
     with progress_bar(f"replay {name}", enabled=not args.json) as cb:
         trace = T.load(*paths, progress=None)
+        if not trace.has_et and trace.has_kineto and len(paths) == 1:  # Kineto-only: synthesize its ET
+            from engine.trace.synth import SynthReport, load_synthesized
+
+            trace = load_synthesized(paths[0])
+            rep = trace.meta["synthesized"]
+            print(f"{paths[0]}: {SynthReport.from_dict(rep).line()} -> {rep['et_path']}", file=sys.stderr)
         ranks_present = set(trace.ops["rank"].astype(int).tolist()) if trace.has_et else set()
         # an exported rank file may carry rank 0 inside: replay what the file holds
         try:

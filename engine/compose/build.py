@@ -256,6 +256,10 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
         key = str(p.resolve())
         if key not in loaded:
             loaded[key] = et_load.load(p)
+            if not loaded[key].has_et and loaded[key].has_kineto:  # Kineto-only: synthesize its ET
+                from engine.trace.synth import load_synthesized
+
+                loaded[key] = load_synthesized(p)
         traces.append(loaded[key])
     prepared = []
     memo: dict = {}  # the same selection on the same trace is computed once
@@ -339,6 +343,21 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
             }
         )
     meta: dict[str, Any] = {"segments": seg_meta, "sources": [str(p) for p in paths], "warnings": [], "transforms": []}
+    from engine.trace.synth import SynthReport
+
+    synth = {k: t.meta["synthesized"] for k, t in enumerate(traces) if t.meta.get("synthesized")}
+    if synth:  # said in the output: these sources had no ET
+        meta["synthesized"] = synth
+        meta["warnings"].extend(
+            f"sources[{k}]: {r['path']}: " + SynthReport.from_dict(r).line() for k, r in synth.items()
+        )
+        knob = "sharding" if spec.sharding is not None else "batch scaling" if spec.batch_scale != 1.0 else None
+        if knob is not None:  # both follow the batch from the inputs through every op's tensors
+            raise TraceError(
+                f"{knob} needs the whole tensor flow (every tensor's producer), which a Kineto-only source "
+                "does not record: its ET is synthesized and most of its tensors are fresh inputs",
+                paths[next(iter(synth))],
+            )
     from engine.compose.transforms.scale import param_storages, parameters
 
     meta["param_storages"] = sorted(param_storages(traces[0]))

@@ -149,7 +149,7 @@ def _by_kinds(name: str, types: list[str]):
     packet = _packet(name)
     best = None
     for ov_name in packet.overloads():
-        if ov_name.endswith("out") or ov_name == "out":
+        if ov_name == "out" or ov_name.endswith("_out"):  # not "dtype_layout"
             continue
         ov = getattr(packet, ov_name)
         args = ov._schema.arguments

@@ -226,7 +226,7 @@ def link(ops: pd.DataFrame, events: pd.DataFrame, warnings_out: list[str]) -> tu
             continue
         k_rf = events["rf_id"].to_numpy(dtype=np.int64, na_value=-1)[h_rows]
         rf = ops["rf_id"].to_numpy()[o_rows]
-        if (k_rf >= 0).any():
+        if len(np.unique(k_rf[k_rf >= 0])) > 1:  # one value for every op (TraceLens' 0s) is no id
             pos = _by_rf(rf, k_rf)
             # Same id, different name: the files are not from the same run; never link those.
             et_codes, k_codes = _name_codes(ops["name"].iloc[o_rows], events["name"].iloc[h_rows])

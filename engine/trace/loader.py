@@ -40,7 +40,7 @@ from engine.trace.model import PHASES, Trace
 from engine.trace.pairing import check_link, check_ranks, et_pid, kineto_pids
 from engine.trace.ranks import ranks_of
 
-LOADER_VERSION = "h1-5"  # h1-2: sources carry pid / rank_declared (pairing checks); h1-3: meta["files"]; h1-4: Kineto time/rank warnings; h1-5: collective metadata columns
+LOADER_VERSION = "h1-6"  # h1-2: sources carry pid / rank_declared (pairing checks); h1-3: meta["files"]; h1-4: Kineto time/rank warnings; h1-5: collective metadata columns; h1-6: record-function ids all of one value do not link
 
 
 # the name engine/fleet (and older callers) import; the rule is layout's `rank_in_name`

@@ -444,6 +444,6 @@ def test_cli_kineto_only_trace_is_a_clear_error(shared_traces, capsys, cache_dir
     path = shared_traces / "hta_event_sync" / "event_sync_trace.json.gz"
     assert main(["replay", str(path)]) == 2
     err = capsys.readouterr().err
-    # Kineto-only: replay synthesizes an ET first (engine/trace/synth.py); without shapes it cannot
+    # Kineto-only: replay synthesizes an ET first (engine/compose/synth.py); without shapes it cannot
     assert "event_sync_trace.json.gz" in err and "recorded without shapes" in err
     assert len(err.strip().splitlines()) == 1

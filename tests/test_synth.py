@@ -1,4 +1,4 @@
-"""Kineto-only traces become replayable ETs (engine/trace/synth.py, issue 35).
+"""Kineto-only traces become replayable ETs (engine/compose/synth.py, issue 35).
 
 Golden values: cpu_ops counted from the raw JSON here; the samples' real ETs (the same run as
 their Kineto files) are the ground truth for the synthesized call sequence."""
@@ -43,7 +43,7 @@ def cache(tmp_path, monkeypatch):
 
 
 def test_shared_traces_with_shapes_become_nodes(shared_traces):
-    from engine.trace.synth import synthesize_file
+    from engine.compose.synth import synthesize_file
 
     for rel in WITH_SHAPES:
         p = shared_traces / rel
@@ -56,7 +56,7 @@ def test_shared_traces_with_shapes_become_nodes(shared_traces):
 def test_custom_ops_are_listed_by_reason(shared_traces):
     """The B200 trace is a vLLM server: its custom ops cannot be rebuilt without vLLM; they are
     listed as such, and every other cpu_op (95 %+) becomes a node."""
-    from engine.trace.synth import SynthSkip, synthesize_file
+    from engine.compose.synth import SynthSkip, synthesize_file
 
     p = shared_traces / CUSTOM_OPS
     _doc, rep = synthesize_file(p, flow=False)
@@ -71,7 +71,7 @@ def test_custom_ops_are_listed_by_reason(shared_traces):
 def test_pre_concrete_inputs_trace_lists_unrecorded_lists(shared_traces):
     """Before PyTorch 2.1 Kineto wrote no "Concrete Inputs": views and factories (size lists)
     cannot be rebuilt, and say so; scalars take schema defaults (counted as guessed)."""
-    from engine.trace.synth import SynthSkip, synthesize_file
+    from engine.compose.synth import SynthSkip, synthesize_file
 
     p = shared_traces / NO_CONCRETE[0]
     _doc, rep = synthesize_file(p, flow=False)
@@ -91,7 +91,7 @@ def test_pre_concrete_inputs_trace_lists_unrecorded_lists(shared_traces):
     ],
 )
 def test_unsynthesizable_traces_refuse_in_one_line(shared_traces, rel, words):
-    from engine.trace.synth import synthesize_file
+    from engine.compose.synth import synthesize_file
 
     with pytest.raises(TraceError) as exc:
         synthesize_file(shared_traces / rel)
@@ -112,8 +112,8 @@ def _top_sequence(trace) -> list[tuple]:
 
 @pytest.mark.parametrize("name", ["mlp", "cnn", "transformer", "gpt2_hf", "dlrm", "resnet_tv"])
 def test_synthesized_top_level_ops_match_the_real_et(cache, name):
+    from engine.compose.synth import load_synthesized
     from engine.trace import load
-    from engine.trace.synth import load_synthesized
 
     synth = load_synthesized(SAMPLES / name / f"{name}_kineto.json.gz")
     real = load(SAMPLES / name / f"{name}_et.json.gz")
@@ -127,8 +127,8 @@ def test_synthesized_top_level_ops_match_the_real_et(cache, name):
 
 @pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
 def test_synthesized_et_replays_on_cpu(cache, name):
+    from engine.compose.synth import load_synthesized
     from engine.replay import ReplayConfig, ReplaySession
-    from engine.trace.synth import load_synthesized
 
     trace = load_synthesized(SAMPLES / name / f"{name}_kineto.json.gz")
     cfg = ReplayConfig(warmup=0, iters=1, profile=False)
@@ -144,8 +144,8 @@ def test_synthesized_et_replays_on_cpu(cache, name):
 
 def test_shared_trace_replay_plan_is_capped_by_its_memory_estimate(shared_traces, cache):
     """A production-shaped trace is planned, its memory estimated, and replayed only under a cap."""
+    from engine.compose.synth import load_synthesized
     from engine.replay import ReplayConfig, ReplaySession
-    from engine.trace.synth import load_synthesized
 
     trace = load_synthesized(shared_traces / "tracelens_bert_small/h100_bert_small.json.gz")
     session = ReplaySession(trace, config=ReplayConfig(warmup=0, iters=1, profile=False))
@@ -167,7 +167,7 @@ def test_gpu_time_reaches_synthesized_nodes(shared_traces, cache, rel):
     """Every node links back to its event (TraceLens files record every "Record function id" as
     0: the External id links them), and launch -> kernel links (correlation) spread the GPU
     time over the ops that launched it."""
-    from engine.trace.synth import load_synthesized
+    from engine.compose.synth import load_synthesized
 
     trace = load_synthesized(shared_traces / rel)
     assert trace.meta["link"]["link_rate"] >= 0.99, trace.meta["link"]
@@ -237,7 +237,7 @@ def test_inferred_data_dependencies_are_mostly_real(name):
     """Each inferred link (an input read from an earlier op's output) is checked against the real
     ET of the same run: nodes pair by record-function id, the link is true when the real
     consumer's input is one of the real producer's outputs."""
-    from engine.trace.synth import synthesize_file
+    from engine.compose.synth import synthesize_file
 
     def rf(n):
         return next(a["value"] for a in n["attrs"] if a["name"] == "rf_id")

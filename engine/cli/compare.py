@@ -44,8 +44,6 @@ def run(args: argparse.Namespace) -> int:
         if replay is None:
             replay, _ = load_original(replay_path, progress=cb)
         else:  # a replay of the ET synthesized from a Kineto-only original: compare through it
-            from engine.compare.inputs import with_synthesized_et
-
             original = with_synthesized_et(original, list(original_paths), replay)
         result = compare(original, replay, original_meta=meta)
     top = args.top if args.top > 0 else None
@@ -138,3 +136,17 @@ def _print_text(result, top: int) -> None:
             )
     for w in result.warnings:
         print(f"warning: {w}")
+
+
+def with_synthesized_et(original, paths: list, replay):
+    """The original with the ET synthesized from it when it is a Kineto-only trace and the replay
+    ran that synthesized ET (the synthesis is deterministic: same file, same node ids), so ops
+    match by id; else the original unchanged."""
+    from engine.compare.inputs import is_synthesized_et
+
+    et = (getattr(replay, "paths", None) or {}).get("et")
+    if original.has_et or not original.has_kineto or len(paths) != 1 or not et or not is_synthesized_et(et):
+        return original
+    from engine.compose.synth import load_synthesized
+
+    return load_synthesized(paths[0])

@@ -267,7 +267,7 @@ def _run_one(args, T, ReplayConfig, replay, rank, paths, meta, name, out) -> dic
     with progress_bar(f"replay {name}", enabled=not args.json) as cb:
         trace = T.load(*paths, progress=None)
         if not trace.has_et and trace.has_kineto and len(paths) == 1:  # Kineto-only: synthesize its ET
-            from engine.trace.synth import SynthReport, load_synthesized
+            from engine.compose.synth import SynthReport, load_synthesized
 
             trace = load_synthesized(paths[0])
             rep = trace.meta["synthesized"]

@@ -35,7 +35,7 @@ def load_original(*paths: str | os.PathLike, progress: Progress | None = None) -
 
 
 def is_synthesized_et(path: str | os.PathLike) -> bool:
-    """Is this ET file one engine.trace.synth wrote (its document names `mystique_synthesized`)?"""
+    """Is this ET file one engine.compose.synth wrote (its document names `mystique_synthesized`)?"""
     import gzip
 
     try:
@@ -46,18 +46,6 @@ def is_synthesized_et(path: str | os.PathLike) -> bool:
     except (OSError, EOFError):
         return False
     return b'"mystique_synthesized"' in raw
-
-
-def with_synthesized_et(original, paths: list, replay) -> Any:
-    """The original with the ET synthesized from it when it is a Kineto-only trace and the replay
-    ran that synthesized ET (the synthesis is deterministic: same file, same node ids), so ops
-    match by id; else the original unchanged."""
-    et = (getattr(replay, "paths", None) or {}).get("et")
-    if original.has_et or not original.has_kineto or len(paths) != 1 or not et or not is_synthesized_et(et):
-        return original
-    from engine.trace.synth import load_synthesized
-
-    return load_synthesized(paths[0])
 
 
 def load_replay_json(path: str | os.PathLike) -> ReplayResult | None:

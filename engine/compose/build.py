@@ -257,7 +257,7 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
         if key not in loaded:
             loaded[key] = et_load.load(p)
             if not loaded[key].has_et and loaded[key].has_kineto:  # Kineto-only: synthesize its ET
-                from engine.trace.synth import load_synthesized
+                from engine.compose.synth import load_synthesized
 
                 loaded[key] = load_synthesized(p)
         traces.append(loaded[key])
@@ -343,7 +343,7 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
             }
         )
     meta: dict[str, Any] = {"segments": seg_meta, "sources": [str(p) for p in paths], "warnings": [], "transforms": []}
-    from engine.trace.synth import SynthReport
+    from engine.compose.synth import SynthReport
 
     synth = {k: t.meta["synthesized"] for k, t in enumerate(traces) if t.meta.get("synthesized")}
     if synth:  # said in the output: these sources had no ET

@@ -139,3 +139,14 @@ def split_list_type(type_str: str) -> tuple[str, ...]:
     if start < 0 or not type_str.endswith("]"):
         return ()
     return tuple(split_top_level(type_str[start + 1 : -1], "([<", ")]>"))
+
+
+_BITS = {"bool": 8, "uint8": 8, "int8": 8, "qint8": 8, "quint8": 8, "float4_e2m1fn_x2": 8}
+
+
+def itemsize_of(dtype: str) -> int:
+    """Bytes per element of a torch dtype name ("float32" -> 4, "float8_e4m3fn" -> 1)."""
+    if dtype in _BITS:
+        return _BITS[dtype] // 8
+    digits = "".join(c for c in dtype.split("_")[0] if c.isdigit())
+    return max(int(digits) // 8, 1) if digits else 4

@@ -1,4 +1,4 @@
-"""`python -m engine.trace.synth_table KINETO...`: the synthesis coverage table of Kineto files.
+"""`python -m engine.compose.synth_table KINETO...`: the synthesis coverage table of Kineto files.
 
 Per file: cpu_ops (counted by the synthesis, = the file's cpu_op events), synthesized nodes,
 skipped by reason, and the share of the replay set a one-iteration CPU replay ran. The replay
@@ -17,8 +17,8 @@ from engine.errors import TraceError
 
 
 def row(path: str, cap_bytes: int, max_ops: int = 2000) -> str:
+    from engine.compose.synth import load_synthesized
     from engine.replay import ReplayConfig, ReplaySession
-    from engine.trace.synth import load_synthesized
 
     try:
         trace = load_synthesized(path)

@@ -1,4 +1,4 @@
-"""Data dependencies of a synthesized ET (engine/trace/synth.py): outputs, and who reads them.
+"""Data dependencies of a synthesized ET (engine/compose/synth.py): outputs, and who reads them.
 
 Kineto records no outputs, so they are computed: each replayed-level op (the highest operator
 on its call path, what a replay runs) is run once on meta tensors built from its recorded
@@ -87,7 +87,7 @@ def infer_flow(nodes: list[dict], top: list[int], thread_of: dict[int, int], fre
     them to the next replayed-level op on the same thread (module docstring); the counts."""
     import torch
 
-    from engine.trace.synth import itemsize_of
+    from engine.trace.dtypes import itemsize_of
 
     prev: dict[int, list[tuple]] = {}
     prev_op: dict[int, tuple] = {}

@@ -47,7 +47,7 @@ from typing import Any
 from engine import jsonio
 from engine.errors import TraceError
 from engine.trace.categories import OP_NAME
-from engine.trace.dtypes import dtype_of
+from engine.trace.dtypes import dtype_of, itemsize_of
 from engine.trace.vocab import LEGACY_CATS
 
 SYNTH_VERSION = "s1"
@@ -128,17 +128,6 @@ class SynthReport:
             f"Kineto-only trace: synthesized an execution trace from {self.synthesized} of {self.cpu_ops} "
             f"cpu_ops ({self.rate:.1%}); skipped: {skipped}"
         )
-
-
-_BITS = {"bool": 8, "uint8": 8, "int8": 8, "qint8": 8, "quint8": 8, "float4_e2m1fn_x2": 8}
-
-
-def itemsize_of(dtype: str) -> int:
-    """Bytes per element of a torch dtype name ("float32" -> 4, "float8_e4m3fn" -> 1)."""
-    if dtype in _BITS:
-        return _BITS[dtype] // 8
-    digits = "".join(c for c in dtype.split("_")[0] if c.isdigit())
-    return max(int(digits) // 8, 1) if digits else 4
 
 
 def _events(doc: Any, path: str) -> list:
@@ -559,7 +548,7 @@ def synthesize(doc: Any, path: str, *, flow: bool = True) -> tuple[dict, SynthRe
         node[PROVENANCE_KEY] = prov
         nodes.append(node)
     if flow:
-        from engine.trace.synth_flow import infer_flow
+        from engine.compose.synth_flow import infer_flow
 
         rep.flow = infer_flow(nodes, top, thread_of, ctx.fresh, ctx.device)
     pid = Counter(e.get("pid") for _, e in host).most_common(1)[0][0]

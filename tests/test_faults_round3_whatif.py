@@ -347,6 +347,7 @@ PEAK = (
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # peak RSS of fresh processes: twice under 50 MB of growth beside other tests, never alone
 def test_7_compose_estimate_bounds_the_measured_peak(tmp_path, cache_dir):
     """Was: the estimate counted the composed nodes only; validating the written rank parses it
     back at ~9 KiB per node, so a GPT-2 source listed 1,000 times passed at ~2 GB and used

@@ -183,9 +183,11 @@ def test_compare_archive_holds_one_step_of_each_side(run):
     assert len(labels) == res["replayed_ops"] > 0
 
 
-def test_stream_overlap_of_a_hand_written_trace(tmp_path):
+def test_stream_overlap_of_a_hand_written_trace(tmp_path, monkeypatch):
     """Kernels on stream 7 at 10-110 us and stream 8 at 80-130 us, 1 step: 30 us overlap, 120 us busy."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    # for the test only: left on sys.path, benchmarks/distributed.py would shadow Dask's
+    # `distributed` in every later test of this worker (spawned Dask workers inherit sys.path)
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     import engine.trace as T
     from benchmarks.gpurun.steps import _stream_overlap
 

@@ -147,7 +147,9 @@ def test_never_matching_collective_times_out_naming_a_rank(tmp_path, capsys, cac
     d = _mismatched(tmp_path)
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     t0 = time.perf_counter()
-    code, _, err = _cli([str(d), *FAST, "--no-check", "--no-profile", "--timeout", "4", "--out", str(tmp_path)], capsys)
+    code, _, err = _cli(
+        [str(d), *FAST, "--no-check", "--no-profile", "--timeout", "4", "--out", str(tmp_path / "out")], capsys
+    )
     wall = time.perf_counter() - t0
     assert code == 1 and "Traceback" not in err
     assert "rank " in err and "failed" in err and ("Timed out" in err or "timeout" in err.lower()), err

@@ -16,12 +16,16 @@ from __future__ import annotations
 import json
 import re
 
-import msgspec
 import numpy as np
+
+try:  # msgspec is a core dependency; a minimal install without it takes the standard library's parse
+    import msgspec
+except ImportError:  # pragma: no cover - exercised by tests/test_minimal_install.py
+    msgspec = None  # type: ignore[assignment]
 
 _GAP = re.compile(rb'\s*[{,]\s*"(?:[^"\\]|\\.)*"\s*:\s*', re.DOTALL)
 _KEY = re.compile(rb'"((?:[^"\\]|\\.)*)"\s*:')
-_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw]) if msgspec is not None else None
 
 
 def _address(buf) -> int:
@@ -34,6 +38,8 @@ def duplicate_top_level_key(data: bytes) -> str | None:
     body = data.lstrip(b" \t\r\n")
     if not body.startswith(b"{"):
         return None
+    if _DECODER is None:
+        return _duplicate_lenient(body)
     try:
         top = _DECODER.decode(body)
     except msgspec.DecodeError:  # NaN literals or bad JSON: the lenient path's check, below

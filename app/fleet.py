@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from app import state
-from engine.fleet.suite import Suite, baselines, pick, projection
+from engine.fleet.suite import Suite, baselines, manifest, pick, projection
 
 KIND = "fleet_ingest"
 
@@ -92,27 +92,8 @@ def write_suite(folder: str, budget: int) -> Path:
     """The suite's manifest (members, weights, signatures, distance, baselines) in the fleet folder."""
     from engine.outdir import atomic_write
 
-    sigs = signatures(folder)
     s, base, _ = suite(folder, budget)
-    members = [
-        {
-            "job": str(sigs["job"].iat[i]),
-            "path": str(sigs["path"].iat[i]),
-            "weight": w,
-            "step_ms": float(sigs["step_ms"].iat[i]),
-        }
-        for i, w in zip(s.picks, s.weights, strict=True)
-    ]
-    doc = {
-        "budget": budget,
-        "fleet_jobs": len(sigs),
-        "members": members,
-        "l1": s.l1,
-        "error": s.error(),
-        "fleet_signature": s.fleet,
-        "suite_signature": s.suite,
-        "baselines": base,
-    }
+    doc = manifest(signatures(folder), budget, s, base)
     out = Path(folder) / f"suite_{budget}" / "manifest.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     return atomic_write(out, json.dumps(doc, indent=2))

@@ -80,30 +80,14 @@ def _load(fleet: str):
 
 def run_suite(args: argparse.Namespace) -> int:
     from engine.cli.common import print_json
-    from engine.fleet.suite import baselines, pick
+    from engine.fleet.suite import baselines, manifest, pick
     from engine.outdir import atomic_write, prepare
 
     sigs = _load(args.fleet)
     suite = pick(sigs, args.budget, seed=args.seed)
     base = baselines(sigs, args.budget, seed=args.seed)
-    members = [
-        {
-            "job": str(sigs["job"].iat[i]),
-            "path": str(sigs["path"].iat[i]),
-            "weight": w,
-            "step_ms": float(sigs["step_ms"].iat[i]),
-        }
-        for i, w in zip(suite.picks, suite.weights, strict=True)
-    ]
     result = {
-        "budget": args.budget,
-        "fleet_jobs": len(sigs),
-        "members": members,
-        "l1": suite.l1,
-        "error": suite.error(),
-        "fleet_signature": suite.fleet,
-        "suite_signature": suite.suite,
-        "baselines": base,
+        **manifest(sigs, args.budget, suite, base),
         "composed": "not yet: members are listed with their traces; composing Kineto-only jobs needs ET synthesis (issue 35)",
     }
     if args.out:
@@ -116,7 +100,7 @@ def run_suite(args: argparse.Namespace) -> int:
         f"suite of {args.budget} from {len(sigs)} jobs: L1 distance {suite.l1:.3f} "
         f"(random picks median {base['random_median_l1']:.3f}, {args.budget} longest jobs {base['longest_l1']:.3f})"
     )
-    for m in members:
+    for m in result["members"]:
         print(f"  {m['weight']:6.1%}  {m['job']}  ({m['step_ms']:.1f} ms/step)")
     worst = sorted(result["error"].items(), key=lambda kv: -abs(kv[1]))[:3]
     print("  largest class errors: " + ", ".join(f"{k} {v:+.3f}" for k, v in worst))

@@ -149,3 +149,27 @@ def baselines(sigs: pd.DataFrame, budget: int, *, n_random: int = 100, seed: int
         "longest_l1": _l1(x, longest, target)[0],
         "longest_jobs": [str(sigs["job"].iat[i]) for i in longest],
     }
+
+
+def manifest(sigs: pd.DataFrame, budget: int, suite: Suite, base: dict[str, Any]) -> dict[str, Any]:
+    """A suite folder's manifest.json: the members (job, path, weight, step_ms), the distance, the
+    error per class, both signatures and the baselines (written by the CLI and the Fleet page)."""
+    members = [
+        {
+            "job": str(sigs["job"].iat[i]),
+            "path": str(sigs["path"].iat[i]),
+            "weight": w,
+            "step_ms": float(sigs["step_ms"].iat[i]),
+        }
+        for i, w in zip(suite.picks, suite.weights, strict=True)
+    ]
+    return {
+        "budget": budget,
+        "fleet_jobs": len(sigs),
+        "members": members,
+        "l1": suite.l1,
+        "error": suite.error(),
+        "fleet_signature": suite.fleet,
+        "suite_signature": suite.suite,
+        "baselines": base,
+    }

@@ -2,26 +2,35 @@
 devices.py).
 
 How, per kernel class (engine.trace.kernels):
-- gemm, conv, attention (compute-bound): time scales by the ratio of the two devices' peak
-  FLOP/s for the kernel's dtype (from its name: bf16, fp16, tf32, fp8, else the trace's most
-  common GEMM dtype, else fp32). Where the launching op's recorded input dims give the FLOPs
-  (costmodel.gemm_flops: mm/addmm/bmm/SDPA), a curve t = a + FLOPs / rate is fitted on the trace
-  itself: `rate / peak` is the class's efficiency, `a` a fixed per-kernel cost (ramp, tail,
-  small-tile latency) that does not scale; only t - a scales. Without FLOPs (no Input Dims; conv,
-  whose Kineto inputs lack the output dims), the whole time scales by the peak ratio.
-- elementwise, norm, copy, embedding, other (memory-bound): the same with HBM bandwidth, work
-  = bytes of the launching op's inputs.
+- gemm, conv, attention (compute classes): a roofline per kernel. Where the launching op's
+  recorded input dims give both the FLOPs and the bytes moved (mm/addmm/bmm/SDPA: operands and
+  result), the kernel's bound on a device is max(FLOPs / peak FLOP/s for its dtype, bytes / HBM
+  bandwidth), and its time scales by the ratio of the two devices' bounds: a GEMM whose arithmetic
+  intensity is below both ridge points (a batched attention matmul with K = 64) scales with
+  bandwidth, one above both with FLOP/s, one between them partly with each. The dtype comes from
+  the kernel name (bf16, fp16, tf32, fp8), else the trace's most common GEMM dtype, else fp32.
+  Without dims (no Input Dims; conv, whose Kineto inputs lack the output dims), the FLOP/s ratio.
+  A curve t = a + FLOPs / rate is fitted on the trace itself: `rate / peak` is the class's
+  efficiency, `a` a fixed per-kernel cost (ramp, tail, small-tile latency) that does not scale;
+  only t - a scales.
+- elementwise, norm, copy, embedding, other (memory-bound): the HBM bandwidth ratio, above a fixed
+  cost fitted the same way on the bytes of the launching op's inputs.
+- host-link copies (Memcpy HtoD / DtoH / HtoH, pageable or pinned): unchanged; they run at the
+  PCIe/host link's speed, not HBM's, and the target's host side is assumed to be the source's.
 - communication: unchanged (the catalog holds no interconnect figures).
 A dtype the target (or source) lacks falls back to its fp32 peak; the report says which classes
 fell back to what.
 
-Assumptions: the target's host (CPU, driver, launch cost) is the source's, kernels run the same
-algorithms reaching the same fraction of peak as on the source (fitted per class), fixed
-per-kernel costs do not change; peaks are the datasheets' dense figures; interconnect unchanged.
+Assumptions: the target's host (CPU, driver, launch cost, host link) is the source's, kernels run
+the same algorithms reaching the same fraction of the roofline as on the source (one library's
+choice of a poor kernel for a shape is not the other's: measured cross-vendor pairs differ by that
+much; benchmarks/ground_truth.py reports it), fixed per-kernel costs do not change; peaks are the
+datasheets' dense figures; interconnect unchanged.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 import numpy as np
@@ -38,18 +47,46 @@ BANDWIDTH = (*MEMORY_BOUND, KernelClass.OTHER)
 COMPUTE_VALUES = frozenset(c.value for c in COMPUTE)
 
 
+HOST_LINK = re.compile(r"^Memcpy (HtoD|DtoH|HtoH)\b")
+
+
+def gemm_bytes(name: str, ins: list, itemsize: float) -> float | None:
+    """Bytes a matmul-like op moves at least once: its operands and its result (None when the
+    dims don't fit; the same ops as costmodel.gemm_flops, less conv)."""
+    n = name.split("::")[-1]
+    try:
+        if n in ("mm", "matmul") and len(ins) >= 2 and len(ins[0]) == 2 and len(ins[1]) == 2:
+            (m, k), (_, nn) = ins[0], ins[1]
+            return float(m * k + k * nn + m * nn) * itemsize
+        if n == "addmm" and len(ins) >= 3:
+            (m, k), (_, nn) = ins[1], ins[2]
+            return float(m * k + k * nn + m * nn + nn) * itemsize
+        if n in ("bmm", "baddbmm") and len(ins) >= 2:
+            x, y = (ins[0], ins[1]) if n == "bmm" else (ins[1], ins[2])
+            return float(x[0] * (x[1] * x[2] + y[1] * y[2] + x[1] * y[2])) * itemsize
+        if "scaled_dot_product" in n and len(ins) >= 3 and len(ins[0]) == 4:
+            bs, h, lq, e = ins[0]
+            s = ins[1][2]
+            return float(bs * h * (2 * lq * e + 2 * s * e)) * itemsize  # Q, O; K, V (scores stay on chip)
+    except (IndexError, TypeError, ValueError):
+        return None
+    return None
+
+
 def _peak(dev: Device, dt: Dtype) -> tuple[float, Dtype]:
     p = dev.peak_tflops(dt)
     return (p, dt) if p else (dev.fp32_tflops, Dtype.FP32)
 
 
-def _work(g, events, trace, gpu: np.ndarray, cls: np.ndarray, item: np.ndarray) -> np.ndarray:
+def _work(g, events, trace, gpu: np.ndarray, cls: np.ndarray, item: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per GPU task: FLOPs (compute classes) or input bytes (the rest) of the innermost op around
-    its launch whose recorded dims give them; NaN where none does."""
+    its launch whose recorded dims give them, and for compute classes the bytes that op moves
+    (operands and result); NaN where none does."""
     dims = task_dims(g, events, trace)
     out = np.full(len(gpu), np.nan)
+    moved = np.full(len(gpu), np.nan)
     if not dims:
-        return out
+        return out, moved
     parent = g.tasks["parent"].to_numpy(np.int64)
     names = g.tasks["name"].astype(str).to_numpy()
     for k, i in enumerate(gpu.tolist()):
@@ -61,13 +98,16 @@ def _work(g, events, trace, gpu: np.ndarray, cls: np.ndarray, item: np.ndarray) 
             if ins is not None:
                 if cls[k] in COMPUTE_VALUES:
                     w = gemm_flops(names[h], list(ins), [])
+                    b = gemm_bytes(names[h], list(ins), float(item[k])) if w else None
                 else:
-                    w = memory_bytes(names[h], list(ins), [], float(item[k]))
+                    w, b = memory_bytes(names[h], list(ins), [], float(item[k])), None
                 if w:
                     out[k] = w
+                    if b:
+                        moved[k] = b
                     break
             h = int(parent[h])
-    return out
+    return out, moved
 
 
 @register("device")
@@ -101,17 +141,23 @@ class DeviceRetarget(Edit):
         dt = np.array([d if d is not None else default for d in hint], dtype=object)
         item = np.array([ITEMSIZE[d] for d in dt], np.float64)
         dur = t["dur_us"].to_numpy(np.float64)[gpu]
-        work = _work(g, ctx.events, ctx.trace, gpu, cls, item)
+        work, moved = _work(g, ctx.events, ctx.trace, gpu, cls, item)
+        link = np.array([bool(HOST_LINK.match(n)) for n in names])
         new = dur.copy()
         classes: dict[str, dict] = {}
         for c in KernelClass:
-            m = cls == c.value
+            m = m_all = cls == c.value
             if not m.any():
                 continue
             row: dict = {"kernels": int(m.sum()), "ms_before": round(float(dur[m].sum()) / 1e3, 3)}
             if c == KernelClass.COMMUNICATION:
                 row.update(model="unchanged (no interconnect in the catalog)", ratio=1.0)
+            elif link[m].all():
+                row.update(model="unchanged (host-link copies: the host side is assumed equal)", ratio=1.0)
             else:
+                if link[m].any():  # host-link copies keep their time; the class's HBM copies scale
+                    row["host_link_unchanged"] = int(link[m].sum())
+                    m = m & ~link
                 bound = "FLOP/s" if c in COMPUTE else "HBM bandwidth"
                 if c in COMPUTE:
                     ratio = np.empty(int(m.sum()))
@@ -125,6 +171,23 @@ class DeviceRetarget(Edit):
                         row["fallback_dtype"] = sorted(falls)
                     peak_src = np.array([_peak(src, d)[0] for d in dt[m]])
                     row["dtypes"] = sorted({d.value for d in dt[m]})
+                    # roofline: where the op's dims give FLOPs and bytes, the ratio of the two
+                    # devices' bounds max(FLOPs / peak, bytes / bandwidth) (TFLOP/s and TB/s: the
+                    # same 1e12 scale, so FLOPs / TFLOP/s and bytes / TB/s compare directly)
+                    fl, by = work[m], moved[m]
+                    ok = np.isfinite(fl) & np.isfinite(by) & (fl > 0) & (by > 0)
+                    if ok.any():
+                        bound = "roofline (FLOP/s or HBM bandwidth, per kernel)"
+                        peak_tgt = np.array([_peak(tgt, d)[0] for d in dt[m]])
+                        t_src = np.maximum(fl / peak_src, by / src.hbm_tb_s)
+                        t_tgt = np.maximum(fl / peak_tgt, by / tgt.hbm_tb_s)
+                        ratio = np.where(ok, t_tgt / np.where(ok, t_src, 1.0), ratio)
+                        mem = ok & (by / src.hbm_tb_s > fl / peak_src)
+                        row["roofline"] = {
+                            "kernels": int(ok.sum()),
+                            "memory_bound_on_source": int(mem.sum()),
+                            "memory_bound_ms_before": round(float(dur[m][mem].sum()) / 1e3, 3),
+                        }
                 else:
                     ratio = np.full(int(m.sum()), src.hbm_tb_s / tgt.hbm_tb_s)
                     peak_src = np.full(int(m.sum()), src.hbm_tb_s)
@@ -155,7 +218,7 @@ class DeviceRetarget(Edit):
                     row.update(model=f"{bound} ratio", fallback=f"whole time scaled: {why}")
                 new[m] = fixed + (tt - fixed) * ratio
                 row["ratio"] = round(float(np.median(ratio)), 4)
-            row["ms_after"] = round(float(new[m].sum()) / 1e3, 3)
+            row["ms_after"] = round(float(new[m_all].sum()) / 1e3, 3)
             classes[c.value] = row
         f = np.ones(g.n_tasks)
         pos = dur > 0
@@ -168,7 +231,7 @@ class DeviceRetarget(Edit):
                 "target": tgt.name,
                 "default_dtype": default.value,
                 "classes": classes,
-                "host": "assumed equal to the source's (CPU, driver, launch cost)",
+                "host": "assumed equal to the source's (CPU, driver, launch cost, host link)",
                 "citations": {src.name: src.source, tgt.name: tgt.source},
             }
         )

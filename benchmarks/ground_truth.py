@@ -7,7 +7,10 @@ trace is compared with a second, real trace of the same program in the changed s
                 source trace with every GPU task's time taken from the other trace, against the
                 other trace's measured step (both directions; target within 10 %)
   device        the same pairs, the source retargeted to the other side's GPU from the catalog;
-                next to it the naive prediction "the same step as the source" (target 20 %)
+                next to it the naive prediction "the same step as the source" (target 20 %),
+                and the same two figures for the GPU phase alone (naive: the source's GPU phase)
+                and per launching operator (time-weighted |error| of its GPU time against the
+                other trace's, matched as kernel_times matches: errors do not cancel)
   dataloader    kineto_resnet50_dataloader: nw0 (data loaded in the main process) with the
                 DataLoader span inclusive 1000x faster, against nw4 (4 loader workers)
 Steps are ProfilerStep host spans: the mean over the trace's steps for the tracelens pairs (one
@@ -87,6 +90,54 @@ def gpu_phase_ms(events, stat: str = "mean") -> float | None:
     return float(np.median(out) if stat == "median" else np.mean(out))
 
 
+def per_op_error_pct(src, r, other) -> tuple[float, float] | None:
+    """Time-weighted per-operator error of a prediction's GPU times, against the other trace's
+    measured GPU times of the same launching operator (matched as the kernel_times edit matches
+    them): sum over operators of |predicted - measured| / sum of measured, in %; and the same for
+    the naive prediction (the source's own times). Unlike the step or the GPU phase, errors of
+    opposite sign do not cancel."""
+    import numpy as np
+
+    from engine.simulate.config import SimConfig
+    from engine.simulate.graph import build_graph
+    from engine.simulate.whatif.kernel_times import Side, match
+
+    g = r.graph
+    mine = Side(g, src.events, src)
+    other_side = Side(build_graph(other.events, SimConfig()), other.events, other)
+    measured, _, _ = match(mine, other_side)
+    ok = np.isfinite(measured)
+    if not ok.any():
+        return None
+    pred = (r.schedule.task_end(g) - r.schedule.task_start(g))[mine.gpu]
+    key = np.where(mine.top >= 0, mine.top, -1 - np.arange(len(mine.top)))[ok]
+    _, grp = np.unique(key, return_inverse=True)
+
+    def err(x: np.ndarray) -> float:
+        a = np.bincount(grp, weights=x[ok])
+        b = np.bincount(grp, weights=measured[ok])
+        return round(100 * float(np.abs(a - b).sum() / b.sum()), 1)
+
+    return err(pred), err(mine.dur)
+
+
+def host_before_gpu_ms(events) -> float | None:
+    """Mean over ProfilerSteps of the step's start to its first GPU task's start: the host work
+    before the GPU phase (a prediction keeps the source's)."""
+    import numpy as np
+
+    from engine.trace.vocab import GPU_CATS
+
+    st = step_spans(events)
+    ts = np.sort(events.loc[events["cat"].astype(str).isin(GPU_CATS), "ts_us"].to_numpy(np.float64))
+    out = []
+    for a, d in zip(st["ts_us"].to_numpy(np.float64), st["dur_us"].to_numpy(np.float64)):
+        i = np.searchsorted(ts, a)
+        if i < len(ts) and ts[i] < a + d:
+            out.append(float(ts[i] - a) / 1e3)
+    return round(float(np.mean(out)), 3) if out else None
+
+
 def _row(kind: str, case: str, measured: float, predicted: float, **extra) -> dict:
     err = predicted / measured - 1
     return {
@@ -132,6 +183,20 @@ def pairs() -> list[dict]:
                 gpu_phase_predicted_ms=_r3(gpu_phase_ms(r.predicted.events)),
             )  # fmt: skip
             row["closer_than_naive"] = abs(row["error_pct"]) < abs(row["naive_error_pct"])
+            row["host_before_gpu_ms"] = {
+                "source": host_before_gpu_ms(traces[src].events),
+                "measured": host_before_gpu_ms(traces[dst].events),
+            }
+            # the GPU phase, apart from the host work the two machines do at different speeds: the
+            # figure the retarget predicts (naive: the source's own GPU phase)
+            gm, gp, gs = row["gpu_phase_measured_ms"], row["gpu_phase_predicted_ms"], gpu_phase_ms(traces[src].events)
+            if gm and gp and gs:
+                row["gpu_phase_error_pct"] = round(100 * (gp / gm - 1), 2)
+                row["gpu_phase_naive_error_pct"] = round(100 * (gs / gm - 1), 2)
+                row["gpu_phase_closer_than_naive"] = abs(gp / gm - 1) < abs(gs / gm - 1)
+            per_op = per_op_error_pct(traces[src], r, traces[dst])
+            if per_op is not None:
+                row["per_op_error_pct"], row["per_op_naive_error_pct"] = per_op
             rows.append(row)
     return rows
 
@@ -167,6 +232,9 @@ def main() -> int:
         "passed": sum(r["pass"] for r in rows),
         "total": len(rows),
         "device_closer_than_naive": sum(bool(r.get("closer_than_naive")) for r in rows if r["kind"] == "device"),
+        "device_gpu_phase_closer_than_naive": sum(
+            bool(r.get("gpu_phase_closer_than_naive")) for r in rows if r["kind"] == "device"
+        ),
         "wall_s": round(time.perf_counter() - t0, 1),
         "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "loadavg_1m": harness.load1()},
     }
@@ -177,6 +245,16 @@ def main() -> int:
             f"{r['kind']:13} {r['case']:48} measured {r['measured_ms']:9.3f}  predicted {r['predicted_ms']:9.3f}  "
             f"error {r['error_pct']:+7.2f} %  target {r['target_pct']:.0f} %  {'pass' if r['pass'] else 'FAIL'}"
             + (f"  (naive {r['naive_error_pct']:+.2f} %)" if "naive_error_pct" in r else "")
+            + (
+                f"  GPU phase {r['gpu_phase_error_pct']:+.2f} % (naive {r['gpu_phase_naive_error_pct']:+.2f} %)"
+                if "gpu_phase_naive_error_pct" in r
+                else ""
+            )
+            + (
+                f"  per-op {r['per_op_error_pct']:.1f} % (naive {r['per_op_naive_error_pct']:.1f} %)"
+                if "per_op_error_pct" in r
+                else ""
+            )
         )
     print(f"wrote {OUT} ({out['passed']}/{out['total']} within target, {out['wall_s']} s)")
     return 0

@@ -519,15 +519,21 @@ def ground_truth(d: dict) -> list[str]:
     kineto_resnet50_dataloader nw0 inclusive 1000x faster against nw4 (4 loader workers), median
     ProfilerStep span (nw4's first step is a warm-up outlier). Error = predicted / measured - 1. GPU
     phase: first GPU task start to last GPU task end in a step, apart from the host work before it
-    (a prediction keeps the source machine's host)."""
+    (a prediction keeps the source machine's host); per-op error: benchmarks/ground_truth.py."""
     rows = []
     for r in d["rows"]:
         naive = f"{r['naive_error_pct']:+.2f} %" if "naive_error_pct" in r else "–"
         gm, gp = r.get("gpu_phase_measured_ms"), r.get("gpu_phase_predicted_ms")
         phase = f"{num(gm, 1)} / {num(gp, 1)}" if gm and gp else "–"
+        gpu_err = (
+            f"{r['gpu_phase_error_pct']:+.1f} % ({r['gpu_phase_naive_error_pct']:+.1f} %); "
+            f"{r['per_op_error_pct']:.1f} % ({r['per_op_naive_error_pct']:.1f} %)"
+            if "gpu_phase_naive_error_pct" in r and "per_op_error_pct" in r
+            else "–"
+        )
         rows.append(
             [r["kind"], r["case"], num(r["measured_ms"], 3), num(r["predicted_ms"], 3), f"{r['error_pct']:+.2f} %",
-             naive, f"± {r['target_pct']:.0f} %", "pass" if r["pass"] else "FAIL", phase]
+             naive, f"± {r['target_pct']:.0f} %", "pass" if r["pass"] else "FAIL", phase, gpu_err]
         )  # fmt: skip
     head = [
         "what-if",
@@ -539,6 +545,7 @@ def ground_truth(d: dict) -> list[str]:
         "target",
         "",
         "GPU phase ms meas / pred",
+        "GPU phase error (naive); per-op error (naive)",
     ]
     out = table(head, rows)
     kt = [r for r in d["rows"] if r["kind"] == "kernel_times"]
@@ -549,10 +556,32 @@ def ground_truth(d: dict) -> list[str]:
             + " of GPU tasks matched.",
             "",
         ]
+    hosts = "; ".join(
+        f"{r['case']}: {num(r['host_before_gpu_ms']['source'], 1)} ms on the source, "
+        f"{num(r['host_before_gpu_ms']['measured'], 1)} ms measured"
+        for r in d["rows"]
+        if r["kind"] == "device" and r.get("host_before_gpu_ms")
+    )
     out += [
         f"{d['passed']} of {d['total']} within target; the device retarget is closer than the naive "
-        f"prediction on {d['device_closer_than_naive']} of {sum(r['kind'] == 'device' for r in d['rows'])} pairs. "
-        f"Wall {d['wall_s']} s.",
+        f"prediction on {d['device_closer_than_naive']} of {sum(r['kind'] == 'device' for r in d['rows'])} pairs"
+        + (
+            f" on the whole step, on {d['device_gpu_phase_closer_than_naive']} on the GPU phase"
+            if "device_gpu_phase_closer_than_naive" in d
+            else ""
+        )
+        + f". Wall {d['wall_s']} s.",
+        "",
+        "The whole step keeps the source machine's host (a prediction changes GPU times only); on these "
+        "pairs the hosts differ about as much as the GPUs do (timesformer's pipeline decodes and "
+        "preprocesses the video on the CPU inside the step, before the first kernel; bert_small is "
+        f"host-bound; host time before the first GPU task, {hosts}), so the naive step can land close "
+        "by compensation. The GPU phase and the "
+        "per-operator error (time-weighted |predicted - measured| of each launching operator's GPU time, "
+        "matched as kernel_times matches, where errors of opposite sign do not cancel) show the retarget "
+        "itself. Peaks and a roofline cannot know which kernel each vendor's library picks for a shape "
+        "(on timesformer a batched matmul with 8 x 8 tiles is 28x slower on the MI300X than on the H100, "
+        "and the large bf16 addmms 1.5x slower, against a 1.32x higher MI300X bf16 peak).",
         "",
     ]
     return out

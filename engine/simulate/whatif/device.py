@@ -22,10 +22,10 @@ A dtype the target (or source) lacks falls back to its fp32 peak; the report say
 fell back to what.
 
 Assumptions: the target's host (CPU, driver, launch cost, host link) is the source's, kernels run
-the same algorithms reaching the same fraction of the roofline as on the source (one library's
-choice of a poor kernel for a shape is not the other's: measured cross-vendor pairs differ by that
-much; benchmarks/ground_truth.py reports it), fixed per-kernel costs do not change; peaks are the
-datasheets' dense figures; interconnect unchanged.
+the same algorithms reaching the same fraction of the roofline as on the source (across vendors
+their libraries often pick other kernels for a shape: benchmarks/ground_truth.py measures the
+error), fixed per-kernel costs do not change; peaks are the datasheets' dense figures;
+interconnect unchanged.
 """
 
 from __future__ import annotations

@@ -330,8 +330,9 @@ def inter_thread_edges(g: TaskGraph, cfg: SimConfig) -> None:
     idling or blocking). It depends on the latest point of another thread of the same rank
     strictly earlier and at most `thread_window_us` earlier (strictly, so edges never form a
     cycle), with the original gap as weight; equal times: the later lane in lane order. A gap
-    that no recorded operator owns and that lasts at least `thread_idle_us` (a thread idle for a
-    millisecond waited for another: a DataLoader queue, the autograd engine's hand-off) depends
+    that no recorded operator owns (idle, or a label's own time: a ProfilerStep or
+    record_function span around the wait) and that lasts at least `thread_idle_us` (a thread idle
+    for a millisecond waited for another: a DataLoader queue, the autograd engine's hand-off) depends
     on the latest point of another thread inside the gap, however early. The woken thread's gap
     itself, when no recorded operator owns it, shrinks to nothing: the thread waited, it did no
     work there.
@@ -353,9 +354,13 @@ def inter_thread_edges(g: TaskGraph, cfg: SimConfig) -> None:
     t_c = g.pt_time[cand]
     c_lane = lane_of_pt[cand]
     c_rank = lane_rank[c_lane]
-    # how far back a wake-up may be linked: the window, or the whole gap when it is a long idle one
+    # how far back a wake-up may be linked: the window, or the whole gap when it is a long idle
+    # one (no recorded operator owns it: idle, or a label's own time, e.g. the main thread's
+    # ProfilerStep while the autograd thread runs the backward pass)
+    label = g.text("cat").where(lambda c: c in ANNOTATION_CATS) | step_mask(g.text("name"))
     reach = np.full(len(cand), float(cfg.thread_window_us))
-    long_idle = (g.pt_d[cand] >= cfg.thread_idle_us) & (g.pt_owner[cand] < 0)
+    own_c = g.pt_owner[cand]
+    long_idle = (g.pt_d[cand] >= cfg.thread_idle_us) & ((own_c < 0) | label[np.maximum(own_c, 0)])
     reach[long_idle] = np.maximum(reach[long_idle], g.pt_d[cand][long_idle])
     best = np.full(len(cand), -1, np.int64)
     best_t = np.full(len(cand), -np.inf)
@@ -378,6 +383,5 @@ def inter_thread_edges(g: TaskGraph, cfg: SimConfig) -> None:
         # ProfilerStep, record_function or Python frame around the wait) was the wait itself:
         # it ends when the other thread gets there, not after a fixed time
         own = g.pt_owner[cand[hit]]
-        label = g.text("cat").where(lambda c: c in ANNOTATION_CATS) | step_mask(g.text("name"))
         waits = (own < 0) | label[np.maximum(own, 0)]
         g.pt_d[cand[hit][waits]] = 0.0

@@ -185,16 +185,6 @@ def test_samples_still_reproduce(model, cache_dir):
 
 
 # ---------------------------------------------------------------- a faster GPU
-_GPU2X_SHORT = {
-    "kineto_resnet50_dataloader/nw0_worker0.pt.trace.json.gz": (
-        "2/3 of W is one 1.3 ms launch on the autograd thread waiting for a queue slot; the main "
-        "thread resumes 124 µs after that thread's last event, outside the inter-thread window "
-        "(SimConfig.thread_window_us, 10 µs), so its 52 ms wait stays a fixed gap and the gain "
-        "does not reach the step (gain 0.111 ms, needed 0.131)"
-    ),
-}
-
-
 @pytest.mark.parametrize("path", PATHS)
 def test_gpu_2x_shortens_steps_where_the_host_waited(path, shared_traces, runs):
     """GPU 2x shortens the step by at least 0.4 x min(W, K/2): the host waited W ms per step on
@@ -210,45 +200,35 @@ def test_gpu_2x_shortens_steps_where_the_host_waited(path, shared_traces, runs):
     )
     if need < 1e-3:
         pytest.skip(f"{path}: the host did not wait on a busy GPU (W {hc['W'] * 1e3:.1f} µs per step)")
-    if path in _GPU2X_SHORT and gain < need:
-        pytest.xfail(_GPU2X_SHORT[path])
     assert gain >= need - 1e-6, (path, gain, need)
 
 
 # ---------------------------------------------------------------- sensitivity against the path
-# where the path and the re-simulated step disagree, per trace and why (xfail, not a skip)
-_HOST_AHEAD = (
-    "the host runs ahead of the GPU (its steps end while the GPU still runs their work), so the "
-    "walk starts on the GPU stream (critical_path._step_end) while the step measured is the host "
-    "span: the walk is not a path to the step's end and bounds nothing"
-)
-_MULTI_THREAD = (
-    "2-3 host threads (main + autograd/backend) hand work to each other with no recorded "
-    "dependency: the walk (inter-thread gap heuristic, critical_path._infer's inferred "
-    "hand-offs) and the scheduler's binding disagree, so the path's split is not what a 2 % "
-    "speed-up moves. Not a near-tie: an open defect of the walk on multi-thread traces"
-)
-_DISAGREE: dict[str, str] = {
-    "tracelens_mi300_resnet_ckpt/resnet_act_checkpoint.json.gz": _HOST_AHEAD,
-    "hta_trace_diff/control.json.gz": _MULTI_THREAD,
-    "hta_trace_diff/test.json.gz": _MULTI_THREAD,
-    "param_linear/linear_kineto.json.gz": _MULTI_THREAD,
-    "kineto_resnet50_dataloader/nw0_worker0.pt.trace.json.gz": _MULTI_THREAD,
-    "kineto_resnet50_dataloader/nw4_worker0.pt.trace.json.gz": _MULTI_THREAD,
-    "param_resnet/resnet_kineto.json.gz": (
-        "cpu gains 28 % of its path bound (below half) over this 16 s window without step "
-        "spans (2 host threads); gpu, gemm and memory_bound are within bounds. Cause not "
-        "analysed: a near-tie between host phases is likely but unverified"
+# Where another path nearly ties the critical one, a speed-up soon hands the step to it: the
+# gain at 2 % falls below half the path's share although, to first order, it is that share.
+# Per trace: what ties, measured (ms per step). Such a trace is checked at a 0.01 % speed-up
+# instead (the path is the step's derivative there: gain within 5 % of the path bound).
+_NEAR_TIE: dict[str, str] = {
+    "hta_trace_diff/test.json.gz": (
+        "GPU 96 % busy while the host runs 40-57 ms ahead and catches up at aten::item and "
+        "cudaStreamSynchronize every third step: its own work ends ~1.6 ms before the GPU there, "
+        "so a 2 % GPU speed-up gains 0.616 of its 1.481 bound (0.42) and the host, 2 % faster, "
+        "meets the side streams' event waits (0.091 of 0.308, 0.29); at 0.01 % every category "
+        "gains 0.999-1.001 of its bound"
     ),
 }
 _US = 1e-3  # ms: Kineto timestamps have µs resolution, so equal within 1 µs is equal
+_FIRST_ORDER = 1.0001
 
 
 @pytest.mark.parametrize("path", PATHS)
 def test_sensitivity_is_bounded_by_the_critical_path(path, shared_traces, runs):
     """A 2 % speed-up of a category shortens the step by at most its time on the critical path
     x (1 - 1/1.02) (the old path, sped up, is still a path), and by at least half of that
-    unless another path nearly ties; where they disagree, _DISAGREE says why, per trace."""
+    unless another path nearly ties (_NEAR_TIE, measured per trace: there the gain at a 0.01 %
+    speed-up is the path's share within 5 %). Was: the walk's own heuristics (an inter-thread
+    window, inferred hand-offs, a walk started on a GPU stream) disagreed with the schedule on
+    every multi-thread trace and where the host runs ahead (7 traces xfailed)."""
     from engine.simulate.sensitivity import CATEGORIES, sensitivity
     from engine.simulate.whatif.selectors import SELECTORS
 
@@ -258,32 +238,54 @@ def test_sensitivity_is_bounded_by_the_critical_path(path, shared_traces, runs):
         pytest.skip(f"{path}: no GPU work")
     s = sensitivity(g, base.schedule.times, factor=1.02)
     assert s["step_ms"] == pytest.approx(base.predicted_iteration_ms, rel=1e-6)
+    on_path = {cat: float(cp.task_ms[SELECTORS[cat](g)].sum()) for cat in CATEGORIES}
     lines, high, low = [], [], []
     for cat in CATEGORIES:
-        on_path = float(cp.task_ms[SELECTORS[cat](g)].sum())
-        bound = on_path * (1 - 1 / 1.02)
+        bound = on_path[cat] * (1 - 1 / 1.02)
         v = s["categories"][cat]
         gain = 0.0 if v["delta_ms"] is None else -v["delta_ms"]
-        lines.append(f"{cat} path {on_path:.3f} ms, bound {bound:.4f}, gain {gain:.4f}")
+        lines.append(f"{cat} path {on_path[cat]:.3f} ms, bound {bound:.4f}, gain {gain:.4f}")
         if gain > bound * 1.001 + _US:
             high.append(cat)
         if gain < 0.5 * bound - _US:
             low.append(cat)
     print(f"{path}: " + "; ".join(lines) + f"; above the bound: {high}, below half: {low}")
-    if (high or low) and path in _DISAGREE:
-        pytest.xfail(_DISAGREE[path])
     assert not high, (path, "gain above the path bound", high)
-    assert not low, (path, "gain below half the path bound", low)
+    if path not in _NEAR_TIE:
+        assert not low, (path, "gain below half the path bound", low)
+        return
+    s1 = sensitivity(g, base.schedule.times, factor=_FIRST_ORDER)
+    ratios = {}
+    for cat in CATEGORIES:
+        bound = on_path[cat] * (1 - 1 / _FIRST_ORDER)
+        if on_path[cat] >= 1.0:  # below 1 ms the bound is ns: the delta's rounding (1 ns) rules
+            ratios[cat] = -s1["categories"][cat]["delta_ms"] / bound
+    print(f"{path}: near-tie ({_NEAR_TIE[path]}); gain / bound at {_FIRST_ORDER}: {ratios}")
+    assert ratios and all(0.95 <= r <= 1.001 for r in ratios.values()), (path, ratios)
 
 
 # ---------------------------------------------------------------- the path of a GPU-bound step
+# Where the host's own work nearly ties the GPU path, a GPU 2x soon makes the host bind: the step
+# cannot shorten by a quarter of the path's GPU time. Per trace, measured (ms per step); checked
+# instead: the floor (the GPU 1000x faster) is that close, and a GPU 2x gains half of what any
+# GPU speed-up can and a tenth of the time the host sat blocked on a busy GPU (hand count).
+_GPU_FLOOR: dict[str, str] = {
+    "hta_trace_diff/test.json.gz": (
+        "124.09 ms; the GPU 1000x faster 109.39 ms: the host's own work, 14.7 ms below the step, "
+        "less than a quarter of the path's 75.5 ms of kernels; GPU 2x 113.56 ms"
+    ),
+}
+
+
 @pytest.mark.parametrize("path", PATHS)
 def test_critical_path_of_a_gpu_bound_step_runs_through_kernels(path, shared_traces, runs):
     """Where the host sat blocked on a busy GPU for a fifth of the step or more (hand count), the
     path runs through kernels for at least 3/4 of that blocked time and half the GPU's busy time
     (the rest of the busy time overlapped host work that bound the step), a GPU 2x shortens the
-    step by at least a quarter of the path's GPU time, and host gaps the trace did not record
-    are 'host (unrecorded)', never idle."""
+    step by at least a quarter of the path's GPU time (unless the host's own work is a nearer
+    floor, _GPU_FLOOR), and host gaps the trace did not record are 'host (unrecorded)', never
+    idle. Was: on hta_trace_diff/test a side stream's 40 ms wait for the main stream was a fixed
+    launch latency, and a GPU 2x gained 0.8 ms (xfailed)."""
     _, base, gpu2, hc = runs(path)
     cp = base.critical_path.to_json()
     kinds = cp["by_kind"]
@@ -293,9 +295,17 @@ def test_critical_path_of_a_gpu_bound_step_runs_through_kernels(path, shared_tra
         pytest.skip(f"{path}: not GPU-bound (host blocked on a busy GPU {hc['blocked']:.3f} of {hc['step']:.3f} ms)")
     assert on_gpu >= 0.75 * hc["blocked"] and on_gpu >= 0.5 * hc["busy"], (path, on_gpu, hc)
     gain = base.predicted_iteration_ms - gpu2.predicted_iteration_ms
-    if gain < 0.25 * on_gpu and path in _DISAGREE:
-        pytest.xfail(f"GPU 2x gains {gain:.3f} ms of a path with {on_gpu:.3f} ms of kernels: " + _DISAGREE[path])
-    assert gain >= 0.25 * on_gpu, (path, gain, on_gpu)
+    if path in _GPU_FLOOR:
+        # the host's own work is a floor under any GPU speed-up (measured: the GPU 1000x faster)
+        from engine.simulate import simulate
+
+        spec = {"version": 1, "edits": [{"kind": "speedup", "category": "gpu", "factor": 1000}]}
+        most = base.predicted_iteration_ms - simulate(runs(path)[0], spec).predicted_iteration_ms
+        print(f"{path}: GPU 2x gains {gain:.3f} of the {most:.3f} ms any GPU speed-up can ({_GPU_FLOOR[path]})")
+        # and frees a tenth of the host's blocked time (hand count): was 0.8 ms of 52 ms
+        assert most < 0.5 * on_gpu and gain >= 0.5 * most and gain >= 0.1 * hc["blocked"], (path, gain, most, hc)
+    else:
+        assert gain >= 0.25 * on_gpu, (path, gain, on_gpu)
     host_lanes = ~base.graph.lanes["gpu"].to_numpy()
     seg = base.critical_path.segments
     idle_on_host = seg[(seg["kind"] == "idle") & host_lanes[seg["lane"].to_numpy()]]

@@ -2,14 +2,18 @@
 
 Why from the schedule: the list scheduler (engine/simulate/schedule.py) computes every point's
 time as T[p] = max(T[p-1] + d[p], max over edges e into p of T[src(e)] + w(e)). Walking back
-from a step's end and always taking the term that set T[p] (the binding one) is exactly the
+from a step's end and always taking the term that set T[p] (`Schedule.binding`) is exactly the
 longest weighted path ending there: its pieces tile the step, so its length *is* the step,
-on the unchanged schedule and on every what-if prediction alike. It crosses
+on the unchanged schedule and on every what-if prediction alike, and a speed-up of the work on
+it moves the step by at most that work's share (by exactly that, to first order, unless
+another path ties). There is no heuristic of its own: a hand-off the trace does not record is
+either an edge of the graph (engine/simulate/edges.py) or, when none was inferred, a fixed gap
+of the lane it is on, as the simulator treats it. It crosses
   - lanes through launches (host -> GPU), syncs and event waits (GPU -> host / stream),
   - ranks through collectives: a member starts at the latest arrival of all members, so the
     walk moves to the rank that arrived last.
-Ties prefer the cross-lane edge (a sync that ended when the GPU finished is the GPU's doing),
-except a launch (a kernel its stream would have started then anyway was held by the stream).
+Ties go to the lane (a call that took no longer than its own cost did not wait; a kernel its
+stream would have started then anyway was held by the stream), except at a collective.
 
 Each piece is attributed to one kind (`Kind`): compute (non-communication GPU work; host
 operators on CPU-only ranks), communication (collective kernels / host collectives), launch/host
@@ -21,10 +25,11 @@ record_function label's own time) or idle (a GPU lane waiting with nothing bindi
 A host call that waited for the GPU keeps only its own cost (engine/simulate/waits.py), so on a
 GPU-bound step the path leaves the host through the wait edge and runs through the kernels.
 
-Walks: one per (rank, ProfilerStep) from the step's end back to its start; without steps, one
-from the last point to the first. `CriticalPath` reports means over the walks (ms per
-iteration) and keeps the pieces of one walk for drawing (the one that crosses the most ranks,
-then the longest).
+Walks: one per rank, from the end of its last step (the host ProfilerStep span `step_ms`
+measures, sensitivity.step_points) back to the start of its first; each step's path is the
+walk's pieces inside that step's window. Without steps, one from the last point to the first.
+`CriticalPath` reports means over the step windows (ms per iteration) and keeps the pieces of
+one window for drawing (the one that crosses the most ranks, then the longest).
 """
 
 from __future__ import annotations
@@ -39,14 +44,13 @@ import pandas as pd
 
 from engine.simulate.config import SimConfig
 from engine.simulate.schedule import Schedule
+from engine.simulate.sensitivity import step_points
 from engine.simulate.taskgraph import EDGE_KINDS, EdgeKind, TaskGraph
 from engine.trace.steps import step_mask
 from engine.trace.vocab import ANNOTATION_CATS, is_backend_comm, is_comm
 
 _TOL = 1e-3  # µs: times equal within a nanosecond are ties
 _COLL = EDGE_KINDS.index(EdgeKind.COLLECTIVE)
-_INFERRED = len(EDGE_KINDS)  # `via` code of a hand-off the walk inferred (see _infer)
-INFER_US = 10.0
 
 
 class Kind(str, Enum):
@@ -63,14 +67,6 @@ class Kind(str, Enum):
 
 KINDS = tuple(Kind)
 _K = {k: i for i, k in enumerate(KINDS)}
-_PRIO = {  # tie-break among edges into one point (higher wins)
-    EdgeKind.COLLECTIVE: 6,
-    EdgeKind.SYNC: 5,
-    EdgeKind.EVENT_WAIT: 4,
-    EdgeKind.LAUNCH: 3,
-    EdgeKind.INTER_THREAD: 2,
-    EdgeKind.USER: 1,
-}
 _EDGE_KIND = {
     EdgeKind.LAUNCH: Kind.LAUNCH_HOST,
     EdgeKind.SYNC: Kind.SYNC_WAIT,
@@ -148,80 +144,10 @@ def task_kinds(g: TaskGraph, sync_regex: str | None = None) -> np.ndarray:
     return out
 
 
-def _binding(g: TaskGraph, T: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per point: its predecessor on the path (-1: none), how it was reached (-1: its lane
-    predecessor, an EDGE_KINDS code, or _INFERRED) and the edge used (-1: none)."""
-    npts = len(T)
-    first = np.zeros(npts, bool)
-    first[g.lane_ptr[:-1][g.lane_ptr[:-1] < npts]] = True
-    lane_val = np.where(first, g.pt_d, np.r_[0.0, T[:-1]] + g.pt_d)
-    edge = np.full(npts, -1, np.int64)
-    if len(g.e_src):
-        val = T[g.e_src] + g.e_w
-        prio = np.array([_PRIO.get(k, 0) for k in EDGE_KINDS], np.int8)[g.e_kind]
-        o = np.lexsort((prio, val, g.e_dst))  # per dst: the last is the largest (then priority)
-        d = g.e_dst[o]
-        last = np.r_[d[1:] != d[:-1], True]
-        best, bd = o[last], d[last]
-        tol = _TOL + 1e-9 * np.abs(T[bd])
-        # ties go to the cross-lane edge, except a launch: a kernel its stream would have
-        # started then anyway was held by the stream (the busy resource), not by its launch
-        launch = g.e_kind[best] == EDGE_KINDS.index(EdgeKind.LAUNCH)
-        beats_lane = np.where(launch, val[best] > lane_val[bd] + tol, val[best] >= lane_val[bd] - tol)
-        ok = (val[best] >= T[bd] - tol) & beats_lane
-        edge[bd[ok]] = best[ok]
-    # a kernel bound by its launch although its stream was still busy when it was launched sat
-    # in the stream's queue: the stream held it (its gap before starting is the stream's idle)
-    if len(g.e_src):
-        k = np.flatnonzero(edge >= 0)
-        k = k[(g.e_kind[edge[k]] == EDGE_KINDS.index(EdgeKind.LAUNCH)) & ~first[k]]
-        queued = T[k - 1] > T[g.e_src[edge[k]]] + _TOL
-        edge[k[queued]] = -1
-    has = edge >= 0
-    prev = np.where(has, g.e_src[np.maximum(edge, 0)] if len(g.e_src) else -1, np.arange(npts) - 1)
-    prev[first & ~has] = -1
-    via = np.where(has, g.e_kind[np.maximum(edge, 0)] if len(g.e_kind) else -1, -1).astype(np.int64)
-    _infer(g, T, prev, via, edge)
-    return prev, via, edge
-
-
-def _infer(g: TaskGraph, T: np.ndarray, prev: np.ndarray, via: np.ndarray, edge: np.ndarray) -> None:
-    """Hand-offs the trace does not record (in place): a task that started after its lane sat
-    idle, or long after its launch, right when (within INFER_US) a task on another lane of its
-    rank ended, waited for that task (an unrecorded stream-event wait, or a host thread woken by
-    the GPU). Only start points are re-bound, and only to end points, so walks cannot loop."""
-    t = g.tasks
-    sp = t["sp"].to_numpy()
-    launch = np.zeros(len(T), bool)
-    if len(g.e_kind):
-        launch[g.e_dst[g.e_kind == EDGE_KINDS.index(EdgeKind.LAUNCH)]] = True
-    # (a GPU task after a gap its stream always leaves between tasks was held by the stream)
-    lane_gpu = np.repeat(g.lanes["gpu"].to_numpy().astype(bool), np.diff(g.lane_ptr))
-    idle_gap = (via < 0) & (prev >= 0) & (g.pt_owner < 0) & (~lane_gpu | (g.pt_d > INFER_US))
-    own_prev_t = np.where(prev >= 0, T[np.maximum(prev, 0)], -np.inf)
-    cand = sp[(idle_gap | ((via >= 0) & launch) | (prev < 0))[sp]]
-    if not len(cand):
-        return
-    lane_of_pt = np.repeat(np.arange(len(g.lanes)), np.diff(g.lane_ptr))
-    rank_of_lane = g.lanes["rank"].to_numpy()
-    ends = np.flatnonzero(g.pt_end)
-    e_rank = rank_of_lane[lane_of_pt[ends]]
-    for r in np.unique(rank_of_lane):
-        er = ends[e_rank == r]
-        er = er[np.argsort(T[er], kind="stable")]
-        q = cand[rank_of_lane[lane_of_pt[cand]] == r]
-        if not len(er) or not len(q):
-            continue
-        k = np.searchsorted(T[er], T[q] + _TOL, side="right") - 1
-        for _ in range(4):  # skip ends on the task's own lane
-            same = (k >= 0) & (lane_of_pt[er[np.maximum(k, 0)]] == lane_of_pt[q])
-            if not same.any():
-                break
-            k[same] -= 1
-        ok = k >= 0
-        src = er[np.maximum(k, 0)]
-        ok &= (lane_of_pt[src] != lane_of_pt[q]) & (T[src] >= T[q] - INFER_US) & (T[src] > own_prev_t[q] + _TOL)
-        prev[q[ok]], via[q[ok]], edge[q[ok]] = src[ok], _INFERRED, -1
+# an edge that ties the lane binds only for a collective (the member waited for the rank that
+# arrived last); otherwise the lane does: a call that took no longer than its own cost did not
+# wait, a kernel its stream would have started then anyway was held by the stream
+_PREFER = np.array([k is EdgeKind.COLLECTIVE for k in EDGE_KINDS])
 
 
 def _walk(p: int, lo: float, T: np.ndarray, prev: list[int]) -> list[int]:
@@ -235,62 +161,57 @@ def _walk(p: int, lo: float, T: np.ndarray, prev: list[int]) -> list[int]:
     return out
 
 
-def _step_end(g: TaskGraph, T: np.ndarray, step: int) -> tuple[int, float, float]:
-    """(point to walk back from, window start, window end) of one host ProfilerStep task.
-
-    The step's work ends at the host span's end, unless the GPU is still running work the step
-    launched then (a GPU-bound loop: the host runs ahead): the walk then starts on that stream,
-    at the first GPU task end at or after the span's end, and is clipped to the span."""
-    t = g.tasks
-    sp, ep = t["sp"].to_numpy(), t["ep"].to_numpy()
-    lo, hi = float(T[sp[step]]), float(T[ep[step]])
-    rank = t["rank"].to_numpy()
-    gi = np.flatnonzero(t["gpu"].to_numpy() & (g.launcher >= 0) & (rank == rank[step]))
-    if len(gi):
-        lt = T[sp[g.launcher[gi]]]
-        gi = gi[(lt >= lo) & (lt <= hi)]
-    if not len(gi) or T[ep[gi]].max() <= hi + _TOL:
-        return int(ep[step]), lo, hi
-    last = gi[np.argmax(T[ep[gi]])]
-    lane = int(t["lane"].iat[last])
-    a, b = g.lane_ptr[lane], g.lane_ptr[lane + 1]
-    ends = np.flatnonzero(g.pt_end[a:b]) + a
-    k = int(np.searchsorted(T[ends], hi - _TOL, side="left"))
-    return int(ends[min(k, len(ends) - 1)]), lo, hi
+def windows(g: TaskGraph, T: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """Per rank with steps: (its last step's end point, its steps' starts, their ends): the steps
+    the simulator measures (sensitivity.step_points: host ProfilerStep spans, time order). Without
+    steps, one window over the whole schedule, from its last point."""
+    steps = step_points(g)
+    if steps is None:
+        return [(int(np.nanargmax(T)), np.array([np.nanmin(T)]), np.array([np.nanmax(T)]))]
+    sp, ep = steps
+    lane_of_pt = np.repeat(np.arange(len(g.lanes)), np.diff(g.lane_ptr))
+    rank = g.lanes["rank"].to_numpy()[lane_of_pt[sp]]
+    out = []
+    for r in np.unique(rank):
+        m = np.flatnonzero(rank == r)
+        m = m[np.argsort(T[sp[m]], kind="stable")]
+        out.append((int(ep[m][np.argmax(T[ep[m]])]), T[sp[m]], T[ep[m]]))
+    return out
 
 
 def critical_path(g: TaskGraph, s: Schedule, *, sync_regex: str | None = None) -> CriticalPath | None:
-    """The critical path of a scheduled graph (None when it has no tasks)."""
+    """The critical path of a scheduled graph (None when it has no tasks).
+
+    One walk per rank, from the end of its last step back to the start of its first, along the
+    binding terms (`Schedule.binding`); each step's path is that walk's pieces inside the step's
+    window. Why one walk rather than one per step: a step's start is itself a point of the
+    schedule, and when the host runs ahead of the GPU the walk from a step's end reaches the
+    step's start time on a GPU stream, not through the step's start; cut from one walk, the steps
+    telescope (their sum is the walk's, less the gaps between steps), so a speed-up of what lies
+    on the path moves the mean step by that share, to first order, on every trace."""
     if g.n_tasks == 0:
         return None
     T = s.times
-    prev_pt, via_pt, _ = _binding(g, T)
+    prev_pt, edge_pt = s.binding(g, _PREFER)
+    via_pt = np.where(edge_pt >= 0, g.e_kind[np.maximum(edge_pt, 0)] if len(g.e_kind) else -1, -1).astype(np.int64)
     lane_of_pt = np.repeat(np.arange(len(g.lanes)), np.diff(g.lane_ptr))
-    t = g.tasks
     kinds = task_kinds(g, sync_regex)
     rank_of_lane = g.lanes["rank"].to_numpy()
     gpu_lane = g.lanes["gpu"].to_numpy().astype(bool)
-    # walks: every host ProfilerStep task, else the whole schedule
-    step = step_mask(g.text("name"), host=~t["gpu"].to_numpy())
-    if step.any():
-        walks = [_step_end(g, T, int(i)) for i in np.flatnonzero(step)]
-    else:
-        walks = [(int(np.nanargmax(T)), float(np.nanmin(T)), float(np.nanmax(T)))]
     prev_l = prev_pt.tolist()
     comm_task = kinds == _K[Kind.COMMUNICATION]
     pieces = []
-    for w, (end_pt, lo, hi) in enumerate(walks):
-        pts = np.asarray(_walk(end_pt, lo, T, prev_l), np.int64)
+    n_win = 0
+    for end_pt, los, his in windows(g, T):
+        pts = np.asarray(_walk(end_pt, float(los.min()), T, prev_l), np.int64)[::-1]
         prev = prev_pt[pts]
         ek = via_pt[pts]
         via_edge = ek >= 0
-        prev_t = np.where(prev < 0, 0.0, T[np.maximum(prev, 0)])
-        a = np.clip(prev_t, lo, hi)
+        start = np.where(prev < 0, 0.0, T[np.maximum(prev, 0)])
         owner = np.where(via_edge, -1, g.pt_owner[pts])
         # a gap on a host lane is host time the trace did not record; on a GPU lane it is idle
         gap_kind = np.where(gpu_lane[lane_of_pt[pts]], _K[Kind.IDLE], _K[Kind.HOST_UNRECORDED])
         kind = np.where(owner >= 0, kinds[np.maximum(owner, 0)], gap_kind).astype(np.int8)
-        kind[ek == _INFERRED] = _K[Kind.SYNC_WAIT]
         for code, k in enumerate(EDGE_KINDS):
             m = ek == code
             if not m.any():
@@ -310,22 +231,29 @@ def critical_path(g: TaskGraph, s: Schedule, *, sync_regex: str | None = None) -
         # a collective hand-off's time is the arriving member's: its rank and lane
         coll = via_edge & (ek == _COLL)
         piece_lane = np.where(coll, lane_of_pt[np.maximum(prev, 0)], lane_of_pt[pts])
-        pieces.append(
-            pd.DataFrame(
-                {
-                    "walk": w,
-                    "rank": rank_of_lane[piece_lane],
-                    "lane": piece_lane,
-                    "task": owner,
-                    "kind_code": kind,
-                    "via": ek,
-                    "to_rank": rank_of_lane[lane_of_pt[pts]],
-                    "start_us": a + g.t0_us,
-                    "dur_us": np.maximum(np.minimum(T[pts], hi) - a, 0.0),
-                }
-            ).iloc[::-1]
-        )
-    return _summarise(g, pd.concat(pieces, ignore_index=True), len(walks))
+        end = T[pts]
+        key_end, key_start = np.maximum.accumulate(end), np.minimum.accumulate(start[::-1])[::-1]
+        for lo, hi in zip(los, his):
+            i0 = int(np.searchsorted(key_end, lo + _TOL, side="right"))
+            i1 = int(np.searchsorted(key_start, hi - _TOL, side="left"))
+            a = np.clip(start[i0:i1], lo, hi)
+            pieces.append(
+                pd.DataFrame(
+                    {
+                        "walk": n_win,
+                        "rank": rank_of_lane[piece_lane[i0:i1]],
+                        "lane": piece_lane[i0:i1],
+                        "task": owner[i0:i1],
+                        "kind_code": kind[i0:i1],
+                        "via": ek[i0:i1],
+                        "to_rank": rank_of_lane[lane_of_pt[pts[i0:i1]]],
+                        "start_us": a + g.t0_us,
+                        "dur_us": np.maximum(np.minimum(end[i0:i1], hi) - a, 0.0),
+                    }
+                )
+            )
+            n_win += 1
+    return _summarise(g, pd.concat(pieces, ignore_index=True), n_win)
 
 
 def _task_ms(g: TaskGraph, seg: pd.DataFrame, n_walks: int) -> np.ndarray:
@@ -340,7 +268,7 @@ def _summarise(g: TaskGraph, seg: pd.DataFrame, n_walks: int) -> CriticalPath:
     seg["kind"] = np.asarray([k.value for k in KINDS], dtype=object)[seg["kind_code"].to_numpy()]
     task = seg["task"].to_numpy()
     seg["name"] = np.where(task >= 0, names[np.maximum(task, 0)], "(" + seg["kind"].astype(str) + ")")
-    edge_names = np.asarray([*(k.value for k in EDGE_KINDS), "inferred", "lane"], dtype=object)
+    edge_names = np.asarray([*(k.value for k in EDGE_KINDS), "lane"], dtype=object)
     seg["via"] = edge_names[seg["via"].to_numpy()]
     per_ms = seg["dur_us"].to_numpy() / 1e3 / n_walks
     seg["_ms"] = per_ms

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from engine.simulate.config import SimConfig
-from engine.simulate.taskgraph import EdgeKind, TaskGraph
+from engine.simulate.taskgraph import EDGE_KINDS, EdgeKind, TaskGraph
 from engine.simulate.waits import (
     HOST_WAIT_RX,
     LAUNCH_RX,
@@ -39,6 +39,7 @@ def build_edges(g: TaskGraph, cfg: SimConfig, events: pd.DataFrame, sync_rows: n
         # one pass over every wait, before the thread hand-offs: a cut call is no wake-up point
         split_waits(g, np.concatenate([w[0] for w in waits]), np.concatenate([w[1] for w in waits]))
         event_wait_edges(g, _sync_cs(events, sync_rows, "Stream Wait Event"))
+        implicit_stream_waits(g, cfg)
     host_comm_edges(g, cfg)
     inter_thread_edges(g, cfg)
 
@@ -323,6 +324,69 @@ def event_wait_edges(g: TaskGraph, waits: SyncEvents) -> None:
         g.add_edges(s_pt, d_pt, np.minimum(0.0, g.pt_time[d_pt] - g.pt_time[s_pt]), EdgeKind.EVENT_WAIT)
 
 
+IMPLICIT_WAIT_US = 10.0  # a late GPU task starting this close to another stream's task end waited for it
+
+
+def implicit_stream_waits(g: TaskGraph, cfg: SimConfig) -> None:
+    """GPU->GPU across streams, where the trace records no wait: a GPU task that started long
+    after both its launch (by over the rank's typical launch latency + IMPLICIT_WAIT_US) and its
+    stream predecessor's end (by over IMPLICIT_WAIT_US), within IMPLICIT_WAIT_US before (or 1 µs
+    of timestamp granularity after) the end of a task another stream of its rank was running,
+    waited for that task: a cudaStreamWaitEvent the trace did not record, or that task holding
+    the device. Edge: that end -> its start, with the original gap as weight; its launch edge
+    keeps only the typical latency and its gap after its stream predecessor at most
+    `stream_bound_gap_us` (that gap was the wait, not the stream's overhead). Why: kept as a launch latency of tens of ms (hta_trace_diff's
+    fbgemm kernels on a side stream wait 40 ms for the main stream), the wait is fixed host time
+    and a faster GPU cannot move it."""
+    t = g.tasks
+    gi = np.flatnonzero(t["gpu"].to_numpy() & (g.launcher >= 0))
+    if not len(gi) or len(g.lanes) < 2:
+        return
+    sp = t["sp"].to_numpy()
+    rank = t["rank"].to_numpy(np.int64)
+    lane = t["lane"].to_numpy()
+    s_t = g.pt_time[sp[gi]]
+    l_t = g.pt_time[sp[g.launcher[gi]]]
+    first = np.zeros(len(g.pt_d) + 1, bool)
+    first[g.lane_ptr[:-1]] = True
+    pred_t = np.where(first[sp[gi]], -np.inf, g.pt_time[np.maximum(sp[gi] - 1, 0)])
+    typ = np.zeros(len(gi))
+    for r in np.unique(rank[gi]):
+        m = rank[gi] == r
+        typ[m] = float(np.median(g.launch_w[gi[m]]))
+    late = (s_t - l_t > typ + IMPLICIT_WAIT_US) & (s_t - pred_t > IMPLICIT_WAIT_US)
+    if not late.any():
+        return
+    k, s_k = gi[late], s_t[late]
+    src = np.full(len(k), -1, np.int64)
+    src_t = np.full(len(k), -np.inf)
+    for ln in np.flatnonzero(g.lanes["gpu"].to_numpy()):
+        q = np.flatnonzero((rank[k] == int(g.lanes["rank"].iat[ln])) & (lane[k] != ln))
+        a, b = g.lane_ptr[ln], g.lane_ptr[ln + 1]
+        ends = np.flatnonzero(g.pt_end[a:b]) + a
+        if not len(q) or not len(ends):
+            continue
+        j = np.searchsorted(g.pt_time[ends], s_k[q] + 1.0, side="right") - 1
+        ok = j >= 0
+        q, e = q[ok], ends[j[ok]]
+        # the task ending there had started before (it was running or done), not a later one
+        ok = (g.pt_time[e] >= s_k[q] - IMPLICIT_WAIT_US) & (g.pt_time[sp[g.pt_task[e]]] < s_k[q])
+        better = ok & (g.pt_time[e] > src_t[q])
+        src[q[better]], src_t[q[better]] = e[better], g.pt_time[e[better]]
+    hit = src >= 0
+    if not hit.any():
+        return
+    k, src, typ_k = k[hit], src[hit], typ[late][hit]
+    g.add_edges(src, sp[k], g.pt_time[sp[k]] - g.pt_time[src], EdgeKind.EVENT_WAIT)
+    launch = np.flatnonzero((g.e_kind == EDGE_KINDS.index(EdgeKind.LAUNCH)) & np.isin(g.e_dst, sp[k]))
+    cap = np.zeros(len(g.pt_d))
+    cap[sp[k]] = typ_k
+    g.e_w[launch] = np.minimum(g.e_w[launch], cap[g.e_dst[launch]])
+    g.launch_w[k] = np.minimum(g.launch_w[k], typ_k)
+    gap = ~first[sp[k]]
+    g.pt_d[sp[k][gap]] = np.minimum(g.pt_d[sp[k][gap]], cfg.stream_bound_gap_us)
+
+
 def inter_thread_edges(g: TaskGraph, cfg: SimConfig) -> None:
     """Host thread -> host thread, by a gap heuristic (no trace records the hand-off itself).
 
@@ -330,8 +394,9 @@ def inter_thread_edges(g: TaskGraph, cfg: SimConfig) -> None:
     idling or blocking). It depends on the latest point of another thread of the same rank
     strictly earlier and at most `thread_window_us` earlier (strictly, so edges never form a
     cycle), with the original gap as weight; equal times: the later lane in lane order. A gap
-    that no recorded operator owns and that lasts at least `thread_idle_us` (a thread idle for a
-    millisecond waited for another: a DataLoader queue, the autograd engine's hand-off) depends
+    that no recorded operator owns (idle, or a label's own time: a ProfilerStep or
+    record_function span around the wait) and that lasts at least `thread_idle_us` (a thread idle
+    for a millisecond waited for another: a DataLoader queue, the autograd engine's hand-off) depends
     on the latest point of another thread inside the gap, however early. The woken thread's gap
     itself, when no recorded operator owns it, shrinks to nothing: the thread waited, it did no
     work there.
@@ -353,9 +418,13 @@ def inter_thread_edges(g: TaskGraph, cfg: SimConfig) -> None:
     t_c = g.pt_time[cand]
     c_lane = lane_of_pt[cand]
     c_rank = lane_rank[c_lane]
-    # how far back a wake-up may be linked: the window, or the whole gap when it is a long idle one
+    # how far back a wake-up may be linked: the window, or the whole gap when it is a long idle
+    # one (no recorded operator owns it: idle, or a label's own time, e.g. the main thread's
+    # ProfilerStep while the autograd thread runs the backward pass)
+    label = g.text("cat").where(lambda c: c in ANNOTATION_CATS) | step_mask(g.text("name"))
     reach = np.full(len(cand), float(cfg.thread_window_us))
-    long_idle = (g.pt_d[cand] >= cfg.thread_idle_us) & (g.pt_owner[cand] < 0)
+    own_c = g.pt_owner[cand]
+    long_idle = (g.pt_d[cand] >= cfg.thread_idle_us) & ((own_c < 0) | label[np.maximum(own_c, 0)])
     reach[long_idle] = np.maximum(reach[long_idle], g.pt_d[cand][long_idle])
     best = np.full(len(cand), -1, np.int64)
     best_t = np.full(len(cand), -np.inf)
@@ -378,6 +447,5 @@ def inter_thread_edges(g: TaskGraph, cfg: SimConfig) -> None:
         # ProfilerStep, record_function or Python frame around the wait) was the wait itself:
         # it ends when the other thread gets there, not after a fixed time
         own = g.pt_owner[cand[hit]]
-        label = g.text("cat").where(lambda c: c in ANNOTATION_CATS) | step_mask(g.text("name"))
         waits = (own < 0) | label[np.maximum(own, 0)]
         g.pt_d[cand[hit][waits]] = 0.0

@@ -15,6 +15,11 @@ total, so the whole solve is O(points + edges) numpy work plus O(rounds x lanes)
 
 A round in which no lane advances means the remaining dependencies form a cycle: the lanes'
 blocking edges are followed until one repeats and the tasks on that loop are reported.
+
+`Schedule.binding(g)`: which term of that max set each point's time (its lane predecessor, or
+one incoming edge). Walking those back from a step's end is the critical path
+(engine/simulate/critical_path.py): by construction the schedule's own constraints, so a
+speed-up of what lies on it moves the step by at most its share and the path tiles the step.
 """
 
 from __future__ import annotations
@@ -45,6 +50,52 @@ class Schedule:
 
     def task_end(self, g: TaskGraph) -> np.ndarray:
         return self.times[g.tasks["ep"].to_numpy()]
+
+    def binding(self, g: TaskGraph, prefer: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Per point, the term of `T[p] = max(T[p-1] + d[p], max over edges of T[src] + w)` that
+        set its time: (predecessor point, -1 for a lane's first point bound by its own offset;
+        edge index, -1 when the lane predecessor bound it). See `binding`."""
+        return binding(g, self.times, prefer)
+
+
+_TOL_US = 1e-3  # µs: the scheduler's sums differ from these by float rounding only
+
+
+def binding(g: TaskGraph, T: np.ndarray, prefer: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The binding term of every point of a solved schedule (`Schedule.binding`).
+
+    Why recomputed here rather than recorded inside `solve`: the solver takes the max of the
+    same floats (`T[src] + w` against the lane's running sum), so the argmax over them, taken
+    once on the solved times, is the term the solver kept, up to float rounding (`_TOL_US`);
+    recording it would cost every solve (sensitivity runs, what-ifs, the fleet solver) for an
+    answer only the critical path reads. Ties (a term within `_TOL_US` of the time) are
+    resolved by `prefer` (per EDGE_KINDS code: an edge of that kind that ties the lane wins when
+    True) and, among edges, the larger value, then the lower edge index. Every term returned is
+    tight: T[p] = T[pred] + (d[p] or w) within `_TOL_US`."""
+    npts = len(T)
+    pred = np.arange(npts, dtype=np.int64) - 1
+    edge = np.full(npts, -1, np.int64)
+    if npts == 0:
+        return pred, edge
+    first = np.zeros(npts, bool)
+    first[g.lane_ptr[:-1][g.lane_ptr[:-1] < npts]] = True
+    pred[first] = -1
+    lane_val = np.where(first, g.pt_d, np.r_[0.0, T[:-1]] + g.pt_d)
+    if len(g.e_src):
+        val = T[g.e_src] + g.e_w
+        o = np.lexsort((-np.arange(len(val)), val, g.e_dst))  # per dst: the last is the largest
+        d = g.e_dst[o]
+        last = np.r_[d[1:] != d[:-1], True]
+        best, bd = o[last], d[last]
+        tol = _TOL_US + 1e-9 * np.abs(T[bd])
+        tight = val[best] >= T[bd] - tol
+        wins = val[best] > lane_val[bd] + tol  # strictly later than the lane: the edge set T
+        if prefer is not None:  # a tie with the lane goes to the edge where its kind is preferred
+            wins |= prefer[g.e_kind[best]] & (val[best] >= lane_val[bd] - tol)
+        ok = tight & (wins | (lane_val[bd] < T[bd] - tol))
+        edge[bd[ok]] = best[ok]
+        pred[bd[ok]] = g.e_src[best[ok]]
+    return pred, edge
 
 
 def segment_times(T, d, f: int, stop: int, after_prev: bool, src, dst, w) -> None:

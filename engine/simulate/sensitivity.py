@@ -24,13 +24,22 @@ CATEGORIES = ("gpu", "cpu", "communication", "gemm", "memory_bound", "attention"
 FACTOR = 1.1
 
 
+def step_points(g: TaskGraph) -> tuple[np.ndarray, np.ndarray] | None:
+    """(start points, end points) of the host ProfilerStep tasks, None without any: the steps
+    `step_ms` measures and the critical path walks (one walk per step, from its end point)."""
+    t = g.tasks
+    step = step_mask(g.text("name"), host=~t["gpu"].to_numpy())
+    if not step.any():
+        return None
+    return t["sp"].to_numpy()[step], t["ep"].to_numpy()[step]
+
+
 def step_ms(g: TaskGraph, times: np.ndarray) -> float:
     """The step of a schedule: the mean host ProfilerStep span (ms), else the whole span (as the
     prediction's `predicted_iteration_ms`)."""
-    t = g.tasks
-    step = step_mask(g.text("name"), host=~t["gpu"].to_numpy())
-    if step.any():
-        sp, ep = t["sp"].to_numpy()[step], t["ep"].to_numpy()[step]
+    steps = step_points(g)
+    if steps is not None:
+        sp, ep = steps
         return float(np.mean(times[ep] - times[sp])) / 1e3
     return float(np.nanmax(times) - np.nanmin(times)) / 1e3 if len(times) else 0.0
 

@@ -7,6 +7,7 @@ Plans are the simulator's (engine/simulate/whatif/sharding.py, one home for both
 the what-if ranks is the plan composed here:
   table   whole tables, round-robin by table index (the naive plan)
   row     every table split row-wise in N: rank r holds rows/N and serves ~1/N of the lookups
+          (a table of fewer rows than ranks is split in as many shards as it has rows)
   column  every table split column-wise in N: dim/N per rank, all lookups
   greedy  tables split row-wise and placed longest-first on the least-loaded rank, by the
           simulator's embedding cost model: the curves calibrate.py fitted for the benchmark's

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,101 @@ def test_18_an_embedding_shard_without_rows_is_skipped_with_its_reason_not_run(t
     for n in (fwd, bwd):
         assert skipped[n["id"]]["reason"] == "indices into an empty range (no valid index)", skipped
         assert "no valid index" in skipped[n["id"]]["detail"]
+
+
+# 19 -------------------------------------------------------------------------------------------
+TBE_ET = SAMPLES / "dlrm_tbe" / "dlrm_tbe_rank0_et.json.gz"
+TBE_NAMES = (
+    "fbgemm::bounds_check_indices",
+    "fbgemm::split_embedding_codegen_lookup_sgd_function_pt2",
+    "fbgemm::split_embedding_backward_codegen_sgd_unweighted_pt2_wrapper",
+)
+
+
+def _tbe_with_bigger_tables(tmp_path: Path, k: int) -> tuple[Path, int]:
+    """The dlrm_tbe sample (one TBE of 2 tables x 64 dims, recorded) with its weights k times the
+    rows: a table big enough that a dense [rows, dim] gradient would show in any memory figure.
+    Returns the ET and the weights' numel."""
+    doc = json.loads(gzip.decompress(TBE_ET.read_bytes()))
+    lookup = next(n for n in doc["nodes"] if n["name"] == TBE_NAMES[1])
+    w = lookup["inputs"]["values"][1][0]
+    wid, numel = w[:2], w[3] * k
+    for n in doc["nodes"]:
+        for io in (n["inputs"], n["outputs"]):
+            for i, v in enumerate(io["values"]):
+                for j, x in enumerate(v if isinstance(v, list) and v and isinstance(v[0], list) else [v]):
+                    if isinstance(x, list) and len(x) >= 6 and x[:2] == wid:
+                        x[3] = numel
+                        if isinstance(v[0], list):
+                            io["shapes"][i][j] = [numel]
+                        else:
+                            io["shapes"][i] = [numel]
+    out = tmp_path / "dlrm_tbe_big_et.json.gz"
+    out.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return out, numel
+
+
+def _replay_rank0(bench: Path, tmp_path: Path):
+    import engine.trace as T
+    from engine.replay import ReplayConfig, replay
+
+    return replay(
+        T.load(bench / "rank_0.et.json", use_cache=False),
+        config=ReplayConfig(warmup=0, iters=1, metrics=False, profile=False),
+    )
+
+
+def test_19_row_sharded_tbe_runs_as_tbe_with_fbgemm_and_its_estimate_holds_no_dense_gradient(tmp_path, cache_dir):
+    """Was: each shard of a TBE table ran as `aten::embedding_bag` + `_embedding_bag_backward`, whose
+    dense [rows, dim] gradient doubled the rank's memory (the 8-rank job refused at 10.3 GiB per
+    rank) while coverage said "0 substituted". Now a rank runs its shards as one TBE, rebuilt by
+    FBGEMM: the plan holds the rank's weights once (row plan over 4 ranks: a quarter of them)."""
+    pytest.importorskip("fbgemm_gpu", reason="the dlrm extra (fbgemm-gpu-cpu==1.8.0) is not installed")
+    if not TBE_ET.exists():
+        pytest.skip(f"sample trace {TBE_ET} missing")
+    src, numel = _tbe_with_bigger_tables(tmp_path, 20)
+    _row_sharded(src, tmp_path / "bench")
+    res = _replay_rank0(tmp_path / "bench", tmp_path)
+    status = {p["name"]: p["status"] for p in res.per_op if p["name"].startswith("fbgemm::")}
+    assert status == dict.fromkeys(TBE_NAMES, "replayed"), status
+    assert not [p for p in res.per_op if "embedding_bag" in p["name"]]
+    assert res.coverage["substituted"] == 0
+    weight_bytes = numel // 4 * 4  # the rank's quarter of the rows, fp32
+    planned = res.memory["planned_peak_bytes"]
+    # once the weights, plus the batch; a dense gradient (or weights held twice) would be >= 2x
+    assert weight_bytes <= planned < 1.5 * weight_bytes, (planned, weight_bytes)
+
+
+def test_19_without_fbgemm_the_tbe_is_substituted_and_counted(tmp_path, cache_dir, monkeypatch):
+    """No FBGEMM on the replay machine: the rank's TBE ops run as torch stand-ins, and the coverage
+    counts each as substituted, naming what ran instead (the CLI and the Replay page print it)."""
+    if not TBE_ET.exists():
+        pytest.skip(f"sample trace {TBE_ET} missing")
+    _row_sharded(TBE_ET, tmp_path / "bench")
+    monkeypatch.setitem(sys.modules, "fbgemm_gpu", None)  # import fbgemm_gpu -> ImportError
+    res = _replay_rank0(tmp_path / "bench", tmp_path)
+    status = {p["name"]: p["status"] for p in res.per_op if p["name"].startswith("fbgemm::")}
+    assert status == dict.fromkeys(TBE_NAMES, "substituted"), status
+    cov = res.coverage
+    assert cov["substituted"] == 3
+    assert sorted(k.split(" -> ")[0] for k in cov["by_substitution"]) == sorted(TBE_NAMES)
+    assert all("fbgemm_gpu not installed" in k for k in cov["by_substitution"])
+    assert set(cov["by_reason"]) == {"collective (single-process replay)"}
+    # the CLI line a user reads
+    r = python_cli_without_fbgemm(tmp_path / "bench", tmp_path / "rep", cache_dir)
+    assert "(3 substituted)" in r.stdout, r.stdout
+    assert "substituted: fbgemm::split_embedding_codegen_lookup_sgd_function_pt2 -> aten::embedding_bag" in r.stdout
+
+
+def python_cli_without_fbgemm(bench: Path, out: Path, cache: Path):
+    from clirun import python
+
+    code = (
+        "import sys; sys.modules['fbgemm_gpu'] = None\n"
+        "from engine.cli.main import main\n"
+        f"sys.exit(main(['replay', {str(bench)!r}, '--rank', '0', '--iters', '1', '--warmup', '0', "
+        f"'--no-profile', '--out', {str(out)!r}]))"
+    )
+    r = python(code, cache=cache, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r

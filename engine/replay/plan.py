@@ -55,6 +55,13 @@ class OpStep:
     in_slots: list = field(default_factory=list)
     stream: int | None = None
     wait_streams: list = field(default_factory=list)
+    substituted: str = ""  # a prepared `call` that runs a stand-in (engine.replay.custom without its library)
+
+    @property
+    def substitution(self) -> str:
+        """ "" or "recorded op -> what ran instead": a device substitution (dispatch, accel) or a
+        library op's stand-in (custom); counted as "substituted" in the coverage."""
+        return (self.resolved.substituted if self.resolved is not None else "") or self.substituted
 
     @property
     def runnable(self) -> bool:
@@ -270,6 +277,7 @@ def build_plan(
             except DispatchError as e:
                 st.reason, st.detail = e.reason, str(e)
                 continue
+            st.substituted = str(getattr(st.call, "substituted", ""))
             for arg, sub, rec, _t in _iter_tensors(outs):
                 if rec is None or rec.check():
                     continue

@@ -167,8 +167,9 @@ def test_19_row_sharded_tbe_runs_as_tbe_with_fbgemm_and_its_estimate_holds_no_de
     assert res.coverage["substituted"] == 0
     weight_bytes = numel // 4 * 4  # the rank's quarter of the rows, fp32
     planned = res.memory["planned_peak_bytes"]
-    # once the weights, plus the batch; a dense gradient (or weights held twice) would be >= 2x
-    assert weight_bytes <= planned < 1.5 * weight_bytes, (planned, weight_bytes)
+    # the weights once, plus the batch (1.07x); the dense gradient of even one of the rank's two
+    # table shards adds half of them (before: 48.3 MB planned for 32.0 MB of weights, 1.51x)
+    assert weight_bytes <= planned < 1.25 * weight_bytes, (planned, weight_bytes)
 
 
 def test_19_without_fbgemm_the_tbe_is_substituted_and_counted(tmp_path, cache_dir, monkeypatch):

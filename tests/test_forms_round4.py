@@ -205,3 +205,85 @@ def python_cli_without_fbgemm(bench: Path, out: Path, cache: Path):
     r = python(code, cache=cache, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     return r
+
+
+# 20 -------------------------------------------------------------------------------------------
+def _capture_causal_lm_loss(tmp_path: Path, seq: int = 32, vocab: int = 256) -> Path:
+    """A batch-1 language-model step whose loss is HF transformers' `ForCausalLMLoss` line for line
+    (transformers/loss/loss_utils.py: pad the labels by one ignore_index, `labels[..., 1:]
+    .contiguous()`, `logits.view(-1, V)`, `shift_labels.view(-1)`), captured by engine.capture:
+    the form a production HF GPT-2 (`model(ids, labels=ids)`) records after its last layer."""
+    import torch
+    import torch.nn.functional as F
+
+    from engine.capture.api import capture
+
+    class LM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(vocab, 64)
+            self.head = torch.nn.Linear(64, vocab)
+
+        def forward(self, ids, labels):
+            logits = self.head(self.emb(ids)).float()
+            labels = F.pad(labels, (0, 1), value=-100)
+            shift_labels = labels[..., 1:].contiguous()
+            logits = logits.view(-1, logits.size(-1))
+            shift_labels = shift_labels.view(-1)
+            return F.cross_entropy(logits, shift_labels, ignore_index=-100)
+
+    torch.manual_seed(0)
+    model = LM()
+    ids = torch.randint(0, vocab, (1, seq))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad()
+        model(ids, ids).backward()
+        opt.step()
+
+    capture(step, module=model, out_dir=tmp_path, name="lm", warmup=0, timing_steps=1, threads=1)
+    return next(tmp_path.glob("lm*et.json*"))
+
+
+def _view_of_shifted_labels(nodes: list[dict]) -> dict:
+    """The `view(-1)` of the shifted labels: a view of the padded labels' storage (`aten::pad`)."""
+    pad = next(n for n in nodes if n["name"] == "aten::pad")
+    storage = pad["outputs"]["values"][0][1]
+    return next(n for n in nodes if n["name"] == "aten::view" and n["inputs"]["values"][0][1] == storage)
+
+
+def test_20_hf_causal_lm_loss_at_batch_1_scales_to_batch_2(tmp_path, cache_dir):
+    """Was: "batch scale 2 breaks shape at node 4703 (aten::view)" on HF GPT-2 at batch 1. At batch
+    1 the shifted labels `labels[..., 1:]` are contiguous (a dim of 1 has no stride), so
+    `.contiguous()` records nothing; at batch 2 the slice is strided and the recorded view cannot
+    take it. Batch scaling now runs that view as `aten::reshape` (the copy `.contiguous()` makes)."""
+    seq = 32
+    et_path = _capture_causal_lm_loss(tmp_path / "cap", seq)
+    raw = json.loads(gzip.decompress(et_path.read_bytes()) if et_path.suffix == ".gz" else et_path.read_bytes())
+    rec = _view_of_shifted_labels(raw["nodes"])
+    # the recorded form, read from the raw JSON: a [1, 32] slice at offset 1 of the padded [1, 33]
+    # labels, with the padded row's stride 33
+    assert rec["inputs"]["shapes"][0] == [1, seq] and rec["inputs"]["strides"][0] == [seq + 1, 1]
+    assert rec["inputs"]["values"][0][2] == 1 and rec["inputs"]["values"][1] == [-1]
+    assert rec["outputs"]["shapes"] == [[seq]] and rec["name"] == "aten::view"
+    bench = compose(spec_from_dict({"sources": [str(et_path)], "segments": [{"selection": {}}], "batch_scale": 2}))
+    t = next(x for x in bench.meta["transforms"] if x["kind"] == "batch_scale")
+    assert (t["batch"], t["new_batch"]) == (1, 2)
+    assert len(t["reshaped"]) == 1
+    got = next(n for n in bench.ranks[0] if n["id"] == t["reshaped"][0])
+    assert got["name"] == "aten::reshape" and got["inputs"]["values"][1] == [-1]
+    assert (
+        got["inputs"]["values"][0][1]
+        == next(n for n in bench.ranks[0] if n["name"] == "aten::pad")["outputs"]["values"][0][1]
+    )  # a view of the padded labels, as recorded
+    assert got["inputs"]["shapes"][0] == [2, seq] and got["outputs"]["shapes"] == [[2 * seq]]
+    assert any("run as aten::reshape" in w for w in bench.meta["warnings"])
+    # the logits' view(-1, V) scales as before: [1, 32, 256] -> [64, 256]
+    logits = next(n for n in bench.ranks[0] if n["name"] == "aten::view" and n["inputs"]["values"][1] == [-1, 256])
+    assert logits["inputs"]["shapes"][0] == [2, seq, 256] and logits["outputs"]["shapes"] == [[2 * seq, 256]]
+    export(bench, tmp_path / "bench")
+    r = cli("replay", tmp_path / "bench", "--iters", "1", "--warmup", "0", "--no-profile", "--out", tmp_path / "rep",
+            "--json", cache=cache_dir, timeout=300)  # fmt: skip
+    _not_killed(r)
+    assert json.loads(r.stdout)["coverage"]["compute_rate"] == 1.0

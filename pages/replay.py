@@ -239,9 +239,9 @@ def _jobs_panel() -> None:
         help="the replay worker's peak plus each rank process's (ranks run at once)",
     )
     if cov.get("by_reason"):
-        st.caption(
-            "skipped/substituted by reason: " + md_escape(", ".join(f"{k}: {v}" for k, v in cov["by_reason"].items()))
-        )
+        st.caption("skipped by reason: " + md_escape(", ".join(f"{k}: {v}" for k, v in cov["by_reason"].items())))
+    if cov.get("by_substitution"):
+        st.caption("substituted: " + md_escape(", ".join(f"{k}: {v}" for k, v in cov["by_substitution"].items())))
     for w in report.warnings:  # one rank of a multi-rank job replayed alone (engine.replay.worldhint)
         if "--mirror-rank" in w and "--world-size" in w:
             n = w.rsplit("--world-size ", 1)[1].split()[0].strip("`")

@@ -232,10 +232,12 @@ def test_tbe_dlrm_sharded_over_four_ranks_replays_with_real_all_to_all(tmp_path,
     assert len(sh["tables"]) == 4 and len(sh["tbe"]["ops"]) == 2  # one TBE per recorded rank
     assert sh["batch"] == 2 * 512 and sh["lookups"] == 2 * sh["original_lookups"]
     for r in range(4):
-        eb = [n for n in bench.ranks[r] if n["name"] == "aten::embedding_bag"]
-        assert len(eb) == 4  # row plan: a shard of every table on every rank
-        assert all(n["inputs"]["shapes"][2] == [1024] and n["outputs"]["shapes"][0][0] == 1024 for n in eb)
-        assert all("BFloat16" in n["inputs"]["types"][0] for n in eb)
+        # row plan: a shard of every table on every rank, as one TBE per recorded lookup (issue 31
+        # item 19: no longer an embedding_bag per shard)
+        tbe = [n for n in bench.ranks[r] if n["name"] == "fbgemm::split_embedding_codegen_lookup_sgd_function_pt2"]
+        assert len(tbe) == 2 and not [n for n in bench.ranks[r] if n["name"] == "aten::embedding_bag"]
+        assert all(n["inputs"]["shapes"][8] == [2 * 1024 + 1] and n["outputs"]["shapes"][0][0] == 1024 for n in tbe)
+        assert all("BFloat16" in n["inputs"]["types"][1] for n in tbe)
     export(bench, tmp_path / "bench")
     code, out, err = _cli(
         [str(tmp_path / "bench"), *FAST, "--no-profile", "--world-size", "4", "--out", str(tmp_path / "o"), "--json"],

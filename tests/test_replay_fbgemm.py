@@ -1,5 +1,5 @@
-"""FBGEMM TBE ops of the committed dlrm_tbe sample: rebuilt with the `dlrm` extra, skipped naming
-the package without it."""
+"""FBGEMM TBE ops of the committed dlrm_tbe sample: rebuilt with the `dlrm` extra, substituted by
+torch ops (and counted so) without it."""
 
 from __future__ import annotations
 
@@ -23,15 +23,17 @@ def _trace():
     return T.load(d / "dlrm_tbe_rank0_et.json.gz", d / "dlrm_tbe_rank0_kineto.json.gz")
 
 
-def test_without_fbgemm_the_skip_names_the_package(monkeypatch, cache_dir):
+def test_without_fbgemm_the_tbe_is_substituted_and_counted(monkeypatch, cache_dir):
+    """Was: skipped naming the package. Issue 31 item 19: a TBE without FBGEMM runs as torch
+    stand-ins (engine.replay.custom), each counted as substituted, naming the package."""
     monkeypatch.setitem(sys.modules, "fbgemm_gpu", None)  # import fbgemm_gpu -> ImportError
     res = replay(_trace(), config=ReplayConfig(warmup=0, iters=1, metrics=False))
-    skipped = {s["name"]: s for s in res.skipped_ops}
-    assert set(skipped) >= TBE_OPS
-    for name in TBE_OPS:
-        assert skipped[name]["reason"] == "operator library not installed"
-        assert "fbgemm-gpu-cpu==1.8.0" in skipped[name]["detail"]
-    assert res.coverage["by_reason"]["operator library not installed"] == len(TBE_OPS)
+    status = {p["name"]: p["status"] for p in res.per_op if p["name"].startswith("fbgemm::")}
+    assert status == dict.fromkeys(TBE_OPS, "substituted")
+    assert res.coverage["substituted"] == len(TBE_OPS)
+    assert {k.split(" -> ")[0] for k in res.coverage["by_substitution"]} == TBE_OPS
+    assert all("fbgemm_gpu not installed" in k for k in res.coverage["by_substitution"])
+    assert set(res.coverage["by_reason"]) == {"collective (single-process replay)"}
 
 
 @pytest.mark.perf  # bounds the rebuilt lookup's measured time

@@ -17,7 +17,7 @@ replays one rank's trace on N symmetric ranks (SPMD assumption, labelled in the 
     name, rank            the trace's name; the rank replayed (null: the file's own)
     iteration_ms, median_ms   per timed iteration; their median
     coverage              selected, replayed, substituted, skipped, by_reason,
-                          selected_compute, replayed_compute, compute_rate
+                          by_substitution, selected_compute, replayed_compute, compute_rate
     metrics               the sampled metrics' summary
     paths                 {trace, et, et_sha256, kineto, replay_json, ...}: the files involved
     device                "cpu" | "cuda:N"
@@ -195,11 +195,13 @@ def run_distributed(args: argparse.Namespace, inputs: Inputs) -> int:
     if res.spmd:
         print(f"  {res.spmd['assumption']}")
     print(
-        f"  ops: {cov['selected']} selected, {cov['replayed']} replayed ({cov['rate']:.1%}), "
-        f"collectives {cov['comm_replayed']}/{cov['comm_selected']}"
+        f"  ops: {cov['selected']} selected, {cov['replayed']} replayed ({cov['rate']:.1%}; "
+        f"{cov.get('substituted', 0)} substituted), collectives {cov['comm_replayed']}/{cov['comm_selected']}"
     )
     for reason, n in cov["by_reason"].items():
         print(f"    {n:>5} x {reason}")
+    for what, n in (cov.get("by_substitution") or {}).items():
+        print(f"    {n:>5} x substituted: {what}")
     for r in d["ranks"]:
         b = r["breakdown"]
         print(
@@ -294,13 +296,14 @@ def _run_one(args, T, ReplayConfig, replay, rank, paths, meta, name, out) -> dic
         "iteration_ms": [round(x, 4) for x in res.iteration_ms],
         "median_ms": round(res.median_ms, 4),
         "coverage": {
-            k: cov[k]
+            k: cov.get(k, {} if k.startswith("by_") else 0)
             for k in (
                 "selected",
                 "replayed",
                 "substituted",
                 "skipped",
                 "by_reason",
+                "by_substitution",
                 "selected_compute",
                 "replayed_compute",
                 "compute_rate",
@@ -328,5 +331,7 @@ def _run_one(args, T, ReplayConfig, replay, rank, paths, meta, name, out) -> dic
         )
         for reason, n in cov["by_reason"].items():
             print(f"    {n:>5} x {reason}")
+        for what, n in (cov.get("by_substitution") or {}).items():
+            print(f"    {n:>5} x substituted: {what}")
         print(f"  wrote {path}" + (f" and {res.kineto_path}" if res.kineto_path else ""))
     return summary

@@ -50,6 +50,7 @@ class MetaReport:
     unchecked: list[str] = field(default_factory=list)
     mismatches: list[str] = field(default_factory=list)
     batch_dims: list[int] = field(default_factory=list)
+    reshaped: list[int] = field(default_factory=list)  # views run as reshape (_strided_by_scale)
 
     def to_dict(self) -> dict:
         return {
@@ -57,6 +58,7 @@ class MetaReport:
             "unchecked": len(self.unchecked),
             "unchecked_ops": self.unchecked[:20],
             "mismatches": self.mismatches[:20],
+            "reshaped": self.reshaped[:20],
         }
 
 
@@ -368,6 +370,10 @@ def propagate(
                     if mutate and cand != ins["values"][size_arg]:
                         ins["values"][size_arg] = cand
                     break
+                if out is None and is_replay and base in VIEWS and _strided_by_scale(err, t0, orig_shapes):
+                    out, res = _as_reshape(node, ins, types, tensors, size_arg, cands, mutate)
+                    if out is not None:
+                        rep.reshaped.append(int(node["id"]))
                 if out is None and not is_replay:
                     _fallback(run, node, outs, f"{name}: {str(err).splitlines()[0][:100]}", count=False)
                     continue
@@ -418,6 +424,49 @@ def propagate(
                     run._write(io_d, arg, sub, hit[0])
     rep.batch_dims = sorted(run.S)
     return rep
+
+
+VIEWS = ("view", "_unsafe_view")
+RESHAPE_SCHEMA = "aten::reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a)"
+
+
+def _strided_by_scale(err, t0, orig_shapes: list) -> bool:
+    """Did a `view` fail only because the scaled batch made its input strided?
+
+    At batch 1 a dim of size 1 has no meaningful stride, so a slice along another dim
+    (HF's causal-LM loss: `labels[..., 1:]` of the padded [1, T + 1] labels) is contiguous and its
+    `.contiguous()` copies nothing and records no op; at batch 2 the same slice is strided and the
+    recorded `view(-1)` cannot take it (issue 31 item 20: GPT-2 at node 4703)."""
+    return (
+        isinstance(t0, torch.Tensor)
+        and not t0.is_contiguous()
+        and bool(orig_shapes)
+        and isinstance(orig_shapes[0], list)
+        and 1 in orig_shapes[0]
+        and "view size is not compatible" in str(err)
+    )
+
+
+def _as_reshape(node, ins, types, tensors, size_arg, cands, mutate: bool):
+    """Run a `view` as `aten::reshape` (a copy where a view cannot be: the copy the program's
+    `.contiguous()` makes at this batch); with `mutate` the node becomes that reshape.
+    Returns (output or None, the resolved op)."""
+    from engine.replay.dispatch import resolve
+
+    res = resolve("aten::reshape", RESHAPE_SCHEMA, types, "cpu")
+    for cand in cands:
+        try:
+            out = run_on_meta(res, node, ins, types, tensors, size_arg, cand)
+        except (RuntimeError, ValueError, TypeError, IndexError, AssertionError):
+            continue
+        if mutate:
+            ins["values"][size_arg] = cand
+            node["name"] = "aten::reshape"
+            for a in node.get("attrs", []):
+                if a.get("name") == "op_schema":
+                    a["value"] = RESHAPE_SCHEMA
+        return out, res
+    return None, res
 
 
 def _changed(t, rec) -> bool:

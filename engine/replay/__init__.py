@@ -11,7 +11,9 @@ Coverage definitions (ReplayResult.coverage):
     selected     ops the replay set contains: `engine.graph.replay_ops(trace, mode)` (or the
                  given op_ids) plus ops that would run code shipped in the trace (PT2 Triton)
     replayed     selected ops that ran (substituted ones included)
-    substituted  ran through a device-agnostic equivalent (cudnn_* / miopen_* on CPU)
+    substituted  ran through a stand-in: a device-agnostic equivalent (cudnn_* / miopen_* on CPU),
+                 or torch ops for a library op whose library is not installed (FBGEMM TBE);
+                 `by_substitution` counts them by "recorded op -> stand-in"
     skipped      selected - replayed; `by_reason` counts why
     selected_compute / replayed_compute / compute_rate: the same over category "compute"
     by_category  {category: {selected, replayed, substituted, skipped}}

@@ -350,9 +350,7 @@ class ReplaySession:
             status = (
                 OpStatus.SKIPPED
                 if (st.reason or st.index in self.failures)
-                else (
-                    OpStatus.SUBSTITUTED if st.resolved is not None and st.resolved.substituted else OpStatus.REPLAYED
-                )
+                else (OpStatus.SUBSTITUTED if st.substitution else OpStatus.REPLAYED)
             )
             row = PerOpRow(
                 op_id=st.op_id, name=st.name, category=st.category, phase=st.phase, dur_us=round(dur, 3), status=status

@@ -29,6 +29,11 @@ def merge_coverage(covs: list[dict]) -> dict:
             for k, v in d.items():
                 tgt[k] = tgt.get(k, 0) + int(v)
     out["by_reason"] = dict(sorted(by_reason.items(), key=lambda kv: -kv[1]))
+    by_sub: dict[str, int] = {}
+    for c in covs:
+        for k, v in (c.get("by_substitution") or {}).items():
+            by_sub[k] = by_sub.get(k, 0) + int(v)
+    out["by_substitution"] = dict(sorted(by_sub.items(), key=lambda kv: -kv[1]))
     out["by_category"] = by_category
     out["rate"] = out["replayed"] / out["selected"] if out["selected"] else 1.0
     out["compute_rate"] = out["replayed_compute"] / out["selected_compute"] if out["selected_compute"] else 1.0

@@ -55,6 +55,13 @@ class OpStep:
     in_slots: list = field(default_factory=list)
     stream: int | None = None
     wait_streams: list = field(default_factory=list)
+    substituted: str = ""  # a prepared `call` that runs a stand-in (engine.replay.custom without its library)
+
+    @property
+    def substitution(self) -> str:
+        """ "" or "recorded op -> what ran instead": a device substitution (dispatch, accel) or a
+        library op's stand-in (custom); counted as "substituted" in the coverage."""
+        return (self.resolved.substituted if self.resolved is not None else "") or self.substituted
 
     @property
     def runnable(self) -> bool:
@@ -120,6 +127,22 @@ def _iter_tensors(io: dict):
                     sj = s[j] if isinstance(s, list) and j < len(s) else None
                     stj = st[j] if isinstance(st, list) and j < len(st) else None
                     yield i, j, _tensor_rec(v[j], sj, et, stj), et
+
+
+def _empty_index_range(constraints: list, ins: dict) -> str | None:
+    """An index argument with entries that must index an empty range ([0, 0)), or None.
+
+    Why: no value is valid there, and ATen's CPU kernels do not all check: the
+    `_embedding_bag_backward` of a shard with no rows (num_weights 0) wrote out of bounds and
+    killed the replay with SIGSEGV (issue 31 item 18). Such an op is skipped with its reason."""
+    recs = {(arg, sub): rec for arg, sub, rec, _t in _iter_tensors(ins) if rec is not None}
+    for arg, sub, cons in constraints:
+        rec = recs.get((arg, sub))
+        if cons is not None and cons.high is not None and cons.high <= 0 and rec is not None:
+            n = math.prod(int(x) for x in rec.shape)
+            if n > 0:
+                return f"argument {arg} holds {n} indices into a range of {cons.high} (no valid index)"
+    return None
 
 
 def _size_problem(res: Resolved, values: list, outs: dict) -> str | None:
@@ -254,6 +277,7 @@ def build_plan(
             except DispatchError as e:
                 st.reason, st.detail = e.reason, str(e)
                 continue
+            st.substituted = str(getattr(st.call, "substituted", ""))
             for arg, sub, rec, _t in _iter_tensors(outs):
                 if rec is None or rec.check():
                     continue
@@ -302,6 +326,12 @@ def build_plan(
             st.reason = SkipReason.BAD_NUMEL
             st.detail = f"op {st.op_id} {name}: {size_problem}"
             continue
+        constraints = index_constraints(name, values, list(ins.get("shapes", [])))
+        empty = _empty_index_range(constraints, ins)
+        if empty:
+            st.reason = SkipReason.EMPTY_INDEX_RANGE
+            st.detail = f"op {st.op_id} {name}: {empty}"
+            continue
         st.resolved = res
         # templates: recorded values converted, tensors as fix-ups
         rec_val: dict[int, Any] = {}
@@ -328,7 +358,7 @@ def build_plan(
                 externals[slot] = External(slot=slot, rec=rec, first_use=k, last_use=k)
             fix_rec.setdefault(arg, []).append((sub, slot))
             st.in_slots.append(slot)
-        for arg, sub, cons in index_constraints(name, values, list(ins.get("shapes", []))):
+        for arg, sub, cons in constraints:
             for s2, slot in fix_rec.get(arg, []):
                 if s2 == sub and slot in externals and cons is not None:
                     ext = externals[slot]

@@ -20,6 +20,7 @@ class SkipReason(str, Enum):
     BAD_DTYPE = "bad tensor record: unknown dtype"
     BAD_NUMEL = "bad tensor record: numel contradicts shape"
     BAD_TENSOR = "bad tensor record: invalid"
+    EMPTY_INDEX_RANGE = "indices into an empty range (no valid index)"
     TRACE_CODE = "trace code not executed (opt in with --allow-trace-code)"
     UNSAFE_OP = "op may touch files, devices or the network (opt in with --allow-trace-code)"
     TRACE_CODE_UNSUPPORTED = "trace code (Triton kernel) execution is not supported"

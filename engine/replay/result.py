@@ -22,6 +22,8 @@ replay.json (one JSON object; * = required when read):
         selected, replayed, substituted, skipped          int
         by_reason     {reason: int}   why ops were skipped, keyed by `SkipReason` values
                                       (engine.replay.reasons), most frequent first
+        by_substitution {"recorded op -> what ran instead": int}   the substituted ops by stand-in
+                                      (cudnn_* on CPU, FBGEMM TBE without fbgemm_gpu), most frequent first
         by_category   {category: {selected, replayed, substituted, skipped}}
         selected_compute, replayed_compute               int (category "compute" only)
         compute_rate, rate                               float in [0, 1]
@@ -124,6 +126,7 @@ class Coverage(TypedDict, total=False):
     substituted: int
     skipped: int
     by_reason: dict[str, int]
+    by_substitution: dict[str, int]  # "recorded op -> what ran instead" -> ops
     by_category: dict[str, CategoryCoverage]
     selected_compute: int
     replayed_compute: int
@@ -308,6 +311,7 @@ def coverage_report(steps, failures: dict[int, str]) -> tuple[Coverage, list[Ski
     by_category: dict[str, CategoryCoverage] = {}
     skipped_ops: list[SkippedOp] = []
     replayed = substituted = comm_sel = comm_rep = 0
+    by_substitution: dict[str, int] = {}
     for st in steps:
         is_comm = getattr(st, "coll", None) is not None or str(st.name).startswith(COMM_PREFIXES)
         comm_sel += is_comm
@@ -324,9 +328,11 @@ def coverage_report(steps, failures: dict[int, str]) -> tuple[Coverage, list[Ski
         replayed += 1
         comm_rep += is_comm
         cat["replayed"] += 1
-        if st.resolved is not None and st.resolved.substituted:
+        sub = getattr(st, "substitution", "")
+        if sub:
             substituted += 1
             cat["substituted"] += 1
+            by_substitution[sub] = by_substitution.get(sub, 0) + 1
     selected = len(steps)
     comp = by_category.get("compute", CategoryCoverage(selected=0, replayed=0, substituted=0, skipped=0))
     return Coverage(
@@ -335,6 +341,7 @@ def coverage_report(steps, failures: dict[int, str]) -> tuple[Coverage, list[Ski
         substituted=substituted,
         skipped=selected - replayed,
         by_reason=dict(sorted(by_reason.items(), key=lambda kv: -kv[1])),
+        by_substitution=dict(sorted(by_substitution.items(), key=lambda kv: -kv[1])),
         by_category=by_category,
         selected_compute=comp["selected"],
         replayed_compute=comp["replayed"],

@@ -22,7 +22,8 @@ they exist, else b = 1, c = 0 forward and c = 1 backward, the rest 0; s is fitte
 matches the trace's own tables (the device the trace ran on).
 
 Plans (the PLANNERS registry; compose's embedding sharding plans name them): table (whole
-tables round-robin), row (every table split row-wise in N, lookups ~1/N each), column (dim/N per
+tables round-robin), row (every table split row-wise in N, or
+in as many as it has rows when fewer, lookups ~1/N each), column (dim/N per
 rank, all lookups), greedy (longest-first onto the least-loaded rank by *predicted time*, splitting tables
 row-wise while that lowers the slowest rank). A plan's embedding time is its slowest rank's;
 the predicted step replaces the original embedding time with it.
@@ -201,7 +202,17 @@ def _split(n: int, k: int) -> list[int]:
     return [n // k + (1 if r < n % k else 0) for r in range(k)]
 
 
+def _row_ways(t: Table, k: int) -> int:
+    """How many row shards a table split `k` ways gets: never more than its rows.
+
+    Why: a shard with no rows still served lookups (a 3-row table, as Criteo's DLRM has, split
+    over 4 ranks left rank 3 a [0, dim] weight and a quarter of the lookups); no index is valid in
+    an empty table, and the replayed `_embedding_bag_backward` wrote out of bounds: SIGSEGV."""
+    return max(1, min(k, t.rows))
+
+
 def _row(t: Table, k: int) -> list[Shard]:
+    k = _row_ways(t, k)
     return [
         Shard(table=t.index, rank=j, rows=r, dim=t.dim, lookups=lk)
         for j, (r, lk) in enumerate(zip(_split(t.rows, k), _split(t.lookups, k)))
@@ -257,6 +268,7 @@ def _lpt(shards: list[Shard], n: int, cost: _Costs) -> float:
 def _row_kinds(t: Table, k: int) -> list[tuple[int, int, int]]:
     """`_row(t, k)` as (rows, lookups, how many): rows and lookups each split into q+1 (the first
     n % k shards) and q, so a table's k row shards have at most three sizes."""
+    k = _row_ways(t, k)
     qr, rr = divmod(t.rows, k)
     ql, rl = divmod(t.lookups, k)
     lo, hi = min(rr, rl), max(rr, rl)

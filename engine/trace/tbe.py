@@ -137,6 +137,9 @@ def _schema_positions(schema: str | None) -> dict[str, int]:
     return out
 
 
+schema_positions = _schema_positions
+
+
 def _tensor(v) -> bool:
     return isinstance(v, list) and len(v) >= 5 and isinstance(v[0], int) and isinstance(v[1], int) and v[3] is not None
 
@@ -266,6 +269,7 @@ __all__ = [
     "TbeTable",
     "TbeUnreadable",
     "read_tbe",
+    "schema_positions",
     "tbe_kind",
     "tbe_tables",
     "why_not",

@@ -7,6 +7,7 @@ Plans are the simulator's (engine/simulate/whatif/sharding.py, one home for both
 the what-if ranks is the plan composed here:
   table   whole tables, round-robin by table index (the naive plan)
   row     every table split row-wise in N: rank r holds rows/N and serves ~1/N of the lookups
+          (a table of fewer rows than ranks is split in as many shards as it has rows)
   column  every table split column-wise in N: dim/N per rank, all lookups
   greedy  tables split row-wise and placed longest-first on the least-loaded rank, by the
           simulator's embedding cost model: the curves calibrate.py fitted for the benchmark's
@@ -39,6 +40,7 @@ from engine.compose.nodes import (
     set_slot,
     tensors_of,
 )
+from engine.compose.shard.tbe import rank_tbe_nodes
 from engine.errors import TraceError
 from engine.simulate.planners import PLANNERS, EmbeddingModel
 from engine.simulate.planners import Shard as TableShard
@@ -398,6 +400,9 @@ def shard_embeddings(bench, path) -> dict:
         + 1
     )
     per_rank_dim = [sum(s.dim for s in shards if s.rank == r) for r in range(n_ranks)]
+    tbe_src = {x["table"]: x["tbe_node"] for x in tbe_info}  # table -> its source TBE lookup node
+    by_id = {n["id"]: n for n in nodes} if tbe_src else {}
+    want = set(replay)
     ranks: dict = {}
     rids: dict = {}
     per_rank: dict[int, dict[str, Any]] = {}
@@ -414,13 +419,31 @@ def shard_embeddings(bench, path) -> dict:
 
         fw_label = label_node(nxt(), ROOT_ID, "## forward ##")
         out.append(fw_label)
-        pairs = [_shard_nodes(tables[s.table], s, fresh, recorded.get(s.table)) for s in mine]
         ids = []
-        for (f, _), s in zip(pairs, mine):
-            lab = label_node(nxt(), fw_label["id"], f"nn.Module: tables.{s.table}")
-            f["id"], f["ctrl_deps"] = nxt(), lab["id"]
-            out += [lab, f]
-            ids.append(f["id"])
+        pairs: list[tuple[dict | None, dict | None]]
+        if tbe_src:  # TBE tables: one TBE per source lookup over this rank's shards of it
+            pairs = []
+            groups: dict[int, list[Shard]] = {}
+            for s in mine:
+                groups.setdefault(tbe_src[s.table], []).append(s)
+            for src_id, group in groups.items():
+                fw_nodes, bw_nodes = rank_tbe_nodes(nodes, by_id[src_id], group, batch, fresh, want)
+                names = ",".join(str(t) for t in sorted({s.table for s in group}))
+                lab = label_node(nxt(), fw_label["id"], f"nn.Module: tables.{names}")
+                out.append(lab)
+                for f in fw_nodes:
+                    f["id"], f["ctrl_deps"] = nxt(), lab["id"]
+                    out.append(f)
+                    ids.append(f["id"])
+                pairs += [(None, b) for b in bw_nodes]
+        else:
+            shard_pairs = [_shard_nodes(tables[s.table], s, fresh, recorded.get(s.table)) for s in mine]
+            for (f, _), s in zip(shard_pairs, mine):
+                lab = label_node(nxt(), fw_label["id"], f"nn.Module: tables.{s.table}")
+                f["id"], f["ctrl_deps"] = nxt(), lab["id"]
+                out += [lab, f]
+                ids.append(f["id"])
+            pairs = list(shard_pairs)
         send = [bsplit[j] * per_rank_dim[r] for j in range(n_ranks)]
         recv = [bsplit[r] * per_rank_dim[i] for i in range(n_ranks)]
         a = _a2a(nxt(), fw_label["id"], send, recv, itemsize, fresh, n_ranks, "forward", wtype)
@@ -474,8 +497,10 @@ def shard_embeddings(bench, path) -> dict:
         info["tbe"] = {
             "ops": sorted({x["tbe_node"] for x in tbe_info}),
             "tables": tbe_info,
-            "note": "tables recovered from FBGEMM TBE lookups; each shard runs as aten::embedding_bag "
-            "(sum pooling) forward + _embedding_bag_backward (engine.compose.shard.tbe)",
+            "note": "tables recovered from FBGEMM TBE lookups; each rank runs its shards as one TBE per "
+            "source lookup (bounds check, lookup, backward as recorded, cut to the shards): rebuilt with "
+            "FBGEMM at replay, or substituted by torch ops (counted as substituted) where it is not "
+            "installed (engine.compose.shard.tbe, engine.replay.custom)",
         }
         if not all(x["exact_dims"] for x in tbe_info):
             bench.meta["warnings"].append(

@@ -9,20 +9,26 @@ of dim total_D / T (exact when max_D x T == total_D, i.e. all dims equal, as Tor
 tables of one dim into one TBE), rows = weights / (T x dim), B = (len(offsets) - 1) / T,
 lookups = len(indices) / T (an even split: per-table pooling factors are not recorded).
 
-A sharded rank then runs its shards as `aten::embedding_bag` (sum pooling) forward and
-`aten::_embedding_bag_backward`: the same lookup and gradient math per table that the TBE kernel
-fuses, in portable ops every replay machine has (a rank's subset of tables is a different TBE
-launch than any the trace recorded). `meta["sharding"]["tbe"]` says so.
+A sharded rank runs its shards as TBE again (`rank_tbe_nodes`): per source lookup, one lookup
+over the rank's shards (the recorded nodes: bounds check, lookup, backward, with their table
+counts, weights, indices, offsets and pooled output cut to the shards), as TorchRec runs a rank's
+tables. The replay rebuilds it with FBGEMM (engine.replay.custom) or, where FBGEMM is not
+installed, substitutes torch ops and counts them as substituted. Issue 31 item 19: running each
+shard as a dense `embedding_bag` + `_embedding_bag_backward` (a [rows, dim] gradient per table)
+took 3.3 s and GiBs per iteration on a 13.3M-row table, and coverage said "0 substituted".
+`tables_from_tbe` still gives each table as embedding_bag nodes: the per-table facts the planner
+reads. `meta["sharding"]["tbe"]` says what ran.
 """
 
 from __future__ import annotations
 
+import copy as copy_mod
 import math
 import re
 
-from engine.compose.nodes import is_defined
+from engine.compose.nodes import get_slot, is_defined, set_slot, tensors_of
 from engine.errors import TraceError
-from engine.trace.tbe import Pooling, TbeArgs, TbeUnreadable, read_tbe, tbe_kind, tbe_tables
+from engine.trace.tbe import Pooling, TbeArgs, TbeUnreadable, read_tbe, schema_positions, tbe_kind, tbe_tables
 
 TBE_FWD_PREFIX = "fbgemm::split_embedding_codegen_lookup_"  # the first form recognised; see engine.trace.tbe
 _EB_SCHEMA = (
@@ -264,4 +270,94 @@ def tbe_batch_shapes(nodes: list[dict], want: set, scale: float) -> dict[tuple[i
     return out
 
 
-__all__ = ["TBE_FWD_PREFIX", "tables_from_tbe", "tbe_batch_shapes", "tbe_ops"]
+def _io_keys(n: dict) -> set[tuple[int, int]]:
+    return {(v[0], v[1]) for _, _, _, _, v in tensors_of(n) if is_defined(v)}
+
+
+def tbe_companions(nodes: list[dict], src: dict, want: set) -> tuple[list[dict], list[dict]]:
+    """The replayed FBGEMM ops of lookup `src` other than itself, tied to it by its indices tensor:
+    (before it: the bounds check; after the backward all_to_all: the backward)."""
+    a = _args(src)
+    key = _key(a.indices) if a is not None else None
+    before, after = [], []
+    for n in nodes:
+        if n is src or n["id"] not in want or not str(n["name"]).startswith("fbgemm::") or key not in _io_keys(n):
+            continue
+        if "backward" in n["name"]:
+            after.append(n)
+        elif "bounds_check" in n["name"]:
+            before.append(n)
+    return before, after
+
+
+def rank_tbe_nodes(
+    nodes: list[dict], src: dict, shards: list, batch: int, fresh, want: set
+) -> tuple[list[dict], list[dict]]:
+    """One rank's TBE over `shards` (rows, dim, lookups each) of source lookup `src` at `batch` bags
+    per table: copies of the recorded lookup and its companions (`tbe_companions`) whose tables,
+    weights, indices, offsets and pooled output are the shards' (module docstring). Returns
+    (forward nodes, backward nodes) with fresh tensor ids, ids and parents left to the caller.
+
+    Shapes: weights (and weight-sized state) sum(rows x dim); D_offsets / hash_size_cumsum T'+1 and
+    per-table tensors T' (1-D tensors of the recorded T + 1 / T entries); indices sum(lookups);
+    offsets T' x B + 1; the pooled output and its gradient [B, sum(dim)]; total_D / max_D."""
+    from engine.compose.nodes import make_attrs, tensors_of
+
+    a = _args(src)
+    assert a is not None
+    T, T2 = a.tables, len(shards)
+    b0 = (a.offsets_len - 1) // T
+    dims = [int(s.dim) for s in shards]
+    total_d, max_d = sum(dims), max(dims)
+    numel = sum(int(s.rows) * int(s.dim) for s in shards)
+    exact = {
+        _key(a.weight): [numel],
+        _key(a.indices): [sum(int(s.lookups) for s in shards)],
+        _key(a.offsets): [T2 * batch + 1],
+    }
+
+    def shape_of(key, shp: list) -> list:
+        if key in exact:
+            return exact[key]
+        if shp == [b0, a.total_d]:
+            return [batch, total_d]
+        if shp == [a.weight_numel]:
+            return [numel]
+        if len(shp) == 1 and shp[0] in (T, T + 1):
+            return [T2 + shp[0] - T]
+        return list(shp)
+
+    ids: dict = {}
+    before, after = tbe_companions(nodes, src, want)
+
+    def copy(n: dict, lookup: bool) -> dict:
+        c = copy_mod.deepcopy(n)
+        schema = _schema(n) or ""
+        c["attrs"] = make_attrs(op_schema=schema) if schema else []
+        c["id"] = -1
+        for _, io, arg, sub, v in tensors_of(c):
+            if not is_defined(v):
+                continue
+            key = (v[0], v[1])
+            old = list(get_slot(io, "shapes", arg, sub) or [])
+            new = shape_of(key, old)
+            if key not in ids:
+                ids[key] = (fresh(), fresh())
+            set_slot(io, "values", arg, sub, [*ids[key], 0, int(math.prod(new)), *v[4:]])
+            set_slot(io, "shapes", arg, sub, new)
+            if io.get("strides"):
+                set_slot(io, "strides", arg, sub, [int(math.prod(new[i + 1 :])) for i in range(len(new))])
+        names = schema_positions(schema)
+        pos = a.pos if lookup else names
+        vals = c["inputs"].get("values") or []
+        for what, d in (("total_D", total_d), ("max_D", max_d)):
+            i = pos.get(what)
+            if i is not None and i < len(vals) and isinstance(vals[i], int) and not isinstance(vals[i], bool):
+                vals[i] = d
+        return c
+
+    fwd = [copy(n, False) for n in before] + [copy(src, True)]
+    return fwd, [copy(n, False) for n in after]
+
+
+__all__ = ["TBE_FWD_PREFIX", "rank_tbe_nodes", "tables_from_tbe", "tbe_batch_shapes", "tbe_ops"]

@@ -190,6 +190,12 @@ def scale_batch(bench, rank: int, scale: float, batch: int, params: set[int] | N
         **rep.to_dict(),
     }
     bench.meta["transforms"].append(info)
+    if rep.reshaped:
+        bench.meta["warnings"].append(
+            f"batch scale: {len(rep.reshaped)} view(s) of a tensor that was contiguous only at batch {batch} "
+            f"(a dim of 1 has no stride) run as aten::reshape, the copy `.contiguous()` makes at batch "
+            f"{round(new_b)} (nodes {', '.join(map(str, rep.reshaped[:5]))})"
+        )
     if rep.unchecked:
         bench.meta["warnings"].append(
             f"batch scale: {len(rep.unchecked)} op(s) had no meta check (e.g. {rep.unchecked[0]})"

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from engine.errors import TraceError, env_int
@@ -226,6 +227,10 @@ class StoreTrace:
         from engine.trace.store.read import rank_events
 
         cols = columns or TIMELINE_COLUMNS
+        # a margin: the figure filters µs from the origin, whose rounding differs from absolute µs
+        # (rows past the window change no sub-row: an event's depth comes from events around it)
+        pad = 16 * float(np.spacing(max(abs(lo_us), abs(hi_us), 1.0)))  # a few units in the last place
+        lo_us, hi_us = lo_us - pad, hi_us + pad
         where = "WHERE rank = ? AND ts_us <= ? AND ts_us + dur_us >= ?"
         args = [int(rank), float(hi_us), float(lo_us)]
         n = int(self.sql(f"SELECT count(*) FROM events {where}", args).iloc[0, 0])
@@ -235,6 +240,18 @@ class StoreTrace:
             min_dur = float(self.sql(f"SELECT quantile_disc(dur_us, {q!r}) FROM events {where}", args).iloc[0, 0])
         ev = rank_events(self.store, rank, cols, window=(lo_us, hi_us), min_dur_us=min_dur)
         return ev, min_dur
+
+    def lane_seeds(self, rank: int) -> pd.DataFrame:
+        """One row (cat, pid, tid, stream) per distinct combination on the rank, in order of first
+        appearance: laid out ahead of a window's rows, they give its lanes the whole rank's
+        order (engine.figures.timeline numbers lanes by first appearance)."""
+        if ("lanes", rank) not in self._extent:
+            self._extent[("lanes", rank)] = self.sql(
+                "SELECT cat, pid, tid, stream FROM events WHERE rank = ? GROUP BY cat, pid, tid, stream "
+                "ORDER BY min(ev)",
+                [int(rank)],
+            )
+        return self._extent[("lanes", rank)]
 
     def search(self, rank: int, pattern: str) -> pd.DataFrame:
         """name, ts_us, dur_us of the rank's events whose name matches `pattern` (engine.user_regex

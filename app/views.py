@@ -240,7 +240,7 @@ def window_layout(paths: tuple[str, ...], rank: int | None, ev):
     origin = rank_extent(paths, rank)[0]
     seeds = t.lane_seeds(int(rank or 0))
     ghost = seeds.assign(ev=-1, name="", ts_us=origin - 1e9, dur_us=0.0, correlation=pd.NA, rank=rank)
-    both = pd.concat([ghost.astype({c: ev[c].dtype for c in ghost.columns if c in ev.columns}, errors="ignore"), ev])
+    both = pd.concat([ghost, ev.astype({c: str for c in ("cat", "pid", "tid") if c in ev.columns})])
     laid = lay_out(both.reset_index(drop=True), rank, origin)
     out = laid[laid["ev"].to_numpy() >= 0]
     out.attrs = laid.attrs

@@ -154,3 +154,32 @@ def test_traces_and_explore_over_the_budget_read_the_store(shared_traces, tmp_pa
     assert not at.exception, [e.value for e in at.exception]
     assert any("whole-table budget" in shown(i.value) for i in at.info)
     assert path not in decoded, decoded
+
+
+def test_simulate_a_folder_over_the_load_budget_goes_rank_by_rank(tmp_path, cache_dir):
+    """`mystique simulate FOLDER` of rank traces whose whole tables exceed the loader's budget:
+    the fleet simulator from the store (one line on stderr says so), not a refusal, with every
+    rank of the folder in its result (before: "too big to load whole", exit 2)."""
+    from clirun import cli
+
+    from engine.testing.fleet import make_fleet
+
+    folder = tmp_path / "job"
+    make_fleet(SAMPLES / "ddp" / "ddp_rank0_kineto.json.gz", folder, 4)
+    spec = '{"version": 1, "edits": [{"kind": "data_parallel", "ranks": 1024}]}'
+    r = cli(
+        "simulate",
+        str(folder),
+        "--json",
+        "--what-if",
+        spec,
+        "--scheduler",
+        "serial",
+        cache=cache_dir,
+        pre="export MYSTIQUE_LOAD_MAX_BYTES=65536",
+    )
+    assert r.returncode == 0, r.stderr[-1500:]
+    assert "simulated rank by rank from the trace store" in r.stderr
+    data = json.loads(r.stdout)
+    assert data["ranks"] == 4 and sorted(int(r) for r in data["step_ms"]) == [0, 1, 2, 3]
+    assert data["report"]["dp"]["ranks"] == 1024

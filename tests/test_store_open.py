@@ -173,10 +173,8 @@ def test_simulate_a_folder_over_the_load_budget_goes_rank_by_rank(tmp_path, cach
         "--json",
         "--what-if",
         spec,
-        "--scheduler",
-        "serial",
         cache=cache_dir,
-        pre="export MYSTIQUE_LOAD_MAX_BYTES=65536",
+        pre="export MYSTIQUE_LOAD_MAX_BYTES=65536 MYSTIQUE_SCHEDULER=serial",
     )
     assert r.returncode == 0, r.stderr[-1500:]
     assert "simulated rank by rank from the trace store" in r.stderr

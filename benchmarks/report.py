@@ -716,7 +716,7 @@ def _scale_open(d: dict) -> list[str]:
         st = r["steps"]
 
         def cell(k: str, f: str = "wall_s", st: dict = st) -> str:
-            return "error" if "error" in st[k] else num(st[k].get(f), 1)
+            return "error" if "error" in st[k] else "–" if "skipped" in st[k] else num(st[k].get(f), 1)
 
         rows.append(
             [

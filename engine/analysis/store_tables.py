@@ -76,7 +76,7 @@ def analysis_tables(store, *, scheduler: str | None = None, progress=None) -> di
     from engine.trace.store.sql import connect
 
     store = Path(store)
-    con = connect(store)
+    con = connect(store, memory_bytes=256 << 20)
     try:
         cats = ", ".join(f"'{c}'" for c in GPU_CATS)
         gpu = bool(con.execute(f"SELECT count(*) FROM events WHERE cat IN ({cats})").fetchone()[0])

@@ -37,6 +37,9 @@ WINDOW_MAX_ROWS = 500_000
 """Rows one timeline window reads at most (about 60 bytes each in Arrow)."""
 TIMELINE_COLUMNS = ["ev", "cat", "name", "pid", "tid", "ts_us", "dur_us", "stream", "correlation"]
 SEARCH_MAX_HITS = 50_000
+QUERY_MEMORY_BYTES = 256 << 20
+"""DuckDB's memory limit for these reads (streaming aggregates, a window's durations): without it
+DuckDB keeps Parquet pages cached up to a quarter of the memory available."""
 
 
 def json_bytes(path: Path) -> int:
@@ -180,7 +183,7 @@ class StoreTrace:
     def connect(self):
         from engine.trace.store.sql import connect
 
-        return connect(self.store)
+        return connect(self.store, memory_bytes=QUERY_MEMORY_BYTES)
 
     def sql(self, query: str, params: list | None = None) -> pd.DataFrame:
         con = self.connect()

@@ -282,18 +282,19 @@ def op_shapes(paths: tuple[str, ...]) -> dict[int, str]:
 def search_events(paths: tuple[str, ...], rank: int | None, pattern: str) -> list[tuple[str, float, float]]:
     """(name, start µs from the rank's origin, dur µs) of events whose name matches `pattern`
     (a regex, case-insensitive; a bad regex is matched as plain text), longest first."""
-    if is_big(paths):
+    from engine.user_regex import search_mask
+
+    if is_big(paths):  # the regex over the distinct names, then those rows from the store
         t = open_paths(paths)
         t0 = t.extent(int(rank or 0))[0]
-        m = t.search(int(rank or 0), pattern)
+        names = t.names(int(rank or 0))
+        m = t.named(int(rank or 0), names[search_mask(names, pattern)].tolist())
         return list(zip(m["name"].astype(str), (m["ts_us"] - t0).astype(float), m["dur_us"].astype(float)))
     ev = of_rank(load_paths(paths).events, rank)
     if len(ev) == 0:
         return []
     t0 = float(ev["ts_us"].min())
     names = ev["name"].astype(str)
-    from engine.user_regex import search_mask
-
     m = ev[search_mask(names, pattern)]
     m = m.sort_values("ts_us")
     return list(zip(m["name"].astype(str), (m["ts_us"] - t0).astype(float), m["dur_us"].astype(float)))
@@ -315,7 +316,9 @@ def default_window(paths: tuple[str, ...], rank: int | None) -> tuple[float, flo
     from engine.figures import timeline
 
     if is_big(paths):
-        return open_paths(paths).default_window(int(rank or 0))
+        t = open_paths(paths)
+        rows = t.first_view_rows(int(rank or 0))
+        return tuple(float(x) for x in timeline.default_window(rows, origin_us=t.extent(int(rank or 0))[0]))
     ev = of_rank(load_paths(paths).events, rank)
     return tuple(float(x) for x in timeline.default_window(ev))
 

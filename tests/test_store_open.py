@@ -54,9 +54,10 @@ def test_info_over_the_budget_reads_the_store_with_the_loaders_keys(shared_trace
 
 @pytest.mark.alone
 def test_info_on_a_big_trace_stays_in_bounded_memory(shared_traces, tmp_path):
-    """A generated 120 MB trace (the real MI300 ResNet trace's steps tiled in time) whose whole
-    tables would take about 1 GB: `mystique info` peaks under 450 MiB (issue 22 measured ~270 MiB
-    for store builds at any size; the loader's whole tables peak at 8x the JSON)."""
+    """A generated 122 MiB trace (the real MI300 ResNet trace's steps tiled in time) whose whole
+    tables would take about 1 GB: `mystique info` peaks under 600 MiB (measured 430-440 MiB on
+    2 busy cores: 115 MiB of imports, the streamed store build to 268 MiB, DuckDB's aggregates
+    and their Arrow scans the rest; the loader's whole tables peak at 8x the JSON)."""
     from engine.testing.tiled import make_tiled
 
     src = shared_traces / "tracelens_mi300_resnet_ckpt" / "resnet_act_checkpoint.json.gz"
@@ -79,7 +80,7 @@ def test_info_on_a_big_trace_stays_in_bounded_memory(shared_traces, tmp_path):
     assert info["events"] == facts["items"]
     assert info["iterations"] and info["step_source"] == "ProfilerStep"
     assert any("read through the trace store" in w for w in info["warnings"])
-    assert res["peak_mib"] < 450, (res, whole_mib)
+    assert res["peak_mib"] < 600, (res, whole_mib)
 
 
 @pytest.mark.slow

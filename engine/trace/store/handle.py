@@ -7,10 +7,11 @@ Traces page and Explore (timeline, Analysis, SQL) call `open_trace`: within the 
 `load()`; over it, the store is built (streamed, ~270 MiB at any size) and a `StoreTrace` is
 returned, whose methods read only what a view needs:
 
-- `extent(rank)`, `default_window(rank)`: the rank's origin and span, the timeline's first view;
+- `extent(rank)`, `first_view_rows(rank)`: the rank's origin and span, the rows its first
+  timeline view is chosen from;
 - `window(rank, lo_us, hi_us)`: the rows overlapping a window (timeline columns), at most
   `WINDOW_MAX_ROWS` (the shortest left out beyond that, and said so);
-- `search(rank, pattern)`, `event(ev)`: a regex over names, one row by id;
+- `names(rank)`, `named(rank, names)`, `event(ev)`: what a name search reads, one row by id;
 - summaries (engine.trace.store.summary) and analysis tables (engine.analysis.store_tables).
 
 The whole-table budget: `MYSTIQUE_WHOLE_TABLE_MAX_BYTES` (default 2 GiB, issue 22's memory
@@ -199,28 +200,19 @@ class StoreTrace:
             self._extent[rank] = (0.0, 0.0) if pd.isna(lo) else (float(lo), float(hi) - float(lo))
         return self._extent[rank]
 
-    def default_window(self, rank: int) -> tuple[float, float]:
-        """engine.figures.timeline.default_window of the rank, from its step rows or first events."""
-        from engine.figures import timeline
+    def first_view_rows(self, rank: int) -> pd.DataFrame:
+        """The rows the timeline's first view is chosen from (engine.figures.timeline.default_window):
+        the rank's step rows, else its first 5000 events shorter than half its span, after two
+        zero-length rows at its extremes (no step name), so the function sees the same span."""
         from engine.trace.steps import STEP_PREFIX
 
         origin, span = self.extent(rank)
-        steps = self.sql(
-            "SELECT rank, cat, name, ts_us, dur_us FROM events WHERE rank = ? AND starts_with(name, ?)",
-            [int(rank), STEP_PREFIX],
-        )
-        if not len(steps):
-            steps = self.sql(
-                "SELECT rank, cat, name, ts_us, dur_us FROM events WHERE rank = ? AND dur_us < ? "
-                "ORDER BY ts_us LIMIT 5000",
-                [int(rank), 0.5 * span],
-            )
-        # the span's own extremes, as two zero-length rows (no step name): the function sees the same span
-        ext = pd.DataFrame(
-            {"rank": rank, "cat": "", "name": "", "ts_us": [origin, origin + span], "dur_us": [0.0, 0.0]}
-        )
-        lo, hi = timeline.default_window(pd.concat([ext, steps], ignore_index=True), origin_us=origin)
-        return float(lo), float(hi)
+        cols = "SELECT rank, cat, name, ts_us, dur_us FROM events WHERE rank = ?"
+        rows = self.sql(f"{cols} AND starts_with(name, ?)", [int(rank), STEP_PREFIX])
+        if not len(rows):
+            rows = self.sql(f"{cols} AND dur_us < ? ORDER BY ts_us LIMIT 5000", [int(rank), 0.5 * span])
+        ext = pd.DataFrame({"rank": rank, "cat": "", "name": "", "ts_us": [origin, origin + span], "dur_us": 0.0})
+        return pd.concat([ext, rows], ignore_index=True)
 
     def window(
         self, rank: int, lo_us: float, hi_us: float, columns: list[str] | None = None
@@ -256,18 +248,18 @@ class StoreTrace:
             )
         return self._extent[("lanes", rank)]
 
-    def search(self, rank: int, pattern: str) -> pd.DataFrame:
-        """name, ts_us, dur_us of the rank's events whose name matches `pattern` (engine.user_regex
-        rules, over the distinct names), in time order; the first SEARCH_MAX_HITS."""
-        from engine.user_regex import search_mask
+    def names(self, rank: int) -> pd.Series:
+        """The distinct event names of the rank."""
+        return self.sql("SELECT DISTINCT name FROM events WHERE rank = ?", [int(rank)])["name"].astype(str)
 
-        names = self.sql("SELECT DISTINCT name FROM events WHERE rank = ?", [int(rank)])["name"].astype(str)
-        hit = names[search_mask(names, pattern)].tolist()
-        if not hit:
+    def named(self, rank: int, names: list[str]) -> pd.DataFrame:
+        """name, ts_us, dur_us of the rank's events named one of `names`, in time order; the
+        first SEARCH_MAX_HITS."""
+        if not names:
             return pd.DataFrame({"name": [], "ts_us": [], "dur_us": []})
         con = self.connect()
         try:
-            con.register("_hit", pd.DataFrame({"name": hit}))
+            con.register("_hit", pd.DataFrame({"name": list(names)}))
             return con.execute(
                 "SELECT name, ts_us, dur_us FROM events WHERE rank = ? AND name IN (SELECT name FROM _hit) "
                 f"ORDER BY ts_us LIMIT {SEARCH_MAX_HITS}",

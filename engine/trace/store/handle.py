@@ -46,7 +46,7 @@ DuckDB keeps Parquet pages cached up to a quarter of the memory available."""
 def json_bytes(path: Path) -> int:
     """The JSON bytes behind one file, without decoding it: its size, or a gzip's ISIZE trailer
     (the size modulo 4 GiB: taken to the smallest value at least twice the compressed size when
-    the file could hide a wrap)."""
+    the file could hide a wrap; a trailer over the gzip ratio limit is no trailer: the size)."""
     try:
         size = path.stat().st_size
         with open(path, "rb") as fh:
@@ -56,7 +56,10 @@ def json_bytes(path: Path) -> int:
             isize = int.from_bytes(fh.read(4), "little")
     except OSError as exc:
         raise TraceError(f"cannot read: {exc.strerror or exc}", path) from None
-    if size * safe_io.max_gzip_ratio() >= 1 << 32:  # could be over 4 GiB decompressed
+    ratio = safe_io.max_gzip_ratio()
+    if isize > size * ratio:  # no real trailer (a truncated file): the loader reports it
+        return size
+    if size * ratio >= 1 << 32:  # could be over 4 GiB decompressed
         while isize < 2 * size:
             isize += 1 << 32
     return isize

@@ -125,10 +125,8 @@ def wait_idle(timeout_s: float = 120.0) -> bool:
 
 def _prefetch_views(paths: tuple[str, ...], min_dur: float) -> None:
     """The calls pages/explore.py makes on its first render of each view, in the same form."""
-    from engine.trace.ranks import ranks_of
-
-    trace = views.load_paths(paths)
-    rank = (ranks_of(trace.ops, trace.events) or [0])[0]
+    trace = views.open_paths(paths)  # over the whole-table budget: its store (a window is read)
+    rank = views.trace_ranks(paths)[0]
     if trace.has_et:
         views.hierarchy_fig(paths, rank, None, GRAPH_COLOR_BY[0], (), "", GRAPH_HEIGHT)
     if trace.has_kineto:

@@ -193,7 +193,7 @@ def add_trace(name: str, paths: list[str]) -> str:
         paths = [str(f) for f in resolve(*paths).files]
     key = tuple(str(p) for p in paths)
     views.check_fresh(key)
-    trace = views.load_paths(key)
+    trace = views.open_paths(key)  # over the whole-table budget: read through its store
     entry = {
         "paths": [str(p) for p in paths],
         "hash": trace.content_hash,
@@ -251,19 +251,25 @@ def make_current(name: str) -> None:
         st.session_state[key] = name
 
 
-def get_trace(name: str):
+def get_trace(name: str, whole: bool = True):
     """The loaded trace `name` as its files are now: a file rewritten in place drops the cached views
-    (views.check_fresh) and the entry's content hash follows the new content. Raises TraceError."""
+    (views.check_fresh) and the entry's content hash follows the new content. Raises TraceError.
+    A trace over the whole-table budget is a `StoreTrace` (engine.trace.store.handle) when
+    `whole` is False (Explore, the pickers); a page that needs whole tables (`whole`) says why in
+    one line and stops there."""
     entry = traces()[name]
     key = tuple(entry["paths"])
     views.check_fresh(key)
-    trace = views.load_paths(key)
+    trace = views.open_paths(key)
     if trace.content_hash != entry.get("hash"):
         entry["hash"] = trace.content_hash
         try:
             catalog().put_trace(name, entry)
         except TraceError as exc:  # the session keeps the new hash; the user is told once
             catalog_error(exc)
+    if whole and views.is_big(key):
+        st.error(md_escape(trace._refuse()))
+        st.stop()
     return trace
 
 
@@ -406,7 +412,7 @@ def trace_picker(label: str = "Trace", key: str = "trace_pick", kinds: tuple[str
     st.session_state[last] = picked
     if picked is not None:
         try:
-            get_trace(picked)  # every page shows the files as they are now
+            get_trace(picked, whole=False)  # every page shows the files as they are now
         except TraceError:
             pass  # the page's own use of the trace reports it
     return picked

@@ -75,18 +75,70 @@ GRAPH_COLOR_BY = ("category", "phase")
 
 
 @view(st.cache_resource, max_entries=12, show_spinner="Loading trace…")
-def load_paths(paths: tuple[str, ...]):
-    """The Trace for these files (engine parse cache underneath; keyed on path strings)."""
-    from engine.trace import load
+def open_paths(paths: tuple[str, ...]):
+    """The trace of these files: a whole `Trace` within the whole-table budget, else a
+    `StoreTrace` read through its store (engine.trace.store.handle; keyed on path strings)."""
+    from engine.trace.store.handle import open_trace
 
-    return load(*paths)
+    return open_trace(*paths)
+
+
+def is_big(paths: tuple[str, ...]) -> bool:
+    """Whether these files are read through the store (over the whole-table budget)."""
+    from engine.trace.store.handle import is_store_trace
+
+    return is_store_trace(open_paths(paths))
+
+
+def load_paths(paths: tuple[str, ...]):
+    """The whole `Trace` of these files; TraceError (one line, naming what reads it instead) when
+    it is over the whole-table budget."""
+    t = open_paths(paths)
+    if is_big(paths):
+        raise t._refuse()
+    return t
+
+
+def trace_ranks(paths: tuple[str, ...]) -> list[int]:
+    """The ranks the trace holds (0 alone when none is known)."""
+    from engine.trace.ranks import ranks_of
+
+    t = open_paths(paths)
+    return (t.ranks if is_big(paths) else ranks_of(t.ops, t.events)) or [0]
+
+
+@view(st.cache_data, max_entries=64, show_spinner=False)
+def rank_extent(paths: tuple[str, ...], rank: int | None) -> tuple[float, float]:
+    """(origin, span) µs of one rank's events: its first start, last end minus that."""
+    t = open_paths(paths)
+    if is_big(paths):
+        return t.extent(int(rank or 0))
+    ev = of_rank(t.events, rank)
+    if not len(ev):
+        return 0.0, 0.0
+    t0 = float(ev["ts_us"].min())
+    return t0, float((ev["ts_us"] + ev["dur_us"]).max() - t0)
+
+
+def event_row(paths: tuple[str, ...], ev: int) -> dict | None:
+    """One event by its id (`ev`) as a dict, None when absent."""
+    t = open_paths(paths)
+    if is_big(paths):
+        return t.event(ev)
+    rows = t.events[t.events["ev"] == ev]
+    return rows.iloc[0].to_dict() if len(rows) else None
 
 
 @view(st.cache_data, max_entries=32, show_spinner=False)
 def summary_of(paths: tuple[str, ...]) -> dict:
     from engine.trace import summarize
 
-    return summarize(load_paths(paths))
+    t = open_paths(paths)
+    if is_big(paths):
+        from engine.trace.store.summary import summarize_store
+
+        return summarize_store(t)
+    return summarize(t)
 
 
 @view(st.cache_resource, max_entries=8, show_spinner="Finding data dependencies…")
@@ -154,8 +206,17 @@ def timeline_fig(
 ):
     from engine.figures.timeline import TimelineView, timeline_figure
 
-    trace = load_paths(paths)
     view = TimelineView(start_us=start_us, end_us=end_us, min_dur_us=min_dur_us, rank=rank)
+    if is_big(paths):  # the window's rows from the store (their sub-rows equal the whole rank's)
+        origin, span = rank_extent(paths, rank)
+        lo = origin + (0.0 if start_us is None else start_us)
+        hi = origin + (span if end_us is None else end_us)
+        ev, left_out = open_paths(paths).window(int(rank or 0), lo, hi)
+        fig = timeline_figure(ev, view, flow_from=flow_from, search=search, laid=window_layout(paths, rank, ev))
+        if left_out:
+            fig.layout.meta = {**(fig.layout.meta or {}), "left_out_under_us": left_out}
+        return fig
+    trace = load_paths(paths)
     return timeline_figure(
         trace.events,
         view,
@@ -164,6 +225,26 @@ def timeline_fig(
         shapes=op_shapes(paths),
         laid=timeline_layout(paths, rank),
     )
+
+
+def window_layout(paths: tuple[str, ...], rank: int | None, ev):
+    """`lay_out` of a window's rows read through the store, equal to the whole rank's rows of that
+    window: zero-length rows far before the rank (one per distinct lane, in the rank's order of
+    first appearance) are laid out first and dropped after, so lanes number as in the whole
+    rank; a row's sub-row comes from the rows around it, which the window holds."""
+    import pandas as pd
+
+    from engine.figures.timeline import lay_out
+
+    t = open_paths(paths)
+    origin = rank_extent(paths, rank)[0]
+    seeds = t.lane_seeds(int(rank or 0))
+    ghost = seeds.assign(ev=-1, name="", ts_us=origin - 1e9, dur_us=0.0, correlation=pd.NA, rank=rank)
+    both = pd.concat([ghost, ev.astype({c: str for c in ("cat", "pid", "tid") if c in ev.columns})])
+    laid = lay_out(both.reset_index(drop=True), rank, origin)
+    out = laid[laid["ev"].to_numpy() >= 0]
+    out.attrs = laid.attrs
+    return out
 
 
 @view(st.cache_resource, max_entries=8, show_spinner=False)
@@ -201,13 +282,19 @@ def op_shapes(paths: tuple[str, ...]) -> dict[int, str]:
 def search_events(paths: tuple[str, ...], rank: int | None, pattern: str) -> list[tuple[str, float, float]]:
     """(name, start µs from the rank's origin, dur µs) of events whose name matches `pattern`
     (a regex, case-insensitive; a bad regex is matched as plain text), longest first."""
+    from engine.user_regex import search_mask
+
+    if is_big(paths):  # the regex over the distinct names, then those rows from the store
+        t = open_paths(paths)
+        t0 = t.extent(int(rank or 0))[0]
+        names = t.names(int(rank or 0))
+        m = t.named(int(rank or 0), names[search_mask(names, pattern)].tolist())
+        return list(zip(m["name"].astype(str), (m["ts_us"] - t0).astype(float), m["dur_us"].astype(float)))
     ev = of_rank(load_paths(paths).events, rank)
     if len(ev) == 0:
         return []
     t0 = float(ev["ts_us"].min())
     names = ev["name"].astype(str)
-    from engine.user_regex import search_mask
-
     m = ev[search_mask(names, pattern)]
     m = m.sort_values("ts_us")
     return list(zip(m["name"].astype(str), (m["ts_us"] - t0).astype(float), m["dur_us"].astype(float)))
@@ -228,17 +315,26 @@ def capture_meta(paths: tuple[str, ...]) -> dict | None:
 def default_window(paths: tuple[str, ...], rank: int | None) -> tuple[float, float]:
     from engine.figures import timeline
 
+    if is_big(paths):
+        t = open_paths(paths)
+        rows = t.first_view_rows(int(rank or 0))
+        return tuple(float(x) for x in timeline.default_window(rows, origin_us=t.extent(int(rank or 0))[0]))
     ev = of_rank(load_paths(paths).events, rank)
     return tuple(float(x) for x in timeline.default_window(ev))
 
 
 @view(st.cache_data, max_entries=16, show_spinner="Analysing…")
-def analysis_tables(paths: tuple[str, ...]) -> dict:
-    """The trace's TimeBreakdown (per rank and step) and kernel table (cached on paths)."""
+def analysis_tables(paths: tuple[str, ...], scheduler: str | None = None) -> dict:
+    """The trace's TimeBreakdown (per rank and step) and kernel table (cached on paths);
+    `scheduler`: where a trace read through its store fans out over ranks."""
     from engine.analysis.breakdown import TimeBreakdown
     from engine.analysis.selftime import kernel_table
     from engine.trace.kernels import class_shares
 
+    if is_big(paths):  # rank by rank from the store (engine.analysis.store_tables)
+        from engine.analysis.store_tables import analysis_tables as from_store
+
+        return from_store(open_paths(paths).store, scheduler=scheduler)
     ev = load_paths(paths).events
     bd = TimeBreakdown.from_events(ev)
     return {

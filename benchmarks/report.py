@@ -753,7 +753,77 @@ def _scale_overview(d: dict) -> list[str]:
     ]
 
 
-_SCALE_PARTS = {"load": _scale_load, "fleet": _scale_fleet, "dask": _scale_dask, "overview": _scale_overview}
+def _scale_rawfleet(d: dict) -> list[str]:
+    if "error" in d:
+        return [f"Raw fleet: error: {d['error']}", ""]
+    i = d["input"]
+    rows = [
+        ["ranks (rank files)", f"{i['ranks']:,}"],
+        ["JSON (MiB)", f"{i['json_mib']:,}"],
+        ["**wall, JSON to prediction (s)**", f"**{num(d['wall_s'], 1)}**"],
+        ["ingest: store build on Dask (s)", num(d["ingest_s"], 1)],
+        ["ingest rate (MiB JSON/s)", num(d["ingest_mib_per_s"], 1)],
+        ["fleet simulate, DP-1024 (s)", num(d["simulate_s"], 1)],
+        ["**peak RSS, process tree (MiB)**", f"**{d['peak_rss_tree_mib']:,}**"],
+        ["tasks", f"{d['tasks']:,}"],
+        ["predicted iteration (ms)", num(d["predicted_iteration_ms"], 2)],
+    ]
+    return table(["from raw JSON", "value"], rows) + [
+        f"Raw fleet: `mystique simulate FOLDER --what-if DP-1024` on {i['ranks']} JSON copies of `{i['source']}` "
+        f"(per-rank perturbed durations), empty cache, no `--fleet` (routed rank by rank by itself: "
+        f"{num(d['routed'])}); LocalCluster on {d['cpus']} CPUs; load average {d['load_average'][0]:.1f} -> "
+        f"{d['load_average'][1]:.1f}.",
+        "",
+    ]
+
+
+def _scale_open(d: dict) -> list[str]:
+    rows = []
+    for r in d["sizes"]:
+        st = r["steps"]
+
+        def cell(k: str, f: str = "wall_s", st: dict = st) -> str:
+            return "error" if "error" in st[k] else "–" if "skipped" in st[k] else num(st[k].get(f), 1)
+
+        rows.append(
+            [
+                f"{r['items']:,}",
+                f"{r['json_mib']:,.0f}",
+                f"{r['whole_table_estimate_mib']:,}",
+                f"{cell('info_cold')} / {cell('info_cold', 'peak_rss_mib')}",
+                f"{cell('info_warm')} / {cell('info_warm', 'peak_rss_mib')}",
+                f"**{cell('explore_timeline')} / {cell('explore_timeline', 'peak_rss_mib')}**",
+                f"{cell('explore_analysis', 'analysis_s')} / {cell('explore_analysis', 'peak_rss_mib')}",
+            ]
+        )
+    head = [
+        "items",
+        "JSON MiB",
+        "whole tables would take MiB",
+        "info, cold: s / peak MiB",
+        "info, warm: s / peak MiB",
+        "Explore first render: s / peak MiB",
+        "Explore Analysis: s / peak MiB",
+    ]
+    loads = ", ".join(f"{r['load_average'][0]:.1f} -> {r['load_average'][1]:.1f}" for r in d["sizes"])
+    return table(head, rows) + [
+        f"Open: `{d['input']['source']}` tiled in time, over the whole-table budget, read through the store; each "
+        f"step in a fresh process (cold: the store built inside it; Explore: the Traces page loads the trace, then "
+        f"Explore's Timeline draws its first window, through Streamlit's AppTest). Peak RSS <= "
+        f"{d['target']['peak_rss_mib_max']:,} MiB for info and the first render: {num(d['summary']['rss_ok'])}; "
+        f"load average {loads}.",
+        "",
+    ]
+
+
+_SCALE_PARTS = {
+    "load": _scale_load,
+    "fleet": _scale_fleet,
+    "dask": _scale_dask,
+    "overview": _scale_overview,
+    "rawfleet": _scale_rawfleet,
+    "open": _scale_open,
+}
 
 
 def scale(d: dict) -> list[str]:
@@ -761,7 +831,7 @@ def scale(d: dict) -> list[str]:
     copying a rank with per-rank perturbed durations (no two ranks identical); peak RSS from fresh
     processes. One run of the script measures every part in order (each part records its load)."""
     out: list[str] = []
-    for part in ("load", "fleet", "dask", "overview"):
+    for part in _SCALE_PARTS:
         if part in d:
             out += [
                 f"**{part}** ({d[part].get('date', '?')}, load {num(d[part].get('load_avg_1m_end'), 1)} at its end)",
@@ -925,6 +995,23 @@ def readme_scale(results: Path = RESULTS) -> list[str]:
             [f"rank overview of {ov['ranks']} ranks in Chromium, warm", num(ov["browser"]["warm_open_median_ms"] / 1000, 2),
              "-", f"{ov['events']:,} events behind it"]
         )  # fmt: skip
+    rf = d.get("rawfleet")
+    if rf and "error" not in rf:
+        rows.append(
+            [f"simulate {rf['input']['ranks']} rank traces from raw JSON ({rf['input']['json_mib'] / 1024:.1f} GiB), dp1024",
+             num(rf["wall_s"], 1), f"{rf['peak_rss_tree_mib']:,}", f"ingest {num(rf['ingest_s'], 1)} s on Dask"]
+        )  # fmt: skip
+    for r in d.get("open", {}).get("sizes", []):
+        st = r["steps"]
+        if "error" not in st["info_cold"] and "error" not in st["explore_timeline"]:
+            rows.append(
+                [f"open one trace of {r['items'] / 1e6:.1f}M events ({r['json_mib']:,.0f} MiB JSON): info, cold",
+                 num(st["info_cold"]["wall_s"], 1), f"{st['info_cold']['peak_rss_mib']:,.0f}", "through the store"]
+            )  # fmt: skip
+            rows.append(
+                ["the same in Explore: load + first timeline render, warm store", num(st["explore_timeline"]["wall_s"], 1),
+                 f"{st['explore_timeline']['peak_rss_mib']:,.0f}", "Streamlit AppTest"]
+            )  # fmt: skip
     return table(["work", "wall s", "peak RSS MiB", "note"], rows) + [
         "On this 2-CPU machine; from `benchmarks/results/scale.json` (`python benchmarks/scale.py`), method and "
         "every figure in [docs/figures.md](docs/figures.md#cost-against-size-load-fleet-simulate-dask-rank-overview)."

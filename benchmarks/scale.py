@@ -1,6 +1,7 @@
-"""Cost against size (issue 22's must-show): load, fleet simulate, Dask fan-out, rank overview.
+"""Cost against size (issue 22's must-show): load, fleet simulate, Dask fan-out, rank overview;
+issue 31's: a fleet from raw JSON (rawfleet), info and Explore on a big trace (open).
 
-    python benchmarks/scale.py [--only load,fleet,dask,overview] [--quick] [--scratch DIR]
+    python benchmarks/scale.py [--only load,fleet,dask,overview,rawfleet,open] [--quick] [--scratch DIR]
                                [--out benchmarks/results/scale.json]
 
 Every input is built from a shared real GPU trace (../shared/traces): big single traces by
@@ -30,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 RESULTS = ROOT / "benchmarks" / "results"
-SECTIONS = ("load", "fleet", "dask", "overview")
+SECTIONS = ("load", "fleet", "dask", "overview", "rawfleet", "open")
 
 
 def main(argv: list[str] | None = None) -> int:

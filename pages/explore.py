@@ -8,7 +8,6 @@ from engine.analysis import selftime
 from engine.errors import TraceError
 from engine.figures import breakdown
 from engine.figures.selection import selected_keys, selection_to_node_ids
-from engine.trace.ranks import of_rank, ranks_of
 from engine.trace.vocab import GPU_CATS
 
 st.title("Explore")
@@ -18,8 +17,8 @@ if name is None:
 st.session_state["current"] = name
 entry = state.traces()[name]
 paths = tuple(entry["paths"])
-trace = state.get_trace(name)
-ranks = ranks_of(trace.ops, trace.events) or [0]
+trace = state.get_trace(name, whole=False)  # over the whole-table budget: read through its store
+ranks = views.trace_ranks(paths)
 rank = st.selectbox("Rank", ranks, key="explore_rank") if len(ranks) > 1 else ranks[0]
 
 # One view at a time (not st.tabs, which runs all three): the first render of a 14k-node trace
@@ -56,9 +55,7 @@ elif view == "Timeline":
     if not trace.has_kineto:
         st.info("This trace has no Kineto events: the timeline needs a Kineto trace.")
     else:
-        ev = of_rank(trace.events, rank)
-        t0 = float(ev["ts_us"].min())
-        span = float((ev["ts_us"] + ev["dur_us"]).max() - t0)
+        t0, span = views.rank_extent(paths, rank)
         w = st.session_state.get("t_window")
         if w is not None and not (0.0 <= float(w[0]) <= float(w[1]) <= max(span, 1.0)):
             st.session_state.pop("t_window")  # another trace or rank: its window does not apply
@@ -111,6 +108,9 @@ elif view == "Timeline":
                 else "Every event in the window is drawn."
             )
         )
+        left_out = float((fig.layout.meta or {}).get("left_out_under_us") or 0.0)
+        if left_out:  # a trace read through its store: a window reads at most WINDOW_MAX_ROWS rows
+            st.caption(f"This window holds too many events to read: those under {left_out:,.3g} µs are left out.")
         meta = views.capture_meta(paths)
         samples = ((meta or {}).get("metrics") or {}).get("samples") or {}
         if samples.get("t_s") and st.checkbox("Metric curves under the timeline", key="t_metrics"):
@@ -127,9 +127,8 @@ elif view == "Timeline":
         )
         zoom.watch_zoom("explore_timeline", key="explore_timeline_zoom")
         if flow is not None:
-            row = trace.events[trace.events["ev"] == flow]
-            if len(row):
-                r = row.iloc[0]
+            r = views.event_row(paths, flow)
+            if r is not None:
                 st.caption(
                     f"event {flow}: {md_escape(r['cat'])} · {md_escape(r['name'])} · start {float(r['ts_us']) - t0:,.3f} µs · "
                     f"dur {float(r['dur_us']):,.3f} µs · flow arrows to the GPU work it launched"
@@ -150,7 +149,7 @@ elif view == "Analysis":
     from app.critical import show_critical_path
     from engine.figures import analysis
 
-    tabs = views.analysis_tables(paths)
+    tabs = views.analysis_tables(paths, scheduler.current())
     st.subheader("Time breakdown per rank (ms per step)")
     per_rank = tabs["per_rank"]
     if len(per_rank):
@@ -217,6 +216,12 @@ elif view == "Analysis":
             "Window (µs from each rank's start)", 100.0, value=max(step_us, 100.0), key="a_rank_window"
         )
         st.plotly_chart(views.rank_timelines_fig(paths, float(win)), key="a_rank_timelines", width="stretch")
+
+elif view == "Breakdown" and views.is_big(paths):
+    st.info(
+        md_escape(trace.meta["whole_table"])
+        + ": the Breakdown needs whole tables. Analysis reads its tables from the trace store, rank by rank."
+    )
 
 elif view == "Breakdown":
     missing = selftime.missing_timing(trace)

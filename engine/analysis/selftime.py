@@ -184,8 +184,13 @@ def kernel_table(events: pd.DataFrame, top: int | None = None) -> pd.DataFrame:
     """Per kernel name (cpu_op name on CPU-only traces, annotations apart): calls, total, mean,
     self, share % of self time, and for GPU kernels their class (engine.trace.kernels); names
     whole (the pages wrap them)."""
-    gpu = cat_mask(events["cat"]).any()
-    t = time_by(events, GPU_CATS if gpu else ("cpu_op",))
+    gpu = bool(cat_mask(events["cat"]).any())
+    t = kernel_columns(time_by(events, GPU_CATS if gpu else ("cpu_op",)), gpu)
+    return t.head(top) if top else t
+
+
+def kernel_columns(t: pd.DataFrame, gpu: bool) -> pd.DataFrame:
+    """`kernel_table`'s columns from a `time_by` table (GPU work when `gpu`, else cpu_ops)."""
     t = t.rename(columns={"count": "calls"})[["name", "kind", "calls", "total_us", "mean_us", "self_us", "share_pct"]]
     if not gpu:
         t["kind"] = np.where(t["kind"] == "annotation", "annotation", "cpu_op")
@@ -194,4 +199,4 @@ def kernel_table(events: pd.DataFrame, top: int | None = None) -> pd.DataFrame:
 
         t["kind"] = "kernel"
         t.insert(2, "class", [classify_kernel(n).value for n in t["name"].astype(str)])
-    return t.head(top) if top else t
+    return t

@@ -5,6 +5,10 @@ object per file (tarball members and directory entries count as files). Keys are
 in `engine.trace.summary`; they match MANIFEST.json entries (`kind`, `schema`, `nodes`,
 `events`, `rank`, `world_size`, `kernels`, `cpu_ops`). When an ET and a Kineto trace are given
 together they are linked and every object carries the pair's `link_rate`.
+
+A trace whose whole tables would not fit the whole-table budget ($MYSTIQUE_WHOLE_TABLE_MAX_BYTES,
+default 2 GiB of estimated memory) is read through the trace store in bounded memory, with the
+same keys and a warning saying so (ETs are not stored: they are listed as not read).
 """
 
 from __future__ import annotations
@@ -25,15 +29,21 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.trace import load
+    from engine.trace.store.handle import is_store_trace, open_trace
     from engine.trace.summary import summarize_sources
 
     # Loader warnings (e.g. an unknown ET schema) are part of the output below, so Python's
-    # own warning lines would only repeat them on stderr.
+    # own warning lines would only repeat them on stderr. A trace over the whole-table budget is
+    # read through its store (engine.trace.store.handle): columns and counts, not whole tables.
     with progress_bar("loading", enabled=not args.json) as cb, warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        trace = load(*args.paths, rank=args.rank, progress=cb, use_cache=not args.no_cache)
-    objs = summarize_sources(trace)
+        trace = open_trace(*args.paths, rank=args.rank, progress=cb, use_cache=not args.no_cache)
+    if is_store_trace(trace):
+        from engine.trace.store.summary import summarize_store_sources
+
+        objs = summarize_store_sources(trace)
+    else:
+        objs = summarize_sources(trace)
     if args.json:
         print_json(objs[0] if len(objs) == 1 else objs)
     else:

@@ -9,7 +9,8 @@ Shorthand what-ifs, appended to the spec's edits: `--device MI300X` (retarget th
 GPU), `--kernel-times OTHER_TRACE` (GPU times from another trace of the same program),
 `--speedup-span REGEX FACTOR` (an inclusive host speed-up: the span and all host work nested in it).
 
-Many ranks (issue 22): a trace store folder (docs/store.md), or any traces with `--fleet`, are
+Many ranks (issue 22): a trace store folder (docs/store.md), any traces with `--fleet`, and traces
+whose whole tables would not fit the loader's memory budget (a folder of 512 rank traces) are
 simulated by the fleet simulator (engine/simulate/fleet): one graph per rank built on
 `--scheduler serial|local|tcp://HOST:PORT` (as on `mystique sql`), collectives matched across
 ranks, all ranks solved together; it prints per-rank step times, stragglers and tasks/s and
@@ -77,6 +78,18 @@ def _load(paths: list[str], progress):
     return load(*resolve(*paths).files, progress=progress)
 
 
+def _over_load_budget(paths: list[str]) -> str | None:
+    """Why the Kineto traces behind `paths` would not load whole (the loader's budget:
+    MYSTIQUE_LOAD_MAX_BYTES, else the memory available), None when they would; ETs beside them
+    count (the whole load reads them too)."""
+    from engine.trace.layout import resolve
+    from engine.trace.loader import load_budget_bytes
+    from engine.trace.store.handle import over_budget
+
+    budget = load_budget_bytes()
+    return None if budget is None else over_budget(resolve(*paths).files, budget)
+
+
 def _spec(args: argparse.Namespace, spec_cls):
     """--what-if's spec with the shorthand flags' edits appended (None when there is none)."""
     extra: list[dict] = []
@@ -117,6 +130,12 @@ def run(args: argparse.Namespace) -> int:
     from engine.simulate.fleet import is_store
 
     if args.fleet or (len(args.paths) == 1 and is_store(Path(args.paths[0]))):
+        return _run_fleet(args, spec, cfg)
+    big = _over_load_budget(args.paths)
+    if big:  # whole tables would be refused (or exhaust memory): rank by rank from the store
+        import sys
+
+        print(f"simulate: {big}: simulated rank by rank from the trace store (as --fleet)", file=sys.stderr)
         return _run_fleet(args, spec, cfg)
     if args.scheduler is not None:
         raise TraceError("--scheduler applies to the fleet simulator: add --fleet (or give a trace store folder)")

@@ -265,20 +265,26 @@ def _adopt_kineto_rank(undeclared_et, ops_l, ten_l, sources) -> None:
 LOAD_BYTES_PER_JSON_BYTE = 8
 
 
+def load_budget_bytes() -> int | None:
+    """The memory a whole-table load may take: MYSTIQUE_LOAD_MAX_BYTES, else the memory available
+    now (None when nothing tells)."""
+    from engine.sysinfo import available_memory_bytes
+
+    env = os.environ.get("MYSTIQUE_LOAD_MAX_BYTES", "").strip()
+    return env_int("MYSTIQUE_LOAD_MAX_BYTES", 0, 0) if env else available_memory_bytes()
+
+
 def check_load_memory(json_bytes: int, path) -> None:
     """Refuse, before decoding, a load whose whole tables would not fit in memory: a multi-GB
     trace goes through the trace store instead (bounded memory). MYSTIQUE_LOAD_MAX_BYTES
     overrides the budget (default: the memory available now)."""
-    from engine.sysinfo import available_memory_bytes
-
-    env = os.environ.get("MYSTIQUE_LOAD_MAX_BYTES", "").strip()
-    budget = env_int("MYSTIQUE_LOAD_MAX_BYTES", 0, 0) if env else available_memory_bytes()
+    budget = load_budget_bytes()
     need = LOAD_BYTES_PER_JSON_BYTE * json_bytes
     if budget is not None and need > budget:
         raise TraceError(
             f"too big to load whole: {safe_io._human(json_bytes)} of JSON needs about {safe_io._human(need)} of "
             f"memory, {safe_io._human(budget)} available; the trace store reads it in bounded memory "
-            "(mystique sql, mystique simulate --fleet, the Ranks page)",
+            "(mystique info, sql and simulate, the Traces, Explore and Ranks pages)",
             path,
         )
 

@@ -60,10 +60,16 @@ def _parts(store, rank: int) -> list[tuple[int, Path]]:
 
 
 def rank_events(
-    store, rank: int, columns: list[str] | None = None, window: tuple[float, float] | None = None
+    store,
+    rank: int,
+    columns: list[str] | None = None,
+    window: tuple[float, float] | None = None,
+    min_dur_us: float = 0.0,
 ) -> pd.DataFrame:
     """Rank `rank`'s events: `columns` of the events table (all by default, plus `rank`), only
-    the rows overlapping `window` (µs, the trace's clock) when given; file order."""
+    the rows overlapping `window` (µs, the trace's clock) when given, and of `min_dur_us` or
+    longer; file order. A window reads the time columns and then only the kept rows' columns,
+    batch by batch (memory: the result, not the rank)."""
     import pyarrow as pa
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
@@ -74,12 +80,14 @@ def rank_events(
         pf = pq.ParquetFile(part, read_dictionary=[c for c in _DICT if columns is None or c in columns])
         want = columns if columns is not None else pf.schema_arrow.names
         cols = [c for c in want if c in pf.schema_arrow.names]
-        if window is not None:  # row groups wholly after the window are skipped by their statistics
-            lo, hi = window
+        if window is not None or min_dur_us > 0:  # row groups wholly after the window are skipped by their statistics
+            f = ds.field("dur_us") >= min_dur_us if min_dur_us > 0 else None
+            if window is not None:
+                lo, hi = window
+                w = (ds.field("ts_us") <= hi) & (ds.field("ts_us") + ds.field("dur_us") >= lo)
+                f = w if f is None else f & w
             d = ds.dataset(part, format="parquet")
-            t = d.to_table(filter=ds.field("ts_us") <= hi)
-            keep = pa.compute.greater_equal(pa.compute.add(t["ts_us"], t["dur_us"]), lo)
-            t = t.filter(keep).select(cols)
+            t = d.to_table(columns=cols, filter=f)
         else:
             t = pf.read(columns=cols)
         if "ev" in cols:

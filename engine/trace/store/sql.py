@@ -69,15 +69,16 @@ def _threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _sandbox() -> tuple[str, ...]:
+def _sandbox(memory_bytes: int | None = None) -> tuple[str, ...]:
     """The settings that close DuckDB's file, extension and memory routes (module docstring),
     then lock them; order matters: `enable_external_access` and the lock come last."""
+    limit = _memory_limit_bytes() if memory_bytes is None else min(memory_bytes, _memory_limit_bytes())
     return (
         "SET temp_directory = ''",
         "SET max_temp_directory_size = '0B'",
         "SET allowed_directories = []",
         "SET allowed_paths = []",
-        f"SET memory_limit = '{_memory_limit_bytes() >> 20}MiB'",
+        f"SET memory_limit = '{limit >> 20}MiB'",
         f"SET threads = {_threads()}",
         "SET enable_progress_bar = false",
         *_SETTINGS,
@@ -94,8 +95,9 @@ _SETTINGS = (
 )
 
 
-def connect(store: Path):
-    """A DuckDB connection with the store's views and no access to anything else."""
+def connect(store: Path, memory_bytes: int | None = None):
+    """A DuckDB connection with the store's views and no access to anything else; `memory_bytes`
+    lowers its memory limit (the aggregates the views of a big trace run need little)."""
     try:
         import duckdb
     except ImportError:
@@ -126,7 +128,7 @@ def connect(store: Path):
     )
     con.register("_sources", src)
     con.execute("CREATE VIEW sources AS SELECT * FROM _sources")
-    for stmt in _sandbox():
+    for stmt in _sandbox(memory_bytes):
         con.execute(stmt)
     return con
 

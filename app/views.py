@@ -151,11 +151,23 @@ def timeline_fig(
     min_dur_us: float,
     flow_from: int | None,
     search: str = "",
+    hide_python: bool = False,
+    collapsed: tuple[str, ...] = (),
+    launch_flows: bool = True,
 ):
+    """One window of the timeline. The page and the prefetch pass every argument, so their calls
+    share cache entries (omitted defaults make another key)."""
     from engine.figures.timeline import TimelineView, timeline_figure
 
     trace = load_paths(paths)
-    view = TimelineView(start_us=start_us, end_us=end_us, min_dur_us=min_dur_us, rank=rank)
+    view = TimelineView(
+        start_us=start_us,
+        end_us=end_us,
+        min_dur_us=min_dur_us,
+        rank=rank,
+        hide_python=hide_python,
+        collapsed=tuple(collapsed),
+    )
     return timeline_figure(
         trace.events,
         view,
@@ -163,7 +175,16 @@ def timeline_fig(
         search=search,
         shapes=op_shapes(paths),
         laid=timeline_layout(paths, rank),
+        launch_flows=launch_flows,
     )
+
+
+@view(st.cache_data, max_entries=16, show_spinner=False)
+def timeline_threads(paths: tuple[str, ...], rank: int | None) -> tuple[list[str], bool]:
+    """(CPU lane labels, whether any python frames are recorded) of one rank's timeline."""
+    laid = timeline_layout(paths, rank)
+    cpu = sorted(str(x) for x in laid.loc[~laid["is_gpu"].to_numpy(bool), "lane"].unique())
+    return cpu, bool((laid["group"] == "python").any())
 
 
 @view(st.cache_resource, max_entries=8, show_spinner=False)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from engine.figures.timeline import TimelineView, aggregate_trace, level_of_detail, prepare, timeline_traces
+from engine.figures.timeline import TimelineView, aggregate_traces, level_of_detail, prepare, timeline_traces
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -55,8 +55,8 @@ def aligned_timelines(
         detail, agg = level_of_detail(ev, bar_limit // 2)
         for tr in timeline_traces(detail, legend=row == 1):
             fig.add_trace(tr, row=row, col=1)
-        if len(agg):
-            fig.add_trace(aggregate_trace(agg, legend=row == 1), row=row, col=1)
+        for tr in aggregate_traces(agg, legend=row == 1):
+            fig.add_trace(tr, row=row, col=1)
         lanes = ev.attrs["lanes"]
         fig.update_yaxes(tickvals=[-v for v in lanes.values()], ticktext=list(lanes.keys()), row=row, col=1)
     rows = sum(int(p["y"].max()) + 2 if len(p) else 2 for p in prepared)

@@ -153,3 +153,18 @@ def test_launch_lines_join_each_drawn_kernel_to_its_launch(h100):
         assert a["correlation"] == b["correlation"]
     off = timeline_figure(ev, view)
     assert not any(tr.name == FLOW_NAME for tr in off.data)
+
+
+def test_each_lane_has_one_label(h100):
+    """The GPU annotation (no stream id, tid 7) and the kernels of stream 7 were two lanes named
+    "GPU 0 stream 7": one tick label covered the other, and the kernel row had none."""
+    laid = lay_out(h100.events)
+    names = laid.groupby("lane_code")["lane"].first()
+    assert names.is_unique, names.tolist()
+    gpu = laid[laid["is_gpu"]]
+    assert gpu["lane"].unique().tolist() == ["GPU 0 stream 7"]
+    ann = gpu[gpu["cat"].astype(str) == "gpu_user_annotation"]
+    kernels = gpu[gpu["cat"].astype(str) == "kernel"]
+    # the step annotation encloses the kernels inside it: they sit in rows under it, in one lane
+    assert (ann["sub"] == 0).all() and (kernels["sub"] >= 0).all()
+    assert kernels["lane_code"].nunique() == 1 and set(ann["lane_code"]) == set(kernels["lane_code"])

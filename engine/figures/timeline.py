@@ -132,7 +132,11 @@ def lane_table(events: pd.DataFrame) -> pd.DataFrame:
             labels.append(f"GPU {pid} stream {sub}")
         else:
             labels.append(f"CPU {pid} / {tid_uniq[sc - len(st_uniq)]}")
-    lane = np.asarray(labels, dtype=object)[lane_codes] if n else np.zeros(0, object)
+    # one lane per label: a GPU annotation without a stream id (tid 7) and the kernels of stream 7
+    # were two lanes with one name, so one tick label hid the other (the kernel row had none)
+    label_codes, uniq = pd.factorize(np.asarray(labels, dtype=object))
+    lane_codes = label_codes[lane_codes] if n else lane_codes
+    lane = np.asarray(uniq, dtype=object)[lane_codes] if n else np.zeros(0, object)
     return ev.assign(lane=lane, lane_code=lane_codes.astype(np.int64), is_gpu=is_gpu, group=group)
 
 

@@ -99,3 +99,60 @@ def test_timeline_shows_a_busy_labelled_gpu_and_folds_python_frames(server, driv
     before = {r for t in fig["traces"] if t["name"] == "cpu_op" for r in t["rows"]}
     assert max(rows) > max(before)  # aten rows rose (rows are negative y: higher is nearer the top)
     _shot(d, "32_timeline_h100_timesformer_folded")
+
+
+TIMELINES = """
+const gd = document.querySelector('.st-key-tt_timelines .js-plotly-plot');
+if (!gd || !gd._fullData) return null;
+const out = {titles: (gd._fullLayout.annotations || []).map(a => a.text), gpu: {}};
+for (const t of gd._fullData) {
+  if (!['kernel', 'memory', 'GPU busy (merged kernels)'].includes(t.name)) continue;
+  const side = t.yaxis === 'y2' ? 'b' : 'a';
+  const base = Array.from(t.base || []);
+  out.gpu[side] = Math.min(out.gpu[side] ?? Infinity, ...base);
+}
+return out;
+"""
+
+
+def test_cross_gpu_compare_aligns_the_two_timelines_by_step(server, driver):  # noqa: F811
+    from test_e2e_dashboard import _load_fresh, _pick
+
+    d = driver
+    d.set_window_size(1400, 1100)
+    d.get(server)
+    _wait_text(d, "Loaded traces")
+    _idle(d)
+    _load_fresh(d, _shared("tracelens_timesformer/h100_timesformer.json.gz"), "H100")
+    _load_fresh(d, _shared("tracelens_timesformer/mi300_timesformer.json.gz"), "MI300X")
+    _nav(d, "compare")
+    d.execute_script(
+        """for (const l of document.querySelectorAll('.st-key-cmp_mode label'))
+             if (l.innerText.includes('trace vs trace')) { l.click(); return; }"""
+    )
+    _idle(d, 300)
+    _pick(d, "cmp_a", "H100")
+    _pick(d, "cmp_b", "MI300X")
+    _wait_css(d, ".st-key-tt_timelines .js-plotly-plot", timeout=300)
+    fig = d.execute_script(TIMELINES)
+    # each side from its ProfilerStep, over the longer step: both GPUs' work is in view
+    assert sum("aligned at ProfilerStep#6" in t for t in fig["titles"]) == 2, fig["titles"]
+    assert set(fig["gpu"]) == {"a", "b"}, fig
+    d.execute_script(
+        """for (const l of document.querySelectorAll('.st-key-tt_align label'))
+             if (l.innerText.includes('first GPU work')) { l.click(); return; }"""
+    )
+    _idle(d, 300)
+    end = time.time() + 120
+    while True:
+        fig = d.execute_script(TIMELINES)
+        if fig and sum("first GPU work" in t for t in fig["titles"]) == 2:
+            break
+        assert time.time() < end, fig
+        time.sleep(0.5)
+    # the two GPUs' first work now starts together at 0
+    assert abs(fig["gpu"]["a"]) < 1.0 and abs(fig["gpu"]["b"]) < 1.0, fig
+    el = _wait_css(d, ".st-key-tt_align")
+    d.execute_script("arguments[0].scrollIntoView({block: 'start'}); window.scrollBy(0, -60);", el)
+    _idle(d)
+    _shot(d, "32_compare_timelines_h100_vs_mi300x")

@@ -168,3 +168,24 @@ def test_each_lane_has_one_label(h100):
     # the step annotation encloses the kernels inside it: they sit in rows under it, in one lane
     assert (ann["sub"] == 0).all() and (kernels["sub"] >= 0).all()
     assert kernels["lane_code"].nunique() == 1 and set(ann["lane_code"]) == set(kernels["lane_code"])
+
+
+def test_cross_gpu_timelines_align_at_the_step(load_shared):
+    """Compare's two timelines start at each trace's ProfilerStep (or its first GPU work), not at
+    each file's first event: the H100's step begins 375 µs in, its GPU work 218 ms in."""
+    from engine.figures.compare import aligned_timelines, step_alignment
+
+    sides = [load_shared(H100).events, load_shared("tracelens_timesformer/mi300_timesformer.json.gz").events]
+    for ev in sides:
+        step = ev[ev["name"].astype(str).str.startswith("ProfilerStep#") & (ev["cat"].astype(str) == "user_annotation")]
+        t0 = float(step["ts_us"].iloc[0])
+        assert step_alignment(ev)[:2] == pytest.approx((t0, float(step["dur_us"].iloc[0])), abs=1e-3)
+        gpu = ev[ev["cat"].astype(str).isin(["kernel", "gpu_memcpy", "gpu_memset"]) & (ev["ts_us"] >= t0)]
+        assert step_alignment(ev, at="gpu")[0] == float(gpu["ts_us"].min())
+    al = [step_alignment(ev, at="gpu") for ev in sides]
+    fig = aligned_timelines(
+        *sides, ("H100", "MI300X"), window_us=max(a[1] for a in al), origins_us=(al[0][0], al[1][0])
+    )
+    for axis in ("y", "y2"):
+        starts = [min(tr.base) for tr in fig.data if tr.yaxis == axis and tr.name in ("kernel", "memory", BUSY_NAME)]
+        assert min(starts) == pytest.approx(0.0, abs=1e-6)  # both GPUs' first work at 0

@@ -38,7 +38,8 @@ if view == "Operator graph":
     else:
         st.caption(
             "Groups (squares) stand for call-tree subtrees, edges for data dependencies summed between "
-            "them. Click a group and *Open group* to drill in; breadcrumbs go back up. The selection is "
+            "them. A click on a group either selects it (its ops go to Compose; *Open group* then drills in) "
+            "or opens it: pick which above the chart. Breadcrumbs go back up. The selection is "
             "ringed gold, its producers blue, its consumers green."
         )
         try:

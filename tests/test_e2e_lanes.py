@@ -156,3 +156,102 @@ def test_cross_gpu_compare_aligns_the_two_timelines_by_step(server, driver):  # 
     d.execute_script("arguments[0].scrollIntoView({block: 'start'}); window.scrollBy(0, -60);", el)
     _idle(d)
     _shot(d, "32_compare_timelines_h100_vs_mi300x")
+
+
+def _click_label(d, label: str) -> None:
+    """A real mouse click on the graph node whose name starts with `label`."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    chart = _wait_css(d, ".st-key-explore_graph .js-plotly-plot")
+    info = d.execute_script(
+        """const gd = arguments[0], fl = gd._fullLayout;
+           for (const t of gd._fullData) {
+             if (!t.mode || !t.mode.includes('markers') || !t.text) continue;
+             for (let i = 0; i < t.x.length; i++) if (String(t.text[i]).startsWith(arguments[1])) {
+               const r = gd.querySelector('.nsewdrag').getBoundingClientRect();
+               return {px: fl.xaxis.l2p(t.x[i]), py: fl.yaxis.l2p(t.y[i]), w: r.width, h: r.height};
+             }
+           } return null;""",
+        chart,
+        label,
+    )
+    assert info is not None, f"no node named {label}"
+    drag = chart.find_element(By.CSS_SELECTOR, ".nsewdrag")
+    ActionChains(d).move_to_element_with_offset(
+        drag, int(info["px"] - info["w"] / 2), int(info["py"] - info["h"] / 2)
+    ).pause(0.4).click().perform()
+    _idle(d)
+
+
+GRAPH = """
+const gd = document.querySelector('.st-key-explore_graph .js-plotly-plot');
+if (!gd || !gd._fullData) return null;
+const xs = new Set(), text = [];
+for (const t of gd._fullData) {
+  if (!t.mode || !t.mode.includes('markers') || !t.customdata) continue;
+  for (const x of t.x) xs.add(x);
+  for (const s of (t.text || [])) text.push(s);
+}
+return {columns: xs.size, text: text, title: gd._fullLayout.title.text};
+"""
+
+
+def test_graph_opens_a_group_without_selecting_it_and_names_its_groups(server, driver):  # noqa: F811
+    """GPT-2 (bundled sample): in "opens it" mode a click on a group (forward, backward or the
+    optimizer) drills in and selects nothing; then the backward level's 121 groups are named for
+    their autograd functions, in a grid."""
+    from selenium.webdriver.common.by import By
+    from test_e2e_browser import _click_graph_node, _text
+
+    gpt2 = ROOT / "sample_traces" / "gpt2_hf"
+    if not (gpt2 / "gpt2_hf_et.json.gz").exists():
+        pytest.skip("bundled gpt2_hf sample missing (make samples)")
+    d = driver
+    d.set_window_size(1400, 1100)
+    d.get(server)
+    _wait_text(d, "Loaded traces")
+    _idle(d)
+    _load_by_path(d, [gpt2 / "gpt2_hf_et.json.gz", gpt2 / "gpt2_hf_kineto.json.gz"], "GPT-2")
+    _nav(d, "explore")
+    _view(d, "Operator graph")
+    _wait_css(d, ".st-key-explore_graph .js-plotly-plot", timeout=300)
+    d.execute_script(
+        """for (const l of document.querySelectorAll('.st-key-explore_graph_click label'))
+             if (l.innerText.includes('opens it')) { l.click(); return; }"""
+    )
+    _idle(d)
+    top = d.execute_script(GRAPH)
+    # the whole chart in view: a click below the fold scrolls the page and never reaches the point
+    d.execute_script("document.querySelector('.st-key-explore_graph').scrollIntoView({block: 'center'});")
+    time.sleep(1.0)
+    key = _click_graph_node(d, "explore_graph", "group")
+    assert key is not None
+    end = time.time() + 120
+    while (fig := d.execute_script(GRAPH)) is None or fig["title"] == top["title"]:
+        if time.time() > end:
+            _shot(d, "32_graph_gpt2_not_opened")
+            raise AssertionError(f"the click on {key} did not open the group")
+        time.sleep(0.5)
+    _idle(d)
+    assert fig["title"] != top["title"]  # drilled in
+    assert "selected" not in _text(d, '[data-testid="stAlert"]')  # and nothing was selected
+    assert "Selection" not in _text(d, '[data-testid="stSidebar"]')
+    # back to the top level with its breadcrumb, then into backward by its label
+    for b in d.find_elements(By.CSS_SELECTOR, "[class*='st-key-explore_graph_crumb_'] button"):
+        if "ProfilerStep" in b.text:
+            b.click()
+            break
+    _idle(d)
+    d.execute_script("document.querySelector('.st-key-explore_graph').scrollIntoView({block: 'center'});")
+    time.sleep(1.0)
+    _click_label(d, "backward")
+    end = time.time() + 120
+    while "backward" not in _text(d, "[class*='st-key-explore_graph_crumb_']"):
+        assert time.time() < end, "backward did not open"
+        time.sleep(0.5)
+    _idle(d)
+    fig = d.execute_script(GRAPH)
+    assert fig["columns"] > 1 and any("AddmmBackward0" in t for t in fig["text"]), fig
+    assert all(t for t in fig["text"])  # every group named
+    _shot(d, "32_graph_gpt2_backward_grid")

@@ -67,11 +67,11 @@ def test_timeline_shows_a_busy_labelled_gpu_and_folds_python_frames(server, driv
     _view(d, "Timeline")
     _wait_css(d, CHART, timeout=300)
     fig = _figure(d)
+    names = {t["name"] for t in fig["traces"]}
+    assert "GPU busy (merged kernels)" in names, names  # busy, not one grey "grouped" row
     gpu_ticks = [t for t in fig["ticks"] if t["text"].startswith("GPU 0 stream 7")]
     # the stream row is labelled, with its busy share, and the label is on screen (not clipped)
     assert gpu_ticks and "% busy" in gpu_ticks[0]["text"] and gpu_ticks[0]["left"] >= 0, fig["ticks"]
-    names = {t["name"] for t in fig["traces"]}
-    assert "GPU busy (merged kernels)" in names, names  # busy, not one grey "grouped" row
     busy_rows = {r for t in fig["traces"] if t["name"] == "GPU busy (merged kernels)" for r in t["rows"]}
     grey_rows = {r for t in fig["traces"] if t["name"] == "grouped short events" for r in t["rows"]}
     assert busy_rows and not busy_rows & grey_rows
@@ -255,3 +255,54 @@ def test_graph_opens_a_group_without_selecting_it_and_names_its_groups(server, d
     assert fig["columns"] > 1 and any("AddmmBackward0" in t for t in fig["text"]), fig
     assert all(t for t in fig["text"])  # every group named
     _shot(d, "32_graph_gpt2_backward_grid")
+
+
+def test_embedding_sharding_counts_the_tbe_lookup_as_embedding(server, driver):  # noqa: F811
+    """DLRM with an FBGEMM TBE (bundled dlrm_tbe rank 0): picking the TBE lookup and sharding its
+    tables over ranks called the lookup a "non-embedding op" and drew 0 µs on every rank."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from test_e2e_browser import _text
+
+    tbe = ROOT / "sample_traces" / "dlrm_tbe"
+    if not (tbe / "dlrm_tbe_rank0_et.json.gz").exists():
+        pytest.skip("bundled dlrm_tbe sample missing (make samples)")
+    d = driver
+    d.set_window_size(1400, 1100)
+    d.get(server)
+    _wait_text(d, "Loaded traces")
+    _idle(d)
+    _load_by_path(d, [tbe / "dlrm_tbe_rank0_et.json.gz", tbe / "dlrm_tbe_rank0_kineto.json.gz"], "DLRM TBE")
+    _nav(d, "compose")
+    next(t for t in d.find_elements(By.CSS_SELECTOR, '[role="tab"]') if t.text.strip() == "Table").click()
+    box = _wait_css(d, ".st-key-compose_filter input")
+    box.send_keys("split_embedding_codegen_lookup")
+    box.send_keys(Keys.ENTER)
+    _idle(d)
+    grid = _wait_css(d, ".st-key-compose_table canvas")
+    time.sleep(1.0)
+    r = grid.rect
+    # the row marker (selection checkbox) of the first and only row: left column, under the header
+    ActionChains(d).move_to_element_with_offset(
+        grid, int(14 - r["width"] / 2), int(35 + 17 - r["height"] / 2)
+    ).click().perform()
+    _idle(d)
+    assert "Picked: 1 ops" in _text(d, "body"), "the TBE row was not picked"
+    _wait_css(d, ".st-key-compose_add button").click()
+    _idle(d)
+    sel = _wait_css(d, "[class*='st-key-compose_sharding'] input")
+    sel.click()
+    sel.send_keys("embedding")
+    sel.send_keys(Keys.ENTER)
+    _idle(d, 300)
+    _wait_text(d, "Embedding plan", timeout=300)
+    alerts = _text(d, '[data-testid="stAlert"]')
+    assert "non-embedding" not in alerts and "split_embedding_codegen_lookup" not in alerts, alerts
+    chart = _wait_css(d, ".st-key-compose_shard_chart .js-plotly-plot", timeout=60)
+    time.sleep(1.0)
+    us = d.execute_script("return Array.from(arguments[0]._fullData[0].y);", chart)
+    assert len(us) >= 2 and all(v > 0 for v in us), us  # every rank has embedding time
+    d.execute_script("arguments[0].scrollIntoView({block: 'center'});", chart)
+    _idle(d)
+    _shot(d, "32_compose_embedding_sharding_tbe")

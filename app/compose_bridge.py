@@ -212,13 +212,16 @@ def sharding_report(trace, bench, spec: dict) -> dict | None:
     from collections import Counter
 
     from engine.graph import select, selection_from_dict
+    from engine.trace.tbe import tbe_kind
 
     picked: list[int] = []
     for seg in spec["segments"]:
         picked += [int(i) for i in select(trace, selection_from_dict(seg["selection"])).replay_ids]
     ops = trace.ops[trace.ops["id"].isin(picked)]
     names = ops["name"].astype(str)
-    emb = names.isin(EMBEDDING_OPS)
+    # an FBGEMM TBE lookup is an embedding lookup too (sharding rewrites it to aten::embedding_bag):
+    # the report called it a "non-embedding op" and summed 0 µs of embedding time (issue 32)
+    emb = names.isin(EMBEDDING_OPS) | names.map(lambda n: tbe_kind(n) is not None).astype(bool)
     dropped = Counter(names[~emb].tolist())
     t_col = "gpu_dur_us" if "gpu_dur_us" in ops and ops["gpu_dur_us"].fillna(0).gt(0).any() else "k_dur_us"
     emb_us = float(ops.loc[emb.to_numpy(), t_col].fillna(0).sum()) if t_col in ops else 0.0
@@ -251,6 +254,27 @@ def sharding_report(trace, bench, spec: dict) -> dict | None:
         "n_dropped": int((~emb).sum()),
         "note": info.get("note", ""),
     }
+
+
+def shard_time_figure(per_rank: pd.DataFrame):
+    """Estimated embedding time per rank (bars), from `sharding_report`'s per-rank table."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure(
+        go.Bar(
+            x=[f"rank {r}" for r in per_rank["rank"]],
+            y=per_rank["est. embedding µs"].to_numpy(float),
+            marker_color="#7c5cff",
+            hovertemplate="%{x}: %{y:,.1f} µs<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        height=220,
+        margin=dict(l=10, r=10, t=30, b=30),
+        yaxis_title="est. embedding µs",
+        title="Embedding time per rank",
+    )
+    return fig
 
 
 def rank_ops_table(bench, rank: int) -> pd.DataFrame:

@@ -131,4 +131,4 @@ def _prefetch_views(paths: tuple[str, ...], min_dur: float) -> None:
         views.hierarchy_fig(paths, rank, None, GRAPH_COLOR_BY[0], (), "", GRAPH_HEIGHT)
     if trace.has_kineto:
         w = views.default_window(paths, rank)
-        views.timeline_fig(paths, rank, float(w[0]), float(w[1]), float(min_dur), None, "")
+        views.timeline_fig(paths, rank, float(w[0]), float(w[1]), float(min_dur), None, "", False, (), True)

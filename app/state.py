@@ -113,6 +113,13 @@ STICKY = (
     "replay_target",
     "replay_rmode",
     "tt_window",
+    "tt_window_for",
+    "tt_step",
+    "tt_align",
+    "t_fold_py",
+    "t_flows",
+    "explore_graph_click",
+    "compose_graph_click",
     "dash_scheduler",
     "ov_job",
     "ov_job_paths",
@@ -477,6 +484,25 @@ def graph_panel(
     now = [k for k in selected_keys(st.session_state.get(chart_key)) if k in model.groups]
     changed = bool(now) and seen.get(pk) != tuple(now)
     seen[pk] = tuple(now)  # a chart selection counts once: "Clear pick" is not undone by it
+    # Drilling in and selecting are separate actions (issue 32): in "open" mode a click on a group
+    # opens it and picks nothing; in "select" mode a click picks, and Open group drills in.
+    opens = (
+        st.radio(
+            "A click on a group",
+            ["selects it", "opens it"],
+            horizontal=True,
+            key=f"{chart_key}_click",
+            help="Open: drill into the group (nothing is selected). Select: pick its ops for Compose.",
+        )
+        == "opens it"
+    )
+    if changed and opens:
+        group = next((k for k in now if isinstance(k, str) and k.startswith(("tree:", "range:"))), None)
+        if group is not None:
+            foci[f"{name}|{rank}"] = group
+            st.session_state.pop(chart_key, None)
+            st.rerun()
+        changed = False  # a single op has nothing to open: a click in open mode never selects
     if changed:
         picks[pk] = now
     sel_keys = tuple(k for k in picks.get(pk, []) if k in model.groups)

@@ -203,16 +203,35 @@ def timeline_fig(
     min_dur_us: float,
     flow_from: int | None,
     search: str = "",
+    hide_python: bool = False,
+    collapsed: tuple[str, ...] = (),
+    launch_flows: bool = True,
 ):
+    """One window of the timeline. The page and the prefetch pass every argument, so their calls
+    share cache entries (omitted defaults make another key)."""
     from engine.figures.timeline import TimelineView, timeline_figure
 
-    view = TimelineView(start_us=start_us, end_us=end_us, min_dur_us=min_dur_us, rank=rank)
+    view = TimelineView(
+        start_us=start_us,
+        end_us=end_us,
+        min_dur_us=min_dur_us,
+        rank=rank,
+        hide_python=hide_python,
+        collapsed=tuple(collapsed),
+    )
     if is_big(paths):  # the window's rows from the store (their sub-rows equal the whole rank's)
         origin, span = rank_extent(paths, rank)
         lo = origin + (0.0 if start_us is None else start_us)
         hi = origin + (span if end_us is None else end_us)
         ev, left_out = open_paths(paths).window(int(rank or 0), lo, hi)
-        fig = timeline_figure(ev, view, flow_from=flow_from, search=search, laid=window_layout(paths, rank, ev))
+        fig = timeline_figure(
+            ev,
+            view,
+            flow_from=flow_from,
+            search=search,
+            laid=window_layout(paths, rank, ev),
+            launch_flows=launch_flows,
+        )
         if left_out:
             fig.layout.meta = {**(fig.layout.meta or {}), "left_out_under_us": left_out}
         return fig
@@ -224,6 +243,7 @@ def timeline_fig(
         search=search,
         shapes=op_shapes(paths),
         laid=timeline_layout(paths, rank),
+        launch_flows=launch_flows,
     )
 
 
@@ -245,6 +265,26 @@ def window_layout(paths: tuple[str, ...], rank: int | None, ev):
     out = laid[laid["ev"].to_numpy() >= 0]
     out.attrs = laid.attrs
     return out
+
+
+@view(st.cache_data, max_entries=16, show_spinner=False)
+def timeline_threads(paths: tuple[str, ...], rank: int | None) -> tuple[list[str], bool]:
+    """(CPU lane labels, whether any python frames are recorded) of one rank's timeline (over the
+    whole-table budget: from the store's distinct lanes, never the whole trace)."""
+    if is_big(paths):
+        import pandas as pd
+
+        from engine.figures.timeline import lay_out
+
+        origin = rank_extent(paths, rank)[0]
+        seeds = open_paths(paths).lane_seeds(int(rank or 0))
+        seeds = seeds.astype({c: str for c in ("cat", "pid", "tid") if c in seeds.columns})
+        rows = seeds.assign(ev=range(len(seeds)), name="", ts_us=origin, dur_us=0.0, correlation=pd.NA, rank=rank)
+        laid = lay_out(rows.reset_index(drop=True), rank, origin)
+    else:
+        laid = timeline_layout(paths, rank)
+    cpu = sorted(str(x) for x in laid.loc[~laid["is_gpu"].to_numpy(bool), "lane"].unique())
+    return cpu, bool((laid["group"] == "python").any())
 
 
 @view(st.cache_resource, max_entries=8, show_spinner=False)

@@ -11,6 +11,7 @@ from app import state, views
 from app.markup import md_escape
 from engine.errors import TraceError
 from engine.figures import compare as cfig
+from engine.trace.steps import step_spans
 
 st.title("Compare")
 mode = st.radio("Compare", ["original vs replay", "trace vs trace"], horizontal=True, key="cmp_mode")
@@ -258,15 +259,53 @@ else:
             key="tt_name",
             width="stretch",
         )
-        win = st.number_input("Timeline window (µs from each start)", 100.0, value=20000.0, key="tt_window")
+        # the two timelines aligned by step (issue 32): each side from its step's start, or from the
+        # step's first GPU work, so the kernels of two GPUs line up; from each start without steps
+        c = st.columns([1, 1, 1])
+        n_steps = min(len(step_spans(ta.events)), len(step_spans(tb.events)))
+        step = (
+            c[0].selectbox("Align at step", range(n_steps), format_func=lambda i: f"step {i + 1}", key="tt_step")
+            if n_steps
+            else 0
+        )
+        at = c[1].radio(
+            "Align at", ["step start", "first GPU work"], horizontal=True, key="tt_align", disabled=not n_steps
+        )
+        al = [
+            cfig.step_alignment(t.events, int(step or 0), "gpu" if at == "first GPU work" else "step") for t in (ta, tb)
+        ]
+        aligned = all(x is not None for x in al)
+        longest = max(x[1] for x in al) if aligned else 20000.0  # type: ignore[index]
+        # a new alignment (traces, step or anchor) starts from its own window, the longer step,
+        # unless the user typed a window of their own
+        anchor, auto = [a, b, aligned, at, step], float(max(longest, 100.0))
+        prev = st.session_state.get("tt_window_for") or [None, None]
+        if prev[0] != anchor:
+            if st.session_state.get("tt_window") in (None, prev[1]):
+                st.session_state["tt_window"] = auto
+            st.session_state["tt_window_for"] = [anchor, auto]
+        win = c[2].number_input(
+            "Window (µs from each aligned start)" if aligned else "Window (µs from each start)",
+            100.0,
+            key="tt_window",
+        )
         ea, eb = (
             (ta.events, tb.events) if keep else (ta.events[~bookkeeping(ta.events)], tb.events[~bookkeeping(tb.events)])
         )
         st.plotly_chart(
-            cfig.aligned_timelines(ea, eb, (a, b), window_us=float(win)),
+            cfig.aligned_timelines(
+                ea,
+                eb,
+                (a, b),
+                window_us=float(win),
+                origins_us=(al[0][0], al[1][0]) if aligned else (None, None),  # type: ignore[index]
+                notes=(al[0][2], al[1][2]) if aligned else ("", ""),  # type: ignore[index]
+            ),
             key="tt_timelines",
             width="stretch",
         )
+        if not aligned:
+            st.caption("No ProfilerStep in one of the traces: both timelines run from their own start.")
         st.dataframe(diff.by_name, hide_index=True, key="tt_table")
     if len(diff.ops_by_name):
         st.subheader("ET operator counts")

@@ -133,9 +133,10 @@ if spec["segments"]:
             if rep["n_dropped"]:
                 listed = ", ".join(f"{k} ×{v}" for k, v in list(rep["dropped"].items())[:8])
                 st.warning(
-                    f"Embedding sharding keeps only the embedding lookups (+ their all_to_all): "
-                    f"{rep['n_dropped']} picked non-embedding ops are not in the per-rank benchmarks "
-                    f"({md_escape(listed)}). Replay the dense part with a separate segment without sharding.",
+                    f"Embedding sharding keeps only the embedding lookups (aten::embedding_bag and FBGEMM TBE "
+                    f"lookups, + their all_to_all): {rep['n_dropped']} picked ops that are not lookups are not in "
+                    f"the per-rank benchmarks ({md_escape(listed)}). Replay the dense part with a separate segment "
+                    "without sharding.",
                     icon="⚠️",
                 )
             st.markdown(
@@ -143,7 +144,7 @@ if spec["segments"]:
                 f"(max / mean cost) {rep['imbalance']:.3f}"
             )
             st.dataframe(rep["per_rank"], hide_index=True, key="compose_shard_ranks")
-            st.bar_chart(rep["per_rank"].set_index("rank")["est. embedding µs"], height=180)
+            st.plotly_chart(bridge.shard_time_figure(rep["per_rank"]), key="compose_shard_chart", width="stretch")
         ranks_avail = sorted(bench.ranks)
         show_rank = (
             st.selectbox("Rank", ranks_avail, key="compose_show_rank") if len(ranks_avail) > 1 else ranks_avail[0]

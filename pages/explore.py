@@ -37,7 +37,8 @@ if view == "Operator graph":
     else:
         st.caption(
             "Groups (squares) stand for call-tree subtrees, edges for data dependencies summed between "
-            "them. Click a group and *Open group* to drill in; breadcrumbs go back up. The selection is "
+            "them. A click on a group either selects it (its ops go to Compose; *Open group* then drills in) "
+            "or opens it: pick which above the chart. Breadcrumbs go back up. The selection is "
             "ringed gold, its producers blue, its consumers green."
         )
         try:
@@ -92,20 +93,53 @@ elif view == "Timeline":
         min_dur = (
             c[2].number_input("Min duration (µs)", 0.0, value=0.0, step=1.0, key="t_min_dur") if not search else 0.0
         )
+        threads, has_python = views.timeline_threads(paths, rank)
+        if any(t not in threads for t in st.session_state.get("t_folded") or ()):
+            # another trace or rank: its threads do not apply
+            st.session_state["t_folded"] = [t for t in st.session_state["t_folded"] if t in threads]
+        c = st.columns([1, 2, 1])
+        fold_py = c[0].toggle(
+            "Fold python frames",
+            key="t_fold_py",
+            disabled=not has_python,
+            help="Hide python_function rows: aten ops and runtime calls rise to the top of their thread.",
+        )
+        folded = c[1].multiselect(
+            "Folded threads (top-level events only)", threads, key="t_folded", placeholder="none: every row shown"
+        )
+        flows_on = c[2].toggle("Launch lines", value=True, key="t_flows", help="From each drawn kernel to its launch.")
         # The chart's selection from the last interaction is in session state before the chart is
         # drawn, so the clicked event's flow arrows are drawn in this same run.
         prev = st.session_state.get("explore_timeline")
         keys = [k for k in selected_keys(prev) if isinstance(k, int)] if prev else []
         flow = keys[0] if keys else None
-        fig = views.timeline_fig(paths, rank, float(window[0]), float(window[1]), float(min_dur), flow, search)
+        fig = views.timeline_fig(
+            paths,
+            rank,
+            float(window[0]),
+            float(window[1]),
+            float(min_dur),
+            flow,
+            search,
+            bool(fold_py),
+            tuple(folded),
+            bool(flows_on),
+        )
         min_bar = float((fig.layout.meta or {}).get("min_bar_us") or 0.0)
         st.caption(
             "Drag to zoom in time (lanes stay): the window follows and its detail is drawn; "
             "double-click for the whole trace. Click a bar or box-select (toolbar) to pick ops. "
             + (
-                f"At this window events under {min_bar:,.3g} µs are grouped grey: zoom in to draw them."
+                f"At this window events under {min_bar:,.3g} µs are grouped grey (GPU work: merged busy spans "
+                "in the kernel colour): zoom in to draw them."
                 if min_bar
                 else "Every event in the window is drawn."
+            )
+            + (
+                f" Launch lines: {int((fig.layout.meta or {}).get('flows') or 0):,} drawn kernels link back to "
+                "their launch in this window (the longest 300 get a line)."
+                if flows_on
+                else ""
             )
         )
         left_out = float((fig.layout.meta or {}).get("left_out_under_us") or 0.0)

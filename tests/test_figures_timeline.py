@@ -5,7 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.figures.lanes import BUSY_NAME
 from engine.figures.timeline import TimelineView, prepare, timeline_figure
+
+# aggregate bars (no event of their own): grey groups and, on GPU rows, merged busy spans
+AGG = ("grouped short events", BUSY_NAME)
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +100,7 @@ def test_big_trace_stays_interactive_bars(control):
     fig = timeline_figure(ev, TimelineView(bar_limit=3000))
     bars = [tr for tr in fig.data if tr.type == "bar"]
     assert len(bars) == len(fig.data)
-    detail = [tr for tr in bars if tr.name != "grouped short events"]
+    detail = [tr for tr in bars if tr.name not in AGG]
     from engine.figures.timeline import LABEL_MIN_PX, MIN_BAR_PX, PLOT_PX
 
     # the 3,000 longest events, less those under MIN_BAR_PX on screen (seen by nobody, drawn at a cost)
@@ -105,8 +109,9 @@ def test_big_trace_stays_interactive_bars(control):
     assert 100 < visible <= 3000
     assert sum(len(tr.x) for tr in detail) == visible == fig.layout.meta["drawn"]
     assert all((np.asarray(tr.x, float) * PLOT_PX / span >= MIN_BAR_PX).all() for tr in detail)
-    grouped = next(tr for tr in bars if tr.name == "grouped short events")
-    counts = np.asarray(grouped.customdata, dtype=object)[:, 1].astype(int)
+    counts = np.concatenate(
+        [np.asarray(tr.customdata, dtype=object)[:, 1].astype(int) for tr in bars if tr.name in AGG]
+    )
     assert counts.sum() + visible == len(ev) == fig.layout.meta["drawn"] + fig.layout.meta["grouped"]
     assert fig.layout.yaxis.fixedrange is True and fig.layout.dragmode == "zoom"  # x-only zoom
     assert all(tr.textposition == "inside" and tr.text is not None for tr in detail)  # names when they fit
@@ -150,7 +155,7 @@ def test_layout_once_then_windows_slice_it(control):
 
     ev = control.events
     laid = lay_out(ev)
-    assert len(laid) == len(ev) and laid["sub"].between(0, 6).all()
+    assert len(laid) == len(ev) and (laid["sub"] >= 0).all()
     lo, hi = default_window(ev)
     for view in (TimelineView(start_us=lo, end_us=hi), TimelineView(start_us=lo, end_us=lo + 500.0, min_dur_us=2.0)):
         a = prepare(ev, view).set_index("ev").sort_index()
@@ -179,7 +184,7 @@ def test_level_of_detail_skips_bars_nobody_can_see(control):
     wide = int((in_window["dur_us"] * PLOT_PX / (hi - lo) >= MIN_BAR_PX).sum())
     assert meta["drawn"] == min(BAR_LIMIT, wide) > 0
     for tr in fig.data:
-        if tr.name != "grouped short events":
+        if tr.name not in AGG:
             assert (np.asarray(tr.x, float) * PLOT_PX / (hi - lo) >= MIN_BAR_PX).all()
 
 
@@ -187,7 +192,7 @@ def _drawn(fig) -> tuple[set[int], float]:
     """(event ids drawn as bars of their own, the shortest such bar in µs)."""
     ids, short = set(), float("inf")
     for tr in fig.data:
-        if tr.name != "grouped short events" and len(tr.x):
+        if tr.name not in AGG and len(tr.x):
             ids |= {int(r[0]) for r in tr.customdata}
             short = min(short, float(np.min(np.asarray(tr.x, float))))
     return ids, short

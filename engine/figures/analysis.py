@@ -46,7 +46,7 @@ def rank_timelines(
     from plotly.subplots import make_subplots
 
     from engine.figures.critical import KIND_COLORS, KIND_LABELS, bounded_segments
-    from engine.figures.timeline import TimelineView, aggregate_trace, level_of_detail, prepare, timeline_traces
+    from engine.figures.timeline import TimelineView, aggregate_traces, level_of_detail, prepare, timeline_traces
 
     ranks = sorted(int(r) for r in events["rank"].unique())
     fig = make_subplots(
@@ -60,8 +60,8 @@ def rank_timelines(
         detail, agg = level_of_detail(ev, per_rank)
         for tr in timeline_traces(detail, legend=k == 1):
             fig.add_trace(tr, row=k, col=1)
-        if len(agg):
-            fig.add_trace(aggregate_trace(agg, legend=k == 1), row=k, col=1)
+        for tr in aggregate_traces(agg, legend=k == 1):
+            fig.add_trace(tr, row=k, col=1)
         lanes = ev.attrs["lanes"]
         ticks, labels = [-v for v in lanes.values()], list(lanes.keys())
         on = bounded_segments(path[path["rank"] == r]) if path is not None else None

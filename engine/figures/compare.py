@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from engine.figures.timeline import TimelineView, aggregate_trace, level_of_detail, prepare, timeline_traces
+from engine.figures.timeline import (
+    TimelineView,
+    aggregate_traces,
+    lane_labels,
+    level_of_detail,
+    prepare,
+    timeline_traces,
+)
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -36,8 +43,10 @@ def aligned_timelines(
     min_dur_us: float = 0.0,
     origins_us: tuple[float | None, float | None] = (None, None),
     bar_limit: int = 3000,
+    notes: tuple[str, str] = ("", ""),
 ) -> go.Figure:
-    """Two timelines stacked on one time axis (µs from each side's origin), first `window_us` µs."""
+    """Two timelines stacked on one time axis (µs from each side's origin), first `window_us` µs;
+    `notes` follow each side's title (e.g. which step it is aligned at)."""
     from plotly.subplots import make_subplots
 
     view = TimelineView(
@@ -49,30 +58,67 @@ def aligned_timelines(
         cols=1,
         shared_xaxes=True,
         vertical_spacing=0.06,
-        subplot_titles=[f"{lab}: {len(p):,} events" for lab, p in zip(labels, prepared)],
+        subplot_titles=[f"{lab}: {len(p):,} events{n}" for lab, p, n in zip(labels, prepared, notes)],
     )
     for row, ev in enumerate(prepared, start=1):
-        detail, agg = level_of_detail(ev, bar_limit // 2)
+        if window_us:
+            window = (0.0, float(window_us))
+        elif len(ev):
+            window = (float(ev["start_us"].min()), float((ev["start_us"] + ev["dur_us"]).max()))
+        else:
+            window = (0.0, 1.0)
+        detail, agg = level_of_detail(ev, bar_limit // 2, window=window)
         for tr in timeline_traces(detail, legend=row == 1):
             fig.add_trace(tr, row=row, col=1)
-        if len(agg):
-            fig.add_trace(aggregate_trace(agg, legend=row == 1), row=row, col=1)
+        for tr in aggregate_traces(agg, legend=row == 1):
+            fig.add_trace(tr, row=row, col=1)
         lanes = ev.attrs["lanes"]
-        fig.update_yaxes(tickvals=[-v for v in lanes.values()], ticktext=list(lanes.keys()), row=row, col=1)
+        fig.update_yaxes(
+            tickvals=[-v for v in lanes.values()],
+            ticktext=lane_labels(ev, lanes, window),
+            automargin=True,
+            row=row,
+            col=1,
+        )
     rows = sum(int(p["y"].max()) + 2 if len(p) else 2 for p in prepared)
     fig.update_layout(
         barmode="overlay",
         height=max(420, 16 * rows + 140),
         margin=dict(l=10, r=10, t=40, b=30),
         # below the plot, never under the modebar
-        legend=dict(orientation="h", yanchor="top", y=-0.08, xanchor="left", x=0.0),
+        legend=dict(orientation="h", yanchor="top", y=-0.16, xanchor="left", x=0.0),
     )
     fig.update_yaxes(fixedrange=True)
-    fig.update_xaxes(title_text="µs from start", row=2, col=1)
+    fig.update_xaxes(title_text="µs from each aligned start" if any(notes) else "µs from start", row=2, col=1)
     if window_us:
         # the window limits the axis too, not only which events are drawn (issue 13 problem 9)
         fig.update_xaxes(range=[0.0, float(window_us)])
     return fig
+
+
+def step_alignment(events: pd.DataFrame, step: int = 0, at: str = "step") -> tuple[float, float, str] | None:
+    """(origin µs, window µs, note) that aligns a trace at its `step`-th ProfilerStep: its start
+    (`at="step"`) or the first GPU work inside it (`at="gpu"`, so two GPUs' kernels line up
+    when their hosts prepare the step for different times); None when the trace has no step."""
+    from engine.trace.steps import step_spans
+    from engine.trace.vocab import GPU_CATS
+
+    spans = step_spans(events)
+    if spans.empty:
+        return None
+    if "rank" in spans.columns and spans["rank"].nunique() > 1:
+        spans = spans[spans["rank"] == spans["rank"].min()]
+    sp = spans.iloc[min(step, len(spans) - 1)]
+    t0, t1 = float(sp["ts_us"]), float(sp["ts_us"] + sp["dur_us"])
+    note = f" · aligned at {sp['name']}"
+    if at == "gpu":
+        ts = events["ts_us"].to_numpy(float)
+        work = events["cat"].astype(str).isin(GPU_CATS).to_numpy() & (ts >= t0) & (ts <= t1)
+        if work.any():
+            end = float((ts[work] + events["dur_us"].to_numpy(float)[work]).max())
+            first = float(ts[work].min())
+            return first, max(end, t1) - first, note + "'s first GPU work"
+    return t0, t1 - t0, note
 
 
 def time_by_bars(

@@ -86,6 +86,7 @@ class GraphModel:
     edge_weight: dict = field(default_factory=dict)  # (key, key) -> data edges summed (hierarchy)
     crumbs: list = field(default_factory=list)  # [(label, Focus)] from the root (hierarchy)
     focus: object = None
+    layer_ticks: list = field(default_factory=list)  # [(x, data-dependency layer)] (hierarchy grid)
 
     def ids_for(self, keys) -> list[int]:
         out: list[int] = []
@@ -119,6 +120,37 @@ def layered_layout(g: nx.DiGraph) -> dict[Hashable, tuple[float, float]]:
         for i, node in enumerate(gen):
             pos[node] = (float(x), float(i) - off)
     return pos
+
+
+def grid_layout(
+    g: nx.DiGraph, max_rows: int = 16, order: dict[Hashable, float] | None = None
+) -> tuple[dict[Hashable, tuple[float, float]], list[tuple[float, int]]]:
+    """`layered_layout` with each generation wrapped into columns of at most `max_rows` nodes
+    (issue 32: GPT-2's backward opened as 121 groups in one column, out of sight below the fold).
+    Generations stay left to right; a wrapped one takes as many columns as it needs. Within a
+    generation nodes follow `order` (execution order: a group's first op id), then their key.
+    Returns positions and (x, generation) of each generation's first column, for axis ticks."""
+    base = layered_layout(g)
+    if not base:
+        return {}, []
+    gens: dict[int, list] = {}
+    for node, (x, _) in base.items():
+        gens.setdefault(int(x), []).append(node)
+    rank = order or {}
+    pos: dict[Hashable, tuple[float, float]] = {}
+    ticks: list[tuple[float, int]] = []
+    x0 = 0.0
+    for gen in sorted(gens):
+        members = sorted(gens[gen], key=lambda n: (rank.get(n, float("inf")), str(n)))
+        cols = -(-len(members) // max_rows)
+        rows = -(-len(members) // cols)  # balanced columns
+        ticks.append((x0, gen))
+        for i, node in enumerate(members):
+            c, r = divmod(i, rows)
+            n_in_col = min(rows, len(members) - c * rows)
+            pos[node] = (x0 + c, (n_in_col - 1) / 2.0 - float(r))  # read top-down
+        x0 += cols + (0.6 if cols > 1 else 0.0)
+    return pos, ticks
 
 
 def _ancestor_at_depth(ops: pd.DataFrame, depth: int) -> np.ndarray:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from engine.figures.graph import CATEGORY_COLORS, PHASE_COLORS, GraphModel, edge_segments, layered_layout
+from engine.figures.graph import CATEGORY_COLORS, PHASE_COLORS, GraphModel, edge_segments, grid_layout
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -31,6 +31,20 @@ if TYPE_CHECKING:
 # One node budget for every operator graph (Explore and Compose): what a browser draws with
 # labels in about a second.
 NODE_BUDGET = 400
+# Nodes per column of one data-dependency layer before it wraps into the next column.
+GRID_ROWS = 16
+# Plot width the node labels are cut to (one label per grid column, ~6 px a character).
+LABEL_PX = 1100.0
+
+
+def _group_name(members: pd.DataFrame, fallback: str) -> str:
+    """A range's name: the module its ops share (innermost common), else its first op's name."""
+    if "module" in members.columns:
+        mods = members["module"].astype(str)
+        mods = mods[(mods != "") & (mods != "None") & (mods != "nan")]
+        if len(mods) and mods.nunique() == 1:
+            return str(mods.iloc[0]).removeprefix("nn.Module: ")
+    return fallback
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +66,18 @@ class Focus:
         return None
 
 
+# Wrappers whose meaning is in their tail: "autograd::engine::evaluate_function: AddmmBackward0"
+# cut to 28 characters made 121 backward groups all read "autograd::engine::evaluate_f".
+_PREFIXES = ("autograd::engine::evaluate_function: ", "torch::autograd::", "nn.Module: ")
+
+
 def _clean(name: str, tid: object = None) -> str:
     n = name.strip()
     if n.startswith("## ") and n.endswith(" ##"):
         n = n[3:-3]
+    for pre in _PREFIXES[:2]:
+        if n.startswith(pre):
+            n = n[len(pre) :]
     if n.startswith("[pytorch|profiler|execution_trace|"):
         kind = n.rsplit("|", 1)[-1].rstrip("]")
         n = f"{kind} {tid}" if kind == "thread" and tid is not None else kind
@@ -177,7 +199,9 @@ def build_hierarchy_model(
     q = nx.DiGraph()
     q.add_nodes_from(groups)
     q.add_edges_from(weight)
-    pos = layered_layout(q)
+    first = {k: float(min(m)) for k, m in groups.items()}
+    first["outside"] = -1.0
+    pos, layer_ticks = grid_layout(q, GRID_ROWS, first)
 
     time_col = "gpu_dur_us" if "gpu_dur_us" in ops.columns and ops["gpu_dur_us"].fillna(0).gt(0).any() else "k_dur_us"
     sub = ops.set_index("id")
@@ -193,13 +217,13 @@ def build_hierarchy_model(
             label, kind = f"outside ({len(members)} ops)", "outside"
         elif isinstance(gk, str) and gk.startswith("range:"):
             _, _, _lo, _hi = gk.split(":")
-            label, kind = f"{_clean(str(top.index[0]))[:22]}… ({len(members)})", "range"
+            label, kind = f"{_group_name(m, _clean(str(top.index[0])))[:40]}… ({len(members)})", "range"
         elif isinstance(gk, str):
             row = pos_of.get_loc(int(gk[5:]))
-            label, kind = f"{_clean(str(names[row]), tids[row])[:28]} ({len(members)})", "tree"
+            label, kind = f"{_clean(str(names[row]), tids[row])[:40]} ({len(members)})", "tree"
         else:
             op_id = int(gk)  # type: ignore[call-overload]  # the remaining keys are op ids (ints)
-            label, kind = _clean(str(names[pos_of.get_loc(op_id)]))[:28], "op"
+            label, kind = _clean(str(names[pos_of.get_loc(op_id)]))[:40], "op"
         hover = f"<b>{label}</b><br>{len(members)} ops · {time_col} {t_us:,.1f} µs<br>{top_txt}"
         if kind in ("tree", "range"):
             hover += "<br><i>select it, then Open group to drill in</i>"
@@ -223,6 +247,7 @@ def build_hierarchy_model(
     )
     model = GraphModel(nodes=nodes, edges=sorted(weight, key=str), groups=groups, collapse="hierarchy")
     model.edge_weight = weight
+    model.layer_ticks = layer_ticks
     model.crumbs = crumbs
     model.focus = focus
     return model
@@ -290,7 +315,12 @@ def hierarchy_figure(
     size = np.clip(8 + 3 * np.log2(nodes["n_ops"].to_numpy(float)), 8, 30)
     palette = CATEGORY_COLORS if color_by != "phase" else PHASE_COLORS
     col = "phase" if color_by == "phase" else "category"
-    show_text = len(nodes) <= 160
+    # every group is named (issue 32: 340 unlabelled groups); a name is cut to its grid column
+    show_text = len(nodes) <= NODE_BUDGET
+    cols = max(1.0, float(x.max() - x.min()) + 1.0) if len(nodes) else 1.0
+    fit = max(6, int(LABEL_PX / cols / 6.2))
+    short = [lab if len(lab) <= fit else lab[: fit - 1] + "…" for lab in nodes["label"].astype(str)]
+    nodes = nodes.assign(short=short)
     for value, part in nodes.groupby(col, sort=True, observed=True):
         idx = part.index.to_numpy()
         fig.add_trace(
@@ -299,7 +329,7 @@ def hierarchy_figure(
                 y=part["y"],
                 mode="markers+text" if show_text else "markers",
                 name=str(value),
-                text=part["label"] if show_text else None,
+                text=part["short"] if show_text else None,
                 textposition="top center",
                 textfont=dict(size=10),
                 customdata=part["key"].tolist(),
@@ -340,7 +370,7 @@ def hierarchy_figure(
         height=height,
         margin=dict(l=10, r=10, t=40, b=10),
         # layers are integers: ticks on whole numbers only (auto ticks put 0.4, 0.6 on 2 layers)
-        xaxis=dict(title="data-dependency layer", zeroline=False, showgrid=False, tick0=0, dtick=_layer_dtick(nodes)),
+        xaxis=_layer_axis(model, nodes),
         yaxis=dict(visible=False),
         legend=dict(orientation="h", yanchor="top", y=-0.02, xanchor="left", x=0.0),
         title=dict(text=f"{len(nodes)} groups, {len(model.edges)} aggregated edges", x=0.0),
@@ -349,6 +379,22 @@ def hierarchy_figure(
         dragmode="pan",
     )
     return fig
+
+
+def _layer_axis(model: GraphModel, nodes: pd.DataFrame) -> dict:
+    """Ticks at each data-dependency layer's first column (a wrapped layer spans several)."""
+    ticks = getattr(model, "layer_ticks", None)
+    if not ticks:
+        return dict(title="data-dependency layer", zeroline=False, showgrid=False, tick0=0, dtick=_layer_dtick(nodes))
+    step = max(1, math.ceil(len(ticks) / 12))
+    shown = ticks[::step]
+    return dict(
+        title="data-dependency layer (a tall layer wraps into columns)",
+        zeroline=False,
+        showgrid=False,
+        tickvals=[x for x, _ in shown],
+        ticktext=[str(g) for _, g in shown],
+    )
 
 
 def _layer_dtick(nodes) -> int:

@@ -24,9 +24,11 @@ import numpy as np
 import pandas as pd
 
 from engine.figures.flows import flow_arrows
+from engine.figures.lanes import BUSY_GAP_PX, busy_spans, busy_trace, flow_trace, python_free_depth, window_flows
 from engine.trace.ranks import of_rank
 from engine.trace.steps import step_spans
 from engine.trace.vocab import GPU_ACTIVITY_CATS
+from engine.trace.vocab import GPU_CATS as GPU_WORK_CATS
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -42,6 +44,9 @@ MIN_BAR_PX = 0.5
 # Names are drawn only on bars at least this wide on screen (text layout is most of the draw cost).
 LABEL_MIN_PX = 36.0
 PLOT_PX = 1200.0
+# Sub-rows a thread may nest (a TimeSformer thread with python stacks nests 53 deep; until issue 32
+# rows past 6 were clamped onto row 6, so every aten op and runtime call hid under python frames).
+FULL_DEPTH = 256
 GROUP_COLORS = {
     "cpu_op": "#7c5cff",
     "kernel": "#f72585",
@@ -78,7 +83,11 @@ class TimelineView:
     min_dur_us: float = 0.0
     rank: int | None = None
     bar_limit: int = BAR_LIMIT
-    max_depth: int = 6
+    max_depth: int = FULL_DEPTH
+    # python_function frames left out: aten ops and runtime calls rise to their own depth
+    hide_python: bool = False
+    # lane labels ("CPU pid / tid") drawn folded: their top-level events only, one row
+    collapsed: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.min_dur_us < 0:
@@ -123,7 +132,11 @@ def lane_table(events: pd.DataFrame) -> pd.DataFrame:
             labels.append(f"GPU {pid} stream {sub}")
         else:
             labels.append(f"CPU {pid} / {tid_uniq[sc - len(st_uniq)]}")
-    lane = np.asarray(labels, dtype=object)[lane_codes] if n else np.zeros(0, object)
+    # one lane per label: a GPU annotation without a stream id (tid 7) and the kernels of stream 7
+    # were two lanes with one name, so one tick label hid the other (the kernel row had none)
+    label_codes, uniq = pd.factorize(np.asarray(labels, dtype=object))
+    lane_codes = label_codes[lane_codes] if n else lane_codes
+    lane = np.asarray(uniq, dtype=object)[lane_codes] if n else np.zeros(0, object)
     return ev.assign(lane=lane, lane_code=lane_codes.astype(np.int64), is_gpu=is_gpu, group=group)
 
 
@@ -141,7 +154,7 @@ def _stack_depth(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 
 def lay_out(
-    events: pd.DataFrame, rank: int | None = None, origin_us: float | None = None, max_depth: int = 6
+    events: pd.DataFrame, rank: int | None = None, origin_us: float | None = None, max_depth: int = FULL_DEPTH
 ) -> pd.DataFrame:
     """Once per trace and rank: lanes, colour groups, `start_us` and nesting sub-rows (`sub`), sorted
     by lane and start. `prepare` only slices it per window.
@@ -165,6 +178,7 @@ def lay_out(
     for a, b in itertools.pairwise(bounds):
         depth[a:b] = _stack_depth(s[a:b], s[a:b] + d[a:b])
     ev = ev.assign(sub=np.minimum(depth, max_depth))
+    ev = ev.assign(sub_nopy=np.minimum(python_free_depth(ev), max_depth))
     ev.attrs = {"origin_us": origin_us, "rank": rank, "max_depth": max_depth}
     return ev
 
@@ -195,8 +209,17 @@ def prepare(
         keep &= s <= view.end_us
     if view.min_dur_us > 0:
         keep &= ev["dur_us"].to_numpy() >= view.min_dur_us
+    sub_col = "sub"
+    if view.hide_python and "sub_nopy" in ev.columns:
+        keep &= ev["sub_nopy"].to_numpy() >= 0
+        sub_col = "sub_nopy"
+    if view.collapsed:
+        folded = ev["lane"].isin(list(view.collapsed)).to_numpy()
+        keep &= ~folded | (ev[sub_col].to_numpy() == 0)
     if not keep.all():
         ev = ev[keep]
+    if sub_col != "sub":
+        ev = ev.assign(sub=ev[sub_col].to_numpy())
     codes = ev["lane_code"].to_numpy()
     present, first = np.unique(codes, return_index=True)
     names = ev["lane"].to_numpy()[first]
@@ -277,9 +300,15 @@ def level_of_detail(
     order = order[dur[order] >= min_bar_us(lo, hi, min_px=min_px)]
     keep = np.zeros(len(ev), bool)
     keep[order] = True
-    rest = ev[~keep]
-    s = start[~keep]
-    e = s + dur[~keep]
+    # GPU work left over becomes busy spans (kernels within a pixel merged), never grey: at the
+    # whole-step window a 92 %-busy GPU must read as busy (issue 32)
+    gpu = ev["is_gpu"].to_numpy(bool) & ~keep if "is_gpu" in ev.columns else np.zeros(len(ev), bool)
+    busy = busy_spans(
+        ev["y"].to_numpy()[gpu], start[gpu], start[gpu] + dur[gpu], min_bar_us(lo, hi, min_px=BUSY_GAP_PX)
+    ).assign(busy=True)
+    rest = ev[~keep & ~gpu]
+    s = start[~keep & ~gpu]
+    e = s + dur[~keep & ~gpu]
     width = span / bins
     b = np.clip(np.floor((s - lo) / width), -1, bins).astype(np.int64)
     cells = (
@@ -298,6 +327,9 @@ def level_of_detail(
         .reset_index(drop=True)
     )
     agg["dur_us"] = agg["end_us"] - agg["start_us"]
+    agg = agg.assign(busy=False)
+    if len(busy):
+        agg = pd.concat([agg, busy[[*agg.columns.drop("busy"), "busy_us", "busy"]]], ignore_index=True)
     return ev[keep], agg
 
 
@@ -312,8 +344,10 @@ def timeline_figure(
     search: str = "",
     shapes: dict[int, str] | None = None,
     laid: pd.DataFrame | None = None,
+    launch_flows: bool = False,
 ) -> go.Figure:
-    """The timeline of `events` (the `Trace.events` table); arrows from `flow_from` to its kernels.
+    """The timeline of `events` (the `Trace.events` table); arrows from `flow_from` to its kernels;
+    with `launch_flows`, a line from each drawn kernel back to its launch (`lanes.window_flows`).
 
     One kind of timeline at every size (issue 13): SVG bars with names drawn when they fit,
     hover (name, duration, start, input shapes of the linked ET op via `shapes`), click and box
@@ -338,8 +372,13 @@ def timeline_figure(
     detail, agg = level_of_detail(ev, view.bar_limit, window=window)
     for tr in timeline_traces(detail, True, search=search, shapes=shapes, span_us=span):
         fig.add_trace(tr)
-    if len(agg):
-        fig.add_trace(aggregate_trace(agg))
+    for tr in aggregate_traces(agg):
+        fig.add_trace(tr)
+    flows = 0
+    if launch_flows:
+        xy, flows = window_flows(ev, detail)
+        if xy:
+            fig.add_trace(flow_trace(xy))
     if flow_from is not None:
         for (x0, y0), (x1, y1) in flow_arrows(events, ev, flow_from):
             fig.add_annotation(
@@ -373,7 +412,12 @@ def timeline_figure(
             zeroline=False,
             range=[view.start_us, view.end_us] if view.start_us is not None and view.end_us is not None else None,
         ),
-        yaxis=dict(tickvals=[-v for v in lanes.values()], ticktext=list(lanes.keys()), fixedrange=True),
+        yaxis=dict(
+            tickvals=[-v for v in lanes.values()],
+            ticktext=lane_labels(ev, lanes, window, view.collapsed),
+            fixedrange=True,
+            automargin=True,
+        ),
         # legend below the plot: never under the modebar (toolbar) at the top right
         legend=dict(orientation="h", yanchor="top", y=-0.12 if n_rows < 30 else -0.04, xanchor="left", x=0.0),
         meta={
@@ -382,15 +426,55 @@ def timeline_figure(
             "drawn": len(detail),
             "grouped": int(agg["count"].sum()) if len(agg) else 0,
             "min_bar_us": min_bar_us(*window) if len(agg) else 0.0,
+            "flows": flows,
         },
     )
     return fig
+
+
+def lane_labels(
+    ev: pd.DataFrame, lanes: dict[str, int], window: tuple[float, float], collapsed: tuple[str, ...] = ()
+) -> list[str]:
+    """Tick text of each lane: its name; a GPU stream with its busy share of the window (kernels,
+    copies and sets merged, so overlaps count once); a folded thread marked so."""
+    lo, hi = window
+    gpu = ev[ev["cat"].astype(str).isin(GPU_WORK_CATS)] if len(ev) else ev
+    busy: dict[str, float] = {}
+    if len(gpu):
+        s = np.clip(gpu["start_us"].to_numpy(float), lo, hi)
+        e = np.clip(gpu["start_us"].to_numpy(float) + gpu["dur_us"].to_numpy(float), lo, hi)
+        codes, names = pd.factorize(gpu["lane"])
+        spans = busy_spans(codes, s, e, 0.0)
+        for code, us in spans.groupby("y")["busy_us"].sum().items():
+            busy[str(names[int(code)])] = float(us)
+    out = []
+    for name in lanes:
+        if name in busy and hi > lo:
+            out.append(f"{name} · {100.0 * busy[name] / (hi - lo):.0f} % busy")
+        elif name in collapsed:
+            out.append(f"{name} (folded)")
+        else:
+            out.append(name)
+    return out
+
+
+def aggregate_traces(agg: pd.DataFrame, *, legend: bool = True) -> list:
+    """The bars of `level_of_detail`'s aggregate table: grey groups and GPU busy spans."""
+    busy = agg["busy"].to_numpy(bool) if "busy" in agg.columns else np.zeros(len(agg), bool)
+    out = []
+    if (~busy).any():
+        out.append(aggregate_trace(agg[~busy], legend=legend))
+    if busy.any():
+        out.append(busy_trace(agg[busy], legend=legend))
+    return out
 
 
 def aggregate_trace(agg: pd.DataFrame, *, legend: bool = True):
     """Grey bars standing for many short events (see `level_of_detail`); not selectable ids."""
     import plotly.graph_objects as go
 
+    if "busy" in agg.columns:
+        agg = agg[~agg["busy"].to_numpy(bool)]
     counts = agg["count"].to_numpy()
     return go.Bar(
         base=agg["start_us"].to_numpy(),

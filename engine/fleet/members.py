@@ -67,8 +67,13 @@ def rank_sources(path: str) -> list[RankSource]:
         src = et or kin
         if src is None:
             continue
+        rank = r.rank
+        if rank is None and kin is not None:  # one file: the rank its distributedInfo records
+            import engine.trace as T
+
+            rank = next(iter(T.load(kin).meta.get("ranks") or []), None)
         out.append(
-            RankSource(rank=r.rank if r.rank is not None else k, source=str(src), kineto=str(kin) if kin else None)
+            RankSource(rank=int(rank) if rank is not None else k, source=str(src), kineto=str(kin) if kin else None)
         )
     return sorted(out, key=lambda s: s.rank)
 

@@ -316,6 +316,8 @@ def _fill_unknown(schema, vals: list, ets: list, unknown: list[int]) -> str | No
     for i in unknown:
         a = args[i] if i < len(args) else None
         by_op = _NEUTRAL_BY_OP.get((f"{schema.name}", a.name)) if a is not None else None
+        if by_op is None and a is not None and a.name == "dim" and str(a.type) in ("int", "SymInt"):
+            by_op = -1  # a dimension: the last one exists on every tensor with one (1 does not on 1-D)
         if by_op is not None:
             vals[i], ets[i] = by_op, "Int"
             continue

@@ -1,8 +1,11 @@
 """The Fleet page's helpers: sign a fleet in a worker process (job kind `fleet_ingest`), read its
-signatures (cached on the file's mtime) and the suite (cached on the table and the budget).
+signatures (cached on the file's mtime) and the suite (cached on the table and the budget);
+compose the suite's members into benchmarks (job kind `fleet_suite`, as `mystique fleet suite
+--out`) and replay them (job kind `fleet_suite_replay`, as `mystique replay SUITE`).
 
-Why a worker: signing 1,000 jobs builds 1,000 trace stores; the server only queues the job, shows
-its progress and can cancel it, then reads one small Parquet table."""
+Why a worker: signing 1,000 jobs builds 1,000 trace stores, composing and replaying members takes
+minutes; the server only queues the job, shows its progress and can cancel it, then reads small
+files (a Parquet table, a manifest, a suite_replay.json)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,9 @@ from app import state
 from engine.fleet.suite import Suite, baselines, manifest, pick, projection
 
 KIND = "fleet_ingest"
+SUITE_KIND = "fleet_suite"
+REPLAY_KIND = "fleet_suite_replay"
+KINDS = (KIND, SUITE_KIND, REPLAY_KIND)
 
 
 def submit(paths: list[str], scheduler: str) -> int:
@@ -24,12 +30,49 @@ def submit(paths: list[str], scheduler: str) -> int:
     )
 
 
-def jobs() -> list[dict]:
-    return state.catalog().jobs(kind=KIND)
+def jobs(kind: str = KIND) -> list[dict]:
+    return state.catalog().jobs(kind=kind)
 
 
 def active() -> list[dict]:
-    return [j for j in jobs() if not j["status"].finished]
+    """Unfinished jobs of the page's three kinds, oldest first."""
+    return sorted((j for k in KINDS for j in jobs(k) if not j["status"].finished), key=lambda j: j["id"])
+
+
+def submit_suite(folder: str, budget: int) -> int:
+    """Compose the suite of `budget` picks of this fleet in a worker (engine.fleet.members)."""
+    return state.runner().submit(
+        SUITE_KIND, {"fleet": folder, "budget": int(budget)}, target=f"suite of {budget} from {Path(folder).name}"
+    )
+
+
+def submit_replay(suite_folder: str) -> int:
+    """Replay every member of a composed suite in a worker (engine.fleet.replay)."""
+    return state.runner().submit(REPLAY_KIND, {"suite": suite_folder}, target=f"replay of {Path(suite_folder).name}")
+
+
+def composed(folder: str, budget: int) -> dict | None:
+    """The newest finished composition of this fleet and budget: {id, suite, manifest}, or None."""
+    for j in reversed(jobs(SUITE_KIND)):
+        s, p = j.get("summary") or {}, j["params"]
+        if j["status"].value == "done" and p.get("fleet") == folder and int(p.get("budget", -1)) == int(budget):
+            try:
+                man = json.loads((Path(s["suite"]) / "manifest.json").read_text())
+            except (OSError, ValueError, KeyError):
+                continue
+            return {"id": j["id"], "suite": s["suite"], "manifest": man}
+    return None
+
+
+def replayed(suite_folder: str) -> dict | None:
+    """The newest finished replay of this suite folder (its suite_replay.json), or None."""
+    for j in reversed(jobs(REPLAY_KIND)):
+        if j["status"].value == "done" and j["params"].get("suite") == suite_folder:
+            try:
+                return json.loads(Path(j["result_path"]).read_text())
+            except (OSError, ValueError, TypeError):
+                continue
+    return None
 
 
 def fleets() -> list[dict]:
@@ -45,7 +88,7 @@ def fleets() -> list[dict]:
 
 
 def last_failure() -> str | None:
-    js = jobs()
+    js = sorted((j for k in KINDS for j in jobs(k)), key=lambda j: j["id"])
     if js and js[-1]["status"].value in ("failed", "cancelled"):
         return f"job {js[-1]['id']} {js[-1]['status'].value}: {js[-1].get('error') or ''}".strip()
     return None

@@ -90,8 +90,61 @@ st.dataframe(
     key="fleet_members",
     column_config={"weight": st.column_config.ProgressColumn("weight", format="percent", min_value=0.0, max_value=1.0)},
 )
-if st.button("Write the suite", key="fleet_write"):
+c = st.columns(3)
+if c[0].button("Write the suite", key="fleet_write", help="the manifest only: members, weights, signatures"):
     st.success(md(f"suite written: {fleet.write_suite(folder, budget)}"))
+if c[1].button(
+    "Compose the suite",
+    key="fleet_compose",
+    type="primary",
+    help="each pick becomes a benchmark (one step, ranks this machine can replay); Kineto-only jobs are "
+    "synthesized; as `mystique fleet suite --out`",
+):
+    try:
+        fleet.submit_suite(folder, budget)
+    except TraceError as exc:
+        st.error(md(str(exc)))
+    st.rerun()
+if made := fleet.composed(folder, budget):
+    man = made["manifest"]
+    st.subheader("Composed suite")
+    st.caption(md(f"{made['suite']} · replay it with `mystique replay {made['suite']}`"))
+    st.dataframe(
+        [
+            {
+                "job": m["job"],
+                "weight": m["weight"],
+                "benchmark": m.get("benchmark") or "",
+                "step": m.get("step") or "",
+                "ranks": len(m.get("ranks_kept") or []),
+                "trims / reason": "; ".join(m.get("trims") or []) or (m.get("refused") or ""),
+            }
+            for m in man["members"]
+        ],
+        hide_index=True,
+        key="fleet_composed",
+    )
+    for m in man["members"]:
+        if m.get("refused"):
+            st.caption(md(f"{m['job']} not composed: {m['refused']}"))
+    if c[2].button("Replay the suite", key="fleet_replay", help="every member, as `mystique replay SUITE`"):
+        try:
+            fleet.submit_replay(made["suite"])
+        except TraceError as exc:
+            st.error(md(str(exc)))
+        st.rerun()
+    if res := fleet.replayed(made["suite"]):
+        st.metric("weighted fleet step (ms)", f"{res['weighted_step_ms']:.2f}")
+        st.caption(
+            md(
+                f"{res['replayed']} member(s) replayed ({res['weight_replayed']:.0%} of the weight), "
+                f"{res['refused']} not; coverage per member: "
+                + ", ".join(
+                    f"{m['job']} {m['coverage']['rate']:.1%}" if "coverage" in m else f"{m['job']} refused"
+                    for m in res["members"]
+                )
+            )
+        )
 if skipped := fleet.skipped(folder):
     with st.expander(f"{len(skipped)} file(s) skipped"):
         st.dataframe(skipped, hide_index=True)

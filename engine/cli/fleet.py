@@ -4,10 +4,16 @@ mystique fleet ingest PATH... --out FLEET [--scheduler S] [--json]
     One signature per job (a trace file, or a folder's rank files; folders are walked) through
     the trace store, one Dask task per job: FLEET/signatures.parquet (one row per job, the
     columns of engine.fleet.signature) and FLEET/fleet.json (jobs, skipped files with reasons).
-mystique fleet suite FLEET --budget N [--out SUITE] [--json]
+mystique fleet suite FLEET --budget N [--out SUITE] [--no-compose] [--max-ranks R] [--memory-gib G] [--json]
     N jobs with weights whose weighted signature matches the fleet's (engine.fleet.suite): the
     L1 distance, the error per class, and the baselines it must beat (random picks, the
-    longest jobs). With --out, SUITE/manifest.json holds the picks, weights and signatures.
+    longest jobs). With --out, each pick is composed into a benchmark (engine.fleet.members):
+    one step (the median ProfilerStep), its provenance, the ranks this machine can replay (at
+    most --max-ranks, default the CPU count, and what the launcher's memory check admits), each
+    trim with its reason; Kineto-only picks go through ET synthesis; a pick that cannot be
+    composed is listed with its one-line reason. SUITE/manifest.json holds the weights, the
+    fleet signature and each member's benchmark folder (SUITE/members/<k>_<job>), which
+    `mystique replay SUITE` runs.
 """
 
 from __future__ import annotations
@@ -33,6 +39,11 @@ def register(subparsers) -> None:
     s.add_argument("--budget", type=int, default=5, help="how many jobs the suite holds (default 5)")
     s.add_argument("--out", default=None, help="suite folder to write (manifest.json)")
     s.add_argument("--seed", type=int, default=0, help="seed of the k-means start and the random baseline")
+    s.add_argument("--no-compose", action="store_true", help="write the manifest only (no member benchmarks)")
+    s.add_argument("--max-ranks", type=int, default=None, help="ranks per member at most (default: the CPU count)")
+    s.add_argument(
+        "--memory-gib", type=float, default=None, help="memory the replay may use (default: what this machine has free)"
+    )
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=run_suite)
 
@@ -79,19 +90,37 @@ def _load(fleet: str):
 
 
 def run_suite(args: argparse.Namespace) -> int:
-    from engine.cli.common import print_json
+    from engine.cli.common import print_json, progress_bar
+    from engine.errors import TraceError
     from engine.fleet.suite import baselines, manifest, pick
     from engine.outdir import atomic_write, prepare
 
+    if args.max_ranks is not None and args.max_ranks < 1:
+        raise TraceError(f"--max-ranks must be at least 1, got {args.max_ranks}")
+    if args.memory_gib is not None and not args.memory_gib > 0:
+        raise TraceError(f"--memory-gib must be a number > 0, got {args.memory_gib}")
     sigs = _load(args.fleet)
     suite = pick(sigs, args.budget, seed=args.seed)
     base = baselines(sigs, args.budget, seed=args.seed)
-    result = {
-        **manifest(sigs, args.budget, suite, base),
-        "composed": "not yet: members are listed with their traces; composing Kineto-only jobs needs ET synthesis (issue 35)",
-    }
+    composed = None
     if args.out:
         out = prepare(args.out)
+        if not args.no_compose:
+            from engine.fleet.members import compose_suite
+
+            with progress_bar("compose the suite", enabled=not args.json) as cb:
+                members = compose_suite(
+                    sigs,
+                    suite.picks,
+                    suite.weights,
+                    out,
+                    max_ranks=args.max_ranks,
+                    available_bytes=int(args.memory_gib * 2**30) if args.memory_gib else None,
+                    progress=cb,
+                )
+            composed = [m.to_dict() for m in members]
+    result = manifest(sigs, args.budget, suite, base, composed)
+    if args.out:
         atomic_write(out / "manifest.json", json.dumps(result, indent=2))
     if args.json:
         print_json(result)
@@ -102,6 +131,15 @@ def run_suite(args: argparse.Namespace) -> int:
     )
     for m in result["members"]:
         print(f"  {m['weight']:6.1%}  {m['job']}  ({m['step_ms']:.1f} ms/step)")
+        if m.get("benchmark"):
+            kept = m["ranks_kept"]
+            print(f"          -> {m['benchmark']}: {m['step'] or 'whole trace'}, {len(kept)} rank(s) {kept}")
+        elif m.get("refused"):
+            print(f"          not composed: {m['refused']}")
+        for t in m.get("trims") or []:
+            print(f"          trimmed: {t}")
     worst = sorted(result["error"].items(), key=lambda kv: -abs(kv[1]))[:3]
     print("  largest class errors: " + ", ".join(f"{k} {v:+.3f}" for k, v in worst))
+    if composed is not None:
+        print(f"replay it: mystique replay {args.out}")
     return 0

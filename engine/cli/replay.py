@@ -2,8 +2,11 @@
 
 TRACE is an ET file (with `--kineto K` to link its Kineto trace for streams/host gaps), a
 capture folder / `<name>_et.json.gz` next to a `<name>_meta.json` (its thread count is reused),
-or an exported benchmark folder (`DIR/spec.json` + `DIR/rank_<r>.et.json`): with `--rank R`
-that rank is replayed. Writes `replay.json` (+ the replay's Kineto trace) into --out (default
+an exported benchmark folder (`DIR/spec.json` + `DIR/rank_<r>.et.json`): with `--rank R`
+that rank is replayed, or a suite folder (`mystique fleet suite --out SUITE`): every member
+replays (--device, --warmup, --iters, --no-profile, --out apply) and the result is the weighted
+fleet step time (sum of weight x member step ms) and each member's coverage (target >= 99 %),
+written to OUT/suite_replay.json; `--json` prints it (engine.fleet.replay). Writes `replay.json` (+ the replay's Kineto trace) into --out (default
 ./replay_out/<name>).
 
 Distributed: several rank files, a folder holding several ranks (a multi-rank capture or an
@@ -103,9 +106,12 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from engine.fleet.replay import is_suite
     from engine.trace.layout import resolve
 
     traces = list(args.trace)
+    if len(traces) == 1 and is_suite(traces[0]):
+        return run_suite(args, traces[0])
     # what the path(s) are (engine.trace.layout); an interrupted compose is refused there
     inputs = resolve(*traces, kineto=args.kineto if len(traces) == 1 else None)
     outs = (
@@ -126,6 +132,44 @@ def run(args: argparse.Namespace) -> int:
     if len(traces) > 1:
         raise TraceError("several trace files replay together (distributed); --sequential takes one folder")
     return run_single(args, inputs)
+
+
+def run_suite(args: argparse.Namespace, folder: str) -> int:
+    """Every member of a suite folder (engine.fleet.replay): the weighted fleet time and each
+    member's coverage; members that cannot run are listed with their one-line reason."""
+    from engine.fleet.replay import replay_suite
+
+    out = Path(args.out) if args.out else Path("replay_out") / Path(folder).resolve().name
+    _check_out(out, [folder])
+    with progress_bar(f"replay suite {Path(folder).name}", enabled=not args.json) as cb:
+        res = replay_suite(
+            folder,
+            out=out,
+            device=args.device,
+            warmup=args.warmup,
+            iters=args.iters,
+            profile=not args.no_profile,
+            progress=cb,
+        )
+    if args.json:
+        print_json(res)
+        return 0
+    print(
+        f"suite {folder}: weighted fleet step {res['weighted_step_ms']:.2f} ms over {res['replayed']} member(s) "
+        f"({res['weight_replayed']:.1%} of the weight), {res['refused']} not replayed"
+    )
+    for m in res["members"]:
+        if "median_ms" in m:
+            c = m["coverage"]
+            flag = "" if m["meets_target"] else f"  (under the {res['coverage_target']:.0%} target)"
+            print(
+                f"  {m['weight']:6.1%}  {m['job']}: {m['median_ms']:.2f} ms/step on {m['ranks']} rank(s), "
+                f"coverage {c['replayed']}/{c['selected']} ({c['rate']:.1%}){flag}"
+            )
+        else:
+            print(f"  {m['weight']:6.1%}  {m['job']}: {m['refused']}")
+    print(f"  wrote {out / 'suite_replay.json'}")
+    return 0
 
 
 def _check_out(out: Path, inputs: list) -> None:

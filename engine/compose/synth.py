@@ -42,7 +42,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from engine import jsonio
 from engine.errors import TraceError
@@ -50,7 +50,7 @@ from engine.trace.categories import OP_NAME
 from engine.trace.dtypes import dtype_of, itemsize_of
 from engine.trace.vocab import LEGACY_CATS
 
-SYNTH_VERSION = "s1"
+SYNTH_VERSION = "s2"
 PROVENANCE_KEY = "mystique_kineto"
 _HOST_CATS = ("cpu_op", "user_annotation")
 _NON_TENSOR = frozenset(("", "Scalar", "ScalarList", "TensorList", "GenericList", "None"))
@@ -80,6 +80,7 @@ class SynthReport:
     label_nodes: int = 0  # cpu_ops that are labels (autograd wrappers, step/module names)
     annotations: int = 0  # user_annotation events, also labels (not counted in cpu_ops)
     guessed_values: int = 0  # scalars the trace did not give (schema default or neutral value)
+    inferred_values: int = 0  # size lists it did not give, inferred from the call tree (synth_infer.py)
     flow: dict = field(default_factory=dict)  # synth_flow.infer_flow's counts (links, outputs, no_meta)
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> count
     skipped_ops: list[dict] = field(default_factory=list)  # first 50: {name, reason, detail}
@@ -108,6 +109,7 @@ class SynthReport:
             "label_nodes": self.label_nodes,
             "annotations": self.annotations,
             "guessed_values": self.guessed_values,
+            "inferred_values": self.inferred_values,
             "flow": dict(self.flow),
             "rate": round(self.rate, 6),
             "skipped": dict(self.skipped),
@@ -116,7 +118,16 @@ class SynthReport:
 
     @classmethod
     def from_dict(cls, d: dict) -> SynthReport:
-        keys = ("path", "et_path", "cpu_ops", "op_nodes", "label_nodes", "annotations", "guessed_values")
+        keys = (
+            "path",
+            "et_path",
+            "cpu_ops",
+            "op_nodes",
+            "label_nodes",
+            "annotations",
+            "guessed_values",
+            "inferred_values",
+        )
         rep = cls(**{k: d[k] for k in keys if k in d})
         rep.skipped = dict(d.get("skipped") or {})
         rep.skipped_ops = list(d.get("skipped_ops") or [])
@@ -292,7 +303,10 @@ def _args(ctx: _Ctx, args: dict) -> tuple[list, list, list, list, list[int], str
     return vals, ets, shapes, sts, unknown, None
 
 
-_NEUTRAL = {"bool": False, "int": 1, "SymInt": 1, "float": 1.0, "Scalar": 1, "ScalarType": 6, "Layout": 0}
+_NEUTRAL = {"bool": False, "int": 1, "SymInt": 1, "float": 1.0, "Scalar": 1, "number": 1, "ScalarType": 6, "Layout": 0}
+# per operator, where the neutral value makes the call a no-op nobody writes: transpose's
+# unrecorded dims are the last two (t(), mT, attention's k.transpose(-2, -1))
+_NEUTRAL_BY_OP = {("aten::transpose", "dim0"): -2, ("aten::transpose", "dim1"): -1}
 
 
 def _fill_unknown(schema, vals: list, ets: list, unknown: list[int]) -> str | None:
@@ -301,6 +315,12 @@ def _fill_unknown(schema, vals: list, ets: list, unknown: list[int]) -> str | No
     args = schema.arguments
     for i in unknown:
         a = args[i] if i < len(args) else None
+        by_op = _NEUTRAL_BY_OP.get((f"{schema.name}", a.name)) if a is not None else None
+        if by_op is None and a is not None and a.name == "dim" and str(a.type) in ("int", "SymInt"):
+            by_op = -1  # a dimension: the last one exists on every tensor with one (1 does not on 1-D)
+        if by_op is not None:
+            vals[i], ets[i] = by_op, "Int"
+            continue
         if a is not None and a.has_default_value():
             d = a.default_value
             if d is None:
@@ -477,6 +497,7 @@ def synthesize(doc: Any, path: str, *, flow: bool = True) -> tuple[dict, SynthRe
     `flow`: infer outputs and the tensors they feed (synth_flow.py; needs torch)."""
     evs = _events(doc, path)
     check_synthesizable(evs, path)
+    _ParentOutputs.reset()
     host = _host_events(evs)
     rep = SynthReport(path=path)
     type_counts: Counter = Counter()
@@ -503,6 +524,13 @@ def synthesize(doc: Any, path: str, *, flow: bool = True) -> tuple[dict, SynthRe
     nid = 1 + len(threads)
     covered: dict[int, bool] = {}  # host position -> an operator node is on its path (itself included)
     top: list[int] = []  # node positions of the replayed-level operators (graph.replayset's rule)
+    op_at: dict[int, dict] = {}  # host position -> its synthesized operator node (a child's parent)
+    kids: dict[int, list[int]] = {}  # host position -> its children's, in start order
+    for i in order:
+        if parent[i] >= 0:
+            kids.setdefault(parent[i], []).append(i)
+    from engine.compose.synth_infer import FILLED
+
     thread_of: dict[int, int] = {}
     for i in order:
         ev, e = host[i]
@@ -533,13 +561,16 @@ def synthesize(doc: Any, path: str, *, flow: bool = True) -> tuple[dict, SynthRe
                 rep.annotations += 1
             node = _node(nid, name, p, _attrs(rf, seq, 7, t, fw, ""))
         else:
-            node, problem = _op_node(ctx, nid, name, p, a, _attrs(rf, seq, 0, t, fw, ""), rep)
+            outs = _ParentOutputs(op_at.get(parent[i])) if parent[i] >= 0 else None
+            fill = _descendants(i, kids, host) if name in FILLED else None
+            node, problem = _op_node(ctx, nid, name, p, a, _attrs(rf, seq, 0, t, fw, ""), rep, outs, fill)
             if problem is not None:
                 rep.skip(name, *problem)
                 node = _node(nid, name, p, _attrs(rf, seq, 0, t, fw, ""))
                 node["attrs"].append({"name": "mystique_skipped", "type": "string", "value": str(problem[0])})
             else:
                 rep.op_nodes += 1
+                op_at[i] = node
                 if not covered.get(parent[i], False):
                     top.append(len(nodes))
                     thread_of[len(nodes)] = t
@@ -566,7 +597,63 @@ def synthesize(doc: Any, path: str, *, flow: bool = True) -> tuple[dict, SynthRe
     return et, rep
 
 
-def _op_node(ctx: _Ctx, nid: int, name: str, parent: int, a: dict, attrs: list, rep: SynthReport):
+def _descendants(i: int, kids: dict[int, list[int]], host: list) -> list[tuple[str, dict]]:
+    """(name, args) of host event i's descendants, depth first in start order (at most 64)."""
+    out: list[tuple[str, dict]] = []
+    stack = list(reversed(kids.get(i, [])))
+    while stack and len(out) < 64:
+        j = stack.pop()
+        e = host[j][1]
+        a = e.get("args")
+        out.append((str(e.get("name", "")), a if isinstance(a, dict) else {}))
+        stack.extend(reversed(kids.get(j, [])))
+    return out
+
+
+class _ParentOutputs:
+    """A synthesized parent operator's results on meta tensors (computed once, on the first
+    child that asks), handed to its allocation/view children in order (synth_infer.py)."""
+
+    _memo: ClassVar[dict[int, list]] = {}
+    _taken: ClassVar[dict[int, int]] = {}
+
+    def __init__(self, node: dict | None):
+        self.node = node
+
+    def peek(self):
+        if self.node is None:
+            return None
+        key = id(self.node)
+        if key not in self._memo:
+            from engine.compose.synth_flow import _meta_outputs
+
+            got = _meta_outputs(self.node)
+            import torch
+
+            self._memo[key] = [o for o in got[1] if isinstance(o, torch.Tensor)] if got is not None else []
+        outs, k = self._memo[key], self._taken.get(key, 0)
+        return outs[k] if k < len(outs) else None
+
+    def take(self) -> None:
+        if self.node is not None:
+            self._taken[id(self.node)] = self._taken.get(id(self.node), 0) + 1
+
+    @classmethod
+    def reset(cls) -> None:
+        cls._memo, cls._taken = {}, {}
+
+
+def _op_node(
+    ctx: _Ctx,
+    nid: int,
+    name: str,
+    parent: int,
+    a: dict,
+    attrs: list,
+    rep: SynthReport,
+    outs=None,
+    fill=None,
+):
     """(node, None) or (None, (reason, detail)) for one operator event."""
     if not isinstance(_dims(a), list):
         return None, (SynthSkip.NO_SHAPES, "no 'Input Dims'")
@@ -584,15 +671,52 @@ def _op_node(ctx: _Ctx, nid: int, name: str, parent: int, a: dict, attrs: list, 
     if why is not None:
         return None, why
     _defaults_for_none(ov._schema, vals, ets)
+    inferred: list[int] = []
+    target, taken = None, False
+    if unknown:
+        from engine.compose.synth_infer import (
+            FILLED,
+            FROM_PARENT,
+            filled_result,
+            from_parent,
+            weight_shape,
+        )
+
+        inferred = weight_shape(ov._schema, unknown, vals, ets, shapes, sts)
+        rest = [i for i in unknown if i not in inferred]
+        cands = []
+        if name in FILLED and fill is not None:
+            cands.append((filled_result(fill), False))
+        if name in FROM_PARENT and outs is not None:
+            cands.append((outs.peek(), True))
+        for cand, from_outs in cands:
+            got = from_parent(name, ov._schema, rest, vals, ets, shapes, sts, cand) if cand is not None else []
+            if got:
+                inferred += got
+                target, taken = cand, from_outs
+                break
+        unknown = [i for i in unknown if i not in inferred]
     if unknown:
         problem = _fill_unknown(ov._schema, vals, ets, unknown)
         if problem is not None:
             return None, (SynthSkip.UNKNOWN_VALUE, problem)
-        rep.guessed_values += len(unknown)
     attrs[-1]["value"] = str(ov._schema)
     node = _node(nid, name, parent, attrs, {"values": vals, "shapes": shapes, "types": ets, "strides": sts})
-    if unknown:
-        node["attrs"].append({"name": "mystique_guessed", "type": "string", "value": jsonio.dumps(unknown).decode()})
+    if target is not None:  # the child must make that result: checked on meta tensors
+        from engine.compose.synth_flow import _meta_outputs
+
+        got = _meta_outputs(node)
+        first = got[1][0] if got is not None and got[1] else None
+        if getattr(first, "shape", None) != target.shape:
+            return None, (SynthSkip.UNKNOWN_VALUE, "a size list not recorded, and the inferred result does not fit it")
+        if taken and outs is not None:
+            outs.take()
+    rep.guessed_values += len(unknown)
+    rep.inferred_values += len(inferred)
+    if unknown or inferred:
+        node["attrs"].append(
+            {"name": "mystique_guessed", "type": "string", "value": jsonio.dumps(sorted(unknown + inferred)).decode()}
+        )
     return node, None
 
 

@@ -9,5 +9,9 @@ package answers the two questions one trace at a time cannot:
               through the store with Dask (jobs.py)
   suite       N representative jobs with weights whose weighted signature matches the fleet's,
               with the distance and the error per class (suite.py)
-Torch-free; scikit-learn (k-means) and SciPy (non-negative least squares) are imported lazily.
+  members     each pick composed into a benchmark: one step, its provenance, the ranks this
+              machine can replay, each trim and refusal with its reason (members.py)
+  replay      a suite folder's members replayed: the weighted fleet step time and each member's
+              coverage (replay.py)
+Torch-free at import (members and replay load torch when they run); scikit-learn (k-means) and SciPy (non-negative least squares) are imported lazily.
 """

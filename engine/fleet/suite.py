@@ -151,9 +151,17 @@ def baselines(sigs: pd.DataFrame, budget: int, *, n_random: int = 100, seed: int
     }
 
 
-def manifest(sigs: pd.DataFrame, budget: int, suite: Suite, base: dict[str, Any]) -> dict[str, Any]:
-    """A suite folder's manifest.json: the members (job, path, weight, step_ms), the distance, the
-    error per class, both signatures and the baselines (written by the CLI and the Fleet page)."""
+SUITE_KIND = "mystique-suite"
+"""The manifest's `kind`: what `mystique replay SUITE` recognises a suite folder by."""
+
+
+def manifest(
+    sigs: pd.DataFrame, budget: int, suite: Suite, base: dict[str, Any], composed: list[dict] | None = None
+) -> dict[str, Any]:
+    """A suite folder's manifest.json: the members (job, path, weight, step_ms and, once composed
+    (engine.fleet.members), benchmark: the member's folder relative to the suite folder, or
+    refused: the one-line reason, with the step, ranks kept, trims and provenance), the distance,
+    the error per class, both signatures and the baselines (written by the CLI and the Fleet page)."""
     members = [
         {
             "job": str(sigs["job"].iat[i]),
@@ -163,7 +171,11 @@ def manifest(sigs: pd.DataFrame, budget: int, suite: Suite, base: dict[str, Any]
         }
         for i, w in zip(suite.picks, suite.weights, strict=True)
     ]
+    for m, c in zip(members, composed or [], strict=False):
+        m.update({k: v for k, v in c.items() if k not in ("job", "path", "weight", "step_ms")})
+        m["recorded_step_ms"] = c.get("step_ms")
     return {
+        "kind": SUITE_KIND,
         "budget": budget,
         "fleet_jobs": len(sigs),
         "members": members,

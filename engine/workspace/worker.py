@@ -122,10 +122,70 @@ def run_fleet_ingest(job: dict, out_dir, progress) -> dict:
     }
 
 
+def run_fleet_suite(job: dict, out_dir, progress) -> dict:
+    """params: fleet (a folder with signatures.parquet), budget, seed, max_ranks. The suite picked
+    and each pick composed into a benchmark (engine.fleet.members), as `mystique fleet suite
+    --out`: the run folder is the suite folder (manifest.json + members/)."""
+    import json
+
+    import pandas as pd
+
+    from engine.fleet.members import compose_suite
+    from engine.fleet.suite import baselines, manifest, pick
+    from engine.progress import scaled
+
+    p = job["params"]
+    sigs = pd.read_parquet(Path(p["fleet"]) / "signatures.parquet")
+    budget, seed = int(p["budget"]), int(p.get("seed", 0))
+    progress(0.0, "picking the suite")
+    suite = pick(sigs, budget, seed=seed)
+    base = baselines(sigs, budget, seed=seed)
+    out = Path(out_dir)
+    members = compose_suite(
+        sigs, suite.picks, suite.weights, out, max_ranks=p.get("max_ranks"), progress=scaled(progress, 0.05, 1.0)
+    )
+    doc = manifest(sigs, budget, suite, base, [m.to_dict() for m in members])
+    doc["fleet"] = str(p["fleet"])
+    (out / "manifest.json").write_text(json.dumps(doc, indent=2))
+    composed = sum(m.benchmark is not None for m in members)
+    return {
+        "result_path": str(out / "manifest.json"),
+        "summary": {
+            "suite": str(out),
+            "fleet": str(p["fleet"]),
+            "budget": budget,
+            "composed": composed,
+            "refused": len(members) - composed,
+        },
+    }
+
+
+def run_fleet_suite_replay(job: dict, out_dir, progress) -> dict:
+    """params: suite (a suite folder), warmup, iters. Every member replayed (engine.fleet.replay)."""
+    from engine.fleet.replay import replay_suite
+
+    p = job["params"]
+    res = replay_suite(
+        p["suite"], out=out_dir, warmup=int(p.get("warmup", 1)), iters=int(p.get("iters", 5)), progress=progress
+    )
+    return {
+        "result_path": str(Path(out_dir) / "suite_replay.json"),
+        "summary": {
+            "suite": str(p["suite"]),
+            "weighted_step_ms": res["weighted_step_ms"],
+            "weight_replayed": res["weight_replayed"],
+            "replayed": res["replayed"],
+            "refused": res["refused"],
+        },
+    }
+
+
 JOB_KINDS: dict[str, Callable[[dict, object, Callable[[float, str], None]], dict]] = {
     "replay": run_replay,
     "rank_summary": run_rank_summary,
     "fleet_ingest": run_fleet_ingest,
+    "fleet_suite": run_fleet_suite,
+    "fleet_suite_replay": run_fleet_suite_replay,
 }
 
 

@@ -1,0 +1,141 @@
+"""Kineto-only ET synthesis on every shared trace, and the real fleet's suite composed and replayed.
+
+    python benchmarks/fleet_compose.py [--no-suite] [--budget 5]
+
+1. Synthesis: every Kineto file under ../shared/traces (ETs, metadata and non-Kineto files left
+   out) through engine.compose.synth (no data-flow pass): its cpu_ops, the nodes synthesized
+   (operators with their arguments + labels), the rate, the size lists inferred from the call
+   tree and the scalars guessed, the skipped ops by reason; a file that cannot be synthesized
+   with its one-line reason.
+2. Suite: the real fleet (every shared trace and committed sample, signed through the trace
+   store, serial), a suite of `--budget` picked as `mystique fleet suite` does, each pick
+   composed into a benchmark (engine.fleet.members: one step, ranks this machine can replay)
+   and every member replayed on CPU (engine.fleet.replay, 1 warm-up, 3 timed iterations): per
+   member its outcome, coverage and step time, and the weighted fleet step.
+Writes benchmarks/results/fleet_compose.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+RESULTS = ROOT / "benchmarks" / "results"
+SAMPLES = ROOT / "sample_traces"
+SHARED = Path(os.environ.get("MYSTIQUE_SHARED_TRACES", ROOT.parent / "shared" / "traces"))
+
+from engine.errors import TraceError  # noqa: E402
+
+
+def kineto_files() -> list[Path]:
+    from engine.fleet.jobs import _is_candidate
+
+    return sorted(p for p in SHARED.rglob("*") if _is_candidate(p) and "chakra" not in p.parent.name)
+
+
+def synthesis() -> list[dict]:
+    from engine.compose.synth import synthesize_file
+
+    rows = []
+    for p in kineto_files():
+        rel = str(p.relative_to(SHARED))
+        t0 = time.perf_counter()
+        try:
+            _doc, rep = synthesize_file(p, flow=False)
+        except TraceError as exc:
+            rows.append({"trace": rel, "refused": exc.problem})
+            continue
+        d = rep.to_dict()
+        rows.append(
+            {
+                "trace": rel,
+                "cpu_ops": d["cpu_ops"],
+                "synthesized": d["synthesized"],
+                "rate": d["rate"],
+                "inferred_values": d["inferred_values"],
+                "guessed_values": d["guessed_values"],
+                "skipped": d["skipped"],
+                "wall_s": round(time.perf_counter() - t0, 1),
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def suite(budget: int) -> dict:
+    import pandas as pd
+
+    from engine.fleet.jobs import discover, signatures
+    from engine.fleet.members import compose_suite
+    from engine.fleet.replay import replay_suite
+    from engine.fleet.suite import manifest, pick
+
+    rows = signatures(discover([p for p in (SHARED, SAMPLES) if p.exists()]), scheduler="serial")
+    sigs = pd.DataFrame([r for r in rows if "skipped" not in r])
+    s = pick(sigs, budget)
+    with tempfile.TemporaryDirectory(prefix="suite-") as tmp:
+        out = Path(tmp) / "suite"
+        out.mkdir()
+        t0 = time.perf_counter()
+        members = compose_suite(sigs, s.picks, s.weights, out)
+        compose_s = time.perf_counter() - t0
+        (out / "manifest.json").write_text(
+            json.dumps(manifest(sigs, budget, s, {}, [m.to_dict() for m in members]), indent=2)
+        )
+        t0 = time.perf_counter()
+        res = replay_suite(out, out=Path(tmp) / "replay", warmup=1, iters=3)
+        replay_s = time.perf_counter() - t0
+    by = {r["job"]: r for r in res["members"]}
+    return {
+        "jobs": len(sigs),
+        "budget": budget,
+        "l1": s.l1,
+        "compose_s": compose_s,
+        "replay_s": replay_s,
+        "weighted_step_ms": res["weighted_step_ms"],
+        "weight_replayed": res["weight_replayed"],
+        "members": [
+            {
+                "job": m.job,
+                "weight": m.weight,
+                "recorded_step_ms": float(sigs["step_ms"].iat[i]),
+                "step": m.step,
+                "ranks_kept": m.ranks_kept,
+                "trims": m.trims,
+                "synthesized": any("synthesized" in p for p in m.provenance.get("ranks", [])),
+                "refused": m.refused or by[m.job].get("refused"),
+                "median_ms": by[m.job].get("median_ms"),
+                "coverage": by[m.job].get("coverage"),
+            }
+            for i, m in zip(s.picks, members, strict=True)
+        ],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--budget", type=int, default=5)
+    ap.add_argument("--no-suite", action="store_true", help="the synthesis table only")
+    a = ap.parse_args()
+    import torch
+
+    out: dict = {"torch": torch.__version__, "load1_before": os.getloadavg()[0]}
+    out["synthesis"] = synthesis()
+    if not a.no_suite:
+        out["suite"] = suite(a.budget)
+    out["load1_after"] = os.getloadavg()[0]
+    out["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    (RESULTS / "fleet_compose.json").write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps(out.get("suite", {}), indent=1)[:3000])
+
+
+if __name__ == "__main__":
+    main()

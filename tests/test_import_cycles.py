@@ -41,11 +41,12 @@ LAYERS: list[tuple[str, ...]] = [
     ("user_regex",),
     ("graph",),
     ("analysis",),
-    ("simulate", "fleet"),
+    ("simulate",),
     ("distributed",),
     ("replay",),
     ("compare",),
     ("compose", "capture"),
+    ("fleet",),  # signatures and picks read traces; a suite's members are composed and replayed
     ("figures", "workspace", "testing"),
     ("cli",),
 ]

@@ -47,7 +47,15 @@ if TYPE_CHECKING:
     from engine.trace.model import Trace
 
 
+def require_device(cfg: ReplayConfig) -> None:
+    """TraceError when the config asks for CUDA on a machine without it (checked where a replay
+    starts, not in ReplayConfig, so a config is built and read without torch)."""
+    if cfg.is_cuda and not torch.cuda.is_available():
+        raise TraceError(f"replay device {cfg.device!r} requested but CUDA is not available")
+
+
 def _target_device(cfg: ReplayConfig) -> str:
+    require_device(cfg)
     if cfg.device == "cuda":
         return f"cuda:{torch.cuda.current_device()}"
     return cfg.device

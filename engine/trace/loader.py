@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engine import jsonio
-from engine.errors import TraceError, env_int
+from engine import envvars, jsonio
+from engine.errors import TraceError
 from engine.progress import report
 from engine.trace import dupkeys, safe_io
 from engine.trace.categories import categorize
@@ -271,8 +271,11 @@ def check_load_memory(json_bytes: int, path) -> None:
     overrides the budget (default: the memory available now)."""
     from engine.sysinfo import available_memory_bytes
 
-    env = os.environ.get("MYSTIQUE_LOAD_MAX_BYTES", "").strip()
-    budget = env_int("MYSTIQUE_LOAD_MAX_BYTES", 0, 0) if env else available_memory_bytes()
+    budget = (
+        envvars.get_int("MYSTIQUE_LOAD_MAX_BYTES", 0, 0)
+        if envvars.get("MYSTIQUE_LOAD_MAX_BYTES")
+        else available_memory_bytes()
+    )
     need = LOAD_BYTES_PER_JSON_BYTE * json_bytes
     if budget is not None and need > budget:
         raise TraceError(

@@ -10,10 +10,10 @@ from typing import Annotated
 
 import numpy as np
 
+from engine.rules import MAX_US, Between
 from engine.simulate.taskgraph import EdgeKind
-from engine.simulate.whatif.rules import MAX_US, Between, Regex
 from engine.simulate.whatif.spec import Edit, register
-from engine.user_regex import compile_user
+from engine.user_regex import Regex, compile_user
 
 
 @register("dependency")

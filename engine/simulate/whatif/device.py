@@ -26,10 +26,10 @@ from typing import Annotated
 
 import numpy as np
 
+from engine.rules import OneOf
 from engine.simulate.costmodel import fit_curve, gemm_flops, memory_bytes
 from engine.simulate.devices import CATALOG, ITEMSIZE, Device, Dtype, detect, dtypes
 from engine.simulate.whatif.launch_ops import task_dims
-from engine.simulate.whatif.rules import OneOf
 from engine.simulate.whatif.spec import Edit, SpecError, register
 from engine.trace.kernels import MEMORY_BOUND, KernelClass, kernel_classes
 

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Annotated, ClassVar
 import numpy as np
 import pandas as pd
 
+from engine.rules import MAX_FACTOR, Between, Positive
 from engine.simulate.costmodel import FAMILIES, Curve, curves_from_samples, family_of
 from engine.simulate.whatif.kineto_shapes import SKIP_CATEGORIES
-from engine.simulate.whatif.rules import MAX_FACTOR, Between, Positive
 from engine.simulate.whatif.spec import Edit, register
 
 if TYPE_CHECKING:

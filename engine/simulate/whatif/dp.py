@@ -21,8 +21,8 @@ from typing import Annotated
 
 import numpy as np
 
+from engine.rules import MAX_US, Between
 from engine.simulate.collectives import comm_mask
-from engine.simulate.whatif.rules import MAX_US, Between
 from engine.simulate.whatif.spec import Edit, SpecError, register
 
 KINDS = {

@@ -27,8 +27,8 @@ from typing import Annotated
 
 import numpy as np
 
+from engine.rules import NonEmpty
 from engine.simulate.whatif.launch_ops import task_dims, top_ops
-from engine.simulate.whatif.rules import NonEmpty
 from engine.simulate.whatif.spec import Edit, SpecError, register
 
 MIN_MATCHED = 0.9

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Annotated
 import numpy as np
 import pandas as pd
 
-from engine.simulate.whatif.rules import Between, Regex
+from engine.rules import Between
 from engine.simulate.whatif.spec import Edit, register
 from engine.trace.vocab import GPU_CATS
-from engine.user_regex import compile_user
+from engine.user_regex import Regex, compile_user
 
 if TYPE_CHECKING:
     from engine.trace.model import Trace

@@ -19,7 +19,7 @@ from typing import Annotated
 
 import numpy as np
 
-from engine.simulate.whatif.rules import MAX_US, Between
+from engine.rules import MAX_US, Between
 from engine.simulate.whatif.spec import Edit, SpecError, register
 
 SPANS = {"forward": "## forward ##", "backward": "## backward ##", "optimizer": "## optimizer ##"}

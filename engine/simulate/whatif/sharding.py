@@ -15,8 +15,8 @@ from typing import Annotated
 
 import numpy as np
 
+from engine.rules import Between, NonEmpty, OneOf
 from engine.simulate.planners import PLANNERS, EmbeddingModel, rank_us, tables_from_trace
-from engine.simulate.whatif.rules import Between, NonEmpty, OneOf
 from engine.simulate.whatif.spec import Edit, SpecError, register
 
 

@@ -17,9 +17,10 @@ from typing import Annotated
 
 import numpy as np
 
-from engine.simulate.whatif.rules import MAX_FACTOR, Between, OneOf, Positive, Regex
+from engine.rules import MAX_FACTOR, Between, OneOf, Positive
 from engine.simulate.whatif.selectors import SELECTORS, select
 from engine.simulate.whatif.spec import Edit, SpecError, bad, register
+from engine.user_regex import Regex
 
 # categories that select GPU tasks only: nothing is nested in a GPU task
 GPU_ONLY = ("gpu", "kernel", "memcpy", "memory_bound")

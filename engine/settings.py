@@ -22,13 +22,24 @@ import typing
 from dataclasses import dataclass, fields
 from enum import Enum
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from engine.errors import TraceError, reject_unknown_fields
 from engine.rules import Rule, field_rules, problem_with, type_problem
 
 E = TypeVar("E", bound=Enum)
 S = TypeVar("S", bound="Settings")
+C = TypeVar("C", contravariant=True)
+R = TypeVar("R", covariant=True)
+
+
+class Applies(Protocol[C, R]):
+    """What a declared change does: `apply(ctx)` on the context of its concern. The one shape of
+    the what-if edits (`Applies[EditContext, None]`: they change the events, the graph or the
+    prediction in place) and of the sharding kinds (`Applies[ShardContext, dict]`: they shard the
+    benchmark in place and return the sharding's meta); their callers hold them as this type."""
+
+    def apply(self, ctx: C, /) -> R: ...
 
 
 def choose(enum: type[E], value: Any, what: str) -> E:
@@ -158,4 +169,4 @@ class DashboardSettings(Settings):
         self._set("scheduler", resolve(str(self.scheduler)))
 
 
-__all__ = ["DashboardSettings", "Settings", "choose"]
+__all__ = ["Applies", "DashboardSettings", "Settings", "choose"]

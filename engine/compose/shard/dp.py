@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import TYPE_CHECKING
 
 from engine.compose.nodes import label_node, make_attrs, set_attr
 from engine.errors import TraceError
+
+if TYPE_CHECKING:
+    from engine.compose.build import Benchmark
 
 BUCKET_CAP_BYTES = 25 * 1024 * 1024
 ALLREDUCE_SCHEMA = (
@@ -88,9 +92,11 @@ def renumber(nodes: list[dict], replay_ids: list[int]) -> tuple[list[dict], list
     return nodes, sorted(new[i] for i in replay_ids if i in new)
 
 
-def shard_dp(bench) -> dict:
+def shard_dp(bench: Benchmark) -> dict:
+    from engine.compose.shard.kinds import DpSharding
     from engine.compose.transforms.scale import scale_batch
 
+    assert isinstance(bench.spec.sharding, DpSharding)  # its kind's apply calls it
     n = int(bench.spec.sharding.degree)
     batch = int(bench.meta["batch_size"])
     scale = bench.spec.batch_scale

@@ -4,7 +4,7 @@ Why a registry: the kind used to be a string tested in if/elif chains in the spe
 dispatcher, the composer and the compose page; a new kind meant editing all four. Here a kind
 is one class, an engine `Settings`: its fields are the spec's JSON fields, each with its rules
 declared on it (engine.rules; the Compose page reads its bounds and choices from them, and only
-the widget's label and starting value from the field's metadata), `world_size` its rank count, `apply` the transform (imported when it runs, so this
+the widget's label and starting value from the field's metadata), `world_size` its rank count, `apply` the transform (engine.settings.Applies over a `ShardContext`) (imported when it runs, so this
 module, and with it the spec, imports without torch), and two flags tell the composer what the
 transform does itself.
 """
@@ -13,12 +13,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Annotated, Any, ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from engine.errors import TraceError
 from engine.rules import Between, OneOf
 from engine.settings import Settings
 from engine.simulate.planners import PLANNERS
+
+if TYPE_CHECKING:
+    from engine.compose.build import Benchmark
+    from engine.trace.model import Trace
 
 EMBEDDING_PLANS = tuple(PLANNERS)  # the planners compose and the what-if share (engine.simulate.planners)
 
@@ -27,6 +32,16 @@ class ShardKind(Enum):
     EMBEDDING = "embedding"
     DP = "dp"
     TP = "tp"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ShardContext:
+    """What a sharding kind's `apply` works on: the composed benchmark (changed in place), its
+    source traces and their paths, in the spec's source order."""
+
+    bench: Benchmark
+    traces: list[Trace]
+    paths: list[Path]
 
 
 RANKS = Between(1)  # a rank count (ComposeLimits.max_ranks bounds the composition's)
@@ -55,8 +70,8 @@ class _ShardingSpec(Settings):
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind.value, **Settings.to_dict(self)}
 
-    def apply(self, bench: Any, traces: list, paths: list) -> dict:
-        """Shard `bench` in place (rank 0 -> world_size ranks); returns the sharding's meta."""
+    def apply(self, ctx: ShardContext) -> dict[str, Any]:
+        """Shard `ctx.bench` in place (rank 0 -> world_size ranks); returns the sharding's meta."""
         raise NotImplementedError
 
 
@@ -74,10 +89,10 @@ class EmbeddingSharding(_ShardingSpec):
     def world_size(self) -> int:
         return self.ranks
 
-    def apply(self, bench: Any, traces: list, paths: list) -> dict:
+    def apply(self, ctx: ShardContext) -> dict[str, Any]:
         from engine.compose.shard.embedding import shard_embeddings
 
-        return shard_embeddings(bench, paths[bench.spec.segments[0].source])
+        return shard_embeddings(ctx.bench, ctx.paths[ctx.bench.spec.segments[0].source])
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -94,10 +109,10 @@ class DpSharding(_ShardingSpec):
     def world_size(self) -> int:
         return self.degree
 
-    def apply(self, bench: Any, traces: list, paths: list) -> dict:
+    def apply(self, ctx: ShardContext) -> dict[str, Any]:
         from engine.compose.shard.dp import shard_dp
 
-        return shard_dp(bench)
+        return shard_dp(ctx.bench)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -112,10 +127,10 @@ class TpSharding(_ShardingSpec):
     def world_size(self) -> int:
         return self.degree
 
-    def apply(self, bench: Any, traces: list, paths: list) -> dict:
+    def apply(self, ctx: ShardContext) -> dict[str, Any]:
         from engine.compose.shard.tp import shard_tp
 
-        return shard_tp(bench)
+        return shard_tp(ctx.bench)
 
 
 Sharding = EmbeddingSharding | DpSharding | TpSharding
@@ -147,6 +162,7 @@ __all__ = [
     "SHARDINGS",
     "DpSharding",
     "EmbeddingSharding",
+    "ShardContext",
     "ShardKind",
     "Sharding",
     "TpSharding",

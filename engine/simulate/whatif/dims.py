@@ -31,6 +31,7 @@ from engine.simulate.whatif.kineto_shapes import SKIP_CATEGORIES
 from engine.simulate.whatif.spec import Edit, register
 
 if TYPE_CHECKING:
+    from engine.simulate.whatif import EditContext
     from engine.trace.model import Trace
 
 _RANK_KEY = 1 << 40  # op ids restart on every rank: (rank, op id) as one integer key
@@ -78,7 +79,7 @@ class DimScale(Edit):
     size: Annotated[int | None, Positive()] = None  # batch: inferred from the trace when left out
     multiples: Annotated[tuple[int, ...], Positive()] = ()
 
-    def apply(self, ctx) -> None:
+    def apply(self, ctx: EditContext) -> None:
         g = ctx.graph
         trace = ctx.trace
         if trace.ops is None or len(trace.ops) == 0 or "op_id" not in g.tasks:

@@ -31,6 +31,7 @@ from engine.trace.vocab import GPU_CATS
 from engine.user_regex import Regex, compile_user
 
 if TYPE_CHECKING:
+    from engine.simulate.whatif import EditContext
     from engine.trace.model import Trace
 
 OPT_SPAN = re.compile(r"^## optimizer ##$|^Optimizer\.step")
@@ -134,7 +135,7 @@ class Layers(Edit):
     module: Annotated[str | None, Regex()] = None  # None: the repeated block stack (whatif/blocks.py)
     copies: Annotated[int, Between(1, 1000, why="a typo must not schedule a huge graph")] = 1
 
-    def apply(self, ctx) -> None:
+    def apply(self, ctx: EditContext) -> None:
         ev = ctx.events.reset_index(drop=True)
         if "_scale" not in ev:
             ev["_scale"] = 1.0

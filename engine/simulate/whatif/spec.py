@@ -23,7 +23,7 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 if sys.version_info >= (3, 11):
     from typing import dataclass_transform
@@ -32,6 +32,9 @@ else:  # pragma: no cover -- Python 3.10
 
 from engine.errors import TraceError
 from engine.rules import Rule, bounds, field_rules, problem_with
+
+if TYPE_CHECKING:
+    from engine.simulate.whatif import EditContext
 
 SPEC_VERSION = 1
 
@@ -70,7 +73,7 @@ class Edit:
     def check(self) -> None:
         """Rules that join several fields (override where an edit has one); `raise bad(field, problem)`."""
 
-    def apply(self, ctx: Any) -> None:  # pragma: no cover - abstract
+    def apply(self, ctx: EditContext) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
 

@@ -229,7 +229,8 @@ def default_window(paths: tuple[str, ...], rank: int | None) -> tuple[float, flo
     from engine.figures import timeline
 
     ev = of_rank(load_paths(paths).events, rank)
-    return tuple(float(x) for x in timeline.default_window(ev))
+    lo, hi = timeline.default_window(ev)
+    return float(lo), float(hi)
 
 
 @view(st.cache_data, max_entries=16, show_spinner="Analysing…")

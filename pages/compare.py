@@ -1,11 +1,14 @@
 """Compare page: original vs replay (aligned timelines, e2e error, per-op errors, metric curves),
 or any two loaded traces (e.g. the HTA control vs test runs)."""
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pandas as pd
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from app import state, views
 from app.markup import md_escape
@@ -92,7 +95,7 @@ if mode == "original vs replay":
         st.error(md_escape(exc))
         st.stop()
     e2e = cmp.e2e
-    c = st.columns(4)
+    c: Sequence[DeltaGenerator] = st.columns(4)
     c[0].metric("original ms / iteration", _fmt(e2e.get("original_ms")))
     c[1].metric("replay ms / iteration", _fmt(e2e.get("replay_ms")))
     c[2].metric(
@@ -222,8 +225,10 @@ else:
     for k in ("cmp_a", "cmp_b"):  # picks restored from an earlier visit or reload, if still loaded
         if k in st.session_state and st.session_state[k] not in names:
             del st.session_state[k]
-    a = c[0].selectbox("Trace A", names, **({} if "cmp_a" in st.session_state else {"index": 0}), key="cmp_a")
-    b = c[1].selectbox("Trace B", names, **({} if "cmp_b" in st.session_state else {"index": 1}), key="cmp_b")
+    start_a: dict[str, Any] = {} if "cmp_a" in st.session_state else {"index": 0}  # a restored pick wins
+    start_b: dict[str, Any] = {} if "cmp_b" in st.session_state else {"index": 1}
+    a = c[0].selectbox("Trace A", names, key="cmp_a", **start_a)
+    b = c[1].selectbox("Trace B", names, key="cmp_b", **start_b)
     from engine.compare import compare
     from engine.compare.gpu_pairs import bookkeeping
 

@@ -3,11 +3,13 @@ repeat / batch scale / dtype / sharding, see the composed op list, closure and m
 load and export the benchmark. The spec lives in session state as a plain dict (small,
 JSON-ready: the engine's BenchmarkSpec layout); `app.compose_bridge` talks to engine.compose."""
 
+from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 
 import orjson
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from app import compose_bridge as bridge
 from app import state, views
@@ -63,7 +65,7 @@ if (
 picked = sorted(set(picked))
 st.session_state["compose_picked"] = picked
 
-c = st.columns([2, 1, 1])
+c: Sequence[DeltaGenerator] = st.columns([2, 1, 1])
 c[0].markdown(f"**Picked**: {len(picked)} ops" + (f" (first: {picked[:8]})" if picked else ""))
 scope = c[1].radio("Add as", ["these ops", "their module subtree"], key="compose_scope")
 if c[2].button("Add segment", disabled=not picked, key="compose_add", type="primary"):
@@ -105,15 +107,15 @@ if kind != "none":  # the kind's own fields (engine.compose.shard.kinds): rules,
     sharding = {"kind": kind}
     cls = SHARDINGS[ShardKind(kind)]
     for f in fields(cls):
-        m, rules, key = f.metadata, cls.rules_of(f.name), f"compose_{f.name}:{tk}"
+        ui, rules, key = f.metadata, cls.rules_of(f.name), f"compose_{f.name}:{tk}"
         opts = choices(rules)
         if opts is not None:
-            pick = list(opts).index(shard.get(f.name, m["default"]))
-            sharding[f.name] = c[3].selectbox(m["label"], opts, index=pick, key=key)
+            pick = list(opts).index(shard.get(f.name, ui["default"]))
+            sharding[f.name] = c[3].selectbox(ui["label"], opts, index=pick, key=key)
         else:
-            v = int(shard.get(f.name) or m["default"])
+            v = int(shard.get(f.name) or ui["default"])
             lo = int(bounds(rules)[0] or 1)
-            sharding[f.name] = int(c[3].number_input(m["label"], lo, ComposeLimits().max_ranks, v, key=key))
+            sharding[f.name] = int(c[3].number_input(ui["label"], lo, ComposeLimits().max_ranks, v, key=key))
 spec["sharding"] = sharding
 spec["name"] = st.text_input("Benchmark name", spec.get("name", "benchmark"), key=f"compose_name:{tk}")
 

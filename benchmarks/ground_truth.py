@@ -27,12 +27,16 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import harness
 
 from engine.analysis.steps import step_spans
 from engine.simulate import simulate
 from engine.trace import load
+
+if TYPE_CHECKING:
+    from benchmarks.report import num, table
 
 SHARED = Path(os.environ.get("MYSTIQUE_SHARED_TRACES", harness.ROOT.parent / "shared" / "traces"))
 OUT = harness.RESULTS / "ground_truth.json"
@@ -180,6 +184,56 @@ def main() -> int:
         )
     print(f"wrote {OUT} ({out['passed']}/{out['total']} within target, {out['wall_s']} s)")
     return 0
+
+
+# -- its section of docs/figures.md, beside the code that writes its results. benchmarks/report.py
+# runs `docs_section` (and the `_docs_*` helpers) on the results file without importing this file
+# (so the report stays standard-library only), giving it the formatters named below.
+def docs_section(d: dict) -> list[str]:
+    """Predictions made from one real trace, checked against a second real trace of the same
+    program in the changed setup: `kernel_times` (GPU durations taken from the other trace) and
+    `device` (retarget to the other side's GPU from the catalog, next to the naive "same step as
+    the source") on the tracelens H100/MI300X pairs, both directions; the DataLoader span of
+    kineto_resnet50_dataloader nw0 inclusive 1000x faster against nw4 (4 loader workers), median
+    ProfilerStep span (nw4's first step is a warm-up outlier). Error = predicted / measured - 1. GPU
+    phase: first GPU task start to last GPU task end in a step, apart from the host work before it
+    (a prediction keeps the source machine's host)."""
+    rows = []
+    for r in d["rows"]:
+        naive = f"{r['naive_error_pct']:+.2f} %" if "naive_error_pct" in r else "–"
+        gm, gp = r.get("gpu_phase_measured_ms"), r.get("gpu_phase_predicted_ms")
+        phase = f"{num(gm, 1)} / {num(gp, 1)}" if gm and gp else "–"
+        rows.append(
+            [r["kind"], r["case"], num(r["measured_ms"], 3), num(r["predicted_ms"], 3), f"{r['error_pct']:+.2f} %",
+             naive, f"± {r['target_pct']:.0f} %", "pass" if r["pass"] else "FAIL", phase]
+        )  # fmt: skip
+    head = [
+        "what-if",
+        "case",
+        "measured ms",
+        "predicted ms",
+        "error",
+        "naive error",
+        "target",
+        "",
+        "GPU phase ms meas / pred",
+    ]
+    out = table(head, rows)
+    kt = [r for r in d["rows"] if r["kind"] == "kernel_times"]
+    if kt:
+        out += [
+            "Kernel matching (launching op order, name and input dims): "
+            + ", ".join(f"{r['case']} {100 * r['matched_fraction']:.0f} %" for r in kt)
+            + " of GPU tasks matched.",
+            "",
+        ]
+    out += [
+        f"{d['passed']} of {d['total']} within target; the device retarget is closer than the naive "
+        f"prediction on {d['device_closer_than_naive']} of {sum(r['kind'] == 'device' for r in d['rows'])} pairs. "
+        f"Wall {d['wall_s']} s.",
+        "",
+    ]
+    return out
 
 
 if __name__ == "__main__":

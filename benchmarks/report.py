@@ -3,20 +3,26 @@
     python benchmarks/report.py > docs/figures.md      (or `make docs`)
 
 Why: the README repeated what the results files hold, by hand, and drifted. Each benchmark script
-writes its JSON; this script only formats it (no measuring, no machine-dependent input), and
-tests/test_docs.py fails when the committed docs/figures.md differs from its output. A result
-file this script does not know is listed at the end, so a new benchmark is never silently left
-out. Standard library only, so it runs anywhere the repository is.
+writes its JSON and, beside that code, the section of this page that shows it (`docs_section(d)`,
+its docstring the method, `_docs_*` helpers); this script only assembles them (no measuring, no
+machine-dependent input), and tests/test_docs.py fails when the committed docs/figures.md
+differs from its output. A result file this script does not know is listed at the end, so a new
+benchmark is never silently left out. Standard library only, so it runs anywhere the repository
+is: a benchmark's section is read out of its file (`section_of`) and run with the formatters
+below, without importing the benchmark (which imports torch and the engine).
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
 HEADER = """\
 # Measured figures
 
@@ -52,713 +58,6 @@ def pct(x: object, digits: int = 1, signed: bool = False) -> str:
     return f"{100 * float(x):{'+' if signed else ''}.{digits}f} %"  # type: ignore[arg-type]
 
 
-def load_speed(d: dict) -> list[str]:
-    """The shared param_resnet ET (14,392 nodes) and Kineto trace (111,631 events), medians of
-    repeated loads; `--param-repo PATH` times param's `ExecutionTrace` interleaved with ours (param
-    is not vendored)."""
-    r, t = d["results"], d.get("targets_s", {})
-    names = {
-        "et_load_graph": "ET load + call tree + data-dependency DAG",
-        "et_load": "ET load alone",
-        "kineto_load": "Kineto load into the events table",
-        "et_cached": "cached reload, ET",
-        "kineto_cached": "cached reload, Kineto",
-    }
-    rows = [
-        [names.get(k, k), f"{v['median_s']:.3f} s", f"{v['min_s']:.3f} s", f"{t[k]} s" if k in t else ""]
-        for k, v in r.items()
-    ]
-    out = table(["measurement (shared param_resnet traces)", "median", "min", "target"], rows)
-    sp = d.get("speedup", {})
-    side = d.get("side_by_side_with_param")
-    if side:
-        out += [
-            f"Side by side with param's `ExecutionTrace` ({side['rounds']} interleaved rounds): ours "
-            f"{side['ours_median_s']:.3f} s, param {side['param_median_s']:.3f} s, ratio of medians "
-            f"**{side['ratio_of_medians']:.2f}×** (median of per-round ratios {side['median_round_ratio']:.2f}×, "
-            f"ratio of the fastest runs {side['ratio_of_minimums']:.2f}×).",
-            "",
-        ]
-    if "kineto_load_vs_hta" in sp:
-        out += [f"Kineto load vs HTA's `parse_trace_file`: **{sp['kineto_load_vs_hta']:.1f}× faster**.", ""]
-    stages = d.get("et_stages_ms")
-    if stages:
-        parts = {k: v for k, v in stages.items() if k != "total"}
-        total = stages.get("total", sum(parts.values()))
-        out += [
-            "Where the ET load + graph time goes (median ms): "
-            + ", ".join(f"{k} {v:.0f}" for k, v in parts.items())
-            + f" = {total:.0f}.",
-            "",
-        ]
-    return out
-
-
-def coverage(d: dict) -> list[str]:
-    """Every shared ET replayed on CPU, one process."""
-    rows = []
-    for r in d["records"]:
-        c = r["coverage"]
-        reasons = ", ".join(f"{n} {k}" for k, n in (c.get("by_reason") or {}).items())
-        rows.append(
-            [
-                r["trace"],
-                num(c["selected"]),
-                num(c["replayed"]),
-                num(c.get("substituted", 0)),
-                num(c["skipped"]) + (f" ({reasons})" if reasons else ""),
-                f"{c.get('replayed_compute', 0)}/{c.get('selected_compute', 0)}",
-            ]
-        )
-    return table(
-        ["trace", "ops selected", "replayed", "substituted", "skipped (reasons)", "compute ops replayed"], rows
-    ) + [f"Device: {d.get('device', 'cpu')}. Nothing aborts; a failing op is counted with its reason.", ""]
-
-
-def fidelity(d: dict) -> list[str]:
-    """Each sample's live step (no profiler) and its replay alternate in one process; the paired
-    error is the median of per-round differences, which cancels the machine's drift."""
-    rows = [
-        [
-            r["model"],
-            f"{r['original_ms']:.2f} ms",
-            f"{r['replay_ms']:.2f} ms",
-            pct(r["signed_error"], signed=True),
-            pct(r["paired_error"], signed=True),
-            pct(r["noise_iqr"]),
-        ]
-        for r in d["records"]
-    ]
-    s = d.get("settings", {})
-    return table(
-        ["model", "original step (no profiler)", "replay", "error", "paired error", "original's noise (IQR/median)"],
-        rows,
-    ) + [
-        f"Geomean |error| **{pct(d['geomean_error'], 2)}** (target ≤ 5 %, each ≤ 10 %); {s.get('rounds')} rounds × "
-        f"{s.get('per_round')} interleaved steps on {s.get('device', 'cpu')}.",
-        "",
-    ]
-
-
-def distributed(d: dict) -> list[str]:
-    """Each rank runs the live model and the distributed replay of its own trace on the same process
-    group, alternating step by step; a step's time is its slowest rank's."""
-    rows = []
-    for r in d["records"]:
-        cov = r.get("coverage", {})
-        coll = ", ".join(f"{k} {v['count']}×" for k, v in sorted(r.get("collectives_replay", {}).items()))
-        rows.append(
-            [
-                r["sample"],
-                r["world_size"],
-                f"{r['original_ms']:.2f} ms",
-                f"{r['replay_ms']:.2f} ms",
-                pct(r["signed_error"], signed=True),
-                pct(r["paired_error"], signed=True),
-                pct(r["noise_iqr"]),
-                f"{cov.get('replayed', 0)}/{cov.get('selected', 0)} ({cov.get('comm_replayed', 0)} comm)",
-                coll + (" (equal to the trace)" if r.get("collectives_equal") else " (DIFFERS from the trace)"),
-            ]
-        )
-    s = d.get("settings", {})
-    out = table(
-        [
-            "sample",
-            "ranks",
-            "original step (slowest rank)",
-            "replay",
-            "error",
-            "paired error",
-            "original's noise",
-            "replayed/selected",
-            "collectives per iteration",
-        ],
-        rows,
-    )
-    out += [
-        f"Geomean |paired error| **{pct(d['geomean_error'], 2)}** (target ≤ 5 %; unpaired, medians of each side: "
-        f"{pct(d.get('geomean_unpaired_error', float('nan')), 2)}); CPU gloo, each rank pinned to its own core, "
-        f"{s.get('rounds')} rounds × {s.get('per_round')} interleaved pairs{' (--quick)' if s.get('quick') else ''}.",
-        "",
-    ]
-    quick = _companion("distributed_quick")
-    if quick is not None:
-        qs = quick.get("settings", {})
-        gap = abs(quick["geomean_error"] - d["geomean_error"]) * 100
-        out += [
-            f"The `--quick` run ({qs.get('rounds')} rounds × {qs.get('per_round')} pairs, "
-            f"`benchmarks/results/distributed_quick.json`): geomean |paired error| {pct(quick['geomean_error'], 2)}, "
-            f"{gap:.2f} points from the full run (target: within 2 points).",
-            "",
-        ]
-    sc = d.get("scale")
-    if sc:
-        out += [
-            f"Scale: {sc['world_size']} SPMD ranks completed in {sc['wall_s']:.1f} s wall "
-            f"(median iteration {sc['median_ms']:.1f} ms, coverage {pct(sc['coverage_rate'])}).",
-            "",
-        ]
-    return out
-
-
-def compose_scaling(d: dict) -> list[str]:
-    """Composed benchmarks replayed on CPU against their originals, interleaved rounds in ABBA
-    order."""
-    out = [f"{d.get('rounds')} interleaved rounds, device {d.get('device')}, {d.get('threads')} thread(s).", ""]
-    rows = []
-    if "round_trip" in d:
-        rt = d["round_trip"]
-        rows.append(
-            ["round trip: composed / original", f"{rt['paired_ratio']:.3f}", f"{rt['ratio']:.3f}", "within 3 %"]
-        )
-    if "mlp_batch" in d:
-        mb = d["mlp_batch"]
-        rows.append(["MLP batch ×2 / ×1", f"{mb['paired_ratio']:.2f}", f"{mb['ratio']:.2f}", "1.6–2.4"])
-    if "layer_repeat" in d:
-        lr = d["layer_repeat"]
-        for k in sorted(lr.get("linearity", {})):
-            rows.append(
-                [
-                    f"transformer layer repeated {k[1:]}×: t / (k · t₁)",
-                    f"{lr['paired_linearity'][k]:.3f}",
-                    f"{lr['linearity'][k]:.3f}",
-                    "within 10 %",
-                ]
-            )
-    for k, v in sorted((k, v) for k, v in d.get("tp_linear", {}).items() if isinstance(v, dict) and "ratio" in v):
-        rows.append(
-            [
-                f"tensor parallel degree {k[2:]}: rank-0 compute / unsharded",
-                f"{v['paired_ratio']:.2f}",
-                f"{v['ratio']:.2f}",
-                f"1/{k[2:]}",
-            ]
-        )
-    out += table(["measurement", "paired (median of per-round ratios)", "ratio of medians", "target"], rows)
-    plans = {k: v for k, v in d.get("dlrm_plans", {}).items() if isinstance(v, dict) and "greedy_vs_naive" in v}
-    if plans:
-        out += ["DLRM embedding sharding, slowest rank ms per plan:", ""]
-        names = [p for p in ("table", "row", "column", "greedy") if any(p in v for v in plans.values())]
-        out += table(
-            ["ranks", *names, "greedy / table-wise"],
-            [
-                [k.split("_")[0], *(num(v[p]["slowest_ms"]) for p in names), f"{v['greedy_vs_naive']:.2f}"]
-                for k, v in plans.items()
-            ],
-        )
-    return out
-
-
-def lib_compositions(d: dict) -> list[str]:
-    """Every transform of the real-library samples (gpt2_hf, resnet_tv, dlrm_tbe) composed, exported
-    and replayed on CPU; multi-rank compositions with one process per rank and real gloo
-    collectives."""
-    rows = []
-    for r in d["rows"]:
-        c = r.get("coverage", {})
-        comm = f" ({c.get('comm_replayed', 0)}/{c.get('comm_selected', 0)})" if c.get("comm_selected") else ""
-        reasons = ", ".join(f"{n} {k}" for k, n in (c.get("by_reason") or {}).items()) or "none"
-        rows.append(
-            [
-                r["sample"],
-                r["composition"],
-                r["world_size"],
-                pct(c.get("rate")),
-                f"{c.get('replayed', 0)}/{c.get('selected', 0)}{comm}",
-                reasons,
-                num(r.get("median_ms"), 1),
-            ]
-        )
-    out = table(
-        ["sample", "composition", "ranks", "coverage", "replayed / selected (comm)", "skipped", "median ms"], rows
-    )
-    ratios = d.get("batch_x2_ratio", {})
-    if ratios:
-        out += table(
-            ["sample", "x1 median ms", "x2 median ms", "x2 / x1 (median of rounds)", "min–max", "rounds"],
-            [
-                [
-                    k,
-                    num(v["x1_median_ms"], 1),
-                    num(v["x2_median_ms"], 1),
-                    f"{v['ratio_median']:.2f}",
-                    f"{v['ratio_min']:.2f}–{v['ratio_max']:.2f}",
-                    v["rounds"],
-                ]
-                for k, v in ratios.items()
-            ],
-        )
-    out += [f"Run {d.get('date')} with torch {d.get('torch')} on {d.get('cpu_count')} cores.", ""]
-    return out
-
-
-def real_traces(d: dict) -> list[str]:
-    """Every compose knob (batch x2, bf16, DP 2, TP 2, embedding table/row/column/greedy over 4
-    ranks) and what-if knob (gemm x2 faster, compute x2 slower, batch x2, layers x2, DP 64,
-    sharding) on every shared trace and sample: ok, refused_ok (the knob cannot apply, by a rule
-    on what the trace holds), refused_bad, wrong (an invariant fails: replay coverage under 99 %,
-    a speed-up that lengthens the step, x2 that shortens it) or error. Composed cases replayed
-    (one gloo process per rank where several)."""
-    abbrev = {"ok": "ok", "refused_ok": "-", "refused_bad": "REFUSED", "wrong": "WRONG", "error": "ERROR"}
-    knobs = d["knobs"]
-    rows = [
-        [r["trace"], *[abbrev[r["cases"][k]["outcome"]] if k in r["cases"] else "" for k in knobs]] for r in d["traces"]
-    ]
-    c = d["counts"]
-    out = [
-        f"Counts: ok {c['ok']}, refused_ok {c['refused_ok']}, refused_bad {c['refused_bad']}, "
-        f"wrong {c['wrong']}, error {c['error']} ('-': refused where the knob cannot apply; "
-        "each case's reason is in the JSON).",
-        "",
-    ]
-    out += table(["trace", *knobs], rows)
-    bad = [
-        [r["trace"], k, case["outcome"], str(case.get("reason", ""))[:160].replace("|", "/")]
-        for r in d["traces"]
-        for k, case in r["cases"].items()
-        if case["outcome"] in ("refused_bad", "wrong", "error")
-    ]
-    if bad:
-        out += table(["trace", "knob", "outcome", "reason"], bad)
-    rules: dict[str, int] = {}
-    for r in d["traces"]:
-        for case in r["cases"].values():
-            if case["outcome"] == "refused_ok":
-                why = str(case.get("rule") or case.get("reason") or "")
-                rules[why] = rules.get(why, 0) + 1
-    out += table(
-        ["why the knob cannot apply (rule)", "cases"], sorted(([k, v] for k, v in rules.items()), key=lambda x: -x[1])
-    )
-    out += [
-        f"Run {d.get('date')} with torch {d.get('torch')} on {d.get('cpu_count')} cores, load average "
-        f"{d['load_average'][0][0]:.1f} -> {d['load_average'][1][0]:.1f}.",
-        "",
-    ]
-    return out
-
-
-def kernel_classes(d: dict) -> list[str]:
-    """GPU time per kernel class (engine/trace/kernels.py: GEMM across cuBLAS, CUTLASS, hipBLASLt
-    `Cijk_`, rocBLAS and Triton matmul; attention apart from GEMM) on every shared Kineto trace:
-    each file loaded alone, its GPU tasks' summed durations per class over the summed duration of
-    all its GPU tasks (overlapping streams count twice)."""
-    classes = [c for c in d["classes"] if any(c in r["shares"] for r in d["traces"])]
-    rows = [
-        [
-            r["trace"],
-            num(r["gpu_tasks"]),
-            num(r["gpu_ms"], 1),
-            *[pct(r["shares"][c]) if c in r["shares"] else "" for c in classes],
-        ]
-        for r in d["traces"]
-    ]
-    out = table(["trace", "GPU tasks", "GPU ms", *classes], rows)
-    return out + [f"Run {d.get('date')}.", ""]
-
-
-def memory(d: dict) -> list[str]:
-    """Each ET replayed in a fresh process with the peak-RSS counter reset just before; the bound is
-    what the engine computes before allocating (`engine.replay.memory.rss_bound`)."""
-    mib = 2**20
-    rows = [
-        [
-            r["trace"],
-            num(r["ops"]),
-            num(r["planned_tensors"] / mib, 0),
-            num(r["rss_before"] / mib, 0),
-            num(r["bound"] / mib, 0),
-            num(r["peak_rss"] / mib, 0),
-            f"{r['bound'] / r['peak_rss']:.2f}",
-            num(r["holds"]),
-        ]
-        for r in d["rows"]
-        if "error" not in r
-    ]
-    return table(
-        [
-            "trace",
-            "ops",
-            "planned tensors MiB",
-            "RSS before MiB",
-            "estimate (bound) MiB",
-            "measured peak MiB",
-            "bound/peak",
-            "holds",
-        ],
-        rows,
-    ) + [
-        f"Run {d.get('date')}: `ReplayResult.memory['rss_bound_bytes']` against the replay's peak RSS (VmHWM / ru_maxrss reset before the replay; distributed rows: the pre-launch per-rank estimate against the largest rank's ru_maxrss).",
-        "",
-    ]
-
-
-def responsiveness(d: dict) -> list[str]:
-    """Streamlit AppTest: the server side of a page run, no browser drawing."""
-    rows = []
-    for view, v in d.get("explore_resnet", {}).items():
-        rows.append(
-            [
-                f"Explore, ResNet ET + Kineto, {view}: first render",
-                f"{v['first_render_s']:.2f} s",
-                f"< {d['targets_s'].get(view)} s",
-            ]
-        )
-        rows.append([f"… rerun in the same session ({view})", f"{v['rerun_s']:.2f} s", ""])
-    return table(["measurement (server side, AppTest)", "value", "target"], rows) + [d.get("note", ""), ""]
-
-
-def responsiveness_browser(d: dict) -> list[str]:
-    """Headless Chromium through selenium, from the click to the chart drawn; cold = fresh server
-    and parse cache, warm = a second server with the parse cache on disk."""
-    fr, met = d.get("first_render_ms", {}), d.get("first_render_met", {})
-    t = d.get("targets_s", {})
-    rows = [
-        [
-            view,
-            f"{v['cold'] / 1000:.2f}",
-            "met" if met.get(view, {}).get("cold") else "MISSED",
-            f"{v['warm'] / 1000:.2f}",
-            "met" if met.get(view, {}).get("warm") else "MISSED",
-        ]
-        for view, v in fr.items()
-    ]
-    return table(
-        ["first render in Chromium (s)", "cold", f"< {t.get('cold')} s", "warm", f"< {t.get('warm')} s"], rows
-    ) + [
-        d.get("note", ""),
-        "",
-    ]
-
-
-def simulate(d: dict) -> list[str]:
-    """Reproduction of unchanged traces, what-ifs checked against real re-captures, sharding plans
-    checked against replays of each plan (thread CPU time, interleaved rounds), speed on the largest
-    shared traces."""
-    out: list[str] = []
-    rep = d.get("reproduction")
-    if rep:
-        out += ["**Reproduction** (the unchanged trace simulated):", ""]
-        out += table(
-            ["trace", "measured ms", "predicted ms", "error", "tasks"],
-            [
-                [r["trace"], num(r["measured_ms"]), num(r["predicted_ms"]), f"{r['error_pct']:+.2f} %", num(r["tasks"])]
-                for r in rep["traces"]
-            ],
-        )
-        out += [f"Mean |error| {rep['mean_abs_error_pct']:.2f} %, max {rep['max_abs_error_pct']:.2f} %.", ""]
-    wi = d.get("whatif")
-    if wi:
-        out += ["**What-if against a real re-capture** (predicted vs measured ratio variant / base):", ""]
-        # fmt: off
-        out += table(
-            ["case", "variant", "predicted ratio", "measured ratio (thread CPU)", "error (CPU)", "error (wall)"],
-            [[k, json.dumps(v.get("variant")), f"{v['predicted_ratio']:.3f}", f"{v['measured']['ratio_cpu']:.3f}",
-              f"{v['error_pct_cpu']:+.1f} %", f"{v['error_pct_wall']:+.1f} %"] for k, v in wi.items()],
-        )
-        # fmt: on
-    sh = d.get("sharding")
-    if sh:
-        out += ["**Sharding plans**: the what-if's pick vs the measured fastest plan:", ""]
-        rows = []
-        for case, c in sh["cases"].items():
-            pred = " < ".join(
-                f"{p} {c['predicted_ms'][p]:.2f}" for p in sorted(c["predicted_ms"], key=c["predicted_ms"].get)
-            )
-            meas = " < ".join(
-                f"{p} {c['measured_cpu_ms'][p]:.2f}" for p in sorted(c["measured_cpu_ms"], key=c["measured_cpu_ms"].get)
-            )
-            rows.append([case, pred, meas, c.get("pick"), c.get("fastest")])
-        out += table(["case", "predicted ms", "measured thread CPU ms", "pick", "fastest"], rows)
-        out += [
-            f"{sh['n_cases']} cases, {sh['rounds']} interleaved rounds each: fastest plan picked "
-            f"{sh['hit_within_noise_pct']:.0f} % within noise, {sh['strict_hit_pct']:.0f} % strictly; plan pairs "
-            f"ordered correctly {sh['pairwise_order_pct']:.0f} %.",
-            "",
-        ]
-    sp = d.get("speed")
-    if sp:
-        out += ["**Speed** (warm; medians):", ""]
-        # fmt: off
-        out += table(
-            ["trace", "events", "tasks", "graph build ms", "schedule ms", "tasks/s build + schedule",
-             "tasks/s scheduler alone", "load"],
-            [[k, num(v["events"]), num(v["tasks"]), num(1e3 * v["build_s_median"], 1),
-              num(1e3 * v["schedule_s_median"], 1), f"{v['tasks_per_s_build_and_schedule'] / 1e6:.2f} M",
-              f"{v['tasks_per_s_schedule'] / 1e6:.2f} M", num(v.get("loadavg_1m"), 1)] for k, v in sp.items()],
-        )
-        # fmt: on
-    dp = d.get("dp")
-    if dp:
-        out += [f"**Data-parallel what-if** from one rank of `{dp['trace']}`:", ""]
-        runs = sorted(dp["runs"].items(), key=lambda kv: int(kv[0]))
-        # fmt: off
-        out += table(
-            ["DP ranks", "predicted ms", "communication ms", "exposed comm ms"],
-            [[n, num(r["predicted_iteration_ms"]), num(r["breakdown"]["communication"]),
-              num(r["breakdown"]["exposed_communication"])] for n, r in runs],
-        )
-        # fmt: on
-    cm = d.get("costmodel")
-    if cm:
-        errs = {k: v.get("heldout_err_pct") for k, v in cm.get("microbench", {}).get("curves", {}).items()}
-        errs.update({k: v.get("heldout_err_pct") for k, v in cm.get("microbench", {}).get("embedding", {}).items()})
-        out += [
-            "**Cost model** (`python -m engine.simulate.calibrate`), held-out error per family: "
-            + ", ".join(f"{k} {num(v, 1)} %" for k, v in errs.items() if v is not None)
-            + ".",
-            "",
-        ]
-    return out
-
-
-def ground_truth(d: dict) -> list[str]:
-    """Predictions made from one real trace, checked against a second real trace of the same
-    program in the changed setup: `kernel_times` (GPU durations taken from the other trace) and
-    `device` (retarget to the other side's GPU from the catalog, next to the naive "same step as
-    the source") on the tracelens H100/MI300X pairs, both directions; the DataLoader span of
-    kineto_resnet50_dataloader nw0 inclusive 1000x faster against nw4 (4 loader workers), median
-    ProfilerStep span (nw4's first step is a warm-up outlier). Error = predicted / measured - 1. GPU
-    phase: first GPU task start to last GPU task end in a step, apart from the host work before it
-    (a prediction keeps the source machine's host)."""
-    rows = []
-    for r in d["rows"]:
-        naive = f"{r['naive_error_pct']:+.2f} %" if "naive_error_pct" in r else "–"
-        gm, gp = r.get("gpu_phase_measured_ms"), r.get("gpu_phase_predicted_ms")
-        phase = f"{num(gm, 1)} / {num(gp, 1)}" if gm and gp else "–"
-        rows.append(
-            [r["kind"], r["case"], num(r["measured_ms"], 3), num(r["predicted_ms"], 3), f"{r['error_pct']:+.2f} %",
-             naive, f"± {r['target_pct']:.0f} %", "pass" if r["pass"] else "FAIL", phase]
-        )  # fmt: skip
-    head = [
-        "what-if",
-        "case",
-        "measured ms",
-        "predicted ms",
-        "error",
-        "naive error",
-        "target",
-        "",
-        "GPU phase ms meas / pred",
-    ]
-    out = table(head, rows)
-    kt = [r for r in d["rows"] if r["kind"] == "kernel_times"]
-    if kt:
-        out += [
-            "Kernel matching (launching op order, name and input dims): "
-            + ", ".join(f"{r['case']} {100 * r['matched_fraction']:.0f} %" for r in kt)
-            + " of GPU tasks matched.",
-            "",
-        ]
-    out += [
-        f"{d['passed']} of {d['total']} within target; the device retarget is closer than the naive "
-        f"prediction on {d['device_closer_than_naive']} of {sum(r['kind'] == 'device' for r in d['rows'])} pairs. "
-        f"Wall {d['wall_s']} s.",
-        "",
-    ]
-    return out
-
-
-def ingest_parsers(d: dict) -> list[str]:
-    """One big Kineto file built by tiling a shared real trace in time; each candidate runs in a
-    fresh process, in interleaved rounds (medians; wall time after imports, cyclic GC off; peak RSS
-    is the process's `ru_maxrss`, growth is peak minus RSS after imports), over the plain and the
-    gzip file. `*_whole` parse the whole document (memory grows with the file); ijson and the
-    `*_chunked` scans stream (memory bounded by one block)."""
-    rows = [
-        [
-            r["candidate"],
-            r["input"],
-            num(r.get("wall_s"), 2),
-            num(r.get("peak_rss_mb"), 0),
-            num(r["peak_rss_mb"] - r["rss_after_imports_mb"], 0) if "peak_rss_mb" in r else "-",
-            num(r.get("x_events")) if "x_events" in r else r.get("error", "-"),
-        ]
-        for r in d["runs"]
-    ]
-    i = d["input"]
-    return table(["candidate", "input", "wall s", "peak RSS MiB", "RSS growth MiB", "X events"], rows) + [
-        f"Input: {i['copies']} copies of `{i['source']}`: {i['items']:,} items, {i['json_bytes'] / 2**20:.0f} MiB JSON, "
-        f"{i['gzip_bytes'] / 2**20:.0f} MiB gzip; load average {d['load_average']:.1f} on {d['cpus']} CPUs. "
-        f"Fastest bounded-memory streamer: `{d['winner_streaming']}`.",
-        "",
-    ]
-
-
-def _scale_dask(d: dict) -> list[str]:
-    i, med = d["input"], d["median_s"]
-    rows = [[k.replace("_", " "), num(v, 2), ", ".join(num(x, 2) for x in d["wall_s"][k])] for k, v in med.items()]
-    return table(["scheduler", "median wall s", "rounds (s)"], rows) + [
-        f"Dask: {i['ranks']} ranks of `{i['source']}`, {i['events']:,} events, {i['json_bytes'] / 2**20:.0f} MiB "
-        f"JSON, stored through LocalClusters reached by address (the `--scheduler` path). Speed-up of 2 workers "
-        f"over 1: **{d['speedup_2_over_1']:.2f}x** (target 1.6x); the same pure-Python loop in 2 processes over 1: "
-        f"{d['cpu_scaling_2_over_1']:.2f}x; identical stores: {num(d['identical_stores'])}; load average "
-        f"{d['load_average'][0]:.1f} -> {d['load_average'][1]:.1f} on {d['cpus']} CPUs.",
-        "",
-    ]
-
-
-def _scale_generic(d: dict) -> list[str]:
-    rows = [[k, num(v) if not isinstance(v, str) else v] for k, v in d.get("summary", {}).items()]
-    return table(["figure", "value"], rows) + [""]
-
-
-def _scale_load(d: dict) -> list[str]:
-    rows = []
-    for r in [*d["sizes"], d["control"]]:
-        rows.append(
-            [
-                f"{r['items']:,}" + (" (control)" if r is d["control"] else ""),
-                f"{r['json_mib']:,.0f}",
-                num(r["floor"]["wall_s"], 2),
-                num(r.get("typed_decode", {}).get("wall_s"), 2),
-                num(r["load"]["wall_s"], 2),
-                f"**{r['ratio_wall']:.2f}x**",
-                num(r.get("ratio_over_typed_decode"), 2),
-                f"**{r['load']['peak_rss_mib']:,}**",
-                num(r["parquet_mib"], 1),
-            ]
-        )
-    head = [
-        "items",
-        "JSON MiB",
-        "decode floor s",
-        "typed decode s",
-        "load s",
-        "load / floor",
-        "load / typed",
-        "load peak RSS MiB",
-        "Parquet MiB",
-    ]
-    return table(head, rows) + [
-        f"Load: `{d['sizes'][0]['source']}` tiled in time (control: `{d['control']['source']}`), best of "
-        f"the interleaved rounds, each in a fresh process. Targets: peak RSS <= {d['targets']['peak_rss_mib_max']:,} MiB "
-        f"({num(d['summary']['rss_ok'])}), load <= {d['targets']['load_over_floor_max']}x the floor ({num(d['summary']['ratio_ok'])}).",
-        "",
-    ]
-
-
-def _scale_fleet(d: dict) -> list[str]:
-    rows = []
-    for name, r in d["runs"].items():
-        if "error" in r:
-            rows.append([name, "error: " + str(r["error"])[:80], "", "", "", "", ""])
-            continue
-        rows.append(
-            [
-                name.replace("_", " "),
-                f"{r['tasks']:,}",
-                f"**{num(r['wall_s'], 1)}**",
-                num(r.get("build_s"), 1),
-                num(r.get("solve_s"), 1),
-                f"**{r['peak_rss_tree_mib']:,.0f}**",
-                f"{r['tasks_per_s']:,.0f}",
-                num(r.get("predicted_iteration_ms"), 2),
-            ]
-        )
-    sm = d["summary"]
-    head = ["ranks, edit", "tasks", "wall s", "build s", "solve s", "peak RSS MiB", "tasks/s", "predicted iteration ms"]
-    return table(head, rows) + [
-        f"Fleet: copies of `{d['input'].get('source')}` with per-rank perturbed durations; each run in a fresh process "
-        f"(peak RSS of its process tree). Largest run < 10 min: {num(sm.get('largest_wall_ok'))}; < 12 GB: "
-        f"{num(sm.get('largest_rss_ok'))}; tasks/s at the largest within 1.5x of the smallest: {num(sm.get('ratio_ok'))} "
-        f"(smallest / largest {num(sm.get('tasks_per_s_ratio_smallest_over_largest'), 2)}); the DP-1024 what-if never "
-        f"shortens the step: {num(sm.get('dp_never_shorter'))}.",
-        "",
-    ]
-
-
-def _scale_overview(d: dict) -> list[str]:
-    b = d["browser"]
-    rows = [
-        ["ranks x steps", f"{d['ranks']} x {d['steps_per_rank']}"],
-        ["events in the store", f"{d['events']:,}"],
-        ["per-rank summaries, cold (s)", num(d["summary_cold_s"], 1)],
-        ["summary table read (ms)", num(d["summary_read_ms"], 0)],
-        ["first open in Chromium (ms)", num(b["first_open_ms"], 0)],
-        ["warm opens in Chromium (ms)", ", ".join(num(x, 0) for x in b["warm_open_ms"])],
-        ["**warm open, median (ms)**", f"**{num(b['warm_open_median_ms'], 0)}**"],
-        ["one rank's timeline opened (ms)", num(b.get("rank_timeline_open_ms"), 0)],
-    ]
-    return table(["rank overview", "value"], rows) + [
-        f"Overview: a {d['ranks']}-rank store of `{d['trace']}`; target: warm render < 3 s "
-        f"({num(d['summary'].get('warm_render_under_3s'))}).",
-        "",
-    ]
-
-
-_SCALE_PARTS = {"load": _scale_load, "fleet": _scale_fleet, "dask": _scale_dask, "overview": _scale_overview}
-
-
-def scale(d: dict) -> list[str]:
-    """Inputs built from shared real GPU traces: big single traces by tiling steps in time, fleets by
-    copying a rank with per-rank perturbed durations (no two ranks identical); peak RSS from fresh
-    processes. One run of the script measures every part in order (each part records its load)."""
-    out: list[str] = []
-    for part in ("load", "fleet", "dask", "overview"):
-        if part in d:
-            out += [
-                f"**{part}** ({d[part].get('date', '?')}, load {num(d[part].get('load_avg_1m_end'), 1)} at its end)",
-                "",
-            ]
-            out += _SCALE_PARTS.get(part, _scale_generic)(d[part])
-    return out
-
-
-# results file stem -> section title. The script is benchmarks/<stem>.py, the formatter the function
-# of the same name, and its docstring says how the figures are measured (method only, no figure).
-def fleet_suite(d: dict) -> list[str]:
-    """Real fleet: every shared trace and committed sample, one job per trace file or rank folder,
-    signed through the trace store (engine/fleet/signature.py: shares of the measured window per
-    kernel class, collective type, host overhead and idle); a suite of 5 picked by k-means
-    medoids, NNLS weights and swaps (engine/fleet/suite.py), against 100 random 5-job picks and
-    the 5 longest jobs, each with the same weight fitting. Planted fleet: N synthetic GPU traces
-    drawn from five known class mixes (engine.testing.fleet.planted_fleet), ingested with Dask
-    (LocalCluster), clustered by k-means; adjusted Rand index against the planted groups, wall
-    time and the peak RSS of the process tree."""
-    r, p = d["real"], d["planted"]
-    out = [
-        f"**Real fleet**: {r['jobs']} jobs ({len(r['skipped'])} file(s) skipped: "
-        + "; ".join(f"`{s['job']}`: {s['why']}" for s in r["skipped"])
-        + f"), signed in {num(r['sign_s'], 1)} s (serial).",
-        "",
-    ]
-    out += table(
-        [
-            "suite of",
-            "L1 to the fleet mix",
-            "random picks (median of " + str(r["random_picks"]) + ")",
-            "random p10",
-            f"{r['budget']} longest jobs",
-        ],
-        [
-            [
-                r["budget"],
-                num(r["l1"], 3),
-                num(r["random_median_l1"], 3),
-                num(r["random_p10_l1"], 3),
-                num(r["longest_l1"], 3),
-            ]
-        ],
-    )
-    out += table(["member", "weight"], [[f"`{m['job']}`", pct(m["weight"])] for m in r["members"]])
-    out += table(
-        ["class", "fleet share", "suite - fleet"],
-        [
-            [k, pct(v), pct(r["error"][k], 1, signed=True)]
-            for k, v in r["fleet_signature"].items()
-            if v > 0 or r["error"][k] != 0
-        ],
-    )
-    out += [
-        f"**Planted fleet**: {p['jobs']} jobs in {p['groups']} planted groups, ingested on `{p['scheduler']}` in "
-        f"{num(p['wall_s'], 1)} s, peak RSS {num(p['peak_rss_mb'], 0)} MB; adjusted Rand index of the recovered groups "
-        f"{num(p['ari'], 3)}; a suite of {p['groups']} is {num(p['suite_l1'], 4)} (L1) from the fleet. Load average "
-        f"{num(d['load1_before'], 1)} before, {num(d['load1_after'], 1)} after.",
-        "",
-    ]
-    return out
-
-
 SECTIONS = {
     "load_speed": "Loading",
     "coverage": "Replay coverage",
@@ -779,14 +78,31 @@ SECTIONS = {
 }
 
 
-# Results files that belong to another file's section (read by its formatter through _companion).
+# Results files that belong to another file's section (read by its formatter through companion).
 COMPANIONS = {"distributed_quick": "distributed", "scale_quick": "scale"}
 _FILES: dict[str, Path] = {}
 
 
-def _companion(stem: str) -> dict | None:
+def companion(stem: str) -> dict | None:
+    """Another results file of the same section (COMPANIONS), None when it is absent."""
     p = _FILES.get(stem)
     return json.loads(p.read_text()) if p is not None else None
+
+
+def section_of(stem: str, folder: Path = HERE) -> Callable[[dict], list[str]]:
+    """`docs_section` of benchmarks/<stem>.py, compiled from its file with its `_docs_*` helpers
+    (functions, or `_DOCS_*` tables of them) and the formatters of this file, the names it may use."""
+    path = folder / f"{stem}.py"
+    tree = ast.parse(path.read_text(), str(path))
+    keep = [
+        n
+        for n in tree.body
+        if (isinstance(n, ast.FunctionDef) and (n.name == "docs_section" or n.name.startswith("_docs_")))
+        or (isinstance(n, ast.Assign) and all(isinstance(t, ast.Name) and t.id.startswith("_DOCS_") for t in n.targets))
+    ]
+    names: dict = {"json": json, "math": math, "companion": companion, "num": num, "pct": pct, "table": table}
+    exec(compile(ast.Module(body=keep, type_ignores=[]), str(path), "exec"), names)
+    return names["docs_section"]
 
 
 def render(results: Path = RESULTS) -> str:
@@ -800,13 +116,13 @@ def render(results: Path = RESULTS) -> str:
     for stem, title in SECTIONS.items():
         if stem not in files:
             continue
-        fn = globals()[stem]
+        fn = section_of(stem)
         method = " ".join((fn.__doc__ or "").split())
         out += [f"## {title}", "", f"`benchmarks/{stem}.py` → `benchmarks/results/{stem}.json`. {method}", ""]
         try:
             out += fn(json.loads(files[stem].read_text()))
         except (KeyError, TypeError, ValueError) as exc:  # a benchmark changed its file's layout
-            out += [f"(not formatted: `{stem}.json` lacks {exc!r}; update its section in benchmarks/report.py)", ""]
+            out += [f"(not formatted: `{stem}.json` lacks {exc!r}; update docs_section in benchmarks/{stem}.py)", ""]
     unknown = sorted(set(files) - set(SECTIONS) - set(COMPANIONS))
     if unknown:
         out += [

@@ -18,6 +18,7 @@ from engine.errors import TraceError
 
 if TYPE_CHECKING:
     from engine.compose.build import Benchmark
+    from engine.compose.shard.kinds import DpSharding
 
 BUCKET_CAP_BYTES = 25 * 1024 * 1024
 ALLREDUCE_SCHEMA = (
@@ -92,12 +93,10 @@ def renumber(nodes: list[dict], replay_ids: list[int]) -> tuple[list[dict], list
     return nodes, sorted(new[i] for i in replay_ids if i in new)
 
 
-def shard_dp(bench: Benchmark) -> dict:
-    from engine.compose.shard.kinds import DpSharding
+def shard_dp(bench: Benchmark, spec: DpSharding) -> dict:
     from engine.compose.transforms.scale import scale_batch
 
-    assert isinstance(bench.spec.sharding, DpSharding)  # its kind's apply calls it
-    n = int(bench.spec.sharding.degree)
+    n = int(spec.degree)
     batch = int(bench.meta["batch_size"])
     scale = bench.spec.batch_scale
     global_batch = round(batch * scale)

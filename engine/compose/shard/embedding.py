@@ -46,6 +46,7 @@ from engine.simulate.planners import Table as CostTable
 
 if TYPE_CHECKING:
     from engine.compose.build import Benchmark
+    from engine.compose.shard.kinds import EmbeddingSharding
 
 FWD = ("aten::embedding_bag", "aten::_embedding_bag", "aten::_embedding_bag_forward_only")
 BWD = ("aten::_embedding_bag_backward", "aten::_embedding_bag_dense_backward")
@@ -367,11 +368,7 @@ def _scale_tables(tables: list[Table], scale: float) -> dict[int, tuple[int, int
     return out
 
 
-def shard_embeddings(bench: Benchmark, path) -> dict:
-    from engine.compose.shard.kinds import EmbeddingSharding
-
-    sh = bench.spec.sharding
-    assert isinstance(sh, EmbeddingSharding)  # its kind's apply calls it
+def shard_embeddings(bench: Benchmark, path, sh: EmbeddingSharding) -> dict:
     n_ranks, plan = int(sh.ranks), sh.plan
     nodes, replay = bench.ranks[0], bench.replay_ids[0]
     tbe_info: list = []

@@ -92,7 +92,7 @@ class EmbeddingSharding(_ShardingSpec):
     def apply(self, ctx: ShardContext) -> dict[str, Any]:
         from engine.compose.shard.embedding import shard_embeddings
 
-        return shard_embeddings(ctx.bench, ctx.paths[ctx.bench.spec.segments[0].source])
+        return shard_embeddings(ctx.bench, ctx.paths[ctx.bench.spec.segments[0].source], self)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -112,7 +112,7 @@ class DpSharding(_ShardingSpec):
     def apply(self, ctx: ShardContext) -> dict[str, Any]:
         from engine.compose.shard.dp import shard_dp
 
-        return shard_dp(ctx.bench)
+        return shard_dp(ctx.bench, self)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -130,7 +130,7 @@ class TpSharding(_ShardingSpec):
     def apply(self, ctx: ShardContext) -> dict[str, Any]:
         from engine.compose.shard.tp import shard_tp
 
-        return shard_tp(ctx.bench)
+        return shard_tp(ctx.bench, self)
 
 
 Sharding = EmbeddingSharding | DpSharding | TpSharding

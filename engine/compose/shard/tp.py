@@ -32,6 +32,7 @@ from engine.errors import TraceError
 
 if TYPE_CHECKING:
     from engine.compose.build import Benchmark
+    from engine.compose.shard.kinds import TpSharding
 
 PhaseOf = Callable[[dict], str]  # a node's phase in its source (ComposeContext.phase_of)
 
@@ -346,12 +347,9 @@ def _check_exchanges(nodes: list[dict], before: dict[int, list], label: str) -> 
             )
 
 
-def shard_tp(bench: Benchmark) -> dict:
+def shard_tp(bench: Benchmark, spec: TpSharding) -> dict:
     """Split bench.ranks[0] into N identical tensor-parallel ranks (module docstring)."""
-    from engine.compose.shard.kinds import TpSharding
-
-    assert isinstance(bench.spec.sharding, TpSharding)  # its kind's apply calls it
-    n = int(bench.spec.sharding.degree)
+    n = int(spec.degree)
     nodes = bench.ranks[0]
     replay = set(bench.replay_ids[0])
     params = set(bench.meta.get("param_storages", ()))

@@ -33,6 +33,7 @@ sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != 
 RESULTS = ROOT / "benchmarks" / "results"
 SAMPLES = ROOT / "sample_traces"
 
+from engine import envvars  # noqa: E402
 from engine.fleet.jobs import discover, signatures  # noqa: E402  (after the path fix above)
 from engine.fleet.signature import SHARE_KEYS  # noqa: E402
 from engine.fleet.suite import baselines, pick  # noqa: E402
@@ -41,7 +42,7 @@ from engine.testing.fleet import PLANTED_MIXES, planted_fleet  # noqa: E402
 if TYPE_CHECKING:
     from benchmarks.report import num, pct, table
 
-SHARED = Path(os.environ.get("MYSTIQUE_SHARED_TRACES", ROOT.parent / "shared" / "traces"))
+SHARED = Path(envvars.get("MYSTIQUE_SHARED_TRACES") or ROOT.parent / "shared" / "traces")
 
 
 class PeakRSS:

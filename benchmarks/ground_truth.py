@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 import harness
 
+from engine import envvars
 from engine.analysis.steps import step_spans
 from engine.simulate import simulate
 from engine.trace import load
@@ -38,7 +39,7 @@ from engine.trace import load
 if TYPE_CHECKING:
     from benchmarks.report import num, table
 
-SHARED = Path(os.environ.get("MYSTIQUE_SHARED_TRACES", harness.ROOT.parent / "shared" / "traces"))
+SHARED = Path(envvars.get("MYSTIQUE_SHARED_TRACES") or harness.ROOT.parent / "shared" / "traces")
 OUT = harness.RESULTS / "ground_truth.json"
 TARGETS = {"kernel_times": 0.10, "device": 0.20, "dataloader": 0.15}
 PAIRS = {  # name -> ((trace, its catalog device), (trace, its catalog device))

@@ -36,11 +36,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from engine import envvars
+
 if TYPE_CHECKING:
     from benchmarks.report import num, table
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("MYSTIQUE_SHARED_TRACES", ROOT.parent / "shared" / "traces"))
+SHARED = Path(envvars.get("MYSTIQUE_SHARED_TRACES") or ROOT.parent / "shared" / "traces")
 DEFAULT_TRACE = SHARED / "param_resnet" / "resnet_kineto.json.gz"
 CANDIDATES = (
     "orjson_whole",

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from harness import ROOT  # first: puts the repo root on sys.path (benchmarks/harness.py)
 
-from engine import jsonio
+from engine import envvars, jsonio
 
 if TYPE_CHECKING:
     from benchmarks.report import table
@@ -175,7 +175,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument(
-        "--traces", default=os.environ.get("MYSTIQUE_SHARED_TRACES", str(ROOT.parent / "shared" / "traces"))
+        "--traces", default=(envvars.get("MYSTIQUE_SHARED_TRACES") or str(ROOT.parent / "shared" / "traces"))
     )
     ap.add_argument(
         "--param-repo",

@@ -10,7 +10,7 @@ plus a UI-only "trace" key (the loaded trace's name), dropped on save.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import pandas as pd
@@ -19,6 +19,10 @@ import streamlit as st
 from app.markup import md_escape
 from engine.compose.shard.kinds import SHARDINGS
 from engine.errors import TraceError
+
+if TYPE_CHECKING:
+    from engine.compose.build import Benchmark
+    from engine.trace.model import Trace
 
 DTYPES = ("as traced", "fp32", "bf16", "fp16")
 SHARDING = ("none", *(k.value for k in SHARDINGS))  # the registry's kinds (engine.compose.shard.kinds)
@@ -177,7 +181,7 @@ def compose_spec(trace, spec: dict):
     return bench, summary
 
 
-def export_benchmark(bench, out_dir: str) -> dict:
+def export_benchmark(bench: Benchmark, out_dir: str) -> dict:
     """Write the benchmark folder; returns {"files", "et_path", "dir"} for session state."""
     from pathlib import Path
 
@@ -198,7 +202,7 @@ EMBEDDING_OPS = (
 )
 
 
-def sharding_report(trace, bench, spec: dict) -> dict | None:
+def sharding_report(trace: Trace, bench: Benchmark, spec: dict) -> dict | None:
     """What embedding sharding did, rank by rank (issue 13 problem 7), or None without it.
 
     dropped: picked replayable ops that are not embedding lookups, by name (the per-rank ETs
@@ -277,7 +281,7 @@ def shard_time_figure(per_rank: pd.DataFrame):
     return fig
 
 
-def rank_ops_table(bench, rank: int) -> pd.DataFrame:
+def rank_ops_table(bench: Benchmark, rank: int) -> pd.DataFrame:
     """The composed op list of one rank (ids, names, input shapes)."""
     replay = set(bench.replay_ids[rank])
     return pd.DataFrame(

@@ -8,13 +8,13 @@ first render, so the Explore click finds them in the caches.
 
 from __future__ import annotations
 
-import os
 import threading
 
 import streamlit as st
 
 from app import views
 from app.views import GRAPH_COLOR_BY, GRAPH_HEIGHT
+from engine import envvars
 
 
 def request(paths) -> None:
@@ -26,7 +26,7 @@ def request(paths) -> None:
     click finds it in the caches. Same cached functions, same arguments as the page: a page that
     asks while the worker computes waits on Streamlit's per-key lock instead of computing twice.
     Off with MYSTIQUE_PREFETCH=0."""
-    if os.environ.get("MYSTIQUE_PREFETCH", "1") == "0":
+    if envvars.get("MYSTIQUE_PREFETCH") == "0":
         return
     sticky = st.session_state.get("_sticky", {})
     min_dur = st.session_state.get("t_min_dur", sticky.get("t_min_dur", 0.0))

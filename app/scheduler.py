@@ -10,11 +10,10 @@ of error and is not used.
 
 from __future__ import annotations
 
-import os
-
 import streamlit as st
 
 from app.markup import md_escape
+from engine import envvars
 from engine.errors import TraceError
 from engine.settings import DashboardSettings
 
@@ -25,10 +24,10 @@ APP_ENV = "MYSTIQUE_APP_SCHEDULER"
 def _initial() -> None:
     if not st.session_state.get("_scheduler_cli_applied"):
         st.session_state["_scheduler_cli_applied"] = True
-        if os.environ.get(APP_ENV):  # the server was started with --scheduler: it wins
-            st.session_state[KEY] = os.environ[APP_ENV]
+        if started := envvars.get(APP_ENV):  # the server was started with --scheduler: it wins
+            st.session_state[KEY] = started
     if KEY not in st.session_state:
-        st.session_state[KEY] = os.environ.get("MYSTIQUE_SCHEDULER") or "local"
+        st.session_state[KEY] = envvars.get("MYSTIQUE_SCHEDULER") or "local"
 
 
 def current() -> str:

@@ -15,7 +15,6 @@ Engine calls raise `TraceError` for bad input; pages show it with `st.error`.
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import streamlit as st
 
 from app import prefetch, views
 from app.markup import md_escape
+from engine import envvars
 from engine.errors import TraceError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +35,7 @@ def work_dir() -> Path:
     from engine import resources
 
     default = ROOT / ".mystique_cache" / "ui" if resources.is_checkout() else resources.user_cache_dir() / "ui"
-    return Path(os.environ.get("MYSTIQUE_UI_DIR", default))
+    return Path(envvars.get("MYSTIQUE_UI_DIR") or default)
 
 
 def workspace_dir() -> Path:
@@ -44,10 +44,10 @@ def workspace_dir() -> Path:
     chosen = st.session_state.get("workspace")
     if chosen:
         return Path(chosen)
-    if os.environ.get("MYSTIQUE_WORKSPACE"):
-        return Path(os.environ["MYSTIQUE_WORKSPACE"])
-    if os.environ.get("MYSTIQUE_UI_DIR"):
-        return Path(os.environ["MYSTIQUE_UI_DIR"]) / "workspace"
+    if ws := envvars.get("MYSTIQUE_WORKSPACE"):
+        return Path(ws)
+    if ui := envvars.get("MYSTIQUE_UI_DIR"):
+        return Path(ui) / "workspace"
     return Path.cwd() / ".mystique"
 
 

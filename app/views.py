@@ -358,9 +358,11 @@ def default_window(paths: tuple[str, ...], rank: int | None) -> tuple[float, flo
     if is_big(paths):
         t = open_paths(paths)
         rows = t.first_view_rows(int(rank or 0))
-        return tuple(float(x) for x in timeline.default_window(rows, origin_us=t.extent(int(rank or 0))[0]))
+        lo, hi = timeline.default_window(rows, origin_us=t.extent(int(rank or 0))[0])
+        return float(lo), float(hi)
     ev = of_rank(load_paths(paths).events, rank)
-    return tuple(float(x) for x in timeline.default_window(ev))
+    lo, hi = timeline.default_window(ev)
+    return float(lo), float(hi)
 
 
 @view(st.cache_data, max_entries=16, show_spinner="Analysing…")

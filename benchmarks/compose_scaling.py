@@ -26,10 +26,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness import ROOT  # first: puts the repo root on sys.path (benchmarks/harness.py)
 
 from engine.compose.measure import dlrm_plans, layer_repeat, mlp_batch, round_trip, tp_linear
+
+if TYPE_CHECKING:
+    from benchmarks.report import num, table
 
 FIGURES = {
     "round_trip": round_trip,
@@ -110,6 +114,57 @@ def _print(name: str, r: dict) -> None:
                         f"{v['lookups_per_rank']} (sum {sum(v['lookups_per_rank'])} / {v['original_lookups']})"
                     )
             print(f"DLRM {n}: greedy slowest / naive slowest = {info['greedy_vs_naive']:.3f}")
+
+
+# -- its section of docs/figures.md, beside the code that writes its results. benchmarks/report.py
+# runs `docs_section` (and the `_docs_*` helpers) on the results file without importing this file
+# (so the report stays standard-library only), giving it the formatters named below.
+def docs_section(d: dict) -> list[str]:
+    """Composed benchmarks replayed on CPU against their originals, interleaved rounds in ABBA
+    order."""
+    out = [f"{d.get('rounds')} interleaved rounds, device {d.get('device')}, {d.get('threads')} thread(s).", ""]
+    rows = []
+    if "round_trip" in d:
+        rt = d["round_trip"]
+        rows.append(
+            ["round trip: composed / original", f"{rt['paired_ratio']:.3f}", f"{rt['ratio']:.3f}", "within 3 %"]
+        )
+    if "mlp_batch" in d:
+        mb = d["mlp_batch"]
+        rows.append(["MLP batch ×2 / ×1", f"{mb['paired_ratio']:.2f}", f"{mb['ratio']:.2f}", "1.6–2.4"])
+    if "layer_repeat" in d:
+        lr = d["layer_repeat"]
+        for k in sorted(lr.get("linearity", {})):
+            rows.append(
+                [
+                    f"transformer layer repeated {k[1:]}×: t / (k · t₁)",
+                    f"{lr['paired_linearity'][k]:.3f}",
+                    f"{lr['linearity'][k]:.3f}",
+                    "within 10 %",
+                ]
+            )
+    for k, v in sorted((k, v) for k, v in d.get("tp_linear", {}).items() if isinstance(v, dict) and "ratio" in v):
+        rows.append(
+            [
+                f"tensor parallel degree {k[2:]}: rank-0 compute / unsharded",
+                f"{v['paired_ratio']:.2f}",
+                f"{v['ratio']:.2f}",
+                f"1/{k[2:]}",
+            ]
+        )
+    out += table(["measurement", "paired (median of per-round ratios)", "ratio of medians", "target"], rows)
+    plans = {k: v for k, v in d.get("dlrm_plans", {}).items() if isinstance(v, dict) and "greedy_vs_naive" in v}
+    if plans:
+        out += ["DLRM embedding sharding, slowest rank ms per plan:", ""]
+        names = [p for p in ("table", "row", "column", "greedy") if any(p in v for v in plans.values())]
+        out += table(
+            ["ranks", *names, "greedy / table-wise"],
+            [
+                [k.split("_")[0], *(num(v[p]["slowest_ms"]) for p in names), f"{v['greedy_vs_naive']:.2f}"]
+                for k, v in plans.items()
+            ],
+        )
+    return out
 
 
 if __name__ == "__main__":

@@ -18,8 +18,12 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness import ROOT  # first: puts the repo root on sys.path (benchmarks/harness.py)
+
+if TYPE_CHECKING:
+    from benchmarks.report import num, table
 
 REFERENCE = {"param_linear": (319, 320), "param_resnet": (1172, 1228)}
 ET_SUFFIXES = ("_et.json.gz", ".json.tar.gz", "chakra.0.0.4.json.gz")
@@ -99,6 +103,30 @@ def main(argv=None) -> int:
     if bad:
         print(f"below 99% compute coverage: {', '.join(bad)}")
     return 0
+
+
+# -- its section of docs/figures.md, beside the code that writes its results. benchmarks/report.py
+# runs `docs_section` (and the `_docs_*` helpers) on the results file without importing this file
+# (so the report stays standard-library only), giving it the formatters named below.
+def docs_section(d: dict) -> list[str]:
+    """Every shared ET replayed on CPU, one process."""
+    rows = []
+    for r in d["records"]:
+        c = r["coverage"]
+        reasons = ", ".join(f"{n} {k}" for k, n in (c.get("by_reason") or {}).items())
+        rows.append(
+            [
+                r["trace"],
+                num(c["selected"]),
+                num(c["replayed"]),
+                num(c.get("substituted", 0)),
+                num(c["skipped"]) + (f" ({reasons})" if reasons else ""),
+                f"{c.get('replayed_compute', 0)}/{c.get('selected_compute', 0)}",
+            ]
+        )
+    return table(
+        ["trace", "ops selected", "replayed", "substituted", "skipped (reasons)", "compute ops replayed"], rows
+    ) + [f"Device: {d.get('device', 'cpu')}. Nothing aborts; a failing op is counted with its reason.", ""]
 
 
 if __name__ == "__main__":

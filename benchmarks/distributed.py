@@ -45,6 +45,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 try:  # first: puts the repo root on sys.path (benchmarks/harness.py)
     from harness import ROOT  # run as `python benchmarks/distributed.py`
@@ -52,6 +53,9 @@ except ModuleNotFoundError:  # run as `python -m benchmarks.distributed` (the la
     from benchmarks.harness import ROOT
 
 from engine.compare.fidelity import geomean_error, iqr_over_median, step_errors
+
+if TYPE_CHECKING:
+    from benchmarks.report import companion, pct, table
 
 SAMPLES = ("ddp", "dlrm_a2a", "dlrm_tbe")
 
@@ -284,6 +288,70 @@ def main(argv=None) -> int:
     )
     print(f"wrote {out}")
     return 0
+
+
+# -- its section of docs/figures.md, beside the code that writes its results. benchmarks/report.py
+# runs `docs_section` (and the `_docs_*` helpers) on the results file without importing this file
+# (so the report stays standard-library only), giving it the formatters named below.
+def docs_section(d: dict) -> list[str]:
+    """Each rank runs the live model and the distributed replay of its own trace on the same process
+    group, alternating step by step; a step's time is its slowest rank's."""
+    rows = []
+    for r in d["records"]:
+        cov = r.get("coverage", {})
+        coll = ", ".join(f"{k} {v['count']}×" for k, v in sorted(r.get("collectives_replay", {}).items()))
+        rows.append(
+            [
+                r["sample"],
+                r["world_size"],
+                f"{r['original_ms']:.2f} ms",
+                f"{r['replay_ms']:.2f} ms",
+                pct(r["signed_error"], signed=True),
+                pct(r["paired_error"], signed=True),
+                pct(r["noise_iqr"]),
+                f"{cov.get('replayed', 0)}/{cov.get('selected', 0)} ({cov.get('comm_replayed', 0)} comm)",
+                coll + (" (equal to the trace)" if r.get("collectives_equal") else " (DIFFERS from the trace)"),
+            ]
+        )
+    s = d.get("settings", {})
+    out = table(
+        [
+            "sample",
+            "ranks",
+            "original step (slowest rank)",
+            "replay",
+            "error",
+            "paired error",
+            "original's noise",
+            "replayed/selected",
+            "collectives per iteration",
+        ],
+        rows,
+    )
+    out += [
+        f"Geomean |paired error| **{pct(d['geomean_error'], 2)}** (target ≤ 5 %; unpaired, medians of each side: "
+        f"{pct(d.get('geomean_unpaired_error', float('nan')), 2)}); CPU gloo, each rank pinned to its own core, "
+        f"{s.get('rounds')} rounds × {s.get('per_round')} interleaved pairs{' (--quick)' if s.get('quick') else ''}.",
+        "",
+    ]
+    quick = companion("distributed_quick")
+    if quick is not None:
+        qs = quick.get("settings", {})
+        gap = abs(quick["geomean_error"] - d["geomean_error"]) * 100
+        out += [
+            f"The `--quick` run ({qs.get('rounds')} rounds × {qs.get('per_round')} pairs, "
+            f"`benchmarks/results/distributed_quick.json`): geomean |paired error| {pct(quick['geomean_error'], 2)}, "
+            f"{gap:.2f} points from the full run (target: within 2 points).",
+            "",
+        ]
+    sc = d.get("scale")
+    if sc:
+        out += [
+            f"Scale: {sc['world_size']} SPMD ranks completed in {sc['wall_s']:.1f} s wall "
+            f"(median iteration {sc['median_ms']:.1f} ms, coverage {pct(sc['coverage_rate'])}).",
+            "",
+        ]
+    return out
 
 
 if __name__ == "__main__":

@@ -25,11 +25,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness import ROOT  # first: puts the repo root on sys.path (benchmarks/harness.py)
 
 from engine import jsonio
 from engine.compare.fidelity import geomean_error, iqr_over_median, step_errors
+
+if TYPE_CHECKING:
+    from benchmarks.report import pct, table
 
 MODELS = ("mlp", "cnn", "transformer", "dlrm")
 
@@ -238,6 +242,34 @@ def main(argv=None) -> int:
     )
     print(f"wrote {out}")
     return 0
+
+
+# -- its section of docs/figures.md, beside the code that writes its results. benchmarks/report.py
+# runs `docs_section` (and the `_docs_*` helpers) on the results file without importing this file
+# (so the report stays standard-library only), giving it the formatters named below.
+def docs_section(d: dict) -> list[str]:
+    """Each sample's live step (no profiler) and its replay alternate in one process; the paired
+    error is the median of per-round differences, which cancels the machine's drift."""
+    rows = [
+        [
+            r["model"],
+            f"{r['original_ms']:.2f} ms",
+            f"{r['replay_ms']:.2f} ms",
+            pct(r["signed_error"], signed=True),
+            pct(r["paired_error"], signed=True),
+            pct(r["noise_iqr"]),
+        ]
+        for r in d["records"]
+    ]
+    s = d.get("settings", {})
+    return table(
+        ["model", "original step (no profiler)", "replay", "error", "paired error", "original's noise (IQR/median)"],
+        rows,
+    ) + [
+        f"Geomean |error| **{pct(d['geomean_error'], 2)}** (target ≤ 5 %, each ≤ 10 %); {s.get('rounds')} rounds × "
+        f"{s.get('per_round')} interleaved steps on {s.get('device', 'cpu')}.",
+        "",
+    ]
 
 
 if __name__ == "__main__":

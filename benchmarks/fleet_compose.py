@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parents[1]
 _HERE = Path(__file__).resolve().parent
@@ -33,6 +34,9 @@ SAMPLES = ROOT / "sample_traces"
 SHARED = Path(os.environ.get("MYSTIQUE_SHARED_TRACES", ROOT.parent / "shared" / "traces"))
 
 from engine.errors import TraceError  # noqa: E402
+
+if TYPE_CHECKING:
+    from benchmarks.report import num, pct, table
 
 
 def kineto_files() -> list[Path]:
@@ -135,6 +139,68 @@ def main() -> None:
     out["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     (RESULTS / "fleet_compose.json").write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out.get("suite", {}), indent=1)[:3000])
+
+
+def docs_section(d: dict) -> list[str]:
+    """Synthesis: every Kineto file of the shared traces through engine.compose.synth (no
+    data-flow pass): cpu_ops, nodes synthesized (operators with arguments + labels), size lists
+    inferred from the call tree (synth_infer.py) and scalars guessed, the skipped ops by reason;
+    a file that cannot be synthesized gives its one-line reason. Suite: the real fleet (shared
+    traces + samples) signed serially, a suite picked as `mystique fleet suite` does, each pick
+    composed into a benchmark (engine/fleet/members.py: the median ProfilerStep, the ranks this
+    machine can replay) and every member replayed on CPU (engine/fleet/replay.py: 1 warm-up, 3
+    timed iterations); coverage is replayed / selected ops, the weighted fleet step is the sum
+    of weight x member step time over the members that replayed."""
+    rows = []
+    for r in d["synthesis"]:
+        if "refused" in r:
+            rows.append([f"`{r['trace']}`", "", "", "", f"refused: {r['refused']}"])
+            continue
+        skipped = "; ".join(f"{n} {k}" for k, n in sorted(r["skipped"].items(), key=lambda kv: -kv[1])) or "none"
+        rows.append(
+            [
+                f"`{r['trace']}`",
+                f"{r['cpu_ops']:,}",
+                f"{r['synthesized']:,} ({pct(r['rate'])})",
+                f"{r['inferred_values']:,} / {r['guessed_values']:,}",
+                skipped,
+            ]
+        )
+    out = [f"**Synthesis** (torch {d['torch']}, {d['date']}):", ""]
+    out += table(["trace", "cpu_ops", "synthesized", "inferred / guessed values", "skipped by reason"], rows)
+    s = d.get("suite")
+    if s:
+        out += [
+            f"**Suite of {s['budget']}** from {s['jobs']} jobs (L1 {num(s['l1'], 3)}): composed in "
+            f"{num(s['compose_s'], 1)} s, replayed in {num(s['replay_s'], 1)} s; weighted fleet step "
+            f"{num(s['weighted_step_ms'], 2)} ms over {pct(s['weight_replayed'])} of the weight.",
+            "",
+        ]
+        out += table(
+            ["member", "weight", "step", "ranks", "recorded step (ms)", "CPU replay step (ms)", "coverage", "note"],
+            [
+                [
+                    f"`{m['job']}`",
+                    pct(m["weight"]),
+                    m["step"] or "",
+                    len(m["ranks_kept"]),
+                    num(m["recorded_step_ms"], 2),
+                    num(m["median_ms"], 2) if m.get("median_ms") is not None else "",
+                    (
+                        f"{m['coverage']['replayed']}/{m['coverage']['selected']} ({pct(m['coverage']['rate'])})"
+                        if m.get("coverage")
+                        else ""
+                    ),
+                    "; ".join(
+                        [*(["synthesized from Kineto"] if m["synthesized"] else []), *m["trims"]]
+                        + ([f"not replayed: {m['refused']}"] if m.get("refused") else [])
+                    ),
+                ]
+                for m in s["members"]
+            ],
+        )
+    out += [f"Load average {num(d['load1_before'], 1)} before, {num(d['load1_after'], 1)} after.", ""]
+    return out
 
 
 if __name__ == "__main__":

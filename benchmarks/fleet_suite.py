@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parents[1]
 # benchmarks/distributed.py would shadow the `distributed` package (Dask): this folder leaves the
@@ -32,12 +33,16 @@ sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != 
 RESULTS = ROOT / "benchmarks" / "results"
 SAMPLES = ROOT / "sample_traces"
 
+from engine import envvars  # noqa: E402
 from engine.fleet.jobs import discover, signatures  # noqa: E402  (after the path fix above)
 from engine.fleet.signature import SHARE_KEYS  # noqa: E402
 from engine.fleet.suite import baselines, pick  # noqa: E402
 from engine.testing.fleet import PLANTED_MIXES, planted_fleet  # noqa: E402
 
-SHARED = Path(os.environ.get("MYSTIQUE_SHARED_TRACES", ROOT.parent / "shared" / "traces"))
+if TYPE_CHECKING:
+    from benchmarks.report import num, pct, table
+
+SHARED = Path(envvars.get("MYSTIQUE_SHARED_TRACES") or ROOT.parent / "shared" / "traces")
 
 
 class PeakRSS:
@@ -145,6 +150,64 @@ def main() -> None:
         (RESULTS / "fleet_suite.json").write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps({k: v for k, v in out["real"].items() if k in ("jobs", "l1", "random_median_l1", "longest_l1")}))
     print(json.dumps(out["planted"]))
+
+
+# -- its section of docs/figures.md, beside the code that writes its results. benchmarks/report.py
+# runs `docs_section` (and the `_docs_*` helpers) on the results file without importing this file
+# (so the report stays standard-library only), giving it the formatters named below.
+# results file stem -> section title. The script is benchmarks/<stem>.py, the formatter the function
+# of the same name, and its docstring says how the figures are measured (method only, no figure).
+def docs_section(d: dict) -> list[str]:
+    """Real fleet: every shared trace and committed sample, one job per trace file or rank folder,
+    signed through the trace store (engine/fleet/signature.py: shares of the measured window per
+    kernel class, collective type, host overhead and idle); a suite of 5 picked by k-means
+    medoids, NNLS weights and swaps (engine/fleet/suite.py), against 100 random 5-job picks and
+    the 5 longest jobs, each with the same weight fitting. Planted fleet: N synthetic GPU traces
+    drawn from five known class mixes (engine.testing.fleet.planted_fleet), ingested with Dask
+    (LocalCluster), clustered by k-means; adjusted Rand index against the planted groups, wall
+    time and the peak RSS of the process tree."""
+    r, p = d["real"], d["planted"]
+    out = [
+        f"**Real fleet**: {r['jobs']} jobs ({len(r['skipped'])} file(s) skipped: "
+        + "; ".join(f"`{s['job']}`: {s['why']}" for s in r["skipped"])
+        + f"), signed in {num(r['sign_s'], 1)} s (serial).",
+        "",
+    ]
+    out += table(
+        [
+            "suite of",
+            "L1 to the fleet mix",
+            "random picks (median of " + str(r["random_picks"]) + ")",
+            "random p10",
+            f"{r['budget']} longest jobs",
+        ],
+        [
+            [
+                r["budget"],
+                num(r["l1"], 3),
+                num(r["random_median_l1"], 3),
+                num(r["random_p10_l1"], 3),
+                num(r["longest_l1"], 3),
+            ]
+        ],
+    )
+    out += table(["member", "weight"], [[f"`{m['job']}`", pct(m["weight"])] for m in r["members"]])
+    out += table(
+        ["class", "fleet share", "suite - fleet"],
+        [
+            [k, pct(v), pct(r["error"][k], 1, signed=True)]
+            for k, v in r["fleet_signature"].items()
+            if v > 0 or r["error"][k] != 0
+        ],
+    )
+    out += [
+        f"**Planted fleet**: {p['jobs']} jobs in {p['groups']} planted groups, ingested on `{p['scheduler']}` in "
+        f"{num(p['wall_s'], 1)} s, peak RSS {num(p['peak_rss_mb'], 0)} MB; adjusted Rand index of the recovered groups "
+        f"{num(p['ari'], 3)}; a suite of {p['groups']} is {num(p['suite_l1'], 4)} (L1) from the fleet. Load average "
+        f"{num(d['load1_before'], 1)} before, {num(d['load1_after'], 1)} after.",
+        "",
+    ]
+    return out
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ import harness  # noqa: F401  (first: puts the repo root on sys.path)
 from benchmarks.gpurun import steps as S
 from benchmarks.gpurun.output import Output
 from benchmarks.harness import ROOT
+from engine import envvars
 
 STEPS = (  # (name, function, planned seconds on an H100)
     ("captures", S.captures, 75),
@@ -100,7 +101,7 @@ def environment(device: str) -> dict:
 
 
 def default_traces() -> Path | None:
-    env = os.environ.get("MYSTIQUE_SHARED_TRACES")
+    env = envvars.get("MYSTIQUE_SHARED_TRACES")
     for p in ([Path(env)] if env else []) + [CARRY / "traces", ROOT.parent / "shared" / "traces"]:
         if p.is_dir():
             return p

@@ -44,8 +44,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import harness
+
+from engine import envvars
+
+if TYPE_CHECKING:
+    from benchmarks.report import num, table
+
 
 SHARED = Path(os.environ.get("MYSTIQUE_SHARED_TRACES", harness.ROOT.parent / "shared" / "traces"))
 OUT = harness.RESULTS / "hta_second_opinion.json"
@@ -184,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="run the traces whose path contains this")
     ap.add_argument(
-        "--hta-python", default=os.environ.get("MYSTIQUE_HTA_PYTHON"), help="interpreter that has HTA (traceinsight)"
+        "--hta-python", default=envvars.get("MYSTIQUE_HTA_PYTHON"), help="interpreter that has HTA (traceinsight)"
     )
     ap.add_argument("--hta-only", default=None, help=argparse.SUPPRESS)  # internal: HTA's figures for one file, as JSON
     args = ap.parse_args(argv)
@@ -257,6 +264,44 @@ def _dist_version() -> str | None:
         return version("traceinsight")
     except PackageNotFoundError:
         return None
+
+
+def docs_section(d: dict) -> list[str]:
+    """Our simulator's critical path (engine.simulate, mean over ProfilerStep walks) against Meta's
+    HTA (`critical_path_analysis` over all ProfilerStep instances, else the whole trace) on every
+    shared single-rank Kineto trace with kernels and host events. GPU-bound: ours compute +
+    communication, HTA gpu_compute_bound + gpu_communication_bound, as a share of each path's time.
+    HTA walks the recorded events, ours the simulated schedule, where a host call's wait on the GPU
+    is an edge (engine/simulate/waits.py); HTA's temporal breakdown (GPU idle share of the GPU's
+    span) needs no path."""
+    rows = []
+    for r in d["rows"]:
+        o, h = r.get("ours", {}), r.get("hta", {})
+        bound = h.get("bound_by_pct", {})
+        rows.append(
+            [
+                r["trace"],
+                num(o.get("step_ms"), 3) if "step_ms" in o else "-",
+                f"{num(o.get('path_ms'), 1)} / {num(h.get('path_ms'), 1)}" if "path_ms" in h else "-",
+                f"{o['gpu_bound_pct']:.1f} %" if "gpu_bound_pct" in o else o.get("error", "-"),
+                f"{h['gpu_bound_pct']:.1f} %" if "gpu_bound_pct" in h else h.get("error", "-"),
+                f"{bound['cpu_bound']:.1f} %" if "cpu_bound" in bound else "-",
+                f"{h['temporal_pct']['idle']:.1f} %" if "temporal_pct" in h else "-",
+                "no kernel on HTA's path" if h.get("gpu_on_path") is False else "",
+            ]
+        )
+    head = ["trace", "step ms", "path ms ours / HTA", "GPU-bound, ours", "GPU-bound, HTA", "HTA cpu_bound",
+            "HTA GPU idle (temporal)", "note"]  # fmt: skip
+    return table(head, rows) + [
+        f"HTA (traceinsight) {d.get('hta_version')}, run in {d.get('hta_python', 'this interpreter')}. Our path is "
+        "the mean per step; HTA's spans the window it analysed (all steps together, or the whole trace). HTA's "
+        "path is built from operators and kernels: host time in Python functions with no operator under them "
+        "(a pipeline's preprocessing, a data loader) is not on it, so its GPU-bound share is of a shorter path. "
+        "Where HTA's path holds no kernel at all while the GPU is busy (temporal idle well below 100 %), HTA did "
+        "not link the kernels to their launches on that trace: its share there says nothing about the step. "
+        f"Wall {d['wall_s']} s.",
+        "",
+    ]
 
 
 if __name__ == "__main__":

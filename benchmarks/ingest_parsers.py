@@ -34,9 +34,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from engine import envvars
+
+if TYPE_CHECKING:
+    from benchmarks.report import num, table
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("MYSTIQUE_SHARED_TRACES", ROOT.parent / "shared" / "traces"))
+SHARED = Path(envvars.get("MYSTIQUE_SHARED_TRACES") or ROOT.parent / "shared" / "traces")
 DEFAULT_TRACE = SHARED / "param_resnet" / "resnet_kineto.json.gz"
 CANDIDATES = (
     "orjson_whole",
@@ -249,6 +255,35 @@ def main() -> int:
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=1))
     return 0
+
+
+# -- its section of docs/figures.md, beside the code that writes its results. benchmarks/report.py
+# runs `docs_section` (and the `_docs_*` helpers) on the results file without importing this file
+# (so the report stays standard-library only), giving it the formatters named below.
+def docs_section(d: dict) -> list[str]:
+    """One big Kineto file built by tiling a shared real trace in time; each candidate runs in a
+    fresh process, in interleaved rounds (medians; wall time after imports, cyclic GC off; peak RSS
+    is the process's `ru_maxrss`, growth is peak minus RSS after imports), over the plain and the
+    gzip file. `*_whole` parse the whole document (memory grows with the file); ijson and the
+    `*_chunked` scans stream (memory bounded by one block)."""
+    rows = [
+        [
+            r["candidate"],
+            r["input"],
+            num(r.get("wall_s"), 2),
+            num(r.get("peak_rss_mb"), 0),
+            num(r["peak_rss_mb"] - r["rss_after_imports_mb"], 0) if "peak_rss_mb" in r else "-",
+            num(r.get("x_events")) if "x_events" in r else r.get("error", "-"),
+        ]
+        for r in d["runs"]
+    ]
+    i = d["input"]
+    return table(["candidate", "input", "wall s", "peak RSS MiB", "RSS growth MiB", "X events"], rows) + [
+        f"Input: {i['copies']} copies of `{i['source']}`: {i['items']:,} items, {i['json_bytes'] / 2**20:.0f} MiB JSON, "
+        f"{i['gzip_bytes'] / 2**20:.0f} MiB gzip; load average {d['load_average']:.1f} on {d['cpus']} CPUs. "
+        f"Fastest bounded-memory streamer: `{d['winner_streaming']}`.",
+        "",
+    ]
 
 
 if __name__ == "__main__":

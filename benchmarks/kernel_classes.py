@@ -14,11 +14,15 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness import RESULTS, ROOT  # first: puts the repo root on sys.path
 
 from engine.trace import load
 from engine.trace.kernels import KernelClass, class_shares
+
+if TYPE_CHECKING:
+    from benchmarks.report import num, pct, table
 
 SHARED = ROOT.parent / "shared" / "traces"
 
@@ -54,6 +58,28 @@ def main() -> None:
     doc = measure(args.shared)
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {args.out}")
+
+
+# -- its section of docs/figures.md, beside the code that writes its results. benchmarks/report.py
+# runs `docs_section` (and the `_docs_*` helpers) on the results file without importing this file
+# (so the report stays standard-library only), giving it the formatters named below.
+def docs_section(d: dict) -> list[str]:
+    """GPU time per kernel class (engine/trace/kernels.py: GEMM across cuBLAS, CUTLASS, hipBLASLt
+    `Cijk_`, rocBLAS and Triton matmul; attention apart from GEMM) on every shared Kineto trace:
+    each file loaded alone, its GPU tasks' summed durations per class over the summed duration of
+    all its GPU tasks (overlapping streams count twice)."""
+    classes = [c for c in d["classes"] if any(c in r["shares"] for r in d["traces"])]
+    rows = [
+        [
+            r["trace"],
+            num(r["gpu_tasks"]),
+            num(r["gpu_ms"], 1),
+            *[pct(r["shares"][c]) if c in r["shares"] else "" for c in classes],
+        ]
+        for r in d["traces"]
+    ]
+    out = table(["trace", "GPU tasks", "GPU ms", *classes], rows)
+    return out + [f"Run {d.get('date')}.", ""]
 
 
 if __name__ == "__main__":

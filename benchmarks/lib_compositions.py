@@ -32,10 +32,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness import ROOT, SAMPLES  # first: puts the repo root on sys.path (benchmarks/harness.py)
 
 from engine.errors import TraceError
+
+if TYPE_CHECKING:
+    from benchmarks.report import num, pct, table
 
 TBE = [str(SAMPLES / "dlrm_tbe" / f"dlrm_tbe_rank{r}_et.json.gz") for r in (0, 1)]
 TBE_SEGMENTS = [{"selection": {}, "source": 0}, {"selection": {}, "source": 1}]
@@ -276,6 +280,52 @@ def main() -> int:
     cov_ok = all((r.get("coverage") or {}).get("rate", 0) >= 0.99 for r in rows)
     ratio_ok = all(1.6 <= r["ratio_median"] <= 2.4 for r in ratios.values())
     return 0 if cov_ok and ratio_ok else 1
+
+
+# -- its section of docs/figures.md, beside the code that writes its results. benchmarks/report.py
+# runs `docs_section` (and the `_docs_*` helpers) on the results file without importing this file
+# (so the report stays standard-library only), giving it the formatters named below.
+def docs_section(d: dict) -> list[str]:
+    """Every transform of the real-library samples (gpt2_hf, resnet_tv, dlrm_tbe) composed, exported
+    and replayed on CPU; multi-rank compositions with one process per rank and real gloo
+    collectives."""
+    rows = []
+    for r in d["rows"]:
+        c = r.get("coverage", {})
+        comm = f" ({c.get('comm_replayed', 0)}/{c.get('comm_selected', 0)})" if c.get("comm_selected") else ""
+        reasons = ", ".join(f"{n} {k}" for k, n in (c.get("by_reason") or {}).items()) or "none"
+        rows.append(
+            [
+                r["sample"],
+                r["composition"],
+                r["world_size"],
+                pct(c.get("rate")),
+                f"{c.get('replayed', 0)}/{c.get('selected', 0)}{comm}",
+                reasons,
+                num(r.get("median_ms"), 1),
+            ]
+        )
+    out = table(
+        ["sample", "composition", "ranks", "coverage", "replayed / selected (comm)", "skipped", "median ms"], rows
+    )
+    ratios = d.get("batch_x2_ratio", {})
+    if ratios:
+        out += table(
+            ["sample", "x1 median ms", "x2 median ms", "x2 / x1 (median of rounds)", "min–max", "rounds"],
+            [
+                [
+                    k,
+                    num(v["x1_median_ms"], 1),
+                    num(v["x2_median_ms"], 1),
+                    f"{v['ratio_median']:.2f}",
+                    f"{v['ratio_min']:.2f}–{v['ratio_max']:.2f}",
+                    v["rounds"],
+                ]
+                for k, v in ratios.items()
+            ],
+        )
+    out += [f"Run {d.get('date')} with torch {d.get('torch')} on {d.get('cpu_count')} cores.", ""]
+    return out
 
 
 if __name__ == "__main__":

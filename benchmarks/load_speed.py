@@ -33,10 +33,14 @@ import tempfile
 import time
 import types
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness import ROOT  # first: puts the repo root on sys.path (benchmarks/harness.py)
 
-from engine import jsonio
+from engine import envvars, jsonio
+
+if TYPE_CHECKING:
+    from benchmarks.report import table
 
 REFERENCE = {  # reference (measured by the issue author), seconds
     "param ExecutionTrace loader (resnet ET)": (1.0, 1.3),
@@ -171,7 +175,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument(
-        "--traces", default=os.environ.get("MYSTIQUE_SHARED_TRACES", str(ROOT.parent / "shared" / "traces"))
+        "--traces", default=(envvars.get("MYSTIQUE_SHARED_TRACES") or str(ROOT.parent / "shared" / "traces"))
     )
     ap.add_argument(
         "--param-repo",
@@ -304,6 +308,51 @@ def main(argv=None) -> int:
     )
     print(f"wrote {out}")
     return 0
+
+
+# -- its section of docs/figures.md, beside the code that writes its results. benchmarks/report.py
+# runs `docs_section` (and the `_docs_*` helpers) on the results file without importing this file
+# (so the report stays standard-library only), giving it the formatters named below.
+def docs_section(d: dict) -> list[str]:
+    """The shared param_resnet ET (14,392 nodes) and Kineto trace (111,631 events), medians of
+    repeated loads; `--param-repo PATH` times param's `ExecutionTrace` interleaved with ours (param
+    is not vendored)."""
+    r, t = d["results"], d.get("targets_s", {})
+    names = {
+        "et_load_graph": "ET load + call tree + data-dependency DAG",
+        "et_load": "ET load alone",
+        "kineto_load": "Kineto load into the events table",
+        "et_cached": "cached reload, ET",
+        "kineto_cached": "cached reload, Kineto",
+    }
+    rows = [
+        [names.get(k, k), f"{v['median_s']:.3f} s", f"{v['min_s']:.3f} s", f"{t[k]} s" if k in t else ""]
+        for k, v in r.items()
+    ]
+    out = table(["measurement (shared param_resnet traces)", "median", "min", "target"], rows)
+    sp = d.get("speedup", {})
+    side = d.get("side_by_side_with_param")
+    if side:
+        out += [
+            f"Side by side with param's `ExecutionTrace` ({side['rounds']} interleaved rounds): ours "
+            f"{side['ours_median_s']:.3f} s, param {side['param_median_s']:.3f} s, ratio of medians "
+            f"**{side['ratio_of_medians']:.2f}×** (median of per-round ratios {side['median_round_ratio']:.2f}×, "
+            f"ratio of the fastest runs {side['ratio_of_minimums']:.2f}×).",
+            "",
+        ]
+    if "kineto_load_vs_hta" in sp:
+        out += [f"Kineto load vs HTA's `parse_trace_file`: **{sp['kineto_load_vs_hta']:.1f}× faster**.", ""]
+    stages = d.get("et_stages_ms")
+    if stages:
+        parts = {k: v for k, v in stages.items() if k != "total"}
+        total = stages.get("total", sum(parts.values()))
+        out += [
+            "Where the ET load + graph time goes (median ms): "
+            + ", ".join(f"{k} {v:.0f}" for k, v in parts.items())
+            + f" = {total:.0f}.",
+            "",
+        ]
+    return out
 
 
 if __name__ == "__main__":

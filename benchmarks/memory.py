@@ -30,9 +30,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from engine import envvars
+
+if TYPE_CHECKING:
+    from benchmarks.report import num, table
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("MYSTIQUE_SHARED_TRACES", ROOT.parent / "shared" / "traces"))
+SHARED = Path(envvars.get("MYSTIQUE_SHARED_TRACES") or ROOT.parent / "shared" / "traces")
 
 CHILD = r"""
 import json, sys, time
@@ -184,6 +190,45 @@ def main() -> int:
         )
     out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "rows": rows}, indent=2))
     return 0 if all(r.get("holds") for r in rows if "error" not in r) else 1
+
+
+# -- its section of docs/figures.md, beside the code that writes its results. benchmarks/report.py
+# runs `docs_section` (and the `_docs_*` helpers) on the results file without importing this file
+# (so the report stays standard-library only), giving it the formatters named below.
+def docs_section(d: dict) -> list[str]:
+    """Each ET replayed in a fresh process with the peak-RSS counter reset just before; the bound is
+    what the engine computes before allocating (`engine.replay.memory.rss_bound`)."""
+    mib = 2**20
+    rows = [
+        [
+            r["trace"],
+            num(r["ops"]),
+            num(r["planned_tensors"] / mib, 0),
+            num(r["rss_before"] / mib, 0),
+            num(r["bound"] / mib, 0),
+            num(r["peak_rss"] / mib, 0),
+            f"{r['bound'] / r['peak_rss']:.2f}",
+            num(r["holds"]),
+        ]
+        for r in d["rows"]
+        if "error" not in r
+    ]
+    return table(
+        [
+            "trace",
+            "ops",
+            "planned tensors MiB",
+            "RSS before MiB",
+            "estimate (bound) MiB",
+            "measured peak MiB",
+            "bound/peak",
+            "holds",
+        ],
+        rows,
+    ) + [
+        f"Run {d.get('date')}: `ReplayResult.memory['rss_bound_bytes']` against the replay's peak RSS (VmHWM / ru_maxrss reset before the replay; distributed rows: the pre-launch per-rank estimate against the largest rank's ru_maxrss).",
+        "",
+    ]
 
 
 if __name__ == "__main__":

@@ -43,10 +43,14 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness import RESULTS, ROOT, SAMPLES  # first: puts the repo root on sys.path
 
 from engine.errors import TraceError
+
+if TYPE_CHECKING:
+    from benchmarks.report import table
 
 SHARED = ROOT.parent / "shared" / "traces"
 MIN_COVERAGE = 0.99
@@ -652,6 +656,54 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
     print(" ".join(f"{k}={v}" for k, v in c.items()), f"-> {out}")
     return 1 if c["error"] or c["wrong"] else 0
+
+
+# -- its section of docs/figures.md, beside the code that writes its results. benchmarks/report.py
+# runs `docs_section` (and the `_docs_*` helpers) on the results file without importing this file
+# (so the report stays standard-library only), giving it the formatters named below.
+def docs_section(d: dict) -> list[str]:
+    """Every compose knob (batch x2, bf16, DP 2, TP 2, embedding table/row/column/greedy over 4
+    ranks) and what-if knob (gemm x2 faster, compute x2 slower, batch x2, layers x2, DP 64,
+    sharding) on every shared trace and sample: ok, refused_ok (the knob cannot apply, by a rule
+    on what the trace holds), refused_bad, wrong (an invariant fails: replay coverage under 99 %,
+    a speed-up that lengthens the step, x2 that shortens it) or error. Composed cases replayed
+    (one gloo process per rank where several)."""
+    abbrev = {"ok": "ok", "refused_ok": "-", "refused_bad": "REFUSED", "wrong": "WRONG", "error": "ERROR"}
+    knobs = d["knobs"]
+    rows = [
+        [r["trace"], *[abbrev[r["cases"][k]["outcome"]] if k in r["cases"] else "" for k in knobs]] for r in d["traces"]
+    ]
+    c = d["counts"]
+    out = [
+        f"Counts: ok {c['ok']}, refused_ok {c['refused_ok']}, refused_bad {c['refused_bad']}, "
+        f"wrong {c['wrong']}, error {c['error']} ('-': refused where the knob cannot apply; "
+        "each case's reason is in the JSON).",
+        "",
+    ]
+    out += table(["trace", *knobs], rows)
+    bad = [
+        [r["trace"], k, case["outcome"], str(case.get("reason", ""))[:160].replace("|", "/")]
+        for r in d["traces"]
+        for k, case in r["cases"].items()
+        if case["outcome"] in ("refused_bad", "wrong", "error")
+    ]
+    if bad:
+        out += table(["trace", "knob", "outcome", "reason"], bad)
+    rules: dict[str, int] = {}
+    for r in d["traces"]:
+        for case in r["cases"].values():
+            if case["outcome"] == "refused_ok":
+                why = str(case.get("rule") or case.get("reason") or "")
+                rules[why] = rules.get(why, 0) + 1
+    out += table(
+        ["why the knob cannot apply (rule)", "cases"], sorted(([k, v] for k, v in rules.items()), key=lambda x: -x[1])
+    )
+    out += [
+        f"Run {d.get('date')} with torch {d.get('torch')} on {d.get('cpu_count')} cores, load average "
+        f"{d['load_average'][0][0]:.1f} -> {d['load_average'][1][0]:.1f}.",
+        "",
+    ]
+    return out
 
 
 if __name__ == "__main__":

@@ -26,8 +26,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness import ROOT  # first: puts the repo root on sys.path (benchmarks/harness.py)
+
+if TYPE_CHECKING:
+    from benchmarks.report import table
 
 OUT = ROOT / "benchmarks" / "results" / "responsiveness.json"
 RESNET = ("param_resnet/resnet_et.json.gz", "param_resnet/resnet_kineto.json.gz")
@@ -184,6 +188,24 @@ def main() -> int:
     OUT.write_text(json.dumps(result, indent=2))
     print(f"wrote {OUT.relative_to(ROOT)}")
     return 0
+
+
+# -- its section of docs/figures.md, beside the code that writes its results. benchmarks/report.py
+# runs `docs_section` (and the `_docs_*` helpers) on the results file without importing this file
+# (so the report stays standard-library only), giving it the formatters named below.
+def docs_section(d: dict) -> list[str]:
+    """Streamlit AppTest: the server side of a page run, no browser drawing."""
+    rows = []
+    for view, v in d.get("explore_resnet", {}).items():
+        rows.append(
+            [
+                f"Explore, ResNet ET + Kineto, {view}: first render",
+                f"{v['first_render_s']:.2f} s",
+                f"< {d['targets_s'].get(view)} s",
+            ]
+        )
+        rows.append([f"… rerun in the same session ({view})", f"{v['rerun_s']:.2f} s", ""])
+    return table(["measurement (server side, AppTest)", "value", "target"], rows) + [d.get("note", ""), ""]
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import os
 import platform
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import harness  # noqa: F401  (first: puts the repo root on sys.path)
 
@@ -38,6 +39,9 @@ from benchmarks.simbench.common import RESULTS
 from benchmarks.simbench.reproduction import dp, reproduction, speed
 from benchmarks.simbench.sharding import sharding
 from benchmarks.simbench.whatif import costmodel, whatif
+
+if TYPE_CHECKING:
+    from benchmarks.report import num, table
 
 
 def main(argv=None) -> int:
@@ -77,6 +81,90 @@ def main(argv=None) -> int:
     RESULTS.write_text(json.dumps(results, indent=1, default=str))
     print(f"wrote {RESULTS}")
     return 0
+
+
+# -- its section of docs/figures.md, beside the code that writes its results. benchmarks/report.py
+# runs `docs_section` (and the `_docs_*` helpers) on the results file without importing this file
+# (so the report stays standard-library only), giving it the formatters named below.
+def docs_section(d: dict) -> list[str]:
+    """Reproduction of unchanged traces, what-ifs checked against real re-captures, sharding plans
+    checked against replays of each plan (thread CPU time, interleaved rounds), speed on the largest
+    shared traces."""
+    out: list[str] = []
+    rep = d.get("reproduction")
+    if rep:
+        out += ["**Reproduction** (the unchanged trace simulated):", ""]
+        out += table(
+            ["trace", "measured ms", "predicted ms", "error", "tasks"],
+            [
+                [r["trace"], num(r["measured_ms"]), num(r["predicted_ms"]), f"{r['error_pct']:+.2f} %", num(r["tasks"])]
+                for r in rep["traces"]
+            ],
+        )
+        out += [f"Mean |error| {rep['mean_abs_error_pct']:.2f} %, max {rep['max_abs_error_pct']:.2f} %.", ""]
+    wi = d.get("whatif")
+    if wi:
+        out += ["**What-if against a real re-capture** (predicted vs measured ratio variant / base):", ""]
+        # fmt: off
+        out += table(
+            ["case", "variant", "predicted ratio", "measured ratio (thread CPU)", "error (CPU)", "error (wall)"],
+            [[k, json.dumps(v.get("variant")), f"{v['predicted_ratio']:.3f}", f"{v['measured']['ratio_cpu']:.3f}",
+              f"{v['error_pct_cpu']:+.1f} %", f"{v['error_pct_wall']:+.1f} %"] for k, v in wi.items()],
+        )
+        # fmt: on
+    sh = d.get("sharding")
+    if sh:
+        out += ["**Sharding plans**: the what-if's pick vs the measured fastest plan:", ""]
+        rows = []
+        for case, c in sh["cases"].items():
+            pred = " < ".join(
+                f"{p} {c['predicted_ms'][p]:.2f}" for p in sorted(c["predicted_ms"], key=c["predicted_ms"].get)
+            )
+            meas = " < ".join(
+                f"{p} {c['measured_cpu_ms'][p]:.2f}" for p in sorted(c["measured_cpu_ms"], key=c["measured_cpu_ms"].get)
+            )
+            rows.append([case, pred, meas, c.get("pick"), c.get("fastest")])
+        out += table(["case", "predicted ms", "measured thread CPU ms", "pick", "fastest"], rows)
+        out += [
+            f"{sh['n_cases']} cases, {sh['rounds']} interleaved rounds each: fastest plan picked "
+            f"{sh['hit_within_noise_pct']:.0f} % within noise, {sh['strict_hit_pct']:.0f} % strictly; plan pairs "
+            f"ordered correctly {sh['pairwise_order_pct']:.0f} %.",
+            "",
+        ]
+    sp = d.get("speed")
+    if sp:
+        out += ["**Speed** (warm; medians):", ""]
+        # fmt: off
+        out += table(
+            ["trace", "events", "tasks", "graph build ms", "schedule ms", "tasks/s build + schedule",
+             "tasks/s scheduler alone", "load"],
+            [[k, num(v["events"]), num(v["tasks"]), num(1e3 * v["build_s_median"], 1),
+              num(1e3 * v["schedule_s_median"], 1), f"{v['tasks_per_s_build_and_schedule'] / 1e6:.2f} M",
+              f"{v['tasks_per_s_schedule'] / 1e6:.2f} M", num(v.get("loadavg_1m"), 1)] for k, v in sp.items()],
+        )
+        # fmt: on
+    dp = d.get("dp")
+    if dp:
+        out += [f"**Data-parallel what-if** from one rank of `{dp['trace']}`:", ""]
+        runs = sorted(dp["runs"].items(), key=lambda kv: int(kv[0]))
+        # fmt: off
+        out += table(
+            ["DP ranks", "predicted ms", "communication ms", "exposed comm ms"],
+            [[n, num(r["predicted_iteration_ms"]), num(r["breakdown"]["communication"]),
+              num(r["breakdown"]["exposed_communication"])] for n, r in runs],
+        )
+        # fmt: on
+    cm = d.get("costmodel")
+    if cm:
+        errs = {k: v.get("heldout_err_pct") for k, v in cm.get("microbench", {}).get("curves", {}).items()}
+        errs.update({k: v.get("heldout_err_pct") for k, v in cm.get("microbench", {}).get("embedding", {}).items()})
+        out += [
+            "**Cost model** (`python -m engine.simulate.calibrate`), held-out error per family: "
+            + ", ".join(f"{k} {num(v, 1)} %" for k, v in errs.items() if v is not None)
+            + ".",
+            "",
+        ]
+    return out
 
 
 if __name__ == "__main__":

@@ -38,17 +38,6 @@ def malformed_as_trace_error(what: str, path: str | os.PathLike | None) -> Itera
         raise TraceError(f"malformed {what} ({type(exc).__name__}: {exc})", path) from None
 
 
-def env_int(name: str, default: int, minimum: int) -> int:
-    """An integer setting from the environment (at least `minimum`); TraceError when not an integer."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return max(minimum, int(raw))
-    except ValueError:
-        raise TraceError(f"{name} must be an integer, got {raw!r}") from None
-
-
 def reject_unknown_fields(d: dict[str, Any], known: set[str], what: str) -> None:
     """TraceError naming the fields of `d` that are not in `known` (and listing the known ones);
     `what` reads before "field(s)" ("unknown selection field(s): ...")."""

@@ -34,6 +34,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from engine import envvars
 from engine.errors import TraceError
 from engine.progress import Progress, report
 
@@ -47,7 +48,7 @@ CONNECT_TIMEOUT_S = 10
 def resolve(scheduler: str | None) -> str:
     """The scheduler to use: the argument, else MYSTIQUE_SCHEDULER, else "local"; TraceError
     (one line) for anything that is not serial, local or a tcp://HOST:PORT address."""
-    value = (scheduler if scheduler is not None else os.environ.get(ENV, "")).strip() or LOCAL
+    value = (scheduler if scheduler is not None else envvars.get(ENV) or "").strip() or LOCAL
     where = "--scheduler" if scheduler is not None else ENV
     if value in (SERIAL, LOCAL) or (_ADDRESS.match(value) and value.startswith("tcp://")):
         return value

@@ -15,6 +15,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from engine import envvars
+
 DIST = "mystique-studio"
 """The distribution name; the wheel's data files land in `<prefix>/share/<DIST>/`."""
 
@@ -24,7 +26,7 @@ _MARKER = Path("app") / "main.py"
 def _candidates() -> list[Path]:
     """Roots to try, most specific first: $MYSTIQUE_DATA, the checkout, the install prefixes."""
     out: list[Path] = []
-    if env := os.environ.get("MYSTIQUE_DATA"):
+    if env := envvars.get("MYSTIQUE_DATA"):
         out.append(Path(env))
     out.append(Path(__file__).resolve().parents[1])  # source checkout / editable install
     prefixes = [sysconfig.get_path("data"), sys.prefix, sys.exec_prefix, getattr(site, "USER_BASE", None)]

@@ -1,28 +1,45 @@
-"""`Settings`: the one shape of the engine's configuration dataclasses.
+"""`Settings`: the one shape of the engine's configuration dataclasses, and their one validation.
 
 Why one shape: `ReplayConfig` was mutable and serialised by free functions, `DistConfig` had its
 own `to_json`/`from_json`, `SimConfig` was frozen, raised ValueError and returned a JSON string,
 so every caller (CLI, UI, workers, the torchrun entry) learned three conventions. Now each is a
-`@dataclass(frozen=True, kw_only=True, slots=True)` subclass of `Settings`:
+`@dataclass(frozen=True, kw_only=True, slots=True)` subclass of `Settings` (`__init_subclass__`
+refuses any other shape, and a subclass's own `__post_init__`):
 
 - `to_dict()` gives plain JSON values (Enum -> its value, Path -> str), `from_dict(d)` is its
   inverse and names unknown fields;
-- closed sets are Enum fields; `choose(Enum, value, what)` converts a string and is what
-  `__post_init__` uses (a frozen instance sets fields through `_set`);
-- every invalid value raises `TraceError` with one line naming the field.
+- a field declares what it accepts on its annotation (`iters: Annotated[int, Between(1)]`, the
+  rules of engine.rules, the same ones what-if edits declare); `__post_init__` converts an Enum
+  field's value and a Path field's string, checks every field's type and rules, then runs
+  `validate()`, the hook for rules that join fields (a frozen instance sets fields through `_set`);
+- every invalid value raises `TraceError` with one line naming the object and the field
+  (`replay config iters: must be >= 1, got 0`).
 """
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, fields
 from enum import Enum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from engine.errors import TraceError, reject_unknown_fields
+from engine.rules import Rule, field_rules, problem_with, type_problem
 
 E = TypeVar("E", bound=Enum)
 S = TypeVar("S", bound="Settings")
+C = TypeVar("C", contravariant=True)
+R = TypeVar("R", covariant=True)
+
+
+class Applies(Protocol[C, R]):
+    """What a declared change does: `apply(ctx)` on the context of its concern. The one shape of
+    the what-if edits (`Applies[EditContext, None]`: they change the events, the graph or the
+    prediction in place) and of the sharding kinds (`Applies[ShardContext, dict]`: they shard the
+    benchmark in place and return the sharding's meta); their callers hold them as this type."""
+
+    def apply(self, ctx: C, /) -> R: ...
 
 
 def choose(enum: type[E], value: Any, what: str) -> E:
@@ -46,14 +63,81 @@ def _plain(v: Any) -> Any:
     return v
 
 
+def _base(hint: Any) -> Any:
+    """The annotation without Annotated and without `| None`: the type to convert a value to."""
+    if typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if len(args) == 1 and type(None) in typing.get_args(hint) else hint
+
+
+_SHAPED: set[type] = set()  # Settings subclasses whose dataclass shape __init_subclass__ checked
+_FIELDS: dict[type, dict[str, tuple[Any, tuple[Rule, ...]]]] = {}  # class -> field -> (type, rules)
+
+
 class Settings:
     """Base of the frozen, kw_only, slots settings dataclasses (module docstring)."""
 
     __slots__ = ()
-    WHAT = "settings"  # how errors name the object ("replay", "simulate config", ...)
+    WHAT: ClassVar[str] = "settings"  # how errors name the object ("replay config", ...)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__post_init__" in vars(cls):
+            raise TypeError(
+                f"{cls.__name__}: declare field rules (engine.rules) or override validate(), not __post_init__"
+            )
+        params = vars(cls).get("__dataclass_params__")
+        if params is None:  # the class statement itself; @dataclass(slots=True) makes the class checked here
+            return
+        loose = [f.name for f in fields(cls) if not f.kw_only]  # type: ignore[arg-type]  # a dataclass
+        if not params.frozen or "__slots__" not in vars(cls) or loose:
+            raise TypeError(f"{cls.__name__} must be @dataclass(frozen=True, kw_only=True, slots=True)")
+        _SHAPED.add(cls)
+
+    def __post_init__(self) -> None:
+        cls = type(self)
+        if cls not in _SHAPED:
+            raise TypeError(f"{cls.__name__} must be @dataclass(frozen=True, kw_only=True, slots=True)")
+        for name, (hint, rules) in self._fields().items():
+            value = getattr(self, name)
+            base = _base(hint)
+            if isinstance(base, type) and issubclass(base, Enum) and value is not None and not isinstance(value, base):
+                value = self._enum(name, base, value)
+            elif base is Path and isinstance(value, str):
+                value = Path(value)
+            self._set(name, value)
+            problem = type_problem(value, hint)
+            problem = problem or next((p for r in rules if (p := problem_with(r, value)) is not None), None)
+            if problem is not None:
+                raise TraceError(f"{self.WHAT} {name}: {problem}")
+        self.validate()
+
+    def _enum(self, name: str, enum: type[E], value: Any) -> E:
+        try:
+            return enum(value)
+        except ValueError:
+            choices = ", ".join(repr(m.value) for m in enum)
+            raise TraceError(f"{self.WHAT} {name}: must be one of {choices}, not {value!r}") from None
+
+    @classmethod
+    def _fields(cls) -> dict[str, tuple[Any, tuple[Rule, ...]]]:
+        """Each field's annotation and rules (engine.rules), read once per class."""
+        if cls not in _FIELDS:
+            hints = typing.get_type_hints(cls, include_extras=True)
+            _FIELDS[cls] = {f.name: (hints[f.name], field_rules(hints[f.name])) for f in fields(cls)}  # type: ignore[arg-type]  # a dataclass
+        return _FIELDS[cls]
+
+    @classmethod
+    def rules_of(cls, name: str) -> tuple[Rule, ...]:
+        """The rules declared on field `name` (for a widget's bounds or choices)."""
+        return cls._fields()[name][1]
+
+    def validate(self) -> None:
+        """Rules that join several fields, or normalise one (override where a class has some)."""
 
     def _set(self, name: str, value: Any) -> None:
-        """Normalise a field in `__post_init__` (the instance is frozen)."""
+        """Normalise a field in `validate` (the instance is frozen)."""
         object.__setattr__(self, name, value)
 
     def to_dict(self) -> dict[str, Any]:
@@ -79,10 +163,10 @@ class DashboardSettings(Settings):
     WHAT = "dashboard settings"
     scheduler: str = "local"
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
         from engine.fanout import resolve
 
         self._set("scheduler", resolve(str(self.scheduler)))
 
 
-__all__ = ["DashboardSettings", "Settings", "choose"]
+__all__ = ["Applies", "DashboardSettings", "Settings", "choose"]

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from engine.errors import TraceError
+from engine.rules import Rule
 
 try:
     import re2 as _re2  # type: ignore[import-untyped]  # google-re2 ships no type stubs
@@ -107,4 +109,17 @@ def search_mask(column: Any, pattern: str, *, ignore_case: bool = True) -> np.nd
     return UserRegex(problem, pattern).mask(column)
 
 
-__all__ = ["MAX_PATTERN_CHARS", "UserRegex", "compile_user", "regex_problem", "search_mask"]
+__all__ = ["MAX_PATTERN_CHARS", "Regex", "UserRegex", "compile_user", "regex_problem", "search_mask"]
+
+
+@dataclass(frozen=True, slots=True)
+class Regex(Rule):
+    """A field rule (engine.rules): the value compiles as a regex here (linear time, so a
+    catastrophic pattern cannot hang the simulation), so a typo is found when the spec is read,
+    not mid-simulation."""
+
+    def problem(self, value: Any) -> str | None:
+        if len(value) > MAX_PATTERN_CHARS:
+            return f"a pattern of {len(value):,} characters is over the limit of {MAX_PATTERN_CHARS:,}"
+        why = regex_problem(value)
+        return f"not a valid regex ({why})" if isinstance(why, str) else None

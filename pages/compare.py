@@ -1,11 +1,14 @@
 """Compare page: original vs replay (aligned timelines, e2e error, per-op errors, metric curves),
 or any two loaded traces (e.g. the HTA control vs test runs)."""
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pandas as pd
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from app import state, views
 from app.markup import md_escape
@@ -93,7 +96,7 @@ if mode == "original vs replay":
         st.error(md_escape(exc))
         st.stop()
     e2e = cmp.e2e
-    c = st.columns(4)
+    c: Sequence[DeltaGenerator] = st.columns(4)
     c[0].metric("original ms / iteration", _fmt(e2e.get("original_ms")))
     c[1].metric("replay ms / iteration", _fmt(e2e.get("replay_ms")))
     c[2].metric(
@@ -223,8 +226,10 @@ else:
     for k in ("cmp_a", "cmp_b"):  # picks restored from an earlier visit or reload, if still loaded
         if k in st.session_state and st.session_state[k] not in names:
             del st.session_state[k]
-    a = c[0].selectbox("Trace A", names, **({} if "cmp_a" in st.session_state else {"index": 0}), key="cmp_a")
-    b = c[1].selectbox("Trace B", names, **({} if "cmp_b" in st.session_state else {"index": 1}), key="cmp_b")
+    start_a: dict[str, Any] = {} if "cmp_a" in st.session_state else {"index": 0}  # a restored pick wins
+    start_b: dict[str, Any] = {} if "cmp_b" in st.session_state else {"index": 1}
+    a = c[0].selectbox("Trace A", names, key="cmp_a", **start_a)
+    b = c[1].selectbox("Trace B", names, key="cmp_b", **start_b)
     from engine.compare import compare
     from engine.compare.gpu_pairs import bookkeeping
 
@@ -292,18 +297,15 @@ else:
         ea, eb = (
             (ta.events, tb.events) if keep else (ta.events[~bookkeeping(ta.events)], tb.events[~bookkeeping(tb.events)])
         )
-        st.plotly_chart(
-            cfig.aligned_timelines(
-                ea,
-                eb,
-                (a, b),
-                window_us=float(win),
-                origins_us=(al[0][0], al[1][0]) if aligned else (None, None),  # type: ignore[index]
-                notes=(al[0][2], al[1][2]) if aligned else ("", ""),  # type: ignore[index]
-            ),
-            key="tt_timelines",
-            width="stretch",
+        tfig = cfig.aligned_timelines(
+            ea,
+            eb,
+            (a, b),
+            window_us=float(win),
+            origins_us=(al[0][0], al[1][0]) if aligned else (None, None),  # type: ignore[index]
+            notes=(al[0][2], al[1][2]) if aligned else ("", ""),  # type: ignore[index]
         )
+        st.plotly_chart(tfig, key="tt_timelines", width="stretch")
         if not aligned:
             st.caption("No ProfilerStep in one of the traces: both timelines run from their own start.")
         st.dataframe(diff.by_name, hide_index=True, key="tt_table")

@@ -3,18 +3,22 @@ repeat / batch scale / dtype / sharding, see the composed op list, closure and m
 load and export the benchmark. The spec lives in session state as a plain dict (small,
 JSON-ready: the engine's BenchmarkSpec layout); `app.compose_bridge` talks to engine.compose."""
 
+from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 
 import orjson
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from app import compose_bridge as bridge
 from app import state, views
 from app.markup import md_escape
+from engine.compose.limits import ComposeLimits
 from engine.compose.shard.kinds import SHARDINGS, ShardKind
 from engine.errors import TraceError
 from engine.figures.selection import selection_to_node_ids
+from engine.rules import bounds, choices
 
 st.title("Compose")
 name = state.trace_picker("Source trace", key="compose_trace", kinds=("execution_trace",))
@@ -61,7 +65,7 @@ if (
 picked = sorted(set(picked))
 st.session_state["compose_picked"] = picked
 
-c = st.columns([2, 1, 1])
+c: Sequence[DeltaGenerator] = st.columns([2, 1, 1])
 c[0].markdown(f"**Picked**: {len(picked)} ops" + (f" (first: {picked[:8]})" if picked else ""))
 scope = c[1].radio("Add as", ["these ops", "their module subtree"], key="compose_scope")
 if c[2].button("Add segment", disabled=not picked, key="compose_add", type="primary"):
@@ -99,17 +103,19 @@ kind = c[2].selectbox(
     help="dp/tp: data/tensor parallel degree; embedding: shard embedding tables over ranks",
 )
 sharding: dict | None = None
-if kind != "none":  # the kind's own fields (engine.compose.shard.kinds), drawn from their metadata
+if kind != "none":  # the kind's own fields (engine.compose.shard.kinds): rules, label, start
     sharding = {"kind": kind}
-    for f in fields(SHARDINGS[ShardKind(kind)]):
-        m, key = f.metadata, f"compose_{f.name}:{tk}"
-        if "choices" in m:
-            opts = list(m["choices"])
-            pick = opts.index(shard.get(f.name, m["default"]))
-            sharding[f.name] = c[3].selectbox(m["label"], opts, index=pick, key=key)
+    cls = SHARDINGS[ShardKind(kind)]
+    for f in fields(cls):
+        ui, rules, key = f.metadata, cls.rules_of(f.name), f"compose_{f.name}:{tk}"
+        opts = choices(rules)
+        if opts is not None:
+            pick = list(opts).index(shard.get(f.name, ui["default"]))
+            sharding[f.name] = c[3].selectbox(ui["label"], opts, index=pick, key=key)
         else:
-            v = int(shard.get(f.name) or m["default"])
-            sharding[f.name] = int(c[3].number_input(m["label"], m["min"], m["max"], v, key=key))
+            v = int(shard.get(f.name) or ui["default"])
+            lo = int(bounds(rules)[0] or 1)
+            sharding[f.name] = int(c[3].number_input(ui["label"], lo, ComposeLimits().max_ranks, v, key=key))
 spec["sharding"] = sharding
 spec["name"] = st.text_input("Benchmark name", spec.get("name", "benchmark"), key=f"compose_name:{tk}")
 

@@ -1,6 +1,9 @@
 """Explore page: operator graph (collapsed by default), timeline with flow arrows, breakdowns."""
 
+from collections.abc import Sequence
+
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from app import scheduler, state, views, zoom
 from app.markup import md_escape
@@ -67,7 +70,7 @@ elif view == "Timeline":
         )
         if zoomed is not None:
             st.session_state["t_zoom_seen"], st.session_state["t_window"] = zoomed
-        c = st.columns([2, 1, 1])
+        c: Sequence[DeltaGenerator] = st.columns([2, 1, 1])
         search = c[1].text_input("Search names (regex)", key="t_search", placeholder="e.g. conv|gemm")
         matches = views.search_events(paths, rank, search) if search else []
         if search:

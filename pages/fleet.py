@@ -1,9 +1,11 @@
 """Fleet page: many jobs signed through the trace store, and a weighted suite that stands for them
 (issue 35). The signing runs in a worker process (progress, cancel); this page reads its table."""
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from app import fleet, scheduler, state
 from app.markup import md_escape as md
@@ -37,7 +39,7 @@ def _progress() -> None:
     state.runner().pump()
     act = fleet.active()
     for j in act:
-        c = st.columns([5, 1])
+        c: Sequence[DeltaGenerator] = st.columns([5, 1])
         c[0].progress(
             float(j["fraction"] or 0.0), text=md(f"job {j['id']} · {j['status'].value} · {j['message'] or ''}")
         )
@@ -74,7 +76,7 @@ if len(sigs) < 2:
     st.stop()
 budget = st.slider("Suite size", 1, min(20, len(sigs)), min(5, len(sigs)), key="fleet_budget")
 suite, base, points = fleet.suite(folder, budget)
-c = st.columns(4)
+c: Sequence[DeltaGenerator] = st.columns(4)
 c[0].metric("jobs", f"{len(sigs):,}")
 c[1].metric("suite L1 to the fleet", f"{suite.l1:.3f}")
 c[2].metric("random picks (median)", f"{base['random_median_l1']:.3f}")

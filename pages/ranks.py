@@ -5,7 +5,10 @@ stragglers, and one rank's timeline on demand. The summaries are built once in a
 (app/overview.py); this page reads only them, and a rank's events when its timeline is opened.
 """
 
+from collections.abc import Sequence
+
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from app import overview, scheduler, state
 from app.markup import md_escape
@@ -38,7 +41,7 @@ def _jobs_panel() -> None:
     state.runner().pump()
     active = overview.active_jobs(paths)
     for j in active:
-        c = st.columns([5, 1])
+        c: Sequence[DeltaGenerator] = st.columns([5, 1])
         c[0].progress(
             float(j["fraction"] or 0.0), text=f"job {j['id']} · {j['status'].value} · {md_escape(j['message'] or '')}"
         )
@@ -63,14 +66,14 @@ def _jobs_panel() -> None:
             st.rerun()
 
 
-if table is None:
+if store is None or table is None:  # no store: no table either
     st.caption("No rank summaries for this job yet: they are built in a worker process (store + one task per rank).")
     st.fragment(_jobs_panel, run_every=1.0 if overview.active_jobs(paths) else None)()
     st.stop()
 
 tabs = overview.tables(store)
 lag, per_rank = tabs["stragglers"], tabs["per_rank"]
-c = st.columns(4)
+c: Sequence[DeltaGenerator] = st.columns(4)
 c[0].metric("ranks", f"{len(per_rank):,}")
 c[1].metric("steps per rank", f"{int(per_rank['steps'].max()) if len(per_rank) else 0}")
 c[2].metric("median step ms", f"{float(per_rank['step_ms'].median()) if len(per_rank) else 0:,.3f}")

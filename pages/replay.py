@@ -95,7 +95,7 @@ else:
     mode_kw = {}
 
 
-def job_params() -> dict:
+def job_params(name: str, bench: dict | None) -> dict:
     """The worker's params for this form (engine.workspace.worker.run_replay). Options such as a
     world size or a distributed mode are more keys here and a job kind in the worker registry."""
     params: dict = {
@@ -123,7 +123,7 @@ def job_params() -> dict:
 
         # close the picked ops over their call-tree descendants and apply the replay rule inside
         params["op_ids"] = [int(i) for i in select(trace, Selection(ids=list(sel["ids"]))).replay_ids]
-    elif target.startswith("composed"):
+    elif target.startswith("composed") and bench is not None:  # the target exists only with a bench
         params["paths"] = [bench["et_path"]]
     return params
 
@@ -145,14 +145,18 @@ def _world_memory(paths: tuple[str, ...], world: int, mirror: int | None, cfg: s
         return world_budget(tr, list(paths), rank_map, config).to_json(), str(exc)
 
 
-def show_world_memory() -> bool:
+def show_world_memory(name: str) -> bool:
     """The memory estimate of the chosen world, before Run (issue 32: 8 ranks at ~5 GB each were
     preset on a 24 GB machine with no estimate); False when the CLI would refuse it."""
     if dist_opts is None:
         return True
     import json
 
-    cfg = {**job_params()["config"], "metrics": False, "out_dir": str(state.results_dir())}  # as the worker sets it
+    cfg = {
+        **job_params(name, bench)["config"],
+        "metrics": False,
+        "out_dir": str(state.results_dir()),
+    }  # as the worker sets it
     try:
         b, refusal = _world_memory(
             tuple(rank_files["paths"]), dist_opts["world_size"], dist_opts["mirror_rank"], json.dumps(cfg)
@@ -173,10 +177,10 @@ def show_world_memory() -> bool:
     return True
 
 
-fits = show_world_memory()
+fits = show_world_memory(name)
 if st.button("Run replay", type="primary", key="run_replay", disabled=not fits):
     try:
-        job = state.runner().submit("replay", job_params(), trace=name, target=target)
+        job = state.runner().submit("replay", job_params(name, bench), trace=name, target=target)
         st.toast(f"replay job {job} queued")
     except TraceError as exc:
         st.error(md_escape(exc))

@@ -42,19 +42,19 @@ with src_upload:
     up_name = st.text_input("Name", value="", key="upload_name", placeholder="defaults to the first file name")
     if st.button("Load upload", key="load_upload", disabled=not files):
         try:
-            paths = []
+            saved: list[Path] = []
             for f in files:
                 if f.size > limit_mb * 1024 * 1024:
                     raise TraceError(f"file is {f.size / 2**20:.0f} MB, over the {limit_mb} MB upload limit", f.name)
-                paths.append(state.save_upload(f.name, f.getvalue()))
+                saved.append(state.save_upload(f.name, f.getvalue()))
             name = state.unique_name(up_name.strip() or Path(files[0].name).name)
-            name = state.add_trace(name, [str(p) for p in paths])
+            name = state.add_trace(name, [str(p) for p in saved])
             state.make_current(name)
             st.success(f"loaded {md_escape(name)}")
         except TraceError as exc:
             # name the file as the user uploaded it, not by its server-side copy under the work dir
             msg = str(exc)
-            for p in paths:
+            for p in saved:
                 msg = msg.replace(f"{p.parent}/", "")
             st.error(md_escape(msg))
 
@@ -66,9 +66,9 @@ with src_path:
         try:
             if not paths:
                 raise TraceError("no path given")
-            for p in paths:
-                if not Path(p).exists():
-                    raise TraceError("no such file", p)
+            for given in paths:
+                if not Path(given).exists():
+                    raise TraceError("no such file", given)
             name = state.unique_name(p_name.strip() or Path(paths[0]).name)
             name = state.add_trace(name, paths)
             state.make_current(name)

@@ -1,8 +1,10 @@
 """What-if page: pick edits, simulate, see the predicted timeline and breakdown next to the original."""
 
 import json
+from collections.abc import Sequence
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from app import state, views
 from app.markup import md_escape
@@ -50,7 +52,7 @@ def folded(warnings: list[str]) -> list[str]:
 
 
 with st.expander("Edits", expanded=True):
-    c = st.columns(3)
+    c: Sequence[DeltaGenerator] = st.columns(3)
     if c[0].checkbox("Speed-up", key="wi_sp"):
         cat = c[0].selectbox("category", sorted(SELECTORS), index=sorted(SELECTORS).index("gemm"), key="wi_sp_cat")
         fac = c[0].number_input("factor (below 1: slower)", 0.01, 1000.0, 2.0, key="wi_sp_f")

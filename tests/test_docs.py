@@ -120,6 +120,27 @@ def test_readme_scale_table_is_the_report_output():
     assert readme.read_text() == mod.render_readme(readme), f"README.md's cost-against-size table is stale: {REGEN}"
 
 
+def test_each_benchmark_writes_its_own_section():
+    """report.py only assembles: every section's formatter is `docs_section` in the benchmark that
+    writes the results (issue 34), read out of that file without importing it."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_report", ROOT / "benchmarks" / "report.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    own = {
+        n.name
+        for n in ast.parse((ROOT / "benchmarks" / "report.py").read_text()).body
+        if isinstance(n, ast.FunctionDef)
+    }
+    assert not own & set(mod.SECTIONS), f"formatters still in report.py: {sorted(own & set(mod.SECTIONS))}"
+    for stem in mod.SECTIONS:
+        fn = mod.section_of(stem)
+        assert fn.__doc__, f"benchmarks/{stem}.py: docs_section needs its method as a docstring"
+        assert fn.__code__.co_filename.endswith(f"benchmarks/{stem}.py")
+
+
 def test_figures_md_is_the_report_output():
     """benchmarks/report.py run as the script it is (tests do not import benchmarks/)."""
     r = subprocess.run(

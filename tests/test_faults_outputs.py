@@ -33,7 +33,7 @@ def test_1_compose_refuses_oversized_before_building(tmp_path, cache_dir):
     small = spec_from_dict({"sources": [str(MLP_ET)], "segments": [{"selection": {}, "repeat": 2}]})
     with pytest.raises(TraceError, match="nodes > limit 100"):
         compose(small, limits=ComposeLimits(max_nodes=100))
-    assert ComposeLimits.from_json({"max_nodes": 7}).max_nodes == 7
+    assert ComposeLimits.from_dict({"max_nodes": 7}).max_nodes == 7
     # CLI: embedding sharding over 100,000 ranks, and one source listed 1,000 times with repeat
     spec_f = tmp_path / "ranks.json"
     spec_f.write_text(

@@ -34,7 +34,8 @@ ENGINE = ROOT / "engine"
 LAYERS: list[tuple[str, ...]] = [
     ("errors",),
     ("engine",),
-    ("jsonio", "progress", "sysinfo", "chatter", "resources"),
+    ("envvars",),
+    ("jsonio", "progress", "sysinfo", "chatter", "resources", "rules"),
     ("fanout", "outdir", "metrics"),
     ("settings",),
     ("trace",),

@@ -23,8 +23,10 @@ import statistics
 import time
 from pathlib import Path
 
+from engine import envvars
+
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = Path(os.environ.get("MYSTIQUE_SHARED_TRACES", ROOT.parent / "shared" / "traces"))
+SHARED = Path(envvars.get("MYSTIQUE_SHARED_TRACES") or ROOT.parent / "shared" / "traces")
 TRACE = SHARED / "tracelens_b200_eager" / "eager_trace.json.gz"
 TARGET = 1.6
 

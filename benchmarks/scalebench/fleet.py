@@ -24,8 +24,10 @@ import sys
 import time
 from pathlib import Path
 
+from engine import envvars
+
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = Path(os.environ.get("MYSTIQUE_SHARED_TRACES", ROOT.parent / "shared" / "traces"))
+SHARED = Path(envvars.get("MYSTIQUE_SHARED_TRACES") or ROOT.parent / "shared" / "traces")
 TRACE = SHARED / "hta_trace_diff" / "control.json.gz"
 TILES = 3
 SIZES = (32, 128, 512)
@@ -98,7 +100,7 @@ def _measure(store: Path, spec, scratch: Path, tag: str) -> dict:
 def run(quick: bool, scratch: Path) -> dict:
     from engine.testing.fleet import make_fleet_store
 
-    env_sizes = os.environ.get("MYSTIQUE_FLEET_SIZES", "").strip()
+    env_sizes = envvars.get("MYSTIQUE_FLEET_SIZES") or ""
     sizes = tuple(int(x) for x in env_sizes.split(",") if x) if env_sizes else (QUICK_SIZES if quick else SIZES)
     scratch.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("MYSTIQUE_CACHE_DIR", str(scratch / "cache"))

@@ -42,8 +42,10 @@ import sys
 import time
 from pathlib import Path
 
+from engine import envvars
+
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = Path(os.environ.get("MYSTIQUE_SHARED_TRACES", ROOT.parent / "shared" / "traces"))
+SHARED = Path(envvars.get("MYSTIQUE_SHARED_TRACES") or ROOT.parent / "shared" / "traces")
 TRACE = SHARED / "tracelens_mi300_resnet_ckpt" / "resnet_act_checkpoint.json.gz"
 CONTROL = SHARED / "param_resnet" / "resnet_kineto.json.gz"
 MAX_RSS_MIB = 2048

@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from engine import envvars
+
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("MYSTIQUE_SHARED_TRACES", ROOT.parent / "shared" / "traces"))
 TRACE = SHARED / "tracelens_mi300_resnet_ckpt" / "resnet_act_checkpoint.json.gz"
@@ -146,7 +148,7 @@ def _measure(n: int, scratch: Path, quick: bool) -> dict:
 
 def run(quick: bool, scratch: Path) -> dict:
     scratch.mkdir(parents=True, exist_ok=True)
-    env_sizes = os.environ.get("MYSTIQUE_OPEN_SIZES", "").strip()
+    env_sizes = envvars.get("MYSTIQUE_OPEN_SIZES") or ""
     sizes = [int(x) for x in env_sizes.split(",") if x] if env_sizes else list(QUICK_SIZES if quick else SIZES)
     rows = []
     for n in sizes:

@@ -25,6 +25,8 @@ import threading
 import time
 from pathlib import Path
 
+from engine import envvars
+
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("MYSTIQUE_SHARED_TRACES", ROOT.parent / "shared" / "traces"))
 TRACE = SHARED / "hta_trace_diff" / "control.json.gz"
@@ -58,7 +60,7 @@ def _tree_rss(proc, peak: list[int], stop: threading.Event) -> None:
 def run(quick: bool, scratch: Path) -> dict:
     from engine.testing.fleet import make_fleet
 
-    n = int(os.environ.get("MYSTIQUE_RAWFLEET_RANKS", QUICK_RANKS if quick else RANKS))
+    n = int(envvars.get("MYSTIQUE_RAWFLEET_RANKS") or (QUICK_RANKS if quick else RANKS))
     scratch.mkdir(parents=True, exist_ok=True)
     folder = scratch / "job"
     t0 = time.perf_counter()

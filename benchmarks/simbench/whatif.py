@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from benchmarks.simbench.common import SAMPLES, capture_sample, load1, pair
+from engine import envvars
 
 WHATIFS = {
     # name: (model, variant overrides, spec edits)
@@ -114,7 +114,7 @@ def whatif(rounds: int = 3, measure_rounds: int = 4, fresh: bool = True, names=N
     from engine.simulate import simulate
 
     out: dict = {}
-    tmp = Path(os.environ.get("MYSTIQUE_SIM_CAPTURES") or tempfile.mkdtemp(prefix="simwhatif_"))
+    tmp = Path(envvars.get("MYSTIQUE_SIM_CAPTURES") or tempfile.mkdtemp(prefix="simwhatif_"))
     for name, (model, over, edits) in WHATIFS.items():
         if names and name not in names:
             continue

@@ -41,39 +41,33 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from engine import jsonio
 from engine.errors import TraceError
 from engine.metrics.sampler import MetricsSampler
 from engine.progress import Progress, report
+from engine.rules import Between, Matches, Positive
+from engine.settings import Settings
 
 MODULE_LABEL_PREFIX = "nn.Module: "
 
 
-@dataclass(kw_only=True, slots=True)
-class CaptureConfig:
-    out_dir: Path
-    name: str
-    steps: int = 1
-    warmup: int = 3
-    timing_steps: int = 20
-    device: str = "cpu"
-    metrics_interval_s: float = 0.02
-    threads: int | None = None  # torch intra-op threads during the capture; None = leave as is
+NAME = Matches(r"[^./\\\0][^/\\\0]*", "a plain file-name stem")  # no folder, no leading dot
 
-    def __post_init__(self) -> None:
-        self.out_dir = Path(self.out_dir)
-        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
-            raise TraceError(f"capture threads must be an int >= 1, got {self.threads!r}")
-        if not self.name or any(c in self.name for c in "/\\\0") or self.name.startswith("."):
-            raise TraceError(f"capture name must be a plain file-name stem, got {self.name!r}")
-        for n, lo in (("steps", 1), ("warmup", 0), ("timing_steps", 1)):
-            v = getattr(self, n)
-            if not isinstance(v, int) or v < lo:
-                raise TraceError(f"capture {n} must be an int >= {lo}, got {v!r}")
-        if not str(self.device).startswith(("cpu", "cuda")):
-            raise TraceError(f"capture device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CaptureConfig(Settings):
+    out_dir: Path
+    name: Annotated[str, NAME]
+    steps: Annotated[int, Between(1)] = 1
+    warmup: Annotated[int, Between(0)] = 3
+    timing_steps: Annotated[int, Between(1)] = 20
+    device: Annotated[str, Matches(r"(cpu|cuda).*", "'cpu' or 'cuda[:N]'")] = "cpu"
+    metrics_interval_s: Annotated[float, Positive()] = 0.02
+    threads: Annotated[int | None, Between(1)] = None  # torch intra-op threads during the capture; None = leave as is
+
+    WHAT = "capture"
 
     @property
     def total_steps(self) -> int:

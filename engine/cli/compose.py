@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         from engine.compose.spec import read_json_file
 
         try:
-            limits = ComposeLimits.from_json(read_json_file(args.limits, "compose limits"))
+            limits = ComposeLimits.from_dict(read_json_file(args.limits, "compose limits"))
         except TraceError as exc:
             raise TraceError(exc.problem, exc.path or args.limits) from None
     # the output folder is checked and locked before the composition, not after it

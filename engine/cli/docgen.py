@@ -21,6 +21,7 @@ import importlib
 import inspect
 import sys
 
+from engine import envvars
 from engine.cli.main import COMMANDS, build_parser
 
 # command -> modules whose docstrings are the contract of what `--json` prints / the files written
@@ -179,6 +180,11 @@ def render() -> str:
             out.append("### What-if edits (`engine/simulate/whatif/`, from the `EDITS` registry)\n")
             out.extend(_whatif_edits())
             out.append("")
+    out.append("## Environment variables\n")
+    out.append(
+        "Every `MYSTIQUE_*` variable, from the one table in `engine/envvars.py` (a blank value counts as unset):\n"
+    )
+    out.append(envvars.markdown_table())
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -6,7 +6,7 @@ compare(trace_a, trace_b) -> TraceDiff
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, overload
 
 from engine.compare.replay import Comparison, compare_replay, rel_error
 from engine.compare.traces import TraceDiff, compare_traces
@@ -18,8 +18,20 @@ if TYPE_CHECKING:
 __all__ = ["REPLAY_KEYS", "Comparison", "TraceDiff", "compare", "compare_replay", "compare_traces", "rel_error"]
 
 
+@overload
 def compare(
-    original: Trace, replay: Any, *, original_meta: dict | None = None, labels: tuple[str, str] = ("a", "b")
+    original: Trace, replay: ReplayResult, *, original_meta: dict | None = None, labels: tuple[str, str] = ("a", "b")
+) -> Comparison: ...
+@overload
+def compare(
+    original: Trace, replay: Trace, *, original_meta: dict | None = None, labels: tuple[str, str] = ("a", "b")
+) -> TraceDiff: ...
+def compare(
+    original: Trace,
+    replay: ReplayResult | Trace,
+    *,
+    original_meta: dict | None = None,
+    labels: tuple[str, str] = ("a", "b"),
 ) -> Comparison | TraceDiff:
     """Original Trace vs a ReplayResult (-> Comparison) or vs another Trace (-> TraceDiff)."""
     if isinstance(replay, ReplayResult):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine import jsonio
 from engine.compose.nodes import is_defined, tensors_of
@@ -17,8 +18,11 @@ from engine.errors import TraceError
 from engine.progress import Progress, report
 from engine.trace.vocab import COMM_PREFIXES
 
+if TYPE_CHECKING:
+    from engine.compose.build import Benchmark
 
-def rank_summary(bench, rank: int) -> dict:
+
+def rank_summary(bench: Benchmark, rank: int) -> dict:
     """Op counts, external inputs and a memory estimate (bytes of distinct storages) of one rank."""
     nodes = bench.ranks[rank]
     replay = set(bench.replay_ids[rank])
@@ -70,7 +74,9 @@ and, with `mystique compose --script`, `run_benchmark.py` (standalone, needs onl
 """
 
 
-def export(bench, out_dir: str | os.PathLike, progress: Progress | None = None, script: bool = False) -> dict:
+def export(
+    bench: Benchmark, out_dir: str | os.PathLike, progress: Progress | None = None, script: bool = False
+) -> dict:
     """Write the benchmark folder; returns {"dir", "spec", "ranks": {r: path}, "summary"[, "script"]}.
 
     Under the folder's writer lock (engine.outdir): the old completion marker goes first, every

@@ -6,15 +6,17 @@ before anything failed. The composed size is cheap to predict: after selecting e
 know its node and tensor count, so nodes = sum(segment nodes x repeat) x ranks, and bytes follow
 from a per-node cost measured on real composed ETs. Anything over a limit is refused with the
 estimate and the limit in the message. `ComposeLimits` is the one source of these defaults
-(CLI `mystique compose --limits FILE` reads a JSON object of overrides through `from_json`).
+(CLI `mystique compose --limits FILE` reads a JSON object of overrides through `from_dict`).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated
 
 from engine.errors import TraceError
+from engine.rules import Between
+from engine.settings import Settings
 
 # In-memory cost of one composed node dict (deep-copied node, its inputs/outputs lists and
 # attrs), measured with tracemalloc on the sample transformer and DLRM compositions (repeat 3):
@@ -31,36 +33,24 @@ TENSOR_BYTES = 64  # beyond the node's own share: tensors make nodes with many a
 VALIDATE_NODE_BYTES = 10240
 
 
-@dataclass(kw_only=True, slots=True, frozen=True)
-class ComposeLimits:
+COUNT = Between(1)  # every limit is a positive integer
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ComposeLimits(Settings):
     """Largest composition `compose` builds (module docstring)."""
 
-    max_nodes: int = 2_000_000  # ET nodes over all ranks (~12 GiB, ~20 min to build on 2 cores)
-    max_tensors: int = 20_000_000  # tensor slots over all ranks
-    max_bytes: int = 16 << 30  # estimated memory of the composed node lists (also <= 1/2 of free memory)
-    max_ranks: int = 1024  # sharding world size
-    max_sources: int = 64  # distinct source traces loaded
-    max_segments: int = 4096
-    max_rank_bytes: int = 1 << 40  # tensors one rank's ops touch (1 TiB: beyond any device or host)
+    max_nodes: Annotated[int, COUNT] = 2_000_000  # ET nodes over all ranks (~12 GiB, ~20 min to build on 2 cores)
+    max_tensors: Annotated[int, COUNT] = 20_000_000  # tensor slots over all ranks
+    max_bytes: Annotated[int, COUNT] = (
+        16 << 30
+    )  # estimated memory of the composed node lists (also <= 1/2 of free memory)
+    max_ranks: Annotated[int, COUNT] = 1024  # sharding world size
+    max_sources: Annotated[int, COUNT] = 64  # distinct source traces loaded
+    max_segments: Annotated[int, COUNT] = 4096
+    max_rank_bytes: Annotated[int, COUNT] = 1 << 40  # tensors one rank's ops touch (1 TiB: beyond any device or host)
 
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise TraceError(f"compose limit {f.name} must be a positive integer, not {v!r}")
-
-    @classmethod
-    def from_json(cls, d: Any) -> ComposeLimits:
-        if not isinstance(d, dict):
-            raise TraceError("compose limits must be a JSON object")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise TraceError(f"unknown compose limit(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        return cls(**d)
-
-    def to_json(self) -> dict:
-        return asdict(self)
+    WHAT = "compose limit"
 
     def check_spec(self, spec) -> None:
         """What the spec alone decides: ranks, distinct sources, segments."""

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from engine.compose.meta_outputs import bind_outputs, keep_recorded, sync_out_args
 from engine.compose.meta_run import meta_dtype, meta_tensor, run_on_meta
 from engine.compose.meta_sizes import (
     ALL_TO_ALL,
@@ -40,8 +41,6 @@ from engine.compose.meta_sizes import (
 from engine.compose.nodes import get_slot, is_defined, set_slot, slot_type, tensor_slots, tensors_of
 from engine.errors import TraceError
 from engine.trace.categories import OP_NAME
-
-_AUX_OUTPUT_OPS = frozenset(("embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"))
 
 
 @dataclass(kw_only=True, slots=True)
@@ -218,13 +217,6 @@ def _follow_destination(run: _Runner, ins: dict, orig_shapes: list, tensors: dic
         run._write(ins, 1, None, t)
 
 
-def _scaled(got: int, rec: int, s: float) -> bool:
-    """Is `got` the recorded size `rec` scaled by `s`? A size that is no multiple of 1/s (a
-    variable-length lookup's indices halved for DP 2: 20821 -> 10410) rounds either way."""
-    exact = rec * s
-    return abs(got - exact) < 1e-9 or (exact != int(exact) and abs(got - exact) < 1.0)
-
-
 def propagate(
     nodes: list[dict],
     replay_ids,
@@ -326,7 +318,7 @@ def propagate(
         try:
             res = resolve(name, schema, types, "cpu")
         except DispatchError as e:
-            _fallback(run, node, outs, f"{name}: {e}", count=is_replay)
+            keep_recorded(run, node, outs, f"{name}: {e}", count=is_replay)
             continue
         out = None
         base = name.split("::", 1)[-1].split(".", 1)[0]
@@ -375,7 +367,7 @@ def propagate(
                     if out is not None:
                         rep.reshaped.append(int(node["id"]))
                 if out is None and not is_replay:
-                    _fallback(run, node, outs, f"{name}: {str(err).splitlines()[0][:100]}", count=False)
+                    keep_recorded(run, node, outs, f"{name}: {str(err).splitlines()[0][:100]}", count=False)
                     continue
                 if out is None:
                     raise TraceError(
@@ -387,7 +379,7 @@ def propagate(
         except TraceError:
             raise
         except NotImplementedError as e:
-            _fallback(run, node, outs, f"{name}: no meta kernel ({str(e).splitlines()[0][:80]})", count=is_replay)
+            keep_recorded(run, node, outs, f"{name}: no meta kernel ({str(e).splitlines()[0][:80]})", count=is_replay)
             continue
         except (RuntimeError, ValueError, TypeError, IndexError, AssertionError) as e:
             changed = any(_changed(t, orig_shapes[a]) for a, t in tensors.items() if a < len(orig_shapes))
@@ -403,13 +395,13 @@ def propagate(
                 raise TraceError(
                     f"{run.label} breaks shape at node {node['id']} ({name}): {msg}{shapes_note(tensors)}"
                 ) from None
-            _fallback(run, node, outs, f"{name}: {msg[:100]}", count=is_replay)
+            keep_recorded(run, node, outs, f"{name}: {msg[:100]}", count=is_replay)
             continue
         rep.checked += int(is_replay)
         run.is_replay = is_replay
-        _bind_outputs(run, node, res, outs, out)
+        bind_outputs(run, node, res, outs, out)
         if mutate and scale != 1.0:
-            _sync_out_args(run, ins, outs)
+            sync_out_args(run, ins, outs)
     if mutate:  # wrappers that do not run (autograd nodes, labels) show the new shapes too
         for node in nodes:
             if node["id"] in run_ids:
@@ -475,111 +467,6 @@ def _changed(t, rec) -> bool:
     if isinstance(t, list):
         return isinstance(rec, list) and any(_changed(x, r) for x, r in zip(t, rec))
     return isinstance(t, torch.Tensor) and list(t.shape) != rec
-
-
-def _bind_outputs(run: _Runner, node, res, outs, out) -> None:
-    base = node["name"].split("::", 1)[-1].split(".", 1)[0]
-    single = len(res.overload._schema.returns) == 1
-    r = (out,) if single else tuple(out) if isinstance(out, (tuple, list)) else (out,)
-    for arg, sub in tensor_slots(outs):
-        v = get_slot(outs, "values", arg, sub)
-        if not is_defined(v):
-            continue
-        pos = res.out_map[arg] if res.out_map is not None and arg < len(res.out_map) else arg
-        t = r[pos] if 0 <= pos < len(r) else None
-        if sub is not None:
-            t = t[sub] if isinstance(t, (list, tuple)) and sub < len(t) else None
-        rec = list(get_slot(outs, "shapes", arg, sub) or [])
-        key = (v[0], v[1])
-        if key in run.shapes and (run.is_replay or key not in run.from_replay):
-            run.from_replay.update([key] if run.is_replay else [])
-            run.bind_shape(
-                outs,
-                arg,
-                sub,
-                key,
-                rec,
-                t.dtype if isinstance(t, torch.Tensor) else meta_dtype(slot_type(outs, arg, sub)),
-            )
-            continue
-        if not run.is_replay and (key in run.from_replay or run.made_by_ancestor(key, node["id"])):
-            hit = run.env[key][0]
-            if run.mutate and list(hit.shape) != rec:
-                run._write(outs, arg, sub, hit)
-            continue
-        if run.is_replay:
-            run.from_replay.add(key)
-        run.maker[key] = node["id"]
-        run.maker_name[key] = node["name"]
-        if not isinstance(t, torch.Tensor):
-            run.put((v[0], v[1]), meta_tensor(rec, None, meta_dtype(slot_type(outs, arg, sub))), rec)
-            continue
-        got = list(t.shape)
-        if got != rec and (rec == [0] or got == [0] or (arg > 0 and base in _AUX_OUTPUT_OPS)):
-            # CPU fast paths return empty aux outputs (embedding_bag offset2bag, max_indices)
-            # where the meta kernel sizes them, and vice versa: keep the recorded aux tensor
-            t = meta_tensor(run.value_rule(rec, node) if run.s != 1.0 else rec, None, t.dtype)
-            got = list(t.shape)
-            if run.mutate and got != rec:
-                run._write(outs, arg, sub, t)
-            run.put((v[0], v[1]), t, rec)
-            continue
-        if got != rec:
-            ok = len(got) == len(rec) and all(
-                g == d
-                or (run.s != 1.0 and _scaled(g, d, run.s))
-                or (run.s != 1.0 and any(abs((g - d) - b * (run.s - 1)) < 1e-9 for b in run.S))  # B-1 -> sB-1
-                for g, d in zip(got, rec)
-            )
-            if not ok:
-                msg = f"node {node['id']} ({node['name']}): output {arg} recorded {rec}, meta {got}"
-                if run.s != 1.0:
-                    raise TraceError(f"{run.label} breaks shape at {msg}")
-                run.report.mismatches.append(msg)
-            else:
-                run.S.update(d for g, d in zip(got, rec) if g != d and _scaled(g, d, run.s))
-                run.rounded.update(
-                    (d, g) for g, d in zip(got, rec) if g != d and _scaled(g, d, run.s) and d * run.s != int(d * run.s)
-                )
-                if run.mutate:
-                    run._write(outs, arg, sub, t)
-        run.put((v[0], v[1]), t, rec)
-
-
-def _sync_out_args(run: _Runner, ins: dict, outs: dict) -> None:
-    """An `out=` (or in-place) argument has the shape the op gave its output: a guess made when
-    it was read (a DDP gradient bucket view is no batch tensor) must not stay in the node."""
-    out_keys = {(v[0], v[1]) for v in (get_slot(outs, "values", a, s) for a, s in tensor_slots(outs)) if is_defined(v)}
-    for arg, sub in tensor_slots(ins):
-        v = get_slot(ins, "values", arg, sub)
-        hit = run.env.get((v[0], v[1])) if is_defined(v) and (v[0], v[1]) in out_keys else None
-        if hit is not None and list(hit[0].shape) != list(get_slot(ins, "shapes", arg, sub) or []):
-            run._write(ins, arg, sub, hit[0])
-
-
-def _fallback(run: _Runner, node, outs, why: str, count: bool = True) -> None:
-    """No meta run: outputs keep recorded shapes, with batch-carrying dims scaled."""
-    if count and any(True for _ in tensor_slots(outs)):
-        run.report.unchecked.append(why)
-    run.is_replay = count
-    for arg, sub in tensor_slots(outs):
-        v = get_slot(outs, "values", arg, sub)
-        if not is_defined(v):
-            continue
-        rec = list(get_slot(outs, "shapes", arg, sub) or [])
-        key = (v[0], v[1])
-        if not run.is_replay and key in run.from_replay:
-            continue
-        if run.is_replay:
-            run.from_replay.add(key)
-        if key in run.shapes:
-            run.bind_shape(outs, arg, sub, key, rec, meta_dtype(slot_type(outs, arg, sub)))
-            continue
-        shp = run.value_rule(rec, node) if run.s != 1.0 else rec
-        t = meta_tensor(shp, None, meta_dtype(slot_type(outs, arg, sub)))
-        if run.mutate and shp != rec:
-            run._write(outs, arg, sub, t)
-        run.put((v[0], v[1]), t, rec)
 
 
 __all__ = ["SIZE_ARG_OPS", "MetaReport", "propagate"]

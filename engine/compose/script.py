@@ -16,6 +16,10 @@ devices or the network is skipped unless the user passes `--allow-trace-code`.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.compose.build import Benchmark
 
 _TEMPLATE = r'''#!/usr/bin/env python3
 """Standalone replay of a mystique-composed benchmark (needs only torch).
@@ -194,7 +198,7 @@ if __name__ == "__main__":
 '''
 
 
-def write_script(bench, out_dir) -> Path:
+def write_script(bench: Benchmark, out_dir) -> Path:
     """Write `run_benchmark.py` into an exported benchmark folder; returns its path."""
     import json
 

@@ -29,7 +29,7 @@ from typing import Any
 from engine import jsonio
 from engine.compose.shard.kinds import EMBEDDING_PLANS, SHARDINGS, Sharding, sharding_from_dict
 from engine.errors import TraceError, reject_unknown_fields
-from engine.simulate.whatif.rules import MAX_FACTOR, Between, Finite, Positive, Rule, problem_with
+from engine.rules import MAX_FACTOR, Between, Finite, Positive, Rule, problem_with
 
 SPEC_VERSION = 1
 DTYPES = (None, "fp32", "bf16", "fp16")
@@ -42,7 +42,7 @@ _DEVICE = re.compile(r"cpu|cuda(:(0|[1-9][0-9]{0,2}|10[01][0-9]|102[0-3]))?")
 
 
 def _rules(name: str, value: Any, *rules: Rule) -> None:
-    """TraceError "name: problem" from the first of the what-if field rules (rules.py) `value` fails."""
+    """TraceError "name: problem" from the first of the field rules (engine.rules) `value` fails."""
     for r in rules:
         problem = problem_with(r, value)
         if problem is not None:

@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine import envvars
 from engine.errors import TraceError
 from engine.progress import Progress, report
 
@@ -68,7 +69,7 @@ PROGRESS_NAME = "progress.bin"
 def die_with_launcher() -> None:
     """In a rank: be killed when the launcher that started it dies (Linux PR_SET_PDEATHSIG), and
     exit now when it is already gone (it died before this call). No-op outside our launcher."""
-    want = os.environ.get(LAUNCHER_ENV)
+    want = envvars.get(LAUNCHER_ENV)
     if not want:
         return
     try:
@@ -107,7 +108,7 @@ class ProgressBoard:
 
     @classmethod
     def from_env(cls, rank: int, world_size: int) -> ProgressBoard | None:
-        path = os.environ.get(PROGRESS_ENV)
+        path = envvars.get(PROGRESS_ENV)
         if not path:
             return None
         try:

@@ -122,9 +122,7 @@ class TorchDistBackend:
 
     # -- the seam ----------------------------------------------------------------------------
     def prepare(self, call: CollectiveCall, index: int) -> Callable[[], None]:
-        import torch.distributed as dist
-
-        k, w, group = call.kind, self.world, self.groups.get(call.pg)
+        k = call.kind
         if call.seq is not None and k != CollKind.WAIT:
             self.seq_index[call.seq] = index
         if k == CollKind.WAIT:
@@ -138,118 +136,10 @@ class TorchDistBackend:
         ins = call.inputs or call.outputs
         if not ins and k != CollKind.BARRIER:
             raise DispatchError(f"{call.describe()}: no tensor recorded", SkipReason.COLLECTIVE_UNSUPPORTED)
-        run: Callable[[bool], object]
-        nbytes = 0
-        if k == CollKind.ALL_REDUCE:
-            bufs = [self._alloc(b) for b in ins]
-            nbytes = sum(t.nbytes for t in bufs)
-
-            def run(a, bufs=bufs):
-                works = [dist.all_reduce(t, group=group, async_op=a) for t in bufs]
-                return works[-1]
-        elif k in (CollKind.BROADCAST, CollKind.REDUCE):
-            bufs = [self._alloc(b) for b in ins]
-            nbytes = sum(t.nbytes for t in bufs)
-            root = call.root % w  # a root is the same global rank on every rank, also under SPMD
-            fn = dist.broadcast if k == CollKind.BROADCAST else dist.reduce
-            key = "src" if k == CollKind.BROADCAST else "dst"
-
-            def run(a, bufs=bufs, fn=fn, root=root, key=key):
-                works = [fn(t, **{key: root}, group=group, async_op=a) for t in bufs]
-                return works[-1]
-        elif k == CollKind.ALL_TO_ALL and call.list_form:
-            if len(call.inputs) != w or len(call.outputs) != w:
-                raise DispatchError(
-                    f"{call.describe()}: {len(call.inputs)} tensors recorded for {w} ranks",
-                    SkipReason.COLLECTIVE_UNSUPPORTED,
-                )
-            src = [self._alloc(b) for b in call.inputs]
-            dst = [self._alloc(b) for b in call.outputs]
-            nbytes = sum(t.nbytes for t in src)
-
-            def run(a, src=src, dst=dst):
-                return dist.all_to_all(dst, src, group=group, async_op=a)
-        elif k == CollKind.ALL_TO_ALL:
-            b_in = call.inputs[0]
-            b_out = call.outputs[0] if call.outputs else b_in
-            rows = b_in.shape[0] if b_in.shape else 1
-            in_s, out_s = list(call.in_splits), list(call.out_splits)
-            if self.mirror_of is not None or (in_s and len(in_s) != w) or (not in_s and rows % w):
-                # SPMD: every rank sends what the recorded rank sends; rank r receives s[r] rows from each
-                in_s = in_s if len(in_s) == w else _even(rows, w)
-                out_s = [in_s[self.rank]] * w
-            src = self._alloc(b_in, rows=sum(in_s) if in_s else None)
-            dst = self._alloc(b_out, rows=sum(out_s) if out_s else None)
-            nbytes = src.nbytes
-
-            def run(a, src=src, dst=dst, in_s=in_s or None, out_s=out_s or None):
-                return dist.all_to_all_single(dst, src, out_s, in_s, group=group, async_op=a)
-        elif k == CollKind.ALL_GATHER:
-            b_in = call.inputs[0]
-            src = self._alloc(b_in)
-            nbytes = src.nbytes
-            if call.list_form:
-                dst = [self._alloc(b_in) for _ in range(w)]
-
-                def run(a, src=src, dst=dst):
-                    return dist.all_gather(dst, src, group=group, async_op=a)
-            else:
-                rows = (b_in.shape[0] if b_in.shape else 1) * w
-                dst = self._alloc(b_in, rows=rows) if b_in.shape else self._alloc(Buf(shape=(w,), dtype=b_in.dtype))
-
-                def run(a, src=src, dst=dst):
-                    return dist.all_gather_into_tensor(dst, src, group=group, async_op=a)
-        elif k == CollKind.REDUCE_SCATTER:
-            b_out = call.outputs[0] if call.outputs else call.inputs[0]
-            dst = self._alloc(b_out)
-            if call.list_form:
-                src = [self._alloc(b_out) for _ in range(w)]
-                nbytes = sum(t.nbytes for t in src)
-
-                def run(a, src=src, dst=dst):
-                    return dist.reduce_scatter(dst, src, group=group, async_op=a)
-            else:
-                rows = (b_out.shape[0] if b_out.shape else 1) * w
-                src = self._alloc(b_out, rows=rows)
-                nbytes = src.nbytes
-
-                def run(a, src=src, dst=dst):
-                    return dist.reduce_scatter_tensor(dst, src, group=group, async_op=a)
-        elif k == CollKind.BARRIER:
-
-            def run(a):
-                return dist.barrier(group=group, async_op=a)
-        elif k in (CollKind.SEND, CollKind.RECV):
-            bufs = [self._alloc(b) for b in ins]
-            nbytes = sum(t.nbytes for t in bufs)
-            peer = self._peer(call.root)
-            if peer == self.rank:
-                raise DispatchError(f"{call.describe()}: peer is this rank", SkipReason.COLLECTIVE_UNSUPPORTED)
-            send = k == CollKind.SEND
-
-            def run(a, bufs=bufs, peer=peer, send=send):
-                works = [(dist.isend if send else dist.irecv)(t, peer, group=group) for t in bufs]
-                if not a:
-                    for wk in works:
-                        if wk is not None:
-                            wk.wait()
-                return works[-1]
-        elif k in (CollKind.GATHER, CollKind.SCATTER):
-            b = ins[0]
-            t = self._alloc(b)
-            nbytes = t.nbytes
-            root = call.root % w
-            lst = [self._alloc(b) for _ in range(w)] if self.rank == root else None
-            if k == CollKind.GATHER:
-
-                def run(a, t=t, lst=lst, root=root):
-                    return dist.gather(t, gather_list=lst, dst=root, group=group, async_op=a)
-            else:
-
-                def run(a, t=t, lst=lst, root=root):
-                    return dist.scatter(t, scatter_list=lst, src=root, group=group, async_op=a)
-        else:  # pragma: no cover - every CollKind is handled above
+        build = BUILDERS.get(k)
+        if build is None:  # pragma: no cover - every CollKind but WAIT has a builder
             raise DispatchError(f"{call.describe()}", SkipReason.COLLECTIVE_UNSUPPORTED)
+        run, nbytes = build(self, call, ins, self.groups.get(call.pg))
         kind, is_async, pending = k.value, call.async_op, self.pending
         counts = self._counts
 
@@ -290,3 +180,143 @@ class TorchDistBackend:
             self.last_counts = {k: dict(v) for k, v in self._counts.items()}
         self._cur = {"wait": 0, "step_wait": 0, "async": 0}
         self._counts.clear()
+
+
+# -- one builder per collective kind: (backend, call, its recorded tensors, process group) ->
+# (run(async_op) -> work, bytes moved); buffers are allocated here, once, not per iteration
+Run = Callable[[bool], object]
+Builder = Callable[[TorchDistBackend, CollectiveCall, list[Buf], Any], tuple[Run, int]]
+
+
+def _all_reduce(be: TorchDistBackend, call: CollectiveCall, ins: list[Buf], group: Any) -> tuple[Run, int]:
+    import torch.distributed as dist
+
+    bufs = [be._alloc(b) for b in ins]
+
+    def run(a: bool) -> object:
+        works = [dist.all_reduce(t, group=group, async_op=a) for t in bufs]
+        return works[-1]
+
+    return run, sum(t.nbytes for t in bufs)
+
+
+def _rooted(be: TorchDistBackend, call: CollectiveCall, ins: list[Buf], group: Any) -> tuple[Run, int]:
+    """broadcast / reduce: a root is the same global rank on every rank, also under SPMD."""
+    import torch.distributed as dist
+
+    bufs = [be._alloc(b) for b in ins]
+    root = call.root % be.world
+    fn = dist.broadcast if call.kind == CollKind.BROADCAST else dist.reduce
+    key = "src" if call.kind == CollKind.BROADCAST else "dst"
+
+    def run(a: bool) -> object:
+        works = [fn(t, **{key: root}, group=group, async_op=a) for t in bufs]
+        return works[-1]
+
+    return run, sum(t.nbytes for t in bufs)
+
+
+def _all_to_all(be: TorchDistBackend, call: CollectiveCall, ins: list[Buf], group: Any) -> tuple[Run, int]:
+    import torch.distributed as dist
+
+    w = be.world
+    if call.list_form:
+        if len(call.inputs) != w or len(call.outputs) != w:
+            raise DispatchError(
+                f"{call.describe()}: {len(call.inputs)} tensors recorded for {w} ranks",
+                SkipReason.COLLECTIVE_UNSUPPORTED,
+            )
+        srcs = [be._alloc(b) for b in call.inputs]
+        dsts = [be._alloc(b) for b in call.outputs]
+        return (lambda a: dist.all_to_all(dsts, srcs, group=group, async_op=a)), sum(t.nbytes for t in srcs)
+    b_in = call.inputs[0]
+    b_out = call.outputs[0] if call.outputs else b_in
+    rows = b_in.shape[0] if b_in.shape else 1
+    in_s, out_s = list(call.in_splits), list(call.out_splits)
+    if be.mirror_of is not None or (in_s and len(in_s) != w) or (not in_s and rows % w):
+        # SPMD: every rank sends what the recorded rank sends; rank r receives s[r] rows from each
+        in_s = in_s if len(in_s) == w else _even(rows, w)
+        out_s = [in_s[be.rank]] * w
+    src = be._alloc(b_in, rows=sum(in_s) if in_s else None)
+    dst = be._alloc(b_out, rows=sum(out_s) if out_s else None)
+    ins_, outs_ = in_s or None, out_s or None
+    return (lambda a: dist.all_to_all_single(dst, src, outs_, ins_, group=group, async_op=a)), src.nbytes
+
+
+def _all_gather(be: TorchDistBackend, call: CollectiveCall, ins: list[Buf], group: Any) -> tuple[Run, int]:
+    import torch.distributed as dist
+
+    w, b_in = be.world, call.inputs[0]
+    src = be._alloc(b_in)
+    if call.list_form:
+        dsts = [be._alloc(b_in) for _ in range(w)]
+        return (lambda a: dist.all_gather(dsts, src, group=group, async_op=a)), src.nbytes
+    rows = (b_in.shape[0] if b_in.shape else 1) * w
+    dst = be._alloc(b_in, rows=rows) if b_in.shape else be._alloc(Buf(shape=(w,), dtype=b_in.dtype))
+    return (lambda a: dist.all_gather_into_tensor(dst, src, group=group, async_op=a)), src.nbytes
+
+
+def _reduce_scatter(be: TorchDistBackend, call: CollectiveCall, ins: list[Buf], group: Any) -> tuple[Run, int]:
+    import torch.distributed as dist
+
+    w = be.world
+    b_out = call.outputs[0] if call.outputs else call.inputs[0]
+    dst = be._alloc(b_out)
+    if call.list_form:
+        srcs = [be._alloc(b_out) for _ in range(w)]
+        return (lambda a: dist.reduce_scatter(dst, srcs, group=group, async_op=a)), sum(t.nbytes for t in srcs)
+    src = be._alloc(b_out, rows=(b_out.shape[0] if b_out.shape else 1) * w)
+    return (lambda a: dist.reduce_scatter_tensor(dst, src, group=group, async_op=a)), src.nbytes
+
+
+def _barrier(be: TorchDistBackend, call: CollectiveCall, ins: list[Buf], group: Any) -> tuple[Run, int]:
+    import torch.distributed as dist
+
+    return (lambda a: dist.barrier(group=group, async_op=a)), 0
+
+
+def _p2p(be: TorchDistBackend, call: CollectiveCall, ins: list[Buf], group: Any) -> tuple[Run, int]:
+    """send / recv: issued as isend/irecv; a blocking call waits for its works."""
+    import torch.distributed as dist
+
+    bufs = [be._alloc(b) for b in ins]
+    peer = be._peer(call.root)
+    if peer == be.rank:
+        raise DispatchError(f"{call.describe()}: peer is this rank", SkipReason.COLLECTIVE_UNSUPPORTED)
+    op = dist.isend if call.kind == CollKind.SEND else dist.irecv
+
+    def run(a: bool) -> object:
+        works = [op(t, peer, group=group) for t in bufs]
+        if not a:
+            for wk in works:
+                if wk is not None:
+                    wk.wait()
+        return works[-1]
+
+    return run, sum(t.nbytes for t in bufs)
+
+
+def _gather_scatter(be: TorchDistBackend, call: CollectiveCall, ins: list[Buf], group: Any) -> tuple[Run, int]:
+    import torch.distributed as dist
+
+    t = be._alloc(ins[0])
+    root = call.root % be.world
+    lst = [be._alloc(ins[0]) for _ in range(be.world)] if be.rank == root else None
+    if call.kind == CollKind.GATHER:
+        return (lambda a: dist.gather(t, gather_list=lst, dst=root, group=group, async_op=a)), t.nbytes
+    return (lambda a: dist.scatter(t, scatter_list=lst, src=root, group=group, async_op=a)), t.nbytes
+
+
+BUILDERS: dict[CollKind, Builder] = {
+    CollKind.ALL_REDUCE: _all_reduce,
+    CollKind.BROADCAST: _rooted,
+    CollKind.REDUCE: _rooted,
+    CollKind.ALL_TO_ALL: _all_to_all,
+    CollKind.ALL_GATHER: _all_gather,
+    CollKind.REDUCE_SCATTER: _reduce_scatter,
+    CollKind.BARRIER: _barrier,
+    CollKind.SEND: _p2p,
+    CollKind.RECV: _p2p,
+    CollKind.GATHER: _gather_scatter,
+    CollKind.SCATTER: _gather_scatter,
+}

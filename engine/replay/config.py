@@ -8,23 +8,25 @@ config's (engine.settings).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal
 
 from engine.errors import TraceError
 from engine.graph.replayset import SelectionMode
 from engine.replay.collectives import ReplayMode
-from engine.settings import Settings, choose
+from engine.rules import Between, Matches
+from engine.settings import Settings
 
-_DEVICE = re.compile(r"^(cpu|cuda|cuda:\d+)$")
+DEVICE = Matches(r"cpu|cuda|cuda:\d+", "'cpu', 'cuda' or 'cuda:N'")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ReplayConfig(Settings):
     """How to replay a trace.
 
-    device      "cpu", "cuda" or "cuda:N" (the trace's own device is remapped onto it)
+    device      "cpu", "cuda" or "cuda:N" (the trace's own device is remapped onto it; that the
+                machine has CUDA is checked when the replay starts: engine.replay.executor)
     warmup      un-timed iterations before measuring (caches, allocator, oneDNN/cuBLAS heuristics)
     iters       measured iterations
     mode        operator selection: "top" (highest rebuildable op per call path) | "leaf"
@@ -43,49 +45,26 @@ class ReplayConfig(Settings):
     replay_mode "full" (compute + communication) | "compute-only" | "comm-only" (collectives only)
     """
 
-    device: str = "cpu"
-    warmup: int = 1
-    iters: int = 5
+    device: Annotated[str, DEVICE] = "cpu"
+    warmup: Annotated[int, Between(0)] = 1
+    iters: Annotated[int, Between(1)] = 5
     mode: SelectionMode = SelectionMode.TOP
     streams: bool = True
     host_gaps: bool = False
-    lazy: bool | str = "auto"
+    lazy: bool | Literal["auto"] = "auto"
     profile: bool = False
     out_dir: Path | None = None
     allow_trace_code: bool = False
-    num_threads: int | None = None
-    seed: int = 0
+    num_threads: Annotated[int | None, Between(1)] = None
+    seed: Annotated[int, Between(0)] = 0
     metrics: bool = True
     replay_mode: ReplayMode = ReplayMode.FULL
 
     WHAT = "replay config"
 
-    def __post_init__(self) -> None:
-        self._set("replay_mode", choose(ReplayMode, self.replay_mode, "replay_mode"))
-        if not isinstance(self.device, str) or not _DEVICE.match(self.device):
-            raise TraceError(f"replay device must be 'cpu', 'cuda' or 'cuda:N', not {self.device!r}")
-        for name in ("warmup", "iters", "seed"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise TraceError(f"replay {name} must be a non-negative integer, not {v!r}")
-        if self.iters < 1:
-            raise TraceError(f"replay iters must be at least 1, not {self.iters}")
-        self._set("mode", SelectionMode.parse(self.mode))
-        if self.lazy not in (True, False, "auto"):
-            raise TraceError(f"replay lazy must be true, false or 'auto', not {self.lazy!r}")
-        if self.num_threads is not None and (
-            isinstance(self.num_threads, bool) or not isinstance(self.num_threads, int) or self.num_threads < 1
-        ):
-            raise TraceError(f"replay num_threads must be a positive integer, not {self.num_threads!r}")
-        if self.out_dir is not None:
-            self._set("out_dir", Path(self.out_dir))
+    def validate(self) -> None:
         if self.profile and self.out_dir is None:
-            raise TraceError("replay profile=True needs an out_dir for the Kineto trace")
-        if self.device.startswith("cuda"):
-            import torch
-
-            if not torch.cuda.is_available():
-                raise TraceError(f"replay device {self.device!r} requested but CUDA is not available")
+            raise TraceError("replay config profile: needs an out_dir for the Kineto trace")
 
     @property
     def is_cuda(self) -> bool:

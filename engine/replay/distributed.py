@@ -30,13 +30,14 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 from engine import jsonio
 from engine.errors import TraceError
 from engine.progress import Progress, report, scaled
 from engine.replay.config import ReplayConfig
 from engine.replay.result import ReplayResult
+from engine.rules import Between, Positive
 from engine.settings import Settings
 
 if TYPE_CHECKING:
@@ -64,20 +65,12 @@ class DistConfig(Settings):
     timeout_s      bound on every collective (and the rendezvous)
     check          compare the ranks' collective sequences before launching"""
 
-    world_size: int | None = None
-    mirror_rank: int | None = None
-    timeout_s: float = DEFAULT_TIMEOUT_S
+    world_size: Annotated[int | None, Between(1, 1024)] = None
+    mirror_rank: Annotated[int | None, Between(0)] = None
+    timeout_s: Annotated[float, Between(0, 86_400), Positive()] = DEFAULT_TIMEOUT_S
     check: bool = True
 
     WHAT = "distributed replay settings"
-
-    def __post_init__(self) -> None:
-        if self.world_size is not None and (isinstance(self.world_size, bool) or not 1 <= int(self.world_size) <= 1024):
-            raise TraceError(f"world size must be between 1 and 1024, not {self.world_size!r}")
-        if self.mirror_rank is not None and (isinstance(self.mirror_rank, bool) or int(self.mirror_rank) < 0):
-            raise TraceError(f"mirror rank must be a non-negative rank, not {self.mirror_rank!r}")
-        if not (isinstance(self.timeout_s, (int, float)) and 0 < self.timeout_s <= 86_400):
-            raise TraceError(f"collective timeout must be between 0 and 86400 s, not {self.timeout_s!r}")
 
 
 def plan_ranks(trace: Trace, dist: DistConfig) -> tuple[int, dict[int, int]]:
@@ -107,9 +100,11 @@ def replay_distributed(
 ) -> ReplayResult:
     import engine.trace as T
     from engine.distributed.launch import launch
+    from engine.replay.executor import require_device
     from engine.replay.merge import merge
     from engine.replay.seqcheck import check_sequences, process_groups, sequences
 
+    require_device(config)  # before any rank starts
     names = [str(p) for p in paths]
     report(progress, 0.0, "loading trace")
     trace = T.load(*names)

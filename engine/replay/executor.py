@@ -47,7 +47,15 @@ if TYPE_CHECKING:
     from engine.trace.model import Trace
 
 
+def require_device(cfg: ReplayConfig) -> None:
+    """TraceError when the config asks for CUDA on a machine without it (checked where a replay
+    starts, not in ReplayConfig, so a config is built and read without torch)."""
+    if cfg.is_cuda and not torch.cuda.is_available():
+        raise TraceError(f"replay device {cfg.device!r} requested but CUDA is not available")
+
+
 def _target_device(cfg: ReplayConfig) -> str:
+    require_device(cfg)
     if cfg.device == "cuda":
         return f"cuda:{torch.cuda.current_device()}"
     return cfg.device
@@ -414,8 +422,8 @@ def _meta_threads(trace: Trace) -> int | None:
     """The capture's intra-op thread count: from trace meta, else from the `<name>_meta.json`
     written by `mystique capture` next to the ET file. Thread count dominates CPU step time
     (2 threads on a loaded 2-core machine can be 10x slower than 1), so it must match."""
-    meta = trace.meta or {}
-    v = meta.get("num_threads") or (meta.get("capture") or {}).get("num_threads")
+    meta = trace.meta
+    v = meta.get("num_threads") or meta.get("capture", {}).get("num_threads")
     if isinstance(v, int) and v > 0:
         return v
     from engine.trace.layout import meta_for
@@ -466,13 +474,13 @@ def measured_host_gaps(plan: Plan) -> list[int]:
     return out
 
 
-def replayed_et(trace: Trace, rank) -> dict | None:
+def replayed_et(trace: Trace, rank) -> dict[str, Any] | None:
     """The ET source document of `rank` (the first ET when the rank is not recorded): a
     distributed rank names its own file, not rank 0's, so compare maps its ids through the right
     provenance (issue 21)."""
     srcs = [s for s in (trace.meta.get("sources") or []) if s.get("kind") == "execution_trace"]
     mine = [s for s in srcs if rank is not None and s.get("rank") == rank]
-    return (mine or srcs or [None])[0]
+    return (mine or srcs)[0] if srcs else None
 
 
 def source_of(trace: Trace, rank) -> dict:

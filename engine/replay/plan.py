@@ -207,33 +207,38 @@ def build_plan(
     """The replay plan for `replay_ids` (ET node ids of one rank) on `device`.
 
     `collectives`: a `CollectiveBackend` (default: skip them, single-process replay).
-    `custom`: a `CustomOps` (engine.replay.custom) rebuilding library ops such as FBGEMM's TBE."""
+    `custom`: a `CustomOps` (engine.replay.custom) rebuilding library ops such as FBGEMM's TBE.
+
+    Each op, in id order, is one step (`_plan_op`): code shipped in the trace is skipped, a
+    collective goes to the backend, a library op to `custom`, anything else is resolved against
+    the live op registry, its tensor records are checked, its inputs bound to the slots that
+    produced them (or to new externals), its recorded values turned into call templates and its
+    outputs given new slots."""
     if collectives is None:
         from engine.replay.comm_backend import SkipCollectives
 
         collectives = SkipCollectives()
-    child_attrs = param_comms_by_parent(ops)
     ids = {int(i) for i in replay_ids}
     code_ids = _trace_code_ops(ops, ids)
     ids.update(code_ids)
-    code_set = set(code_ids)
     sel = ops[ops["id"].isin(ids)].sort_values("id", kind="stable")
+    ctx = _PlanContext(
+        device=device,
+        allow_trace_code=allow_trace_code,
+        collectives=collectives,
+        custom=custom,
+        child_attrs=param_comms_by_parent(ops),
+        code_ids=set(code_ids),
+    )
     steps: list[OpStep] = []
-    externals: dict[int, External] = {}
-    ext_by_tid: dict[tuple, int] = {}
-    produced: dict[tuple, int] = {}  # (tensor_id, storage_id) -> slot (latest producer)
-    slot_rec: dict[int, TensorRec] = {}
-    produced_bytes: dict[int, int] = {}
-    n_slots = 0
     cols = ["id", "name", "category", "phase", "schema", "inputs", "outputs", "k_ts_us", "k_dur_us", "attrs"]
     rows = sel[[c for c in cols if c in sel.columns]].itertuples(index=False)
     total = max(len(sel), 1)
     for k, r in enumerate(rows):
-        name = str(r.name)
         st = OpStep(
             index=k,
             op_id=int(r.id),
-            name=name,
+            name=str(r.name),
             category=str(r.category),
             phase=str(r.phase),
             k_ts_us=float(getattr(r, "k_ts_us", np.nan)),
@@ -242,171 +247,240 @@ def build_plan(
         steps.append(st)
         if progress is not None and k % 500 == 0:
             progress(k / total, f"planning op {k}/{total}")
-        if st.op_id in code_set:
-            st.reason = TRACE_CODE_REASON if not allow_trace_code else SkipReason.TRACE_CODE_UNSUPPORTED
-            st.detail = f"op {st.op_id} {name} runs code shipped in the trace"
-            continue
-        try:
-            ins = json.loads(r.inputs) if isinstance(r.inputs, str) and r.inputs else {}
-            outs = json.loads(r.outputs) if isinstance(r.outputs, str) and r.outputs else {}
-        except ValueError as e:
-            st.reason, st.detail = SkipReason.UNREADABLE_RECORD, str(e)
-            continue
-        types = list(ins.get("types", []))
-        values = list(ins.get("values", []))
-        if is_collective(name):
-            row = {"id": st.op_id, "name": name, "schema": getattr(r, "schema", ""), "inputs": ins, "outputs": outs}
-            row["attrs"] = getattr(r, "attrs", None)
-            call = collective_call(row, child_attrs.get(st.op_id))
-            if call is None:
-                st.reason, st.detail = (
-                    SkipReason.COLLECTIVE_UNSUPPORTED,
-                    f"op {st.op_id} {name}: not a modelled collective",
-                )
-                continue
-            st.coll = call
-            try:
-                st.call = collectives.prepare(call, k)
-            except DispatchError as e:
-                st.reason, st.detail = e.reason, str(e)
-            continue
-        if custom is not None and custom.handles(name):
-            # a self-contained rebuild (its own realistic inputs); returns the recorded outputs
-            try:
-                st.call = custom.prepare(st.op_id, name, getattr(r, "schema", ""), ins, outs, device)
-            except DispatchError as e:
-                st.reason, st.detail = e.reason, str(e)
-                continue
-            st.substituted = str(getattr(st.call, "substituted", ""))
-            for arg, sub, rec, _t in _iter_tensors(outs):
-                if rec is None or rec.check():
-                    continue
-                st.outs.append((arg, sub, n_slots, rec))
-                produced[(rec.tensor_id, rec.storage_id)] = n_slots
-                slot_rec[n_slots] = rec
-                produced_bytes[n_slots] = rec.nbytes()
-                n_slots += 1
-            continue
-        try:
-            res = resolve(name, str(r.schema or ""), types, device, allow_trace_code=allow_trace_code)
-        except DispatchError as e:
-            st.reason, st.detail = e.reason, f"op {st.op_id}: {e}"
-            continue
-        # validate tensor records before touching any state
-        bad = None
-        for io_name, io in (("input", ins), ("output", outs)):
-            for arg, sub, rec, t in _iter_tensors(io):
-                if rec is None:
-                    if "nullptr" in t or t == "Tensor":
-                        continue
-                    problem = f"unreadable tensor value {io.get('values', [None])[arg]!r}"[:120]
-                else:
-                    problem = rec.check()
-                    if problem and not rec.dtype:
-                        problem = f"unknown dtype name {t!r}"
-                if problem:
-                    where = f"{io_name} {arg}" + (f"[{sub}]" if sub is not None else "")
-                    bad = (problem, where)
-                    break
-            if bad:
-                break
-        if bad:
-            problem, where = bad
-            st.reason = (
-                SkipReason.BAD_DTYPE
-                if "dtype" in problem
-                else SkipReason.BAD_NUMEL
-                if "numel" in problem
-                else SkipReason.BAD_TENSOR
-            )
-            st.detail = f"op {st.op_id} {name}: {where}: {problem}"
-            continue
-        size_problem = _size_problem(res, values, outs)
-        if size_problem:
-            st.reason = SkipReason.BAD_NUMEL
-            st.detail = f"op {st.op_id} {name}: {size_problem}"
-            continue
-        constraints = index_constraints(name, values, list(ins.get("shapes", [])))
-        empty = _empty_index_range(constraints, ins)
-        if empty:
-            st.reason = SkipReason.EMPTY_INDEX_RANGE
-            st.detail = f"op {st.op_id} {name}: {empty}"
-            continue
-        st.resolved = res
-        # templates: recorded values converted, tensors as fix-ups
-        rec_val: dict[int, Any] = {}
-        fix_rec: dict[int, list] = {}
-        for arg, sub, rec, _t in _iter_tensors(ins):
-            if rec is None:
-                continue
-            # tensor ids (and storage ids) are recycled once a tensor dies: match on the full
-            # identity and require the recorded shape/dtype to agree with the producer's
-            tid = (rec.tensor_id, rec.storage_id)
-            prev = produced.get(tid)
-            if prev is not None and (slot_rec[prev].shape != rec.shape or slot_rec[prev].dtype != rec.dtype):
-                prev = None
-            tid_e = (rec.tensor_id, rec.storage_id, rec.offset, rec.shape, rec.dtype)
-            if prev is not None:
-                slot = prev
-            elif tid_e in ext_by_tid:
-                slot = ext_by_tid[tid_e]
-                externals[slot].last_use = k
-            else:
-                slot = n_slots
-                n_slots += 1
-                ext_by_tid[tid_e] = slot
-                externals[slot] = External(slot=slot, rec=rec, first_use=k, last_use=k)
-            fix_rec.setdefault(arg, []).append((sub, slot))
-            st.in_slots.append(slot)
-        for arg, sub, cons in constraints:
-            for s2, slot in fix_rec.get(arg, []):
-                if s2 == sub and slot in externals and cons is not None:
-                    ext = externals[slot]
-                    if ext.constraint is None:
-                        ext.constraint = Constraint()
-                    ext.constraint.merge(cons)
-        for i, t in enumerate(types):
-            v = values[i] if i < len(values) else None
-            if _is_tensor_type(t):
-                rec_val[i] = None
-            elif isinstance(v, list) and i in fix_rec:
-                rec_val[i] = [None if (isinstance(x, str) and x == "<None>") or isinstance(x, list) else x for x in v]
-            else:
-                rec_val[i] = convert_scalar(v, t, res.arg_types.get(i), device)
-        for p, (kind, x) in enumerate(res.positional):
-            if kind == "rec":
-                st.pos.append(_copy(rec_val.get(x)))
-                for sub, slot in fix_rec.get(x, []):
-                    st.fixups.append(("p", p, sub, slot))
-            else:
-                st.pos.append(x)
-        for key, (kind, x) in res.keywords.items():
-            if kind == "rec":
-                st.kw[key] = _copy(rec_val.get(x))
-                for sub, slot in fix_rec.get(x, []):
-                    st.fixups.append(("k", key, sub, slot))
-            else:
-                st.kw[key] = x
-        in_storages = {slot_rec[s].storage_id for s in st.in_slots if s in slot_rec}
-        in_storages |= {externals[s].rec.storage_id for s in st.in_slots if s in externals}
-        out_map = res.out_map
-        for arg, sub, rec, _t in _iter_tensors(outs):
-            if rec is None:
-                continue
-            pos = out_map[arg] if out_map is not None and arg < len(out_map) else arg
-            slot = n_slots
-            n_slots += 1
-            st.outs.append((pos, sub, slot, rec))
-            produced[(rec.tensor_id, rec.storage_id)] = slot
-            slot_rec[slot] = rec
-            produced_bytes[slot] = 0 if rec.storage_id in in_storages else rec.nbytes()
-    lifetimes(steps, externals)
-    _async_waits(steps, sel, externals, slot_rec)
+        _plan_op(st, r, ctx)
+    lifetimes(steps, ctx.externals)
+    _async_waits(steps, sel, ctx.externals, ctx.slot_rec)
     resident = custom.resident_bytes() if custom is not None else 0
     resident += sum(_coll_bytes(st.coll) for st in steps if st.coll is not None and st.runnable)
     return Plan(
-        steps=steps, externals=externals, n_slots=n_slots, produced_bytes=produced_bytes, resident_bytes=resident
+        steps=steps,
+        externals=ctx.externals,
+        n_slots=ctx.n_slots,
+        produced_bytes=ctx.produced_bytes,
+        resident_bytes=resident,
     )
+
+
+@dataclass(kw_only=True, slots=True)
+class _PlanContext:
+    """What planning carries from op to op: the settings, and the slots handed out so far."""
+
+    device: str
+    allow_trace_code: bool
+    collectives: Any
+    custom: Any
+    child_attrs: dict
+    code_ids: set[int]
+    externals: dict[int, External] = field(default_factory=dict)
+    ext_by_tid: dict[tuple, int] = field(default_factory=dict)
+    produced: dict[tuple, int] = field(default_factory=dict)  # (tensor_id, storage_id) -> slot (latest producer)
+    slot_rec: dict[int, TensorRec] = field(default_factory=dict)
+    produced_bytes: dict[int, int] = field(default_factory=dict)
+    n_slots: int = 0
+
+    def new_output(self, rec: TensorRec, nbytes: int) -> int:
+        """A new slot for an op's output `rec` (its latest producer from now on)."""
+        slot = self.n_slots
+        self.n_slots += 1
+        self.produced[(rec.tensor_id, rec.storage_id)] = slot
+        self.slot_rec[slot] = rec
+        self.produced_bytes[slot] = nbytes
+        return slot
+
+
+def _plan_op(st: OpStep, r: Any, ctx: _PlanContext) -> None:
+    """Plan one op (build_plan's docstring); a skipped op gets its `reason` and `detail`."""
+    name = st.name
+    if st.op_id in ctx.code_ids:
+        st.reason = TRACE_CODE_REASON if not ctx.allow_trace_code else SkipReason.TRACE_CODE_UNSUPPORTED
+        st.detail = f"op {st.op_id} {name} runs code shipped in the trace"
+        return
+    try:
+        ins = json.loads(r.inputs) if isinstance(r.inputs, str) and r.inputs else {}
+        outs = json.loads(r.outputs) if isinstance(r.outputs, str) and r.outputs else {}
+    except ValueError as e:
+        st.reason, st.detail = SkipReason.UNREADABLE_RECORD, str(e)
+        return
+    if is_collective(name):
+        _plan_collective(st, r, ins, outs, ctx)
+        return
+    if ctx.custom is not None and ctx.custom.handles(name):
+        _plan_custom(st, r, ins, outs, ctx)
+        return
+    types = list(ins.get("types", []))
+    values = list(ins.get("values", []))
+    try:
+        res = resolve(name, str(r.schema or ""), types, ctx.device, allow_trace_code=ctx.allow_trace_code)
+    except DispatchError as e:
+        st.reason, st.detail = e.reason, f"op {st.op_id}: {e}"
+        return
+    if _bad_records(st, ins, outs):  # validate tensor records before touching any state
+        return
+    size_problem = _size_problem(res, values, outs)
+    if size_problem:
+        st.reason = SkipReason.BAD_NUMEL
+        st.detail = f"op {st.op_id} {name}: {size_problem}"
+        return
+    constraints = index_constraints(name, values, list(ins.get("shapes", [])))
+    empty = _empty_index_range(constraints, ins)
+    if empty:
+        st.reason = SkipReason.EMPTY_INDEX_RANGE
+        st.detail = f"op {st.op_id} {name}: {empty}"
+        return
+    st.resolved = res
+    fix_rec = _bind_inputs(st, ins, ctx)
+    _constrain_indices(constraints, fix_rec, ctx.externals)
+    _fill_templates(st, res, types, values, fix_rec, ctx.device)
+    _bind_outputs(st, res, outs, ctx)
+
+
+def _plan_collective(st: OpStep, r: Any, ins: dict, outs: dict, ctx: _PlanContext) -> None:
+    row = {"id": st.op_id, "name": st.name, "schema": getattr(r, "schema", ""), "inputs": ins, "outputs": outs}
+    row["attrs"] = getattr(r, "attrs", None)
+    call = collective_call(row, ctx.child_attrs.get(st.op_id))
+    if call is None:
+        st.reason, st.detail = (
+            SkipReason.COLLECTIVE_UNSUPPORTED,
+            f"op {st.op_id} {st.name}: not a modelled collective",
+        )
+        return
+    st.coll = call
+    try:
+        st.call = ctx.collectives.prepare(call, st.index)
+    except DispatchError as e:
+        st.reason, st.detail = e.reason, str(e)
+
+
+def _plan_custom(st: OpStep, r: Any, ins: dict, outs: dict, ctx: _PlanContext) -> None:
+    """A self-contained rebuild (its own realistic inputs); returns the recorded outputs."""
+    try:
+        st.call = ctx.custom.prepare(st.op_id, st.name, getattr(r, "schema", ""), ins, outs, ctx.device)
+    except DispatchError as e:
+        st.reason, st.detail = e.reason, str(e)
+        return
+    st.substituted = str(getattr(st.call, "substituted", ""))
+    for arg, sub, rec, _t in _iter_tensors(outs):
+        if rec is None or rec.check():
+            continue
+        st.outs.append((arg, sub, ctx.n_slots, rec))
+        ctx.new_output(rec, rec.nbytes())
+
+
+def _bad_records(st: OpStep, ins: dict, outs: dict) -> bool:
+    """True (and the step skipped with its reason) when a tensor record cannot be rebuilt."""
+    bad = None
+    for io_name, io in (("input", ins), ("output", outs)):
+        for arg, sub, rec, t in _iter_tensors(io):
+            if rec is None:
+                if "nullptr" in t or t == "Tensor":
+                    continue
+                problem = f"unreadable tensor value {io.get('values', [None])[arg]!r}"[:120]
+            else:
+                problem = rec.check()
+                if problem and not rec.dtype:
+                    problem = f"unknown dtype name {t!r}"
+            if problem:
+                where = f"{io_name} {arg}" + (f"[{sub}]" if sub is not None else "")
+                bad = (problem, where)
+                break
+        if bad:
+            break
+    if not bad:
+        return False
+    problem, where = bad
+    st.reason = (
+        SkipReason.BAD_DTYPE
+        if "dtype" in problem
+        else SkipReason.BAD_NUMEL
+        if "numel" in problem
+        else SkipReason.BAD_TENSOR
+    )
+    st.detail = f"op {st.op_id} {st.name}: {where}: {problem}"
+    return True
+
+
+def _bind_inputs(st: OpStep, ins: dict, ctx: _PlanContext) -> dict[int, list]:
+    """Each input tensor's slot: its producer's, an external's already seen, or a new external;
+    returns arg -> [(sub, slot)], the fix-ups of the call templates."""
+    k = st.index
+    fix_rec: dict[int, list] = {}
+    for arg, sub, rec, _t in _iter_tensors(ins):
+        if rec is None:
+            continue
+        # tensor ids (and storage ids) are recycled once a tensor dies: match on the full
+        # identity and require the recorded shape/dtype to agree with the producer's
+        tid = (rec.tensor_id, rec.storage_id)
+        prev = ctx.produced.get(tid)
+        if prev is not None and (ctx.slot_rec[prev].shape != rec.shape or ctx.slot_rec[prev].dtype != rec.dtype):
+            prev = None
+        tid_e = (rec.tensor_id, rec.storage_id, rec.offset, rec.shape, rec.dtype)
+        if prev is not None:
+            slot = prev
+        elif tid_e in ctx.ext_by_tid:
+            slot = ctx.ext_by_tid[tid_e]
+            ctx.externals[slot].last_use = k
+        else:
+            slot = ctx.n_slots
+            ctx.n_slots += 1
+            ctx.ext_by_tid[tid_e] = slot
+            ctx.externals[slot] = External(slot=slot, rec=rec, first_use=k, last_use=k)
+        fix_rec.setdefault(arg, []).append((sub, slot))
+        st.in_slots.append(slot)
+    return fix_rec
+
+
+def _constrain_indices(constraints: list, fix_rec: dict[int, list], externals: dict[int, External]) -> None:
+    """Index arguments of an external input get the value range the op needs (realistic indices)."""
+    for arg, sub, cons in constraints:
+        for s2, slot in fix_rec.get(arg, []):
+            if s2 == sub and slot in externals and cons is not None:
+                ext = externals[slot]
+                if ext.constraint is None:
+                    ext.constraint = Constraint()
+                ext.constraint.merge(cons)
+
+
+def _fill_templates(
+    st: OpStep, res: Resolved, types: list, values: list, fix_rec: dict[int, list], device: str
+) -> None:
+    """The call's positional and keyword templates: recorded values converted, tensors as fix-ups."""
+    rec_val: dict[int, Any] = {}
+    for i, t in enumerate(types):
+        v = values[i] if i < len(values) else None
+        if _is_tensor_type(t):
+            rec_val[i] = None
+        elif isinstance(v, list) and i in fix_rec:
+            rec_val[i] = [None if (isinstance(x, str) and x == "<None>") or isinstance(x, list) else x for x in v]
+        else:
+            rec_val[i] = convert_scalar(v, t, res.arg_types.get(i), device)
+    for p, (kind, x) in enumerate(res.positional):
+        if kind == "rec":
+            st.pos.append(_copy(rec_val.get(x)))
+            for sub, slot in fix_rec.get(x, []):
+                st.fixups.append(("p", p, sub, slot))
+        else:
+            st.pos.append(x)
+    for key, (kind, x) in res.keywords.items():
+        if kind == "rec":
+            st.kw[key] = _copy(rec_val.get(x))
+            for sub, slot in fix_rec.get(x, []):
+                st.fixups.append(("k", key, sub, slot))
+        else:
+            st.kw[key] = x
+
+
+def _bind_outputs(st: OpStep, res: Resolved, outs: dict, ctx: _PlanContext) -> None:
+    """A new slot per output tensor; an output that shares an input's storage (a view, an
+    in-place op) adds no bytes."""
+    in_storages = {ctx.slot_rec[s].storage_id for s in st.in_slots if s in ctx.slot_rec}
+    in_storages |= {ctx.externals[s].rec.storage_id for s in st.in_slots if s in ctx.externals}
+    out_map = res.out_map
+    for arg, sub, rec, _t in _iter_tensors(outs):
+        if rec is None:
+            continue
+        pos = out_map[arg] if out_map is not None and arg < len(out_map) else arg
+        st.outs.append((pos, sub, ctx.n_slots, rec))
+        ctx.new_output(rec, 0 if rec.storage_id in in_storages else rec.nbytes())
 
 
 def _coll_bytes(call: CollectiveCall) -> int:

@@ -16,8 +16,7 @@ tables, pandas copies while duplicating).
 
 from __future__ import annotations
 
-import os
-
+from engine import envvars
 from engine.errors import TraceError
 
 TASK_BYTES = 4096
@@ -28,14 +27,11 @@ _UNKNOWN_PLATFORM_BYTES = 8 << 30
 def limit_bytes() -> tuple[int, int | None]:
     """(limit, available): half the memory this process may still use (`$MYSTIQUE_SIM_MAX_BYTES`
     when set), and the availability it was derived from (None: unknown platform)."""
-    raw = os.environ.get("MYSTIQUE_SIM_MAX_BYTES", "").strip()
     from engine.sysinfo import available_memory_bytes
 
     avail = available_memory_bytes()
-    if raw:
-        from engine.errors import env_int
-
-        return env_int("MYSTIQUE_SIM_MAX_BYTES", 0, 1), avail
+    if envvars.get("MYSTIQUE_SIM_MAX_BYTES"):
+        return envvars.get_int("MYSTIQUE_SIM_MAX_BYTES", 0, 1), avail
     return (_UNKNOWN_PLATFORM_BYTES if avail is None else avail // 2), avail
 
 
@@ -46,7 +42,7 @@ def check_tasks(n_tasks: int, what: str) -> None:
     limit, avail = limit_bytes()
     if need <= limit:
         return
-    basis = "MYSTIQUE_SIM_MAX_BYTES" if os.environ.get("MYSTIQUE_SIM_MAX_BYTES", "").strip() else "half of"
+    basis = "MYSTIQUE_SIM_MAX_BYTES" if envvars.get("MYSTIQUE_SIM_MAX_BYTES") else "half of"
     avail_s = f"{avail / 2**30:,.1f} GiB available" if avail is not None else "memory unknown"
     raise TraceError(
         f"{what}: the task graph would hold ~{n_tasks:,} tasks and ~{n_tasks * EDGES_PER_TASK:,} edges, "

@@ -9,57 +9,39 @@ shape of every engine config: engine.settings). `parse` reads the CLI's `--confi
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Annotated, Any
 
 from engine.errors import TraceError
+from engine.rules import MAX_US, Between
 from engine.settings import Settings
+from engine.user_regex import Regex
+
+US = Between(0, MAX_US)  # a time threshold
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
 class SimConfig(Settings):
     # A GPU task that starts within this many us of its stream predecessor's end was held by the
     # stream (FIFO), not by its launch; its launch latency then falls back to the typical one.
-    stream_bound_gap_us: float = 3.0
+    stream_bound_gap_us: Annotated[float, US] = 3.0
     # Inter-thread heuristic: a host point that ends a segment of at least `thread_block_us`
     # (a thread woke up after idling or blocking) depends on the latest point of another thread of
     # the same rank at most `thread_window_us` before it.
-    thread_block_us: float = 20.0
-    thread_window_us: float = 10.0
+    thread_block_us: Annotated[float, US] = 20.0
+    thread_window_us: Annotated[float, US] = 10.0
     # A host thread idle (no recorded op) for at least `thread_idle_us` waited for another thread
     # (a DataLoader queue, the autograd engine's hand-off): it wakes after the latest point of
     # another thread of its rank inside the gap, however long before its wake-up that was.
-    thread_idle_us: float = 1000.0
+    thread_idle_us: Annotated[float, US] = 1000.0
     # Host calls that wait for the GPU (sync-like runtime calls), matched by name: synchronize,
     # synchronous copies and memsets, and frees (they synchronise the device).
-    sync_regex: str = (
+    sync_regex: Annotated[str, Regex()] = (
         r"Synchronize|^(cuda|hip)Memcpy(DtoH|HtoD|DtoD)?$|^(cuda|hip)Memset$|^(cuda|hip)(Free|FreeHost|HostFree)$"
     )
     # Safety valve for the round-based solver (each round resolves at least one lane segment).
-    max_rounds: int = 1_000_000
+    max_rounds: Annotated[int, Between(1, 1 << 40)] = 1_000_000
 
     WHAT = "simulator settings"
-
-    def __post_init__(self) -> None:
-        """Each field passes the what-if field rules (engine.simulate.whatif.rules: finite numbers,
-        bounds, a linear-time regex); TraceError "field: problem" otherwise."""
-        from engine.simulate.whatif.rules import MAX_US, Between, Finite, Regex, problem_with
-
-        rules = {
-            "stream_bound_gap_us": (Finite(), Between(0, MAX_US)),
-            "thread_block_us": (Finite(), Between(0, MAX_US)),
-            "thread_window_us": (Finite(), Between(0, MAX_US)),
-            "thread_idle_us": (Finite(), Between(0, MAX_US)),
-            "sync_regex": (Regex(),),
-            "max_rounds": (Finite(), Between(1, 1 << 40)),
-        }
-        for f in fields(self):
-            v = getattr(self, f.name)
-            want = {"str": str, "int": int}.get(str(f.type), float)
-            if isinstance(v, bool) or not isinstance(v, (int, float) if want is float else want):
-                raise TraceError(f"{f.name}: expected {'a number' if want is float else want.__name__}, got {v!r}")
-            problem = next((p for r in rules[f.name] if (p := problem_with(r, v)) is not None), None)
-            if problem is not None:
-                raise TraceError(f"{f.name}: {problem}")
 
     @classmethod
     def from_dict(cls, d: Any) -> SimConfig:

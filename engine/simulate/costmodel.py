@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -30,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from engine import envvars
 
 Shapes = list[tuple[int, ...]]
 
@@ -194,10 +195,10 @@ def cache_dir() -> Path:
     Why an override of its own: fitted curves change what the simulator predicts, so the tests
     point it at an empty folder (a developer's calibration must not answer for a fresh machine).
     """
-    env = os.environ.get("MYSTIQUE_COSTMODEL_DIR", "").strip()
+    env = envvars.get("MYSTIQUE_COSTMODEL_DIR")
     if env:
         return Path(env)
-    return Path(os.environ.get("MYSTIQUE_CACHE_DIR", ".mystique_cache")) / "costmodel"
+    return Path(envvars.get("MYSTIQUE_CACHE_DIR") or ".mystique_cache") / "costmodel"
 
 
 def microbench_curves(device: str = "cpu") -> dict[str, Curve]:

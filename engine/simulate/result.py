@@ -70,7 +70,7 @@ from __future__ import annotations
 import gzip
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -79,6 +79,11 @@ from engine.analysis.steps import iteration_ms, step_spans
 from engine.simulate.schedule import Schedule
 from engine.simulate.stragglers import straggler
 from engine.simulate.taskgraph import TaskGraph, take_rows
+from engine.trace.model import Trace, TraceMeta
+
+if TYPE_CHECKING:
+    from engine.analysis.breakdown import TimeBreakdown
+    from engine.simulate.critical_path import CriticalPath
 
 __all__ = ["SimResult", "export_kineto", "iteration_ms", "predicted_events", "predicted_trace", "step_spans"]
 
@@ -89,13 +94,13 @@ TASKS_PER_S_MEASURES = "graph build + what-if edits + schedule (trace loading an
 class SimResult:
     graph: TaskGraph
     schedule: Schedule
-    predicted: Any  # engine.trace.model.Trace
+    predicted: Trace  # the predicted Kineto events as a trace (predicted_trace)
     measured_iteration_ms: float | None
     predicted_iteration_ms: float
-    breakdown: Any  # engine.analysis.breakdown.TimeBreakdown of the predicted events
-    measured_breakdown: Any = None  # the same of the trace's own events (what Explore shows)
-    critical_path: Any = None  # engine.simulate.critical_path.CriticalPath of the schedule
-    stragglers: Any = None  # engine.simulate.stragglers.straggler_table (a DataFrame)
+    breakdown: TimeBreakdown  # of the predicted events
+    measured_breakdown: TimeBreakdown | None = None  # the same of the trace's own events (what Explore shows)
+    critical_path: CriticalPath | None = None  # of the schedule
+    stragglers: pd.DataFrame | None = None  # engine.simulate.stragglers.straggler_table
     sim_s: float
     build_s: float
     warnings: list[str] = field(default_factory=list)
@@ -164,12 +169,12 @@ def predicted_events(g: TaskGraph, s: Schedule) -> pd.DataFrame:
     return ev
 
 
-def predicted_trace(source_meta: dict, g: TaskGraph, s: Schedule, edits: list[dict] | None = None):
+def predicted_trace(source_meta: TraceMeta, g: TaskGraph, s: Schedule, edits: list[dict] | None = None):
     """A `Trace` whose events are the prediction (ops/tensors/flows empty: timing only)."""
     from engine.trace.model import Trace
 
     ev = predicted_events(g, s)
-    meta = {k: v for k, v in source_meta.items() if k not in ("iterations", "content_hash")}
+    meta = cast(TraceMeta, {k: v for k, v in source_meta.items() if k not in ("iterations", "content_hash")})
     st = step_spans(ev)
     meta["iterations"] = [
         {"name": str(n), "ts_us": float(a), "dur_us": float(b), "rank": int(r)}

@@ -16,13 +16,13 @@ list<int64> columns and turned back into tuples (strides keep None) on read.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from engine import envvars
 from engine.trace.model import Trace
 
 TABLES = ("ops", "tensors", "events", "flows")
@@ -31,7 +31,7 @@ _OBJECT_COLS = {"ops": ("inputs", "outputs", "attrs")}  # JSON text kept as Pyth
 
 
 def cache_root() -> Path:
-    env = os.environ.get("MYSTIQUE_CACHE_DIR", "").strip()
+    env = envvars.get("MYSTIQUE_CACHE_DIR")
     return Path(env) if env else Path.home() / ".cache" / "mystique"
 
 

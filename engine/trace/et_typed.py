@@ -32,6 +32,7 @@ a valid one loads.
 from __future__ import annotations
 
 from operator import attrgetter, itemgetter
+from types import GenericAlias
 from typing import Any, Union
 
 import numpy as np
@@ -98,11 +99,13 @@ if msgspec is not None:
                 ("ctrl_deps", int),
                 ("inputs", _IO),
                 ("outputs", _IO),
-                ("attrs", list[attr_type], []),
+                ("attrs", GenericAlias(list, (attr_type,)), []),  # list[attr_type], built at run time
             ],
             gc=False,
         )
-        return msgspec.defstruct(f"ChakraDoc{label}", [("schema", str), ("nodes", list[node])], gc=False)
+        return msgspec.defstruct(
+            f"ChakraDoc{label}", [("schema", str), ("nodes", GenericAlias(list, (node,)))], gc=False
+        )
 
     # Tried in order: known attribute names only (fast), then any attribute name.
     # Union[...] (not X | Y): it unpacks a runtime tuple of member types.
@@ -164,7 +167,7 @@ def chakra_columns(doc):
     parents = [0] * n
     ins = [""] * n
     outs = [""] * n
-    values = [None] * n
+    values: list[list[Any] | None] = [None] * n
     ends = [0] * n
     layouts: dict[tuple, list[int]] = {}
     enc = _ENCODE
@@ -173,7 +176,8 @@ def chakra_columns(doc):
     ext = flat.extend
     kinds: dict = {}
     tcode: dict = {}  # tensor type -> code, in order of first appearance (the dtype column's order)
-    prev = cur = None
+    prev: tuple | None = None
+    cur: list[int] = []  # the run of nodes of layout `prev` (set on the first node)
     tagged = isinstance(doc, TYPED_DOCS[0])
     layout_key = type if tagged else attrgetter("name")  # tagged: attribute classes stand for names
     get_value = attrgetter("value")

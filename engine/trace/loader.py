@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engine import jsonio
-from engine.errors import TraceError, env_int
+from engine import envvars, jsonio
+from engine.errors import TraceError
 from engine.progress import report
 from engine.trace import dupkeys, safe_io
 from engine.trace.categories import categorize
@@ -36,7 +36,7 @@ from engine.trace.et import is_et, parse_et, parse_et_typed
 from engine.trace.et_typed import TYPED_DOCS, decode_chakra
 from engine.trace.kineto import as_kineto, is_kineto, parse_kineto
 from engine.trace.layout import rank_in_name
-from engine.trace.model import PHASES, Trace
+from engine.trace.model import PHASES, Trace, TraceMeta
 from engine.trace.pairing import check_link, check_ranks, et_pid, kineto_pids
 from engine.trace.ranks import ranks_of
 
@@ -217,7 +217,7 @@ def load(*paths, rank: int | None = None, progress=None, use_cache: bool = True)
     return trace
 
 
-def _rebase_paths(meta: dict, files: list[str]) -> None:
+def _rebase_paths(meta: TraceMeta, files: list[str]) -> None:
     """A cache hit names the files given now, not those of the load that filled the cache.
 
     Why: the cache is keyed by content, so the same bytes under another path (a copy, another
@@ -270,8 +270,8 @@ def load_budget_bytes() -> int | None:
     now (None when nothing tells)."""
     from engine.sysinfo import available_memory_bytes
 
-    env = os.environ.get("MYSTIQUE_LOAD_MAX_BYTES", "").strip()
-    return env_int("MYSTIQUE_LOAD_MAX_BYTES", 0, 0) if env else available_memory_bytes()
+    env = (envvars.get("MYSTIQUE_LOAD_MAX_BYTES") or "").strip()
+    return envvars.get_int("MYSTIQUE_LOAD_MAX_BYTES", 0, 0) if env else available_memory_bytes()
 
 
 def check_load_memory(json_bytes: int, path) -> None:
@@ -393,7 +393,7 @@ def _build(raws, digests, rank_arg, limit, key, progress) -> Trace:
     kinds = sorted({s["kind"] for s in sources})
     ranks = ranks_of(ops, events)
     schemas = [s["schema"] for s in sources if s["kind"] == "execution_trace"]
-    meta = {
+    meta: TraceMeta = {
         "sources": sources,
         "files": [os.fspath(f) for f, _ in raws],  # as given to load(): a cache hit rebases paths on them
         "kind": "+".join(kinds),

@@ -80,7 +80,7 @@ flows (one row per flow event: "s"/"f"/"t" phases)
     rank int32, id int64, cat category ("ac2g", "fwdbwd", ...), ph category, ts_us float64,
     pid category, tid category, src int16
 
-meta (dict, JSON-serializable)
+meta (`TraceMeta`, a JSON-serializable TypedDict)
     sources      list of {"path", "kind", "schema", "nodes" | "events", "rank", "sha256"}
     kind         "execution_trace" | "kineto" | "execution_trace+kineto"
     schema       ET schema string as in the file ("" for Kineto-only)
@@ -102,7 +102,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import pandas as pd
 
@@ -118,6 +118,33 @@ CATEGORIES = (
 PHASES = ("forward", "backward", "optimizer", "other")
 
 
+class TraceMeta(TypedDict, total=False):
+    """`Trace.meta`: the keys the module docstring lists, typed (mypy checks every reader)."""
+
+    sources: list[dict[str, Any]]
+    kind: str
+    schema: str
+    schemas: list[str]
+    nodes: int
+    events: int
+    ranks: list[int]
+    world_size: int | None
+    warnings: list[str]
+    link: dict[str, Any] | None  # None: nothing to link (ET or Kineto alone)
+    iterations: list[dict[str, Any]]
+    content_hash: str
+    resources: dict[str, str]
+    process_names: dict[str, str]
+    thread_names: dict[str, str]
+    device_properties: list[dict[str, Any]]
+    files: list[str]
+    num_threads: int  # the capture's intra-op threads (engine.replay matches them)
+    capture: dict[str, Any]  # a capture's own meta, when a loader found it
+    synthesized: dict[str, Any]  # engine.compose.synth's report on a Kineto-only input
+    simulated: dict[str, Any]  # a predicted trace: {"edits", "tasks"} (engine.simulate.result)
+    rank: int  # a one-rank trace built rank by rank (engine.simulate.fleet)
+
+
 @dataclass(kw_only=True, slots=True)
 class Trace:
     """A loaded trace: ET tables, Kineto tables and metadata (see module docstring for columns)."""
@@ -126,7 +153,7 @@ class Trace:
     tensors: pd.DataFrame
     events: pd.DataFrame
     flows: pd.DataFrame
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: TraceMeta = field(default_factory=lambda: TraceMeta())
 
     @property
     def has_et(self) -> bool:

@@ -31,7 +31,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.errors import TraceError, env_int
+from engine import envvars
+from engine.errors import TraceError
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 1 << 20
@@ -53,8 +54,8 @@ class Blob:
 
 def max_bytes() -> int:
     """The per-file (compressed and decompressed) size limit in bytes."""
-    if os.environ.get("MYSTIQUE_MAX_BYTES", "").strip():
-        return env_int("MYSTIQUE_MAX_BYTES", 0, 0)
+    if envvars.get("MYSTIQUE_MAX_BYTES"):
+        return envvars.get_int("MYSTIQUE_MAX_BYTES", 0, 0)
     from engine.sysinfo import available_memory_bytes
 
     avail = available_memory_bytes()
@@ -66,7 +67,7 @@ def max_stream_bytes(out_dir: Path | None = None) -> int:
     with such a file, so its bound is the disk that receives the columnar copy (Parquet is at
     least 8x smaller than its JSON), not a share of RAM. An explicit MYSTIQUE_MAX_BYTES still
     applies to everything."""
-    if os.environ.get("MYSTIQUE_MAX_BYTES", "").strip():
+    if envvars.get("MYSTIQUE_MAX_BYTES"):
         return max_bytes()
     import shutil
 
@@ -82,7 +83,7 @@ def max_stream_bytes(out_dir: Path | None = None) -> int:
 
 def max_gzip_ratio() -> int:
     """Largest decompressed:compressed ratio accepted (`$MYSTIQUE_MAX_GZIP_RATIO`, default 128)."""
-    return env_int("MYSTIQUE_MAX_GZIP_RATIO", _DEFAULT_MAX_RATIO, 1)
+    return envvars.get_int("MYSTIQUE_MAX_GZIP_RATIO", _DEFAULT_MAX_RATIO, 1)
 
 
 def _human(n: float) -> str:

@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from engine.trace.categories import categorize
-from engine.trace.model import CATEGORIES, Trace
+from engine.trace.model import CATEGORIES, Trace, TraceMeta
 from engine.trace.ranks import ranks_of
 
 KEYS = (
@@ -160,7 +160,7 @@ def _steps(events: pd.DataFrame | None) -> dict:
     return {"step_ms": None if mean is None else round(mean, 6), "step_source": ms.step_source}
 
 
-def _warnings(meta: dict, src: dict | None) -> list[str]:
+def _warnings(meta: TraceMeta, src: dict | None) -> list[str]:
     """All warnings for a whole-trace object; per file: its own plus those naming no file."""
     warns = list(meta.get("warnings", []))
     if src is None:

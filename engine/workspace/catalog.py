@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine import jsonio
+from engine import envvars, jsonio
 from engine.errors import TraceError
 from engine.workspace import schema
 from engine.workspace.schema import Health, JobStatus
@@ -28,7 +28,7 @@ from engine.workspace.schema import Health, JobStatus
 
 def default_workspace() -> Path:
     """`MYSTIQUE_WORKSPACE` if set, else `.mystique/` in the working directory."""
-    return Path(os.environ.get("MYSTIQUE_WORKSPACE") or Path.cwd() / ".mystique")
+    return Path(envvars.get("MYSTIQUE_WORKSPACE") or Path.cwd() / ".mystique")
 
 
 def _dumps(v: Any) -> str:

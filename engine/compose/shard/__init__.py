@@ -3,7 +3,20 @@ tensor-parallel linear layers (`tp`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-def apply_sharding(bench, traces, paths, progress=None) -> None:
+from engine.compose.shard.kinds import ShardContext
+from engine.progress import Progress
+from engine.settings import Applies
+
+if TYPE_CHECKING:
+    from engine.compose.build import Benchmark
+    from engine.trace.model import Trace
+
+
+def apply_sharding(bench: Benchmark, traces: list[Trace], paths: list[Path], progress: Progress | None = None) -> None:
     """Run the spec's sharding (its kind's `apply`, engine.compose.shard.kinds)."""
-    bench.spec.sharding.apply(bench, traces, paths)
+    kind: Applies[ShardContext, dict[str, Any]] | None = bench.spec.sharding
+    if kind is not None:
+        kind.apply(ShardContext(bench=bench, traces=traces, paths=paths))

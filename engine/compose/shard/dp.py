@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import TYPE_CHECKING
 
 from engine.compose.nodes import label_node, make_attrs, set_attr
 from engine.errors import TraceError
+
+if TYPE_CHECKING:
+    from engine.compose.build import Benchmark
+    from engine.compose.shard.kinds import DpSharding
 
 BUCKET_CAP_BYTES = 25 * 1024 * 1024
 ALLREDUCE_SCHEMA = (
@@ -88,10 +93,10 @@ def renumber(nodes: list[dict], replay_ids: list[int]) -> tuple[list[dict], list
     return nodes, sorted(new[i] for i in replay_ids if i in new)
 
 
-def shard_dp(bench) -> dict:
+def shard_dp(bench: Benchmark, spec: DpSharding) -> dict:
     from engine.compose.transforms.scale import scale_batch
 
-    n = int(bench.spec.sharding.degree)
+    n = int(spec.degree)
     batch = int(bench.meta["batch_size"])
     scale = bench.spec.batch_scale
     global_batch = round(batch * scale)

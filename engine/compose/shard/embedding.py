@@ -27,7 +27,7 @@ import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.compose.nodes import (
     ROOT_ID,
@@ -45,6 +45,10 @@ from engine.errors import TraceError
 from engine.simulate.planners import PLANNERS, EmbeddingModel
 from engine.simulate.planners import Shard as TableShard
 from engine.simulate.planners import Table as CostTable
+
+if TYPE_CHECKING:
+    from engine.compose.build import Benchmark
+    from engine.compose.shard.kinds import EmbeddingSharding
 
 FWD = ("aten::embedding_bag", "aten::_embedding_bag", "aten::_embedding_bag_forward_only")
 BWD = ("aten::_embedding_bag_backward", "aten::_embedding_bag_dense_backward")
@@ -366,8 +370,7 @@ def _scale_tables(tables: list[Table], scale: float) -> dict[int, tuple[int, int
     return out
 
 
-def shard_embeddings(bench, path) -> dict:
-    sh = bench.spec.sharding
+def shard_embeddings(bench: Benchmark, path, sh: EmbeddingSharding) -> dict:
     n_ranks, plan = int(sh.ranks), sh.plan
     nodes, replay = bench.ranks[0], bench.replay_ids[0]
     tbe_info: list = []

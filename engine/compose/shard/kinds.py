@@ -2,8 +2,9 @@
 
 Why a registry: the kind used to be a string tested in if/elif chains in the spec, the sharding
 dispatcher, the composer and the compose page; a new kind meant editing all four. Here a kind
-is one class: its fields are the spec's JSON fields (with the UI's label and bounds in their
-metadata), `world_size` its rank count, `apply` the transform (imported when it runs, so this
+is one class, an engine `Settings`: its fields are the spec's JSON fields, each with its rules
+declared on it (engine.rules; the Compose page reads its bounds and choices from them, and only
+the widget's label and starting value from the field's metadata), `world_size` its rank count, `apply` the transform (engine.settings.Applies over a `ShardContext`) (imported when it runs, so this
 module, and with it the spec, imports without torch), and two flags tell the composer what the
 transform does itself.
 """
@@ -12,10 +13,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from engine.errors import TraceError
+from engine.rules import Between, OneOf
+from engine.settings import Settings
 from engine.simulate.planners import PLANNERS
+
+if TYPE_CHECKING:
+    from engine.compose.build import Benchmark
+    from engine.trace.model import Trace
 
 EMBEDDING_PLANS = tuple(PLANNERS)  # the planners compose and the what-if share (engine.simulate.planners)
 
@@ -26,38 +34,44 @@ class ShardKind(Enum):
     TP = "tp"
 
 
-def _count(label: str, default: int) -> Any:
-    """A rank count field: an integer >= 1 (`label` and `default` are the UI's)."""
-    return field(metadata={"label": label, "min": 1, "max": 1024, "default": default})
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ShardContext:
+    """What a sharding kind's `apply` works on: the composed benchmark (changed in place), its
+    source traces and their paths, in the spec's source order."""
+
+    bench: Benchmark
+    traces: list[Trace]
+    paths: list[Path]
+
+
+RANKS = Between(1)  # a rank count (ComposeLimits.max_ranks bounds the composition's)
+
+
+def _ui(label: str, default: Any) -> Any:
+    """A field's widget on the Compose page: its label and starting value (its bounds and choices
+    are the field's rules)."""
+    return field(metadata={"label": label, "default": default})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class _ShardingSpec:
+class _ShardingSpec(Settings):
     kind: ClassVar[ShardKind]
     # what the transform does itself, so the composer does not: apply spec.batch_scale (dp
     # divides the global batch over its ranks in one step; embedding scales its tables' bags)
     scales_batch: ClassVar[bool] = False
     # needs the model's parameters (ComposeContext.params) from the source trace
     needs_params: ClassVar[bool] = False
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            v, m = getattr(self, f.name), f.metadata
-            what = f"{self.kind.value} sharding {f.name}"
-            if "choices" in m and v not in m["choices"]:
-                raise TraceError(f"{what} must be one of {', '.join(m['choices'])}, not {v!r}")
-            if "min" in m and (isinstance(v, bool) or not isinstance(v, int) or v < m["min"]):
-                raise TraceError(f"{what} must be an integer >= {m['min']}, not {v!r}")
+    WHAT = "sharding"
 
     @property
     def world_size(self) -> int:
         raise NotImplementedError
 
-    def to_dict(self) -> dict:
-        return {"kind": self.kind.value, **{f.name: getattr(self, f.name) for f in fields(self)}}
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind.value, **Settings.to_dict(self)}
 
-    def apply(self, bench: Any, traces: list, paths: list) -> dict:
-        """Shard `bench` in place (rank 0 -> world_size ranks); returns the sharding's meta."""
+    def apply(self, ctx: ShardContext) -> dict[str, Any]:
+        """Shard `ctx.bench` in place (rank 0 -> world_size ranks); returns the sharding's meta."""
         raise NotImplementedError
 
 
@@ -67,17 +81,18 @@ class EmbeddingSharding(_ShardingSpec):
 
     kind: ClassVar[ShardKind] = ShardKind.EMBEDDING
     scales_batch: ClassVar[bool] = True
-    plan: str = field(metadata={"label": "Plan", "choices": EMBEDDING_PLANS, "default": "table"})
-    ranks: int = _count("Ranks", 2)
+    WHAT = "embedding sharding"
+    plan: Annotated[str, OneOf(EMBEDDING_PLANS)] = _ui("Plan", "table")
+    ranks: Annotated[int, RANKS] = _ui("Ranks", 2)
 
     @property
     def world_size(self) -> int:
         return self.ranks
 
-    def apply(self, bench: Any, traces: list, paths: list) -> dict:
+    def apply(self, ctx: ShardContext) -> dict[str, Any]:
         from engine.compose.shard.embedding import shard_embeddings
 
-        return shard_embeddings(bench, paths[bench.spec.segments[0].source])
+        return shard_embeddings(ctx.bench, ctx.paths[ctx.bench.spec.segments[0].source], self)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -87,16 +102,17 @@ class DpSharding(_ShardingSpec):
     kind: ClassVar[ShardKind] = ShardKind.DP
     scales_batch: ClassVar[bool] = True
     needs_params: ClassVar[bool] = True
-    degree: int = _count("Degree (ranks)", 2)
+    WHAT = "dp sharding"
+    degree: Annotated[int, RANKS] = _ui("Degree (ranks)", 2)
 
     @property
     def world_size(self) -> int:
         return self.degree
 
-    def apply(self, bench: Any, traces: list, paths: list) -> dict:
+    def apply(self, ctx: ShardContext) -> dict[str, Any]:
         from engine.compose.shard.dp import shard_dp
 
-        return shard_dp(bench)
+        return shard_dp(ctx.bench, self)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -104,16 +120,17 @@ class TpSharding(_ShardingSpec):
     """Tensor parallel: consecutive linear layers split column- then row-wise over `degree` ranks."""
 
     kind: ClassVar[ShardKind] = ShardKind.TP
-    degree: int = _count("Degree (ranks)", 2)
+    WHAT = "tp sharding"
+    degree: Annotated[int, RANKS] = _ui("Degree (ranks)", 2)
 
     @property
     def world_size(self) -> int:
         return self.degree
 
-    def apply(self, bench: Any, traces: list, paths: list) -> dict:
+    def apply(self, ctx: ShardContext) -> dict[str, Any]:
         from engine.compose.shard.tp import shard_tp
 
-        return shard_tp(bench)
+        return shard_tp(ctx.bench, self)
 
 
 Sharding = EmbeddingSharding | DpSharding | TpSharding
@@ -145,6 +162,7 @@ __all__ = [
     "SHARDINGS",
     "DpSharding",
     "EmbeddingSharding",
+    "ShardContext",
     "ShardKind",
     "Sharding",
     "TpSharding",

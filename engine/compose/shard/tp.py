@@ -20,6 +20,7 @@ import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from engine.compose.meta_check import propagate
 from engine.compose.meta_sizes import ALL_TO_ALL
@@ -28,6 +29,10 @@ from engine.compose.shard.dp import allreduce_node, renumber
 from engine.compose.shard.tp_attention import attention_blocks, producers_with_lists
 from engine.compose.transforms.scale import prune_to_replay
 from engine.errors import TraceError
+
+if TYPE_CHECKING:
+    from engine.compose.build import Benchmark
+    from engine.compose.shard.kinds import TpSharding
 
 PhaseOf = Callable[[dict], str]  # a node's phase in its source (ComposeContext.phase_of)
 
@@ -342,9 +347,9 @@ def _check_exchanges(nodes: list[dict], before: dict[int, list], label: str) -> 
             )
 
 
-def shard_tp(bench) -> dict:
+def shard_tp(bench: Benchmark, spec: TpSharding) -> dict:
     """Split bench.ranks[0] into N identical tensor-parallel ranks (module docstring)."""
-    n = int(bench.spec.sharding.degree)
+    n = int(spec.degree)
     nodes = bench.ranks[0]
     replay = set(bench.replay_ids[0])
     params = set(bench.meta.get("param_storages", ()))

@@ -15,8 +15,13 @@ convolutions on CPU fall back to reference kernels, 10-100x slower); that is a w
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from engine.compose.nodes import get_slot, set_slot, tensor_slots
 from engine.errors import TraceError
+
+if TYPE_CHECKING:
+    from engine.compose.build import Benchmark
 
 _TARGET = {"fp32": ("float", 4, 6), "bf16": ("c10::BFloat16", 2, 15), "fp16": ("c10::Half", 2, 5)}
 _FLOAT_NAMES = ("float", "c10::BFloat16", "c10::Half", "BFloat16", "Half", "at::Half", "at::BFloat16")
@@ -29,7 +34,7 @@ def _retype(t: str, name: str) -> str:
     return t
 
 
-def change_dtype(bench, rank: int, dtype: str) -> dict:
+def change_dtype(bench: Benchmark, rank: int, dtype: str) -> dict:
     if dtype not in _TARGET:
         raise TraceError(f"dtype must be one of {', '.join(_TARGET)}, not {dtype!r}")
     name, itemsize, scalar = _TARGET[dtype]
@@ -84,7 +89,7 @@ def _failures(rep) -> dict[str, str]:
     return out
 
 
-def validate(bench, rank: int, dtype: str, baseline=None) -> dict:
+def validate(bench: Benchmark, rank: int, dtype: str, baseline=None) -> dict:
     """Meta-run every replayed op with the new dtypes; TraceError on an op that fails now but
     did not with the recorded dtypes (module docstring)."""
     from engine.compose.meta_check import propagate
@@ -107,7 +112,7 @@ _SLOW = {("cpu", "bf16"), ("cpu", "fp16")}
 _CONV = ("aten::conv", "aten::convolution", "aten::_convolution", "aten::mkldnn_convolution")
 
 
-def slow_on_device(bench, rank: int, dtype: str) -> str | None:
+def slow_on_device(bench: Benchmark, rank: int, dtype: str) -> str | None:
     """A warning when the target device runs this dtype's heavy ops slowly (module docstring)."""
     dev = "cpu" if str(bench.spec.device).startswith("cpu") else "cuda"
     if (dev, dtype) not in _SLOW:

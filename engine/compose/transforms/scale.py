@@ -8,12 +8,16 @@ simulator's batch what-if); `spec.batch_size` overrides the guess. Propagation a
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from engine.analysis.batch import infer_batch, param_storages, parameters
 from engine.compose.nodes import external_reads, get_slot, is_defined, tensors_of
 from engine.errors import TraceError
+
+if TYPE_CHECKING:
+    from engine.compose.build import Benchmark
 
 # aten op -> (arg, most dims or 0 for any) of operands whose dim 0 is never a batch dim: a matrix
 # product's reduction operand (mm/addmm's mat2, a 1-D/2-D matmul `other`), a row-broadcast
@@ -146,7 +150,7 @@ def _unbroadcast_embedding_grads(nodes: list[dict], replay_ids) -> list[int]:
     return fixed
 
 
-def scale_batch(bench, rank: int, scale: float, batch: int, params: set[int] | None = None) -> dict:
+def scale_batch(bench: Benchmark, rank: int, scale: float, batch: int, params: set[int] | None = None) -> dict:
     """Scale the batch of `bench.ranks[rank]` in place; returns the meta report as a dict."""
     nodes = bench.ranks[rank]
     if params is None:

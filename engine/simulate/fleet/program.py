@@ -15,10 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from engine.trace.model import TraceMeta
 
 # Columns the graph builder and the rules read (TASK_COLUMNS and edges.py); the rest of the
 # store's columns are read only when an events-stage edit (e.g. layers) is in the spec.
@@ -92,7 +95,7 @@ def read_rank_events(store: Path, rank: int, columns=GRAPH_COLUMNS) -> pd.DataFr
     return df
 
 
-def build_graph_of(events: pd.DataFrame, spec, cfg, meta: dict):
+def build_graph_of(events: pd.DataFrame, spec, cfg, meta: TraceMeta):
     """(graph, edit context) of one events table with the spec's events- and graph-stage edits,
     as engine.simulate.simulate builds them."""
     from engine.simulate.budget import check_tasks
@@ -171,7 +174,7 @@ def build_program(job: RankJob) -> dict:
     cfg = job.config or SimConfig()
     spec = job.spec if job.spec is not None else WhatIfSpec.parse({"version": 1, "edits": []})
     events = read_rank_events(job.store, job.rank, None if job.all_columns else GRAPH_COLUMNS)
-    meta = {"world_size": job.world_size, "rank": job.rank}
+    meta: TraceMeta = {"world_size": job.world_size, "rank": job.rank}
     g, ctx = build_graph_of(events, spec, cfg, meta)
     arrays = reduce_graph(g)
     job.out.parent.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from engine.settings import Applies
 from engine.simulate.config import SimConfig
 from engine.simulate.whatif.spec import EDITS, Edit, SpecError, WhatIfSpec, register
 
@@ -34,8 +35,9 @@ def apply_edits(spec: WhatIfSpec, trace: Trace, config: SimConfig, *, stage: str
         ctx = EditContext(trace=trace, config=config, events=trace.events)
     for i, edit in enumerate(spec.edits):
         if type(edit).stage == stage:
+            change: Applies[EditContext, None] = edit
             try:
-                edit.apply(ctx)
+                change.apply(ctx)
             except SpecError as exc:  # an edit names its own field; the spec path is added here
                 where = exc.field if exc.field.startswith("edits[") else f"edits[{i}].{exc.field}"
                 raise SpecError(where, exc.detail, exc.path or spec.path) from None

@@ -6,14 +6,17 @@ named like `before` starts; an impossible order is reported as a dependency cycl
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 
+from engine.rules import MAX_US, Between
 from engine.simulate.taskgraph import EdgeKind
-from engine.simulate.whatif.rules import MAX_US, Between, Regex
 from engine.simulate.whatif.spec import Edit, register
-from engine.user_regex import compile_user
+from engine.user_regex import Regex, compile_user
+
+if TYPE_CHECKING:
+    from engine.simulate.whatif import EditContext
 
 
 @register("dependency")
@@ -23,7 +26,7 @@ class Dependency(Edit):
     occurrence: Annotated[int, Between(0)] = 0
     delay_us: Annotated[float, Between(-MAX_US, MAX_US)] = 0.0
 
-    def apply(self, ctx) -> None:
+    def apply(self, ctx: EditContext) -> None:
         g = ctx.graph
         names = g.tasks["name"].astype(str)
         a = np.flatnonzero(compile_user(self.after, "after").mask(names))

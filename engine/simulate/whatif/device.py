@@ -31,16 +31,19 @@ interconnect unchanged.
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 
+from engine.rules import OneOf
 from engine.simulate.costmodel import fit_curve, gemm_flops, memory_bytes
 from engine.simulate.devices import CATALOG, ITEMSIZE, Device, Dtype, detect, dtypes
 from engine.simulate.whatif.launch_ops import task_dims
-from engine.simulate.whatif.rules import OneOf
 from engine.simulate.whatif.spec import Edit, SpecError, register
 from engine.trace.kernels import MEMORY_BOUND, KernelClass, kernel_classes
+
+if TYPE_CHECKING:
+    from engine.simulate.whatif import EditContext
 
 COMPUTE = (KernelClass.GEMM, KernelClass.CONV, KernelClass.ATTENTION)
 BANDWIDTH = (*MEMORY_BOUND, KernelClass.OTHER)
@@ -115,7 +118,7 @@ class DeviceRetarget(Edit):
     target: Annotated[str, OneOf(CATALOG)]
     source_device: Annotated[str | None, OneOf(CATALOG)] = None  # when the trace does not tell
 
-    def apply(self, ctx) -> None:
+    def apply(self, ctx: EditContext) -> None:
         g = ctx.graph
         t = g.tasks
         gpu = np.flatnonzero(t["gpu"].to_numpy(bool))

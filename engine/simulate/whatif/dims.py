@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, Annotated, ClassVar
 import numpy as np
 import pandas as pd
 
+from engine.rules import MAX_FACTOR, Between, Positive
 from engine.simulate.costmodel import FAMILIES, Curve, curves_from_samples, family_of
 from engine.simulate.whatif.kineto_shapes import SKIP_CATEGORIES
-from engine.simulate.whatif.rules import MAX_FACTOR, Between, Positive
 from engine.simulate.whatif.spec import Edit, register
 
 if TYPE_CHECKING:
+    from engine.simulate.whatif import EditContext
     from engine.trace.model import Trace
 
 _RANK_KEY = 1 << 40  # op ids restart on every rank: (rank, op id) as one integer key
@@ -78,7 +79,7 @@ class DimScale(Edit):
     size: Annotated[int | None, Positive()] = None  # batch: inferred from the trace when left out
     multiples: Annotated[tuple[int, ...], Positive()] = ()
 
-    def apply(self, ctx) -> None:
+    def apply(self, ctx: EditContext) -> None:
         g = ctx.graph
         trace = ctx.trace
         if trace.ops is None or len(trace.ops) == 0 or "op_id" not in g.tasks:

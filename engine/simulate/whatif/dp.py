@@ -17,13 +17,16 @@ per link independent of N, compute per rank unchanged (same per-rank batch).
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 
+from engine.rules import MAX_US, Between
 from engine.simulate.collectives import comm_mask
-from engine.simulate.whatif.rules import MAX_US, Between
 from engine.simulate.whatif.spec import Edit, SpecError, register
+
+if TYPE_CHECKING:
+    from engine.simulate.whatif import EditContext
 
 KINDS = {
     "all_reduce": (re.compile(r"all_?reduce", re.IGNORECASE), lambda n: 2 * (n - 1), lambda n: 2 * (n - 1) / n),
@@ -47,7 +50,7 @@ class DataParallel(Edit):
     from_ranks: Annotated[int | None, Between(2, why="the trace's collectives must span ranks to calibrate")] = None
     alpha_us: Annotated[float | None, Between(0, MAX_US)] = None
 
-    def apply(self, ctx) -> None:
+    def apply(self, ctx: EditContext) -> None:
         g = ctx.graph
         cm = comm_mask(g)
         n0 = self.from_ranks or ctx.trace.meta.get("world_size")

@@ -23,13 +23,16 @@ from __future__ import annotations
 import difflib
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 
+from engine.rules import NonEmpty
 from engine.simulate.whatif.launch_ops import task_dims, top_ops
-from engine.simulate.whatif.rules import NonEmpty
 from engine.simulate.whatif.spec import Edit, SpecError, register
+
+if TYPE_CHECKING:
+    from engine.simulate.whatif import EditContext
 
 MIN_MATCHED = 0.9
 
@@ -134,7 +137,7 @@ def match(mine: Side, other: Side) -> tuple[np.ndarray, np.ndarray, Counter]:
 class KernelTimes(Edit):
     source: Annotated[str, NonEmpty()]  # the other trace of the same program
 
-    def apply(self, ctx) -> None:
+    def apply(self, ctx: EditContext) -> None:
         from engine.errors import TraceError
         from engine.simulate.graph import build_graph
         from engine.trace import load

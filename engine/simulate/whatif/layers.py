@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, Annotated
 import numpy as np
 import pandas as pd
 
-from engine.simulate.whatif.rules import Between, Regex
+from engine.rules import Between
 from engine.simulate.whatif.spec import Edit, register
 from engine.trace.vocab import GPU_CATS
-from engine.user_regex import compile_user
+from engine.user_regex import Regex, compile_user
 
 if TYPE_CHECKING:
+    from engine.simulate.whatif import EditContext
     from engine.trace.model import Trace
 
 OPT_SPAN = re.compile(r"^## optimizer ##$|^Optimizer\.step")
@@ -134,7 +135,7 @@ class Layers(Edit):
     module: Annotated[str | None, Regex()] = None  # None: the repeated block stack (whatif/blocks.py)
     copies: Annotated[int, Between(1, 1000, why="a typo must not schedule a huge graph")] = 1
 
-    def apply(self, ctx) -> None:
+    def apply(self, ctx: EditContext) -> None:
         ev = ctx.events.reset_index(drop=True)
         if "_scale" not in ev:
             ev["_scale"] = 1.0

@@ -15,12 +15,15 @@ are not amortised differently); activations fit in memory; no interleaving (virt
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 
-from engine.simulate.whatif.rules import MAX_US, Between
+from engine.rules import MAX_US, Between
 from engine.simulate.whatif.spec import Edit, SpecError, register
+
+if TYPE_CHECKING:
+    from engine.simulate.whatif import EditContext
 
 SPANS = {"forward": "## forward ##", "backward": "## backward ##", "optimizer": "## optimizer ##"}
 
@@ -31,7 +34,7 @@ class Pipeline(Edit):
     microbatches: Annotated[int, Between(1, 1_000_000)]
     p2p_us: Annotated[float, Between(0, MAX_US)] = 0.0
 
-    def apply(self, ctx) -> None:
+    def apply(self, ctx: EditContext) -> None:
         from engine.trace import columns as _cols
 
         ev = ctx.predicted_events

@@ -11,13 +11,16 @@ pooled embeddings not modelled (equal bytes for every plan at a given N); dense 
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 
+from engine.rules import Between, NonEmpty, OneOf
 from engine.simulate.planners import PLANNERS, EmbeddingModel, rank_us, tables_from_trace
-from engine.simulate.whatif.rules import Between, NonEmpty, OneOf
 from engine.simulate.whatif.spec import Edit, SpecError, register
+
+if TYPE_CHECKING:
+    from engine.simulate.whatif import EditContext
 
 
 def _embedding_like(ops) -> list[tuple[str, dict, str | None]]:
@@ -42,7 +45,7 @@ class Sharding(Edit):
     ranks: Annotated[tuple[int, ...], NonEmpty(), Between(1, 4096)] = (2, 4)
     plans: Annotated[tuple[str, ...], NonEmpty(), OneOf(PLANNERS)] = ("table", "row", "column", "greedy")
 
-    def apply(self, ctx) -> None:
+    def apply(self, ctx: EditContext) -> None:
         from engine.trace.tbe import TbeUnreadable, why_not
 
         try:

@@ -8,7 +8,7 @@
     ]}
 
 Why a registry of edit dataclasses: each edit is one small module that declares its fields
-(typed, each with its rules: `Annotated[int, Between(1, 1000)]`, see rules.py) and documents its
+(typed, each with its rules: `Annotated[int, Between(1, 1000)]`, see engine/rules.py) and documents its
 assumptions; the parser looks the kind up instead of branching on it, and every error names the
 offending field (`edits[2].scale`).
 """
@@ -23,7 +23,7 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 if sys.version_info >= (3, 11):
     from typing import dataclass_transform
@@ -31,7 +31,10 @@ else:  # pragma: no cover -- Python 3.10
     from typing_extensions import dataclass_transform
 
 from engine.errors import TraceError
-from engine.simulate.whatif.rules import Rule, bounds, implicit_rules, problem_with
+from engine.rules import Rule, bounds, field_rules, problem_with
+
+if TYPE_CHECKING:
+    from engine.simulate.whatif import EditContext
 
 SPEC_VERSION = 1
 
@@ -70,7 +73,7 @@ class Edit:
     def check(self) -> None:
         """Rules that join several fields (override where an edit has one); `raise bad(field, problem)`."""
 
-    def apply(self, ctx: Any) -> None:  # pragma: no cover - abstract
+    def apply(self, ctx: EditContext) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
 
@@ -88,11 +91,11 @@ def register(kind: str, stage: str = "graph") -> Callable[[type[E]], type[E]]:
 
     def enter(cls: type[E]) -> type[E]:
         if any("__post_init__" in vars(k) for k in cls.__mro__ if k is not Edit):
-            raise TypeError(f"edit {kind!r}: declare field rules (rules.py) or override check(), not __post_init__")
+            raise TypeError(f"edit {kind!r}: declare field rules (engine.rules) or override check(), not __post_init__")
         cls = dataclass(kw_only=True, slots=True)(cls)
         hints = typing.get_type_hints(cls, include_extras=True)
         declared = {
-            name: implicit_rules(hint) + tuple(m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Rule))
+            name: field_rules(hint)
             for name, hint in hints.items()
             if name in {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]  # cls was just made a dataclass
         }

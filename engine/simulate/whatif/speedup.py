@@ -13,13 +13,17 @@ bandwidth-bound, so the whole duration); launch latencies, gaps and dependencies
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 
-from engine.simulate.whatif.rules import MAX_FACTOR, Between, OneOf, Positive, Regex
+from engine.rules import MAX_FACTOR, Between, OneOf, Positive
 from engine.simulate.whatif.selectors import SELECTORS, select
 from engine.simulate.whatif.spec import Edit, SpecError, bad, register
+from engine.user_regex import Regex
+
+if TYPE_CHECKING:
+    from engine.simulate.whatif import EditContext
 
 # categories that select GPU tasks only: nothing is nested in a GPU task
 GPU_ONLY = ("gpu", "kernel", "memcpy", "memory_bound")
@@ -55,7 +59,7 @@ class Speedup(Edit):
                 f"applies to host spans; category {self.category!r} selects GPU tasks, which nest nothing",
             )
 
-    def apply(self, ctx) -> None:
+    def apply(self, ctx: EditContext) -> None:
         g = ctx.graph
         mask = select(g, self.category, self.name, self.rank)
         if not mask.any():

@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engine.errors import TraceError, env_int
+from engine import envvars
+from engine.errors import TraceError
 from engine.trace import safe_io
 
 ENV = "MYSTIQUE_WHOLE_TABLE_MAX_BYTES"
@@ -69,7 +70,7 @@ def budget_bytes() -> int:
     """The whole-table budget (module docstring)."""
     from engine.trace.loader import load_budget_bytes
 
-    mine = env_int(ENV, 0, 0) if os.environ.get(ENV, "").strip() else DEFAULT_BUDGET_BYTES
+    mine = envvars.get_int(ENV, 0, 0) if (envvars.get(ENV) or "").strip() else DEFAULT_BUDGET_BYTES
     loader = load_budget_bytes()
     return mine if loader is None else min(mine, loader)
 

@@ -1,10 +1,16 @@
-"""Field rules for what-if edits, declared on the field: `copies: Annotated[int, Between(1, 1000)]`.
+"""Field rules, declared on the field: `copies: Annotated[int, Between(1, 1000)]`.
 
-Why declared rather than coded in each edit's `__post_init__`: a bound then lives once, next to
-its field, and everything that needs it reads the same rule: `Edit.__post_init__` checks every
-edit, however it was made (parsed spec, Python, benchmark), and the What-if page takes its
-widgets' min/max from `bounds()`. Every message has one form, `field: problem`, which the spec
-parser prefixes with the edit's path (`edits[2].copies: must be between 1 and 1000, got 0`).
+The one way a config or a spec states what a field accepts: engine settings
+(engine.settings.Settings: ReplayConfig, SimConfig, ComposeLimits, the sharding kinds, ...) and
+what-if edits (engine.simulate.whatif.spec.Edit) read their fields' rules from the annotations
+and check them in their `__post_init__`.
+
+Why declared rather than coded in each class's `__post_init__`: a bound then lives once, next to
+its field, and everything that needs it reads the same rule: every instance is checked however it
+was made (parsed spec, CLI flags, Python), and the What-if and Compose pages take their widgets'
+min/max and choices from `bounds()` and `choices()`. Every message has one form, `field: problem`,
+which the caller prefixes with the object's name (`edits[2].copies: must be between 1 and 1000,
+got 0`). `Regex` (a linear-time pattern) lives in engine.user_regex, beside the engine it checks.
 
 A rule on a tuple-typed field applies to each item, except `NonEmpty`, which applies to the
 tuple. `None` (an optional field left out) passes every rule.
@@ -16,10 +22,13 @@ numpy; `MAX_US` and `MAX_FACTOR` are the bounds time and scale fields declare.
 
 from __future__ import annotations
 
+import enum
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 MAX_US = 1e12  # a time field's upper bound: ~11.6 days, beyond any traced step
@@ -111,17 +120,14 @@ class OneOf(Rule):
 
 
 @dataclass(frozen=True, slots=True)
-class Regex(Rule):
-    """value compiles as a regex (engine.user_regex: linear time, so a catastrophic pattern cannot
-    hang the simulation), so a typo is found when the spec is read, not mid-simulation."""
+class Matches(Rule):
+    """A string that matches `pattern` in full; `what` says in words what it asks for."""
+
+    pattern: str
+    what: str
 
     def problem(self, value: Any) -> str | None:
-        from engine.user_regex import MAX_PATTERN_CHARS, regex_problem
-
-        if len(value) > MAX_PATTERN_CHARS:
-            return f"a pattern of {len(value):,} characters is over the limit of {MAX_PATTERN_CHARS:,}"
-        why = regex_problem(value)
-        return f"not a valid regex ({why})" if isinstance(why, str) else None
+        return None if re.fullmatch(self.pattern, value) else f"must be {self.what}, got {value!r}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +149,56 @@ def problem_with(rule: Rule, value: Any) -> str | None:
     return rule.problem(value)
 
 
+def type_problem(value: Any, tp: Any) -> str | None:
+    """None when `value` is of the annotated type `tp` (Annotated, optional, union, Literal, Enum,
+    tuple of), else "expected ..., got ..."; types it does not know (dict, Any) pass."""
+    want = describe(tp)
+    return None if _is(value, tp) else f"expected {want}, got {value!r}"
+
+
+def _is(value: Any, tp: Any) -> bool:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Annotated:
+        return _is(value, args[0])
+    if origin in (typing.Union, types.UnionType):
+        return any(_is(value, a) for a in args)
+    if origin is typing.Literal:
+        return any(value == a and type(value) is type(a) for a in args)
+    if origin is tuple:
+        return isinstance(value, tuple) and all(_is(v, args[0]) for v in value)
+    if tp is type(None):
+        return value is None
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(tp, type) and issubclass(tp, (str, enum.Enum, Path)):
+        return isinstance(value, tp)
+    return True
+
+
+def describe(tp: Any) -> str:
+    """A type as a message names it: "an integer", "a number or null", "true, false or 'auto'"."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Annotated:
+        return describe(args[0])
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(describe(a) for a in args)
+    if origin is typing.Literal:
+        return " or ".join(repr(a) for a in args)
+    if origin is tuple:
+        return f"a list of {describe(args[0]).removeprefix('a ').removeprefix('an ')}s"
+    names = {type(None): "null", bool: "true/false", int: "an integer", float: "a number", str: "a string"}
+    return names.get(tp, f"a {getattr(tp, '__name__', tp)}")
+
+
+def field_rules(hint: Any) -> tuple[Rule, ...]:
+    """The rules of a field annotated `hint`: the implicit ones, then those declared on it."""
+    return implicit_rules(hint) + tuple(m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Rule))
+
+
 def bounds(rules: tuple[Rule, ...]) -> tuple[float | None, float | None]:
     """(min, max) that a field's rules allow, for number widgets (None: open)."""
     lo = hi = None
@@ -150,3 +206,8 @@ def bounds(rules: tuple[Rule, ...]) -> tuple[float | None, float | None]:
         if isinstance(r, Between):
             lo, hi = r.lo, r.hi
     return lo, hi
+
+
+def choices(rules: tuple[Rule, ...]) -> tuple[Any, ...] | None:
+    """The values a field's `OneOf` allows, for select widgets (None: no such rule)."""
+    return next((tuple(r.choices) for r in rules if isinstance(r, OneOf)), None)

@@ -31,7 +31,10 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 RESULTS = ROOT / "benchmarks" / "results"
 SAMPLES = ROOT / "sample_traces"
-SHARED = Path(os.environ.get("MYSTIQUE_SHARED_TRACES", ROOT.parent / "shared" / "traces"))
+
+from engine import envvars  # noqa: E402  (after the path fix above: benchmarks/ must not shadow Dask)
+
+SHARED = Path(envvars.get("MYSTIQUE_SHARED_TRACES") or ROOT.parent / "shared" / "traces")
 
 from engine.errors import TraceError  # noqa: E402
 

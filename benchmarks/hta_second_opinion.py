@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from benchmarks.report import num, table
 
 
-SHARED = Path(os.environ.get("MYSTIQUE_SHARED_TRACES", harness.ROOT.parent / "shared" / "traces"))
+SHARED = Path(envvars.get("MYSTIQUE_SHARED_TRACES") or harness.ROOT.parent / "shared" / "traces")
 OUT = harness.RESULTS / "hta_second_opinion.json"
 GPU_BOUND_HTA = ("gpu_compute_bound", "gpu_communication_bound")
 GPU_BOUND_OURS = ("compute", "communication")

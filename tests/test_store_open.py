@@ -105,7 +105,7 @@ def test_traces_and_explore_over_the_budget_read_the_store(shared_traces, tmp_pa
     ev = load(path, use_cache=False).events
     rank = int(ev["rank"].iloc[0])
     lo, hi = tl.default_window(of_rank(ev, rank))
-    want_fig = tl.timeline_figure(ev, tl.TimelineView(start_us=lo, end_us=hi, rank=rank))
+    want_fig = tl.timeline_figure(ev, tl.TimelineView(start_us=lo, end_us=hi, rank=rank), launch_flows=True)
     want = json.loads(pio.to_json(want_fig, validate=False))
     ref = kernel_table(ev).head(200)
     del ev

@@ -31,7 +31,7 @@ from pathlib import Path
 from engine import envvars
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = Path(os.environ.get("MYSTIQUE_SHARED_TRACES", ROOT.parent / "shared" / "traces"))
+SHARED = Path(envvars.get("MYSTIQUE_SHARED_TRACES") or ROOT.parent / "shared" / "traces")
 TRACE = SHARED / "tracelens_mi300_resnet_ckpt" / "resnet_act_checkpoint.json.gz"
 SIZES = (4_300_000, 16_000_000)
 QUICK_SIZES = (200_000,)

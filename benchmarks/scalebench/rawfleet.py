@@ -28,7 +28,7 @@ from pathlib import Path
 from engine import envvars
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = Path(os.environ.get("MYSTIQUE_SHARED_TRACES", ROOT.parent / "shared" / "traces"))
+SHARED = Path(envvars.get("MYSTIQUE_SHARED_TRACES") or ROOT.parent / "shared" / "traces")
 TRACE = SHARED / "hta_trace_diff" / "control.json.gz"
 RANKS = 512
 QUICK_RANKS = 8

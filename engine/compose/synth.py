@@ -50,7 +50,7 @@ from engine.trace.categories import OP_NAME
 from engine.trace.dtypes import dtype_of, itemsize_of
 from engine.trace.vocab import LEGACY_CATS
 
-SYNTH_VERSION = "s2"
+SYNTH_VERSION = "s3"
 PROVENANCE_KEY = "mystique_kineto"
 _HOST_CATS = ("cpu_op", "user_annotation")
 _NON_TENSOR = frozenset(("", "Scalar", "ScalarList", "TensorList", "GenericList", "None"))

@@ -50,7 +50,7 @@ from engine.trace.categories import OP_NAME
 from engine.trace.dtypes import dtype_of, itemsize_of
 from engine.trace.vocab import LEGACY_CATS
 
-SYNTH_VERSION = "s3"
+SYNTH_VERSION = "s4"
 PROVENANCE_KEY = "mystique_kineto"
 _HOST_CATS = ("cpu_op", "user_annotation")
 _NON_TENSOR = frozenset(("", "Scalar", "ScalarList", "TensorList", "GenericList", "None"))
@@ -323,6 +323,8 @@ def _fill_unknown(schema, vals: list, ets: list, unknown: list[int]) -> str | No
             continue
         if a is not None and a.has_default_value():
             d = a.default_value
+            if d is None and ets[i] == "Int" and str(a.type) in ("Optional[number]", "Optional[Scalar]"):
+                continue  # a Scalar was recorded as passed (its value not): the neutral 1, not None
             if d is None:
                 vals[i], ets[i] = "<None>", "None"
             elif isinstance(d, bool):

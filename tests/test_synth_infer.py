@@ -60,6 +60,7 @@ DOC = {
         ),
         _ev("aten::fill_", 95, 2, [[6], []], ["float", "Scalar"]),
         _ev("aten::view", 100, 2, [[4, 8], []], ["float", ""]),  # top level: nothing pins its size
+        _ev("aten::clamp", 110, 2, [[4, 8], [], []], ["float", "Scalar", ""]),  # min passed, max not
     ]
 }
 
@@ -76,7 +77,7 @@ def test_unrecorded_size_lists_come_from_the_call_tree():
     from engine.compose.synth import synthesize
 
     et, rep = synthesize(DOC, "crafted_2022.json", flow=False)
-    assert rep.cpu_ops == 15
+    assert rep.cpu_ops == 16
     assert rep.skipped == {"a list argument's value is not recorded": 1}, rep.skipped_ops
     assert rep.skipped_ops[0]["name"] == "aten::view"
     assert _arg(_node(et, "aten::layer_norm"), 1) == [8]
@@ -90,6 +91,8 @@ def test_unrecorded_size_lists_come_from_the_call_tree():
     assert (_arg(a, 1), _arg(a, 2)) == ([8, 4], [1, 8])
     assert [_arg(_node(et, "aten::empty", k), 0) for k in (2, 3, 4)] == [[4, 8], [4, 1], [4, 1]]
     assert _node(et, "aten::fill_")["inputs"]["types"][1] == "Int"  # a Scalar ("number") not recorded: guessed
+    clamp = _node(et, "aten::clamp")["inputs"]
+    assert clamp["types"][1:] == ["Int", "None"]  # a passed Scalar is not dropped to None (clamp refuses both None)
     for name in ("aten::zeros", "aten::as_strided", "aten::layer_norm", "aten::fill_"):
         attrs = {x["name"] for x in _node(et, name)["attrs"]}
         assert "mystique_guessed" in attrs, name  # inferred or guessed, never passed off as recorded

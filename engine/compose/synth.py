@@ -42,7 +42,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from engine import jsonio
 from engine.errors import TraceError
@@ -50,7 +50,7 @@ from engine.trace.categories import OP_NAME
 from engine.trace.dtypes import dtype_of, itemsize_of
 from engine.trace.vocab import LEGACY_CATS
 
-SYNTH_VERSION = "s2"
+SYNTH_VERSION = "s4"
 PROVENANCE_KEY = "mystique_kineto"
 _HOST_CATS = ("cpu_op", "user_annotation")
 _NON_TENSOR = frozenset(("", "Scalar", "ScalarList", "TensorList", "GenericList", "None"))
@@ -323,6 +323,8 @@ def _fill_unknown(schema, vals: list, ets: list, unknown: list[int]) -> str | No
             continue
         if a is not None and a.has_default_value():
             d = a.default_value
+            if d is None and ets[i] == "Int" and str(a.type) in ("Optional[number]", "Optional[Scalar]"):
+                continue  # a Scalar was recorded as passed (its value not): the neutral 1, not None
             if d is None:
                 vals[i], ets[i] = "<None>", "None"
             elif isinstance(d, bool):
@@ -497,7 +499,6 @@ def synthesize(doc: Any, path: str, *, flow: bool = True) -> tuple[dict, SynthRe
     `flow`: infer outputs and the tensors they feed (synth_flow.py; needs torch)."""
     evs = _events(doc, path)
     check_synthesizable(evs, path)
-    _ParentOutputs.reset()
     host = _host_events(evs)
     rep = SynthReport(path=path)
     type_counts: Counter = Counter()
@@ -525,6 +526,8 @@ def synthesize(doc: Any, path: str, *, flow: bool = True) -> tuple[dict, SynthRe
     covered: dict[int, bool] = {}  # host position -> an operator node is on its path (itself included)
     top: list[int] = []  # node positions of the replayed-level operators (graph.replayset's rule)
     op_at: dict[int, dict] = {}  # host position -> its synthesized operator node (a child's parent)
+    results: dict[int, list] = {}  # parent node id -> its results on meta (_ParentOutputs)
+    handed: dict[int, int] = {}  # parent node id -> results handed to children so far
     kids: dict[int, list[int]] = {}  # host position -> its children's, in start order
     for i in order:
         if parent[i] >= 0:
@@ -561,7 +564,7 @@ def synthesize(doc: Any, path: str, *, flow: bool = True) -> tuple[dict, SynthRe
                 rep.annotations += 1
             node = _node(nid, name, p, _attrs(rf, seq, 7, t, fw, ""))
         else:
-            outs = _ParentOutputs(op_at.get(parent[i])) if parent[i] >= 0 else None
+            outs = _ParentOutputs(op_at.get(parent[i]), results, handed) if parent[i] >= 0 else None
             fill = _descendants(i, kids, host) if name in FILLED else None
             node, problem = _op_node(ctx, nid, name, p, a, _attrs(rf, seq, 0, t, fw, ""), rep, outs, fill)
             if problem is not None:
@@ -611,36 +614,30 @@ def _descendants(i: int, kids: dict[int, list[int]], host: list) -> list[tuple[s
 
 
 class _ParentOutputs:
-    """A synthesized parent operator's results on meta tensors (computed once, on the first
-    child that asks), handed to its allocation/view children in order (synth_infer.py)."""
+    """A synthesized parent operator's results on meta tensors (computed once per synthesis, on
+    the first child that asks), handed to its allocation/view children in order (synth_infer.py).
+    `memo` and `taken` are the synthesis's own (keyed by the parent node's id)."""
 
-    _memo: ClassVar[dict[int, list]] = {}
-    _taken: ClassVar[dict[int, int]] = {}
-
-    def __init__(self, node: dict | None):
-        self.node = node
+    def __init__(self, node: dict | None, memo: dict[int, list], taken: dict[int, int]):
+        self.node, self.memo, self.taken = node, memo, taken
 
     def peek(self):
         if self.node is None:
             return None
         key = id(self.node)
-        if key not in self._memo:
+        if key not in self.memo:
+            import torch
+
             from engine.compose.synth_flow import _meta_outputs
 
             got = _meta_outputs(self.node)
-            import torch
-
-            self._memo[key] = [o for o in got[1] if isinstance(o, torch.Tensor)] if got is not None else []
-        outs, k = self._memo[key], self._taken.get(key, 0)
+            self.memo[key] = [o for o in got[1] if isinstance(o, torch.Tensor)] if got is not None else []
+        outs, k = self.memo[key], self.taken.get(key, 0)
         return outs[k] if k < len(outs) else None
 
     def take(self) -> None:
         if self.node is not None:
-            self._taken[id(self.node)] = self._taken.get(id(self.node), 0) + 1
-
-    @classmethod
-    def reset(cls) -> None:
-        cls._memo, cls._taken = {}, {}
+            self.taken[id(self.node)] = self.taken.get(id(self.node), 0) + 1
 
 
 def _op_node(

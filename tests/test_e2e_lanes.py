@@ -306,3 +306,19 @@ def test_embedding_sharding_counts_the_tbe_lookup_as_embedding(server, driver): 
     d.execute_script("arguments[0].scrollIntoView({block: 'center'});", chart)
     _idle(d)
     _shot(d, "32_compose_embedding_sharding_tbe")
+
+
+def test_et_only_summary_says_it_has_no_times_instead_of_an_empty_chart(server, driver):  # noqa: F811
+    from test_e2e_browser import _text
+
+    gpt2 = ROOT / "sample_traces" / "gpt2_hf"
+    if not (gpt2 / "gpt2_hf_et.json.gz").exists():
+        pytest.skip("bundled gpt2_hf sample missing (make samples)")
+    d = driver
+    d.get(server)
+    _wait_text(d, "Loaded traces")
+    _idle(d)
+    _load_by_path(d, [gpt2 / "gpt2_hf_et.json.gz"], "GPT-2 ET only")
+    _wait_css(d, ".st-key-summary_no_times", timeout=120)
+    assert "No operator times" in _text(d, ".st-key-summary_no_times")
+    assert not d.find_elements("css selector", ".st-key-summary_top_ops .js-plotly-plot")  # no empty chart

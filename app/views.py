@@ -191,7 +191,7 @@ def timeline_layout(paths: tuple[str, ...], rank: int | None):
     filter and click then costs a slice: `engine.figures.timeline.lay_out`)."""
     from engine.figures.timeline import lay_out
 
-    return lay_out(load_paths(paths).events, rank)
+    return lay_out(load_paths(paths).events, rank, with_python_free=True)
 
 
 @view(st.cache_resource, max_entries=32, show_spinner=False)

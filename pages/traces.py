@@ -107,8 +107,17 @@ else:
         rate = summary.get("link_rate")
         c[3].metric("ET↔Kineto link rate", "—" if rate is None else f"{100 * float(rate):.1f}%")
         c[4].metric("ranks", f"{len(summary.get('ranks') or []) or 1:,}", help="ranks the loaded files hold")
-        if summary.get("top_ops"):  # also loads plotly.js in the browser before Explore needs it
+        top = summary.get("top_ops") or []
+        if any(float(r.get("dur_us") or 0.0) > 0 for r in top):  # also loads plotly.js before Explore needs it
             st.plotly_chart(breakdown.top_ops_figure(summary), key="summary_top_ops", width="stretch")
+        elif top:  # an ET alone records no times: a chart of them is empty (issue 32)
+            most = ", ".join(f"{r['name']} ×{r['count']:,}" for r in top[:5])
+            st.container(key="summary_no_times").caption(
+                md_escape(
+                    "No operator times: an execution trace records none (load its Kineto trace with it). "
+                    f"Most frequent: {most}."
+                )
+            )
         with st.expander("Full summary (mystique info)", expanded=False):
             st.json(summary)
         rename = st.text_input("Rename to", key="rename_to")

@@ -306,3 +306,73 @@ def test_embedding_sharding_counts_the_tbe_lookup_as_embedding(server, driver): 
     d.execute_script("arguments[0].scrollIntoView({block: 'center'});", chart)
     _idle(d)
     _shot(d, "32_compose_embedding_sharding_tbe")
+
+
+def test_et_only_summary_says_it_has_no_times_instead_of_an_empty_chart(server, driver):  # noqa: F811
+    from test_e2e_browser import _text
+
+    gpt2 = ROOT / "sample_traces" / "gpt2_hf"
+    if not (gpt2 / "gpt2_hf_et.json.gz").exists():
+        pytest.skip("bundled gpt2_hf sample missing (make samples)")
+    d = driver
+    d.get(server)
+    _wait_text(d, "Loaded traces")
+    _idle(d)
+    _load_by_path(d, [gpt2 / "gpt2_hf_et.json.gz"], "GPT-2 ET only")
+    _wait_css(d, ".st-key-summary_no_times", timeout=120)
+    assert "No operator times" in _text(d, ".st-key-summary_no_times")
+    assert not d.find_elements("css selector", ".st-key-summary_top_ops .js-plotly-plot")  # no empty chart
+
+
+def _server_process(url: str):
+    import psutil
+
+    port = url.rsplit(":", 1)[-1]
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if "streamlit" in " ".join(cmd) and port in cmd:
+            return p
+    raise AssertionError(f"no streamlit process on port {port}")
+
+
+def test_a_finished_replay_leaves_no_defunct_child(server, driver):  # noqa: F811
+    """The replay worker is the server's child: nothing waited on it, so each finished replay
+    left a <defunct> process under the Streamlit server."""
+    import psutil
+    from selenium.webdriver.common.keys import Keys
+    from test_e2e_dashboard import _pick
+
+    d = driver
+    d.get(server)
+    _wait_text(d, "Loaded traces")
+    _idle(d)
+    _nav(d, "replay")
+    _pick(d, "replay_trace", "sample:mlp")
+    for key, value in (("replay_iters", "2"), ("replay_warmup", "0")):  # short
+        box = _wait_css(d, f".st-key-{key} input")
+        box.send_keys(Keys.CONTROL, "a")
+        box.send_keys(value, Keys.ENTER)
+        _idle(d)
+    _wait_css(d, ".st-key-run_replay button").click()
+    try:
+        _wait_text(d, "peak RSS (process tree)", timeout=300)  # the job finished: its result is shown
+    finally:
+        _shot(d, "32_replay_reaped")
+    srv = _server_process(server)
+    end = time.time() + 60
+    while time.time() < end:  # until the worker has exited (it records its result, then exits)
+        if all(_status(c) in (psutil.STATUS_ZOMBIE, None) for c in srv.children()):
+            break
+        time.sleep(0.3)
+    time.sleep(1.0)
+    zombies = [c.pid for c in srv.children() if _status(c) == psutil.STATUS_ZOMBIE]
+    assert not zombies, f"defunct children of the server: {zombies}"
+
+
+def _status(p) -> str | None:
+    import psutil
+
+    try:
+        return p.status()
+    except psutil.NoSuchProcess:
+        return None

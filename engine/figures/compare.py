@@ -67,7 +67,9 @@ def aligned_timelines(
             window = (float(ev["start_us"].min()), float((ev["start_us"] + ev["dur_us"]).max()))
         else:
             window = (0.0, 1.0)
-        detail, agg = level_of_detail(ev, bar_limit // 2, window=window)
+        # the level of detail over the events' own extent (as before): the window's own scale draws
+        # several times more bars, and the What-if page's budget has no room for them
+        detail, agg = level_of_detail(ev, bar_limit // 2)
         for tr in timeline_traces(detail, legend=row == 1):
             fig.add_trace(tr, row=row, col=1)
         for tr in aggregate_traces(agg, legend=row == 1):

@@ -154,7 +154,12 @@ def _stack_depth(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 
 def lay_out(
-    events: pd.DataFrame, rank: int | None = None, origin_us: float | None = None, max_depth: int = FULL_DEPTH
+    events: pd.DataFrame,
+    rank: int | None = None,
+    origin_us: float | None = None,
+    max_depth: int = FULL_DEPTH,
+    *,
+    with_python_free: bool = False,
 ) -> pd.DataFrame:
     """Once per trace and rank: lanes, colour groups, `start_us` and nesting sub-rows (`sub`), sorted
     by lane and start. `prepare` only slices it per window.
@@ -163,6 +168,8 @@ def lay_out(
     redone on every window, filter or click. The sub-row of an event does not depend on the window
     (its enclosing events overlap any window it is in), so it is computed once over the whole rank;
     a lane's layout therefore never jumps when the window or the duration filter changes.
+    `with_python_free` adds `sub_nopy`, the sub-row with python frames folded (a second stack
+    walk: the dashboard's cached layout has it; `prepare` computes it when asked without it).
     """
     ev = of_rank(events, rank)
     if origin_us is None:
@@ -178,7 +185,8 @@ def lay_out(
     for a, b in itertools.pairwise(bounds):
         depth[a:b] = _stack_depth(s[a:b], s[a:b] + d[a:b])
     ev = ev.assign(sub=np.minimum(depth, max_depth))
-    ev = ev.assign(sub_nopy=np.minimum(python_free_depth(ev), max_depth))
+    if with_python_free:
+        ev = ev.assign(sub_nopy=np.minimum(python_free_depth(ev), max_depth))
     ev.attrs = {"origin_us": origin_us, "rank": rank, "max_depth": max_depth}
     return ev
 
@@ -198,7 +206,9 @@ def prepare(
     """
     view = view or TimelineView()
     if laid is None:
-        laid = lay_out(events, view.rank, origin_us, view.max_depth)
+        laid = lay_out(events, view.rank, origin_us, view.max_depth, with_python_free=view.hide_python)
+    elif view.hide_python and "sub_nopy" not in laid.columns:
+        laid = laid.assign(sub_nopy=np.minimum(python_free_depth(laid), laid.attrs.get("max_depth", FULL_DEPTH)))
     origin = laid.attrs["origin_us"]
     ev = laid
     s = ev["start_us"].to_numpy()

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -141,6 +142,10 @@ class JobRunner:
                 stderr=log,
                 start_new_session=True,  # survives the page and the server's signals; Cancel kills its group
             )
+        # Collect the worker's exit status the moment it exits: nothing else waits on it (the page
+        # only polls the catalog), so every finished replay left a defunct child in the server
+        # until the next job started (issue 32). A daemon thread per worker: it only sleeps in wait().
+        threading.Thread(target=proc.wait, name=f"reap-job-{job_id}", daemon=True).start()
         self.catalog.update_job(job_id, pid=proc.pid)
         return job_id
 

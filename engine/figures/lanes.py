@@ -19,6 +19,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
+from engine.figures.style import GROUP_COLORS
 from engine.trace.vocab import GPU_CATS, RUNTIME_CATS
 
 # Launch lines drawn for one window: one SVG path, but past a few hundred they are a hatch.
@@ -29,10 +30,22 @@ BUSY_NAME = "GPU busy (merged kernels)"
 FLOW_NAME = "launch → kernel"
 
 
+def stack_depth(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Nesting depth of intervals sorted by start (a stack of open ends)."""
+    out: list[int] = []
+    stack: list[float] = []
+    pop, push, put = stack.pop, stack.append, out.append
+    for s, e in zip(start.tolist(), end.tolist()):
+        while stack and stack[-1] <= s:
+            pop()
+        put(len(stack))
+        push(e)
+    return np.asarray(out, np.int64)
+
+
 def python_free_depth(laid: pd.DataFrame) -> np.ndarray:
     """Nesting depth of each event of a `lay_out` table (sorted by lane, start, -dur) among the
     non-python events of its lane; -1 for python frames."""
-    from engine.figures.timeline import _stack_depth
 
     n = len(laid)
     out = np.full(n, -1, np.int64)
@@ -47,7 +60,7 @@ def python_free_depth(laid: pd.DataFrame) -> np.ndarray:
     e = s + laid["dur_us"].to_numpy(float)[idx]
     bounds = np.flatnonzero(np.r_[True, lanes[1:] != lanes[:-1], True])
     for a, b in itertools.pairwise(bounds):
-        out[idx[a:b]] = _stack_depth(s[a:b], e[a:b])
+        out[idx[a:b]] = stack_depth(s[a:b], e[a:b])
     return out
 
 
@@ -91,8 +104,6 @@ def busy_spans(y: np.ndarray, start: np.ndarray, end: np.ndarray, gap_us: float)
 def busy_trace(spans: pd.DataFrame, *, legend: bool = True):
     """Merged kernel spans in the kernel colour; hover: how many kernels, how busy."""
     import plotly.graph_objects as go
-
-    from engine.figures.timeline import GROUP_COLORS
 
     dur = spans["dur_us"].to_numpy(float)
     busy = spans["busy_us"].to_numpy(float)

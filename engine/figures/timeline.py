@@ -24,7 +24,16 @@ import numpy as np
 import pandas as pd
 
 from engine.figures.flows import flow_arrows
-from engine.figures.lanes import BUSY_GAP_PX, busy_spans, busy_trace, flow_trace, python_free_depth, window_flows
+from engine.figures.lanes import (
+    BUSY_GAP_PX,
+    busy_spans,
+    busy_trace,
+    flow_trace,
+    python_free_depth,
+    stack_depth,
+    window_flows,
+)
+from engine.figures.style import GROUP_COLORS
 from engine.trace.ranks import of_rank
 from engine.trace.steps import step_spans
 from engine.trace.vocab import GPU_ACTIVITY_CATS
@@ -47,15 +56,6 @@ PLOT_PX = 1200.0
 # Sub-rows a thread may nest (a TimeSformer thread with python stacks nests 53 deep; until issue 32
 # rows past 6 were clamped onto row 6, so every aten op and runtime call hid under python frames).
 FULL_DEPTH = 256
-GROUP_COLORS = {
-    "cpu_op": "#7c5cff",
-    "kernel": "#f72585",
-    "runtime": "#ffd166",
-    "memory": "#06d6a0",
-    "annotation": "#8d99ae",
-    "python": "#4cc9f0",
-    "other": "#adb5bd",
-}
 
 
 def _group(cat: str) -> str:
@@ -140,19 +140,6 @@ def lane_table(events: pd.DataFrame) -> pd.DataFrame:
     return ev.assign(lane=lane, lane_code=lane_codes.astype(np.int64), is_gpu=is_gpu, group=group)
 
 
-def _stack_depth(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Nesting depth of intervals sorted by start (a stack of open ends)."""
-    out: list[int] = []
-    stack: list[float] = []
-    pop, push, put = stack.pop, stack.append, out.append
-    for s, e in zip(start.tolist(), end.tolist()):
-        while stack and stack[-1] <= s:
-            pop()
-        put(len(stack))
-        push(e)
-    return np.asarray(out, np.int64)
-
-
 def lay_out(
     events: pd.DataFrame,
     rank: int | None = None,
@@ -183,7 +170,7 @@ def lay_out(
     s, d = ev["start_us"].to_numpy(), ev["dur_us"].to_numpy()
     bounds = np.flatnonzero(np.r_[True, lanes[1:] != lanes[:-1], True])
     for a, b in itertools.pairwise(bounds):
-        depth[a:b] = _stack_depth(s[a:b], s[a:b] + d[a:b])
+        depth[a:b] = stack_depth(s[a:b], s[a:b] + d[a:b])
     ev = ev.assign(sub=np.minimum(depth, max_depth))
     if with_python_free:
         ev = ev.assign(sub_nopy=np.minimum(python_free_depth(ev), max_depth))

@@ -275,7 +275,7 @@ def get_trace(name: str, whole: bool = True):
         except TraceError as exc:  # the session keeps the new hash; the user is told once
             catalog_error(exc)
     if whole and views.is_big(key):
-        st.error(md_escape(trace._refuse()))
+        st.error(md_escape(trace.refusal()))
         st.stop()
     return trace
 

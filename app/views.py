@@ -95,7 +95,7 @@ def load_paths(paths: tuple[str, ...]):
     it is over the whole-table budget."""
     t = open_paths(paths)
     if is_big(paths):
-        raise t._refuse()
+        raise t.refusal()
     return t
 
 

@@ -170,7 +170,7 @@ class StoreTrace:
     def ranks(self) -> list[int]:
         return list(self.meta["ranks"])
 
-    def _refuse(self) -> TraceError:
+    def refusal(self) -> TraceError:
         return TraceError(
             f"{self.meta['whole_table']}: this view needs whole tables; Explore's timeline, Analysis and SQL, "
             "the Ranks page and `mystique info/sql/simulate` read it through the store",
@@ -179,11 +179,11 @@ class StoreTrace:
 
     @property
     def events(self) -> pd.DataFrame:
-        raise self._refuse()
+        raise self.refusal()
 
     @property
     def flows(self) -> pd.DataFrame:
-        raise self._refuse()
+        raise self.refusal()
 
     def connect(self):
         from engine.trace.store.sql import connect

@@ -24,7 +24,7 @@ from engine.simulate.waits import (
 )
 from engine.trace import columns as _cols
 from engine.trace.steps import step_mask
-from engine.trace.vocab import ANNOTATION_CATS, RUNTIME_CATS, is_backend_comm, is_comm
+from engine.trace.vocab import ANNOTATION_CATS, RUNTIME_CATS, is_backend_comm
 from engine.user_regex import compile_user
 
 
@@ -339,14 +339,11 @@ def implicit_stream_waits(g: TaskGraph, cfg: SimConfig) -> None:
     fbgemm kernels on a side stream wait 40 ms for the main stream), the wait is fixed host time
     and a faster GPU cannot move it."""
     t = g.tasks
-    # with 2+ ranks, not a collective kernel: collectives.py makes it start at its members'
-    # latest arrival (a member with an edge of its own cannot be their hub); with one rank
-    # loaded it is the ProcessGroup's wait on the compute stream that shows (hta_trace_diff/test:
-    # the all-to-all starts 19 µs after the kernel that produced its input, 45 ms after launch)
-    gi = t["gpu"].to_numpy() & (g.launcher >= 0)
-    if t["rank"].nunique() > 1:
-        gi &= ~g.text("name").where(is_comm)
-    gi = np.flatnonzero(gi)
+    # collective kernels too: with one rank loaded it is the ProcessGroup's wait on the compute
+    # stream that shows (hta_trace_diff/test: the all-to-all starts 19 µs after the kernel that
+    # produced its input, 45 ms after launch); with more, collectives.py forwards a member's
+    # event waits to the member all others wait for
+    gi = np.flatnonzero(t["gpu"].to_numpy() & (g.launcher >= 0))
     if not len(gi) or len(g.lanes) < 2:
         return
     sp = t["sp"].to_numpy()

@@ -81,27 +81,17 @@ def _step_gpu_busy(bd: dict) -> float:
     return (bd["compute_ms"] + bd["exposed_communication_ms"]) / bd["step_ms"] if bd["step_ms"] else 0.0
 
 
-def _host_ran_ahead(res) -> bool:
-    """Every step ended while the GPU work it launched still ran (by over 1 % of the step): the
-    host never waited for the GPU inside a step, so no GPU time can shorten the step measured
-    (the host span) and no kernel lies on its path (tracelens_mi300_resnet_ckpt: 32-38 ms)."""
-    g, T = res.graph, res.schedule.times
-    t = g.tasks
-    sp, ep = t["sp"].to_numpy(), t["ep"].to_numpy()
-    step = t["name"].astype(str).str.startswith("ProfilerStep#").to_numpy() & ~t["gpu"].to_numpy()
-    gi = np.flatnonzero(t["gpu"].to_numpy() & (g.launcher >= 0))
-    launched = T[sp[g.launcher[gi]]]
-    ahead = []
-    for s in np.flatnonzero(step):
-        m = (launched >= T[sp[s]]) & (launched <= T[ep[s]])
-        ahead.append(m.any() and T[ep[gi[m]]].max() > T[ep[s]] + 0.01 * (T[ep[s]] - T[sp[s]]))
-    return bool(ahead) and all(ahead)
-
-
 def test_critical_path_is_the_step_on_every_shared_gpu_trace(shared_sims):
     """Must show: on every shared GPU trace with a step span the critical path's length is the
-    simulated step (0.5 %); on GPU-bound ones (GPU busy > 50 % of the step, the host waiting for
-    it in some step) it holds kernels; the collectives it crosses are named."""
+    simulated step (0.5 %); on GPU-bound ones (GPU busy > 50 % of the step and the host blocked
+    on it for a tenth of the step or more, hand count from the raw JSON) it holds kernels; the
+    collectives it crosses are named. Why the host's wait too: a step is its host span, so a
+    busy GPU the host never waits for cannot bind it (tracelens_mi300_resnet_ckpt: the host runs
+    32-38 ms ahead, blocked 0 ms; kineto_resnet50_dataloader nw4: GPU busy 62 %, host blocked
+    6 %, host-bound: a 2 % faster GPU gains 0.08 ms, a 2 % faster host 1.7)."""
+    from tests.conftest import SHARED_TRACES
+    from tests.test_simulate_waits import hand_count
+
     checked, gpu_bound, named = [], [], set()
     for path, (tr, res) in shared_sims.items():
         j = res.to_json()
@@ -113,7 +103,10 @@ def test_critical_path_is_the_step_on_every_shared_gpu_trace(shared_sims):
         seg = res.critical_path.segments
         gpu_task = res.graph.tasks["gpu"].to_numpy()
         on_gpu = seg[(seg["task"] >= 0) & gpu_task[np.maximum(seg["task"].to_numpy(), 0)]]
-        if _step_gpu_busy(j["measured_breakdown"]) > 0.5 and not _host_ran_ahead(res):
+        if (
+            _step_gpu_busy(j["measured_breakdown"]) > 0.5
+            and (hc := hand_count(SHARED_TRACES / path))["blocked"] >= 0.1 * hc["step"]
+        ):
             gpu_bound.append(path)
             assert len(on_gpu) > 0 and on_gpu["dur_us"].sum() > 0, path  # kernels on the path
         comm_on = set(on_gpu.loc[on_gpu["kind"] == "communication", "name"].astype(str))

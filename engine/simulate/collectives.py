@@ -176,10 +176,15 @@ def _arrivals(g: TaskGraph, members: np.ndarray, gid: np.ndarray, sp: np.ndarray
     has_lau = lau >= 0
     lau_sp = np.where(has_lau, sp[np.maximum(lau, 0)], -1)
     lau_w = g.launch_w[members]
-    # hub candidates: not first on the lane; in-edges of its start = exactly its launch edge
-    indeg = np.bincount(g.e_dst, minlength=npts) if len(g.e_dst) else np.zeros(npts, np.int64)
+    # hub candidates: not first on the lane; in-edges of its start = exactly its launch edge,
+    # besides event waits (edges.implicit_stream_waits: the other members' are forwarded to it)
+    from engine.simulate.taskgraph import EDGE_KINDS, EdgeKind
+
+    ev = g.e_kind == EDGE_KINDS.index(EdgeKind.EVENT_WAIT)
+    ne = np.flatnonzero(~ev)
+    indeg = np.bincount(g.e_dst[ne], minlength=npts) if len(ne) else np.zeros(npts, np.int64)
     last = np.full(npts, -1, np.int64)
-    last[g.e_dst] = np.arange(len(g.e_dst))
+    last[g.e_dst[ne]] = ne
     e = last[s]
     only_launch = (
         has_lau
@@ -210,6 +215,13 @@ def _arrivals(g: TaskGraph, members: np.ndarray, gid: np.ndarray, sp: np.ndarray
     src_l += [hub_sp[via]]
     dst_l += [s[via]]
     w_l += [np.zeros(int(via.sum()))]
+    if ev.any():  # the other members' event waits are arrivals too
+        hub_at = np.full(npts, -1, np.int64)
+        hub_at[s[via]] = hub_sp[via]
+        f = np.flatnonzero(ev & (hub_at[g.e_dst] >= 0))
+        src_l += [g.e_src[f]]
+        dst_l += [hub_at[g.e_dst[f]]]
+        w_l += [g.e_w[f]]
     # groups without a hub: all pairs
     for k in np.flatnonzero(~has_hub):
         mk = np.flatnonzero(gid == k)

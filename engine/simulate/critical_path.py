@@ -264,34 +264,54 @@ def _task_ms(g: TaskGraph, seg: pd.DataFrame, n_walks: int) -> np.ndarray:
 
 
 def _summarise(g: TaskGraph, seg: pd.DataFrame, n_walks: int) -> CriticalPath:
-    names = g.tasks["name"].astype(str).to_numpy()
-    seg["kind"] = np.asarray([k.value for k in KINDS], dtype=object)[seg["kind_code"].to_numpy()]
-    task = seg["task"].to_numpy()
-    seg["name"] = np.where(task >= 0, names[np.maximum(task, 0)], "(" + seg["kind"].astype(str) + ")")
+    """Means per walk; text (names, kinds, edge kinds) only for the rows shown: the pieces can
+    number hundreds of thousands, the walk drawn and the tables hold few."""
+    names = g.text("name")
+    kind_names = np.asarray([k.value for k in KINDS], dtype=object)
     edge_names = np.asarray([*(k.value for k in EDGE_KINDS), "lane"], dtype=object)
-    seg["via"] = edge_names[seg["via"].to_numpy()]
+    task = seg["task"].to_numpy()
+    code = seg["kind_code"].to_numpy()
     per_ms = seg["dur_us"].to_numpy() / 1e3 / n_walks
-    seg["_ms"] = per_ms
     total = float(per_ms.sum())
-    by_kind = {k.value: float(seg.loc[seg["kind"] == k.value, "_ms"].sum()) for k in KINDS}
-    ranks = {int(r): float(v) for r, v in seg.groupby("rank")["_ms"].sum().items()}
-    ops = seg[seg["task"] >= 0].groupby(["name", "kind"], observed=True)["_ms"].sum().reset_index()
-    ops = ops.rename(columns={"_ms": "ms"}).sort_values("ms", ascending=False, kind="stable")
+    by_kind_ms = np.bincount(code, per_ms, minlength=len(KINDS))
+    by_kind = {k.value: float(by_kind_ms[i]) for i, k in enumerate(KINDS)}
+    rank = seg["rank"].to_numpy()
+    ranks = {int(r): float(per_ms[rank == r].sum()) for r in np.unique(rank)}
+    task_ms = _task_ms(g, seg, n_walks)
+    # a task's pieces are all of its kind: per task first, then per (name, kind)
+    on = np.flatnonzero(np.bincount(task[task >= 0], minlength=g.n_tasks) > 0)
+    on_kind = np.zeros(g.n_tasks, np.int8)
+    on_kind[task[task >= 0]] = code[task >= 0]
+    ops = pd.DataFrame(
+        {
+            "name": np.asarray(names.values, dtype=object)[names.codes[on]],
+            "kind": kind_names[on_kind[on]],
+            "ms": task_ms[on],
+        }
+    )
+    ops = ops.groupby(["name", "kind"], observed=True)["ms"].sum().reset_index()
+    ops = ops.sort_values("ms", ascending=False, kind="stable")
     ops["share_pct"] = 100 * ops["ms"] / total if total > 0 else 0.0
-    comm = seg[(seg["kind"] == Kind.COMMUNICATION.value) & seg["name"].map(is_comm).astype(bool)]
-    collectives = {str(k): float(v) for k, v in comm.groupby("name")["_ms"].sum().sort_values(ascending=False).items()}
-    cross = seg[(seg["via"] == EdgeKind.COLLECTIVE.value) & (seg["to_rank"] != seg["rank"])]
+    comm = ops[(ops["kind"] == Kind.COMMUNICATION.value) & ops["name"].map(is_comm).astype(bool)]
+    collectives = {str(k): float(v) for k, v in comm.groupby("name")["ms"].sum().sort_values(ascending=False).items()}
+    via = seg["via"].to_numpy()
+    cross = np.flatnonzero((via == _COLL) & (seg["to_rank"].to_numpy() != rank))[:50]
     crossings = [  # the late rank (from) -> the rank that waited for it in that collective (to)
-        {"from_rank": int(r["rank"]), "to_rank": int(r["to_rank"]), "collective": _next_comm(seg, i)}
-        for i, r in cross.head(50).iterrows()
+        {"from_rank": int(rank[i]), "to_rank": int(seg["to_rank"].iat[i]), "collective": _next_comm(g, seg, int(i))}
+        for i in cross
     ]
     # the walk drawn: the longest, preferring one that crosses ranks (the step of the rank
     # that waited: it shows who held it up)
     per = seg.groupby("walk").agg(ms=("dur_us", "sum"), ranks=("rank", "nunique"))
     per["ms"] = per["ms"].round(-1)  # steps within 10 µs count as equally long
     longest = per.sort_values(["ranks", "ms"], ascending=False, kind="stable").index[0]
+    drawn = seg[seg["walk"] == longest].reset_index(drop=True)
+    d_task, d_kind = drawn["task"].to_numpy(), kind_names[drawn["kind_code"].to_numpy()]
+    text = np.asarray(names.values, dtype=object)[names.codes[np.maximum(d_task, 0)]]
+    drawn["name"] = np.where(d_task >= 0, text, "(" + d_kind.astype(str) + ")")
+    drawn["kind"] = d_kind
+    drawn["via"] = edge_names[drawn["via"].to_numpy()]
     keep = ["rank", "lane", "task", "name", "kind", "via", "start_us", "dur_us"]
-    segments = seg.loc[seg["walk"] == longest, keep].reset_index(drop=True)
     return CriticalPath(
         ms=total,
         by_kind=by_kind,
@@ -299,15 +319,18 @@ def _summarise(g: TaskGraph, seg: pd.DataFrame, n_walks: int) -> CriticalPath:
         top_ops=ops.reset_index(drop=True),
         collectives=collectives,
         crossings=crossings,
-        segments=segments,
+        segments=drawn[keep],
         walks=n_walks,
-        task_ms=_task_ms(g, seg, n_walks),
+        task_ms=task_ms,
     )
 
 
-def _next_comm(seg: pd.DataFrame, i: int) -> str:
+def _next_comm(g: TaskGraph, seg: pd.DataFrame, i: int) -> str:
     """The collective the path enters right after a cross-rank hand-off at row i."""
-    after = seg.loc[i:]
-    after = after[(after["walk"] == seg.at[i, "walk"]) & (after["kind"] == Kind.COMMUNICATION.value)].head(64)
-    after = after[after["name"].map(is_comm).astype(bool)]
-    return str(after["name"].iloc[0]) if len(after) else ""
+    after = seg.iloc[i : i + 4096]
+    after = after[(after["walk"] == seg["walk"].iat[i]) & (after["kind_code"] == _K[Kind.COMMUNICATION])].head(64)
+    names = g.tasks["name"].to_numpy()
+    for t in after["task"].to_numpy():
+        if t >= 0 and is_comm(str(names[t])):
+            return str(names[t])
+    return ""

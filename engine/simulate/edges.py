@@ -339,6 +339,10 @@ def implicit_stream_waits(g: TaskGraph, cfg: SimConfig) -> None:
     fbgemm kernels on a side stream wait 40 ms for the main stream), the wait is fixed host time
     and a faster GPU cannot move it."""
     t = g.tasks
+    # collective kernels too: with one rank loaded it is the ProcessGroup's wait on the compute
+    # stream that shows (hta_trace_diff/test: the all-to-all starts 19 µs after the kernel that
+    # produced its input, 45 ms after launch); with more, collectives.py forwards a member's
+    # event waits to the member all others wait for
     gi = np.flatnonzero(t["gpu"].to_numpy() & (g.launcher >= 0))
     if not len(gi) or len(g.lanes) < 2:
         return
@@ -394,11 +398,12 @@ def inter_thread_edges(g: TaskGraph, cfg: SimConfig) -> None:
     idling or blocking). It depends on the latest point of another thread of the same rank
     strictly earlier and at most `thread_window_us` earlier (strictly, so edges never form a
     cycle), with the original gap as weight; equal times: the later lane in lane order. A gap
-    that no recorded operator owns (idle, or a label's own time: a ProfilerStep or
-    record_function span around the wait) and that lasts at least `thread_idle_us` (a thread idle
-    for a millisecond waited for another: a DataLoader queue, the autograd engine's hand-off) depends
-    on the latest point of another thread inside the gap, however early. The woken thread's gap
-    itself, when no recorded operator owns it, shrinks to nothing: the thread waited, it did no
+    that no recorded operator owns and that lasts at least `thread_idle_us` (a thread idle for a
+    millisecond waited for another: a DataLoader queue, the autograd engine's hand-off) depends
+    on the latest point of another thread inside the gap, however early; one that a pure label
+    owns (a ProfilerStep or record_function span around the wait), on the latest point of
+    another thread at most `thread_idle_us` earlier. The woken thread's gap itself, when no
+    recorded operator owns it, shrinks to nothing: the thread waited, it did no
     work there.
     """
     lanes = g.lanes
@@ -418,14 +423,21 @@ def inter_thread_edges(g: TaskGraph, cfg: SimConfig) -> None:
     t_c = g.pt_time[cand]
     c_lane = lane_of_pt[cand]
     c_rank = lane_rank[c_lane]
-    # how far back a wake-up may be linked: the window, or the whole gap when it is a long idle
-    # one (no recorded operator owns it: idle, or a label's own time, e.g. the main thread's
-    # ProfilerStep while the autograd thread runs the backward pass)
-    label = g.text("cat").where(lambda c: c in ANNOTATION_CATS) | step_mask(g.text("name"))
+    # how far back a wake-up may be linked: the window; the whole gap when it is a long idle one;
+    # `thread_idle_us` when a pure label owns a long gap (the main thread's ProfilerStep while
+    # the autograd thread runs the backward pass: it wakes ~0.1 ms after that thread's last
+    # event). Not a Python frame's gap (the interpreter's own work), nor a label's woken long
+    # after the other thread went quiet (unrecorded work inside a module's annotation)
+    cat = g.text("cat")
+    label = cat.where(lambda c: c in ANNOTATION_CATS) | step_mask(g.text("name"))
+    pure = label & ~cat.where(lambda c: c == "python_function")
     reach = np.full(len(cand), float(cfg.thread_window_us))
     own_c = g.pt_owner[cand]
-    long_idle = (g.pt_d[cand] >= cfg.thread_idle_us) & ((own_c < 0) | label[np.maximum(own_c, 0)])
+    long = g.pt_d[cand] >= cfg.thread_idle_us
+    long_idle = long & (own_c < 0)
     reach[long_idle] = np.maximum(reach[long_idle], g.pt_d[cand][long_idle])
+    long_label = long & (own_c >= 0) & pure[np.maximum(own_c, 0)]
+    reach[long_label] = np.maximum(reach[long_label], cfg.thread_idle_us)
     best = np.full(len(cand), -1, np.int64)
     best_t = np.full(len(cand), -np.inf)
     for ln in host:

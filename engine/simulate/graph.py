@@ -23,7 +23,8 @@ Dependency rules (each documented on the function that builds it):
   names it).
 - EVENT_WAIT: cudaStreamWaitEvent (stream from its `cuda_sync` "Stream Wait Event") makes the
   waiting stream's next task wait for the task launched last before the preceding
-  cudaEventRecord on the same thread.
+  cudaEventRecord on the same thread; unrecorded: a late GPU task that starts when another
+  stream's task ends waits for it (edges.implicit_stream_waits).
 - INTER_THREAD: gap heuristic (SimConfig.thread_block_us / thread_window_us).
 - COLLECTIVE: see collectives.py; host collectives on backend threads: `edges.host_comm_edges`.
 

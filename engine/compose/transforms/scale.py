@@ -14,6 +14,7 @@ import numpy as np
 
 from engine.analysis.batch import infer_batch, param_storages, parameters
 from engine.compose.nodes import external_reads, get_slot, is_defined, tensors_of
+from engine.compose.transforms.kjt import kjt_seeds
 from engine.errors import TraceError
 
 if TYPE_CHECKING:
@@ -150,40 +151,6 @@ def _unbroadcast_embedding_grads(nodes: list[dict], replay_ids) -> list[int]:
     return fixed
 
 
-# FBGEMM ops over a KeyedJaggedTensor's (lengths, values): TorchRec's input dist permutes and
-# buckets them. A KJT carries the batch inside T x B (lengths [T * B] or [T, B], values
-# sum(lengths), offsets T * B + 1, and the all_to_all splits of both), never as a dim 0 of B.
-KJT_OPS = frozenset(
-    {
-        "fbgemm::permute_2D_sparse_data",
-        "fbgemm::permute_1D_sparse_data",
-        "fbgemm::permute_sparse_data",
-        "fbgemm::permute_sparse_features",
-        "fbgemm::block_bucketize_sparse_features",
-        "fbgemm::keyed_jagged_index_select_dim1",
-    }
-)
-
-
-def refuse_kjt(nodes: list[dict], replay_ids, scale: float) -> None:
-    """Refuse a batch scale over a replayed KJT op (issue 31 item 20).
-
-    Why: no rule places the batch in a KJT (above). Seeds are dim-0 batch tensors, so the dense
-    half doubles while the KJT keeps batch B; the TBE rule walks its indices back and doubles
-    them, and the sparse half disagrees with itself (a permute's recorded values length vs its
-    lengths) or with the dense half (DLRM's interaction `bmm`). Refused here, naming the op,
-    instead of at export validation or replay."""
-    want = set(replay_ids)
-    for n in nodes:
-        if n["id"] in want and str(n.get("name", "")).split(".")[0] in KJT_OPS:
-            shapes = (n.get("inputs") or {}).get("shapes") or []
-            raise TraceError(
-                f"batch scale {scale:g} breaks shape at node {n['id']} ({n['name']}, inputs {shapes[:3]}): "
-                "no rule scales a KeyedJaggedTensor's batch (lengths [T, B], values sum(lengths), "
-                "offsets T x B + 1, all_to_all splits)"
-            )
-
-
 def scale_batch(bench: Benchmark, rank: int, scale: float, batch: int, params: set[int] | None = None) -> dict:
     """Scale the batch of `bench.ranks[rank]` in place; returns the meta report as a dict."""
     nodes = bench.ranks[rank]
@@ -192,14 +159,15 @@ def scale_batch(bench: Benchmark, rank: int, scale: float, batch: int, params: s
     new_b = batch * scale
     if abs(new_b - round(new_b)) > 1e-9 or round(new_b) < 1:
         raise TraceError(f"batch scale {scale:g} gives a non-integer batch: {batch} x {scale:g} = {new_b:g}")
-    refuse_kjt(nodes, bench.replay_ids[rank], scale)
-    seeds = batch_seeds(nodes, bench.replay_ids[rank], batch, params, bench.context.phase_of)
+    seeds: dict = dict.fromkeys(batch_seeds(nodes, bench.replay_ids[rank], batch, params, bench.context.phase_of), 0)
     if not seeds:
         raise TraceError(f"batch scale {scale:g}: no input tensor has the batch size {batch} as dim 0")
     from engine.compose.meta_bags import bag_batch_shapes
     from engine.compose.meta_check import propagate  # torch: only scaling needs it, not infer_batch
     from engine.compose.shard.tbe import tbe_batch_shapes
 
+    # a TorchRec KJT carries the batch inside T x B (transforms/kjt.py)
+    seeds.update(kjt_seeds(nodes, bench.replay_ids[rank], scale))
     want = set(bench.replay_ids[rank])
     shapes = {**bag_batch_shapes(nodes, want, scale, batch), **tbe_batch_shapes(nodes, want, scale)}
     rep = propagate(
@@ -243,12 +211,10 @@ def scale_batch(bench: Benchmark, rank: int, scale: float, batch: int, params: s
 
 
 __all__ = [
-    "KJT_OPS",
     "batch_seeds",
     "infer_batch",
     "param_storages",
     "parameters",
     "prune_to_replay",
-    "refuse_kjt",
     "scale_batch",
 ]

@@ -14,6 +14,7 @@ import numpy as np
 
 from engine.analysis.batch import infer_batch, param_storages, parameters
 from engine.compose.nodes import external_reads, get_slot, is_defined, tensors_of
+from engine.compose.transforms.kjt import kjt_seeds
 from engine.errors import TraceError
 
 if TYPE_CHECKING:
@@ -158,13 +159,15 @@ def scale_batch(bench: Benchmark, rank: int, scale: float, batch: int, params: s
     new_b = batch * scale
     if abs(new_b - round(new_b)) > 1e-9 or round(new_b) < 1:
         raise TraceError(f"batch scale {scale:g} gives a non-integer batch: {batch} x {scale:g} = {new_b:g}")
-    seeds = batch_seeds(nodes, bench.replay_ids[rank], batch, params, bench.context.phase_of)
+    seeds: dict = dict.fromkeys(batch_seeds(nodes, bench.replay_ids[rank], batch, params, bench.context.phase_of), 0)
     if not seeds:
         raise TraceError(f"batch scale {scale:g}: no input tensor has the batch size {batch} as dim 0")
     from engine.compose.meta_bags import bag_batch_shapes
     from engine.compose.meta_check import propagate  # torch: only scaling needs it, not infer_batch
     from engine.compose.shard.tbe import tbe_batch_shapes
 
+    # a TorchRec KJT carries the batch inside T x B (transforms/kjt.py)
+    seeds.update(kjt_seeds(nodes, bench.replay_ids[rank], scale))
     want = set(bench.replay_ids[rank])
     shapes = {**bag_batch_shapes(nodes, want, scale, batch), **tbe_batch_shapes(nodes, want, scale)}
     rep = propagate(
@@ -207,4 +210,11 @@ def scale_batch(bench: Benchmark, rank: int, scale: float, batch: int, params: s
     return info
 
 
-__all__ = ["batch_seeds", "infer_batch", "param_storages", "parameters", "prune_to_replay", "scale_batch"]
+__all__ = [
+    "batch_seeds",
+    "infer_batch",
+    "param_storages",
+    "parameters",
+    "prune_to_replay",
+    "scale_batch",
+]

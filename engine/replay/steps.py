@@ -19,6 +19,7 @@ import torch
 
 from engine.errors import TraceError
 from engine.replay.config import ReplayConfig
+from engine.replay.guards import guard_of
 from engine.replay.plan import OpStep, Plan
 from engine.replay.tensors import StorageManager, empty_like_rec
 
@@ -49,6 +50,7 @@ def make_step(st: OpStep, env: list, device: str, failures: dict, steps: list) -
     """The closure that runs one op (see module docstring)."""
     assert st.resolved is not None  # only resolved steps get a runnable closure
     ov = st.resolved.overload
+    guard = guard_of(ov)
     pos_t = st.pos
     kw_t = st.kw
     pfix = [(p, slot) for w, p, sub, slot in st.fixups if w == "p" and sub is None]
@@ -89,6 +91,8 @@ def make_step(st: OpStep, env: list, device: str, failures: dict, steps: list) -
             for w, key, sub, slot in inner:
                 call[w][key][sub] = env[slot]
         try:
+            if guard is not None:
+                guard(tuple(a), kw)
             res = ov(*a, **kw)
         except Exception as exc:  # noqa: BLE001 -- any op failure is recorded, never fatal
             _fail(st, exc, failures, steps, synthesize_outputs)

@@ -535,3 +535,34 @@ def trace_diff(pa: tuple[str, ...], pb: tuple[str, ...], a: str, b: str, keep: b
     from engine.compare import compare_traces
 
     return compare_traces(load_paths(pa), load_paths(pb), labels=(a, b), bookkeeping=keep)
+
+
+@view(st.cache_resource, max_entries=8, show_spinner="Comparing with the original…")
+def replay_compare(paths: tuple[str, ...], result_path: str):
+    """(the replay's `ReplayResult`, its comparison with the original trace of these files), cached
+    on the files and the result file (a finished job's result is written once)."""
+    from engine.compare import compare
+    from engine.replay.result import ReplayResult  # lazy: engine.replay imports torch
+
+    report = ReplayResult.read(result_path)
+    return report, compare(load_paths(paths), report, original_meta=capture_meta(paths))
+
+
+@view(st.cache_data, max_entries=32, show_spinner=False)
+def step_count(paths: tuple[str, ...]) -> int:
+    """How many steps (ProfilerStep spans) the whole trace of these files holds."""
+    from engine.trace.steps import step_spans
+
+    return len(step_spans(load_paths(paths).events))
+
+
+@view(st.cache_resource, max_entries=8, show_spinner=False)
+def shown_events(paths: tuple[str, ...], keep: bool):
+    """The trace's events as Compare's timelines draw them: all of them (`keep`), or without python
+    frames and profiler bookkeeping (engine.compare.gpu_pairs.bookkeeping). Shared: read only."""
+    ev = load_paths(paths).events
+    if keep:
+        return ev
+    from engine.compare.gpu_pairs import bookkeeping
+
+    return ev[~bookkeeping(ev)]

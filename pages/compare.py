@@ -14,7 +14,6 @@ from app import session, views, workspace
 from app.markup import md_escape
 from engine.errors import TraceError
 from engine.figures import compare as cfig
-from engine.trace.steps import step_spans
 
 st.title("Compare")
 mode = st.radio("Compare", ["original vs replay", "trace vs trace"], horizontal=True, key="cmp_mode")
@@ -76,14 +75,9 @@ if mode == "original vs replay":
     if run["trace"] not in session.traces():
         st.error(f"original trace {md_escape(repr(run['trace']))} is no longer loaded")
         st.stop()
-    from engine.compare import compare
-    from engine.replay.result import ReplayResult  # lazy: engine.replay imports torch
-
     original = session.get_trace(run["trace"])
-    meta = views.capture_meta(tuple(session.traces()[run["trace"]]["paths"]))
     try:
-        report = ReplayResult.read(run["path"])
-        cmp = compare(original, report, original_meta=meta)
+        report, cmp = views.replay_compare(tuple(session.traces()[run["trace"]]["paths"]), run["path"])
     except TraceError as exc:
         st.error(md_escape(exc))
         st.stop()
@@ -223,12 +217,10 @@ else:
     start_b: dict[str, Any] = {} if "cmp_b" in st.session_state else {"index": 1}
     a = c[0].selectbox("Trace A", names, key="cmp_a", **start_a)
     b = c[1].selectbox("Trace B", names, key="cmp_b", **start_b)
-    from engine.compare import compare
-    from engine.compare.gpu_pairs import bookkeeping
-
     ta, tb = session.get_trace(a), session.get_trace(b)
+    pa, pb = tuple(session.traces()[a]["paths"]), tuple(session.traces()[b]["paths"])
     keep = st.checkbox("Show python frames and profiler bookkeeping", key="tt_bookkeeping")
-    diff = views.trace_diff(tuple(session.traces()[a]["paths"]), tuple(session.traces()[b]["paths"]), a, b, keep)
+    diff = views.trace_diff(pa, pb, a, b, keep)
     e = diff.e2e
     c = st.columns(3)
     c[0].metric(f"{md_escape(a)} ms / iteration", _fmt(e.get("a_ms")))
@@ -260,7 +252,7 @@ else:
         # the two timelines aligned by step (issue 32): each side from its step's start, or from the
         # step's first GPU work, so the kernels of two GPUs line up; from each start without steps
         c = st.columns([1, 1, 1])
-        n_steps = min(len(step_spans(ta.events)), len(step_spans(tb.events)))
+        n_steps = min(views.step_count(pa), views.step_count(pb))
         step = (
             c[0].selectbox("Align at step", range(n_steps), format_func=lambda i: f"step {i + 1}", key="tt_step")
             if n_steps
@@ -287,9 +279,7 @@ else:
             100.0,
             key="tt_window",
         )
-        ea, eb = (
-            (ta.events, tb.events) if keep else (ta.events[~bookkeeping(ta.events)], tb.events[~bookkeeping(tb.events)])
-        )
+        ea, eb = views.shown_events(pa, keep), views.shown_events(pb, keep)
         tfig = cfig.aligned_timelines(
             ea,
             eb,

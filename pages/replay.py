@@ -123,10 +123,7 @@ def job_params(name: str, bench: dict | None) -> dict:
         params["config"]["metrics"] = False
         return params
     if target.startswith("selection"):
-        from engine.graph import Selection, select
-
-        # close the picked ops over their call-tree descendants and apply the replay rule inside
-        params["op_ids"] = [int(i) for i in select(trace, Selection(ids=list(sel["ids"]))).replay_ids]
+        params["op_ids"] = views.replay_ids(tuple(session.traces()[name]["paths"]), tuple(sel["ids"]))
     elif target.startswith("composed") and bench is not None:  # the target exists only with a bench
         params["paths"] = [bench["et_path"]]
     return params

@@ -468,7 +468,7 @@ def whatif(content_hash: str, paths: tuple[str, ...], spec_json: str, cfg_json: 
     return base.to_json(), res.to_json(), res.predicted.events, trace.events, path, res.stragglers
 
 
-@view(st.cache_data, max_entries=16, show_spinner="Breaking the time down…")
+@view(st.cache_data, max_entries=16, show_spinner=False)
 def breakdown_tables(paths: tuple[str, ...]) -> dict:
     """Explore's Breakdown tables of a whole trace (cached on paths): self time by operator and by
     kernel, kernel classes, GPU idle, annotations; with an ET, linked CPU time by category and
@@ -537,7 +537,7 @@ def trace_diff(pa: tuple[str, ...], pb: tuple[str, ...], a: str, b: str, keep: b
     return compare_traces(load_paths(pa), load_paths(pb), labels=(a, b), bookkeeping=keep)
 
 
-@view(st.cache_resource, max_entries=8, show_spinner="Comparing with the original…")
+@view(st.cache_resource, max_entries=8, show_spinner=False)
 def replay_compare(paths: tuple[str, ...], result_path: str):
     """(the replay's `ReplayResult`, its comparison with the original trace of these files), cached
     on the files and the result file (a finished job's result is written once)."""

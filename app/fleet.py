@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import state
+from app import workspace
 from engine.fleet.suite import Suite, baselines, manifest, pick, projection
 
 KIND = "fleet_ingest"
@@ -25,13 +25,13 @@ KINDS = (KIND, SUITE_KIND, REPLAY_KIND)
 
 
 def submit(paths: list[str], scheduler: str) -> int:
-    return state.runner().submit(
+    return workspace.runner().submit(
         KIND, {"paths": paths, "scheduler": scheduler}, target=f"fleet of {len(paths)} path(s)"
     )
 
 
 def jobs(kind: str = KIND) -> list[dict]:
-    return state.catalog().jobs(kind=kind)
+    return workspace.catalog().jobs(kind=kind)
 
 
 def active() -> list[dict]:
@@ -41,14 +41,16 @@ def active() -> list[dict]:
 
 def submit_suite(folder: str, budget: int) -> int:
     """Compose the suite of `budget` picks of this fleet in a worker (engine.fleet.members)."""
-    return state.runner().submit(
+    return workspace.runner().submit(
         SUITE_KIND, {"fleet": folder, "budget": int(budget)}, target=f"suite of {budget} from {Path(folder).name}"
     )
 
 
 def submit_replay(suite_folder: str) -> int:
     """Replay every member of a composed suite in a worker (engine.fleet.replay)."""
-    return state.runner().submit(REPLAY_KIND, {"suite": suite_folder}, target=f"replay of {Path(suite_folder).name}")
+    return workspace.runner().submit(
+        REPLAY_KIND, {"suite": suite_folder}, target=f"replay of {Path(suite_folder).name}"
+    )
 
 
 def composed(folder: str, budget: int) -> dict | None:

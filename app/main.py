@@ -1,7 +1,7 @@
 """Streamlit router: `streamlit run app/main.py` (or `mystique app`). Pages live in `pages/`.
 
 `streamlit run` puts `app/` (not the repo root) on sys.path, so the root is added here: pages
-import `app.state` and `engine` from a plain checkout as well as from an editable install.
+import `app` and `engine` from a plain checkout as well as from an editable install.
 """
 
 import sys
@@ -13,17 +13,17 @@ if str(ROOT) not in sys.path:
 
 import streamlit as st  # noqa: E402 -- after the sys.path fix above
 
-from app import prefetch, state  # noqa: E402 -- after the sys.path fix above
+from app import prefetch, session, workspace  # noqa: E402 -- after the sys.path fix above
 from app.markup import md_escape  # noqa: E402
 
 st.set_page_config(page_title="mystique-studio", page_icon=":material/biotech:", layout="wide")
-state.ensure_started()
-state.catalog_notice()
+session.ensure_started()
+workspace.catalog_notice()
 if err := st.session_state.pop("_start_error", None):
     st.warning(md_escape(err))
 if pending := st.session_state.pop("_pending_current", None):
-    state.make_current(pending)
-state.restore_settings()
+    session.make_current(pending)
+session.restore_settings()
 
 # Material icons ship with Streamlit's own font, so they render where no emoji font is installed
 # (headless chromium on a server showed the emoji as empty boxes).
@@ -40,5 +40,5 @@ PAGES = [
 try:
     st.navigation(PAGES).run()
 finally:
-    state.save_settings()
+    session.save_settings()
     prefetch.flush()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import state
+from app import workspace
 from engine.analysis import ranks as rk
 from engine.trace.store import read
 
@@ -66,7 +66,7 @@ def store_of(paths: list[str]) -> str | None:
     if len(paths) == 1 and _is_store(paths[0], _stamp([os.path.join(paths[0], "manifest.json")])):
         return str(Path(paths[0]).resolve())
     stamp = _stamp(paths)
-    for j in reversed(state.catalog().jobs(kind=KIND)):
+    for j in reversed(workspace.catalog().jobs(kind=KIND)):
         p, s = j["params"], j.get("summary") or {}
         if j["status"].value == "done" and p.get("paths") == paths and p.get("stamp") == stamp:
             store = s.get("store")
@@ -78,17 +78,17 @@ def store_of(paths: list[str]) -> str | None:
 def submit(paths: list[str], scheduler: str, name: str | None) -> int:
     """Queue the summary job (a worker process: store build when needed, then the summaries)."""
     params = {"paths": paths, "scheduler": scheduler, "stamp": _stamp(paths)}
-    return state.runner().submit(KIND, params, trace=name, target=f"rank summaries ({scheduler})")
+    return workspace.runner().submit(KIND, params, trace=name, target=f"rank summaries ({scheduler})")
 
 
 def active_jobs(paths: list[str]) -> list[dict]:
     return [
-        j for j in state.catalog().jobs(kind=KIND) if not j["status"].finished and j["params"].get("paths") == paths
+        j for j in workspace.catalog().jobs(kind=KIND) if not j["status"].finished and j["params"].get("paths") == paths
     ]
 
 
 def last_failure(paths: list[str]) -> str | None:
-    jobs = [j for j in state.catalog().jobs(kind=KIND) if j["params"].get("paths") == paths]
+    jobs = [j for j in workspace.catalog().jobs(kind=KIND) if j["params"].get("paths") == paths]
     if jobs and jobs[-1]["status"].value in ("failed", "cancelled"):
         j = jobs[-1]
         return f"job {j['id']} {j['status'].value}: {j.get('error') or ''}".strip()

@@ -4,7 +4,7 @@ Why paths as the key: every page and the prefetch pass the same small tuple, so 
 once per server and a rerun that changes nothing costs a dictionary look-up. A path is not
 its content, though: a file rewritten in place (a capture into the same folder while the
 dashboard runs) would keep showing the old trace. So `check_fresh`, called wherever a page asks
-for a trace (`state.get_trace`, `state.add_trace`), compares the files' size and mtime with those
+for a trace (`session.get_trace`, `session.add_trace`), compares the files' size and mtime with those
 seen when their views were first built and, when they differ, drops every view cache entered
 here with `@view` (a rare event; the engine's parse cache is keyed on the content's sha256, so
 reloading the unchanged traces costs little).
@@ -449,3 +449,129 @@ def sql_result(paths: tuple[str, ...], sql: str, scheduler: str | None = None):
     return run(
         list(paths), sql, scheduler=scheduler, max_rows=MAX_ROWS, timeout_s=UI_TIMEOUT_S, cancel=_session_ended()
     )
+
+
+@view(st.cache_data, max_entries=16, show_spinner=False)
+def whatif(content_hash: str, paths: tuple[str, ...], spec_json: str, cfg_json: str):
+    """The What-if page's run: the unchanged schedule and the edited one with its sensitivity,
+    under one `SimConfig` (cached on the trace's content hash, spec and config); plain data:
+    (base JSON, edited JSON, predicted events, measured events, critical path pieces, stragglers)."""
+    from engine.simulate import simulate
+    from engine.simulate.config import SimConfig
+
+    trace = load_paths(paths)
+    cfg = SimConfig.parse(cfg_json)
+    base = simulate(trace, config=cfg)
+    res = simulate(trace, spec_json, config=cfg, sensitivity=True)  # the spec parser names bad fields
+    cp = res.critical_path
+    path = {"segments": cp.segments, "top_ops": cp.top_ops} if cp is not None else None
+    return base.to_json(), res.to_json(), res.predicted.events, trace.events, path, res.stragglers
+
+
+@view(st.cache_data, max_entries=16, show_spinner=False)
+def breakdown_tables(paths: tuple[str, ...]) -> dict:
+    """Explore's Breakdown tables of a whole trace (cached on paths): self time by operator and by
+    kernel, kernel classes, GPU idle, annotations; with an ET, linked CPU time by category and
+    phase and the top operators. Keys absent where the trace lacks their part."""
+    from engine.analysis import selftime
+    from engine.trace.kernels import class_shares
+    from engine.trace.vocab import GPU_CATS
+
+    t = load_paths(paths)
+    out: dict = {}
+    if t.has_kineto:
+        out["ops"] = selftime.time_by(t.events, "cpu_op")
+        out["kernels"] = selftime.time_by(t.events, GPU_CATS)
+        if len(out["kernels"]):
+            out["classes"] = class_shares(t.events)
+            out["idle"] = selftime.gpu_idle(t.events)
+        ann = selftime.time_by(t.events, ("user_annotation", "cpu_op"))
+        out["annotations"] = ann[ann["kind"] == "annotation"]
+    if t.has_et and t.has_kineto:
+        out["category"] = selftime.op_time_by(t.ops, "category")
+        out["phase"] = selftime.op_time_by(t.ops, "phase")
+        out["top_ops"] = selftime.top_ops(t.ops, 50)
+    return out
+
+
+@view(st.cache_data, max_entries=32, show_spinner=False)
+def rank_inputs(paths: tuple[str, ...], ranks: tuple[int, ...], bench_dir: str | None) -> dict:
+    """Files and recorded ranks a distributed replay of these files (or of the composed benchmark
+    in `bench_dir`) takes (engine.replay.distributed.rank_inputs)."""
+    from engine.replay.distributed import rank_inputs as _ri
+
+    return _ri(list(paths), list(ranks), bench_dir)
+
+
+def rank_medians(paths: tuple[str, ...]) -> dict[int, float]:
+    """Unprofiled per-rank step medians of a multi-rank capture ({} for others)."""
+    from engine.replay.distributed import capture_rank_medians
+
+    return capture_rank_medians(list(paths))
+
+
+@view(st.cache_data, max_entries=16, show_spinner="Estimating the world's memory…")
+def world_memory(paths: tuple[str, ...], world: int, mirror: int | None, cfg: str) -> tuple[dict | None, str]:
+    """(WorldBudget.to_json(), "") or (None, the refusal the CLI gives) for this world."""
+    import json
+
+    from engine.errors import TraceError
+    from engine.replay.budget import check_world_memory, world_budget
+    from engine.replay.config import ReplayConfig
+    from engine.replay.distributed import DistConfig, plan_ranks
+
+    tr = load_paths(paths)
+    config = ReplayConfig.from_dict(json.loads(cfg))
+    _, rank_map = plan_ranks(tr, DistConfig(world_size=world, mirror_rank=mirror))
+    try:
+        return check_world_memory(tr, list(paths), rank_map, config, paths[0]).to_json(), ""
+    except TraceError as exc:
+        return world_budget(tr, list(paths), rank_map, config).to_json(), str(exc)
+
+
+@view(st.cache_data, max_entries=8, show_spinner="Comparing the two traces…")
+def trace_diff(pa: tuple[str, ...], pb: tuple[str, ...], a: str, b: str, keep: bool):
+    """compare_traces of two loaded traces, cached on their files, labels and the bookkeeping switch."""
+    from engine.compare import compare_traces
+
+    return compare_traces(load_paths(pa), load_paths(pb), labels=(a, b), bookkeeping=keep)
+
+
+@view(st.cache_resource, max_entries=8, show_spinner=False)
+def replay_compare(paths: tuple[str, ...], result_path: str):
+    """(the replay's `ReplayResult`, its comparison with the original trace of these files), cached
+    on the files and the result file (a finished job's result is written once)."""
+    from engine.compare import compare
+    from engine.replay.result import ReplayResult  # lazy: engine.replay imports torch
+
+    report = ReplayResult.read(result_path)
+    return report, compare(load_paths(paths), report, original_meta=capture_meta(paths))
+
+
+@view(st.cache_data, max_entries=32, show_spinner=False)
+def step_count(paths: tuple[str, ...]) -> int:
+    """How many steps (ProfilerStep spans) the whole trace of these files holds."""
+    from engine.trace.steps import step_spans
+
+    return len(step_spans(load_paths(paths).events))
+
+
+@view(st.cache_resource, max_entries=8, show_spinner=False)
+def shown_events(paths: tuple[str, ...], keep: bool):
+    """The trace's events as Compare's timelines draw them: all of them (`keep`), or without python
+    frames and profiler bookkeeping (engine.compare.gpu_pairs.bookkeeping). Shared: read only."""
+    ev = load_paths(paths).events
+    if keep:
+        return ev
+    from engine.compare.gpu_pairs import bookkeeping
+
+    return ev[~bookkeeping(ev)]
+
+
+@view(st.cache_data, max_entries=16, show_spinner=False)
+def replay_ids(paths: tuple[str, ...], ids: tuple[int, ...]) -> list[int]:
+    """The ET ids a replay of the picked ops runs: the picks closed over their call-tree
+    descendants, with the replay rule applied inside (engine.graph.select)."""
+    from engine.graph import Selection, select
+
+    return [int(i) for i in select(load_paths(paths), Selection(ids=list(ids))).replay_ids]

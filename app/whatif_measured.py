@@ -8,7 +8,7 @@ import json
 
 import streamlit as st
 
-from app import state, views
+from app import session, views
 from app.markup import md_escape
 from engine.simulate.devices import CATALOG
 
@@ -24,7 +24,7 @@ def gpu_edits(name: str) -> tuple[list[dict], str | None]:
     """The issue-30 edit widgets (one row of three columns); returns the edits and the name of the
     trace picked as the measured side (None: none)."""
     edits: list[dict] = []
-    others = [n for n in state.traces() if n != name]
+    others = [n for n in session.traces() if n != name]
     c = st.columns(3)
     if c[0].checkbox("Retarget GPU", key="wi_dev"):
         target = c[0].selectbox("target GPU (datasheet peaks)", sorted(CATALOG), key="wi_dev_t")
@@ -33,7 +33,7 @@ def gpu_edits(name: str) -> tuple[list[dict], str | None]:
     measured = None
     if c[1].checkbox("Kernel times from another trace", key="wi_kt", disabled=not others):
         other = c[1].selectbox("same program, other GPU or library", others, key="wi_kt_src")
-        edits.append({"kind": "kernel_times", "source": kineto_path(state.traces()[other])})
+        edits.append({"kind": "kernel_times", "source": kineto_path(session.traces()[other])})
         measured = other
     pick = c[1].selectbox(
         "measured side (a trace of the changed setup)", ["none", *others], key="wi_meas", disabled=not others
@@ -63,7 +63,7 @@ def show_measured(measured: str, res: dict, pred_events, window_ms: float) -> No
     from engine.figures import compare as cfig
     from engine.figures import whatif as wfig
 
-    entry = state.traces().get(measured)
+    entry = session.traces().get(measured)
     if entry is None:
         return
     m, m_events = _measured(entry["hash"], tuple(entry["paths"]))

@@ -10,11 +10,10 @@ import pandas as pd
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from app import state, views
+from app import session, views, workspace
 from app.markup import md_escape
 from engine.errors import TraceError
 from engine.figures import compare as cfig
-from engine.trace.steps import step_spans
 
 st.title("Compare")
 mode = st.radio("Compare", ["original vs replay", "trace vs trace"], horizontal=True, key="cmp_mode")
@@ -38,14 +37,6 @@ def _pairs_metric(col, m: dict) -> None:
     )
 
 
-@views.view(st.cache_data, max_entries=8, show_spinner="Comparing the two traces…")
-def _trace_diff(pa: tuple[str, ...], pb: tuple[str, ...], a: str, b: str, keep: bool):
-    """compare_traces of two loaded traces, cached on their files, labels and the bookkeeping switch."""
-    from engine.compare import compare_traces
-
-    return compare_traces(views.load_paths(pa), views.load_paths(pb), labels=(a, b), bookkeeping=keep)
-
-
 def _cross_gpu_tables(diff, a: str, b: str) -> None:
     """GPU time per kernel class and per paired op type, each with its direction (issue 32)."""
     if len(diff.by_class):
@@ -64,7 +55,7 @@ def _cross_gpu_tables(diff, a: str, b: str) -> None:
 
 
 if mode == "original vs replay":
-    runs = state.replay_runs()
+    runs = workspace.replay_runs()
     if not runs:
         st.info("No replay yet: run one on the Replay page.")
         st.stop()
@@ -81,17 +72,12 @@ if mode == "original vs replay":
         key=f"cmp_run:{runs[-1]['job']}",
     )
     run = runs[pick]
-    if run["trace"] not in state.traces():
+    if run["trace"] not in session.traces():
         st.error(f"original trace {md_escape(repr(run['trace']))} is no longer loaded")
         st.stop()
-    from engine.compare import compare
-    from engine.replay.result import ReplayResult  # lazy: engine.replay imports torch
-
-    original = state.get_trace(run["trace"])
-    meta = views.capture_meta(tuple(state.traces()[run["trace"]]["paths"]))
+    original = session.get_trace(run["trace"])
     try:
-        report = ReplayResult.read(run["path"])
-        cmp = compare(original, report, original_meta=meta)
+        report, cmp = views.replay_compare(tuple(session.traces()[run["trace"]]["paths"]), run["path"])
     except TraceError as exc:
         st.error(md_escape(exc))
         st.stop()
@@ -152,7 +138,8 @@ if mode == "original vs replay":
 
         st.plotly_chart(
             rfig.ranks_side_by_side(
-                rfig.original_rank_ms(original, state.rank_medians(run["trace"])), report.to_json()
+                rfig.original_rank_ms(original, views.rank_medians(tuple(session.traces()[run["trace"]]["paths"]))),
+                report.to_json(),
             ),
             key="cmp_ranks",
             width="stretch",
@@ -215,7 +202,7 @@ if mode == "original vs replay":
         key="cmp_dl",
     )
 else:
-    names = list(state.traces())
+    names = list(session.traces())
     if len(names) < 2:
         st.info(
             "Load two traces on the Traces page (e.g. /work/shared/traces/hta_trace_diff/control.json.gz "
@@ -230,12 +217,10 @@ else:
     start_b: dict[str, Any] = {} if "cmp_b" in st.session_state else {"index": 1}
     a = c[0].selectbox("Trace A", names, key="cmp_a", **start_a)
     b = c[1].selectbox("Trace B", names, key="cmp_b", **start_b)
-    from engine.compare import compare
-    from engine.compare.gpu_pairs import bookkeeping
-
-    ta, tb = state.get_trace(a), state.get_trace(b)
+    ta, tb = session.get_trace(a), session.get_trace(b)
+    pa, pb = tuple(session.traces()[a]["paths"]), tuple(session.traces()[b]["paths"])
     keep = st.checkbox("Show python frames and profiler bookkeeping", key="tt_bookkeeping")
-    diff = _trace_diff(tuple(state.traces()[a]["paths"]), tuple(state.traces()[b]["paths"]), a, b, keep)
+    diff = views.trace_diff(pa, pb, a, b, keep)
     e = diff.e2e
     c = st.columns(3)
     c[0].metric(f"{md_escape(a)} ms / iteration", _fmt(e.get("a_ms")))
@@ -267,7 +252,7 @@ else:
         # the two timelines aligned by step (issue 32): each side from its step's start, or from the
         # step's first GPU work, so the kernels of two GPUs line up; from each start without steps
         c = st.columns([1, 1, 1])
-        n_steps = min(len(step_spans(ta.events)), len(step_spans(tb.events)))
+        n_steps = min(views.step_count(pa), views.step_count(pb))
         step = (
             c[0].selectbox("Align at step", range(n_steps), format_func=lambda i: f"step {i + 1}", key="tt_step")
             if n_steps
@@ -294,9 +279,7 @@ else:
             100.0,
             key="tt_window",
         )
-        ea, eb = (
-            (ta.events, tb.events) if keep else (ta.events[~bookkeeping(ta.events)], tb.events[~bookkeeping(tb.events)])
-        )
+        ea, eb = views.shown_events(pa, keep), views.shown_events(pb, keep)
         tfig = cfig.aligned_timelines(
             ea,
             eb,

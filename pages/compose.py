@@ -12,7 +12,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from app import compose_bridge as bridge
-from app import state, views
+from app import session, views, widgets, workspace
 from app.markup import md_escape
 from engine.compose.limits import ComposeLimits
 from engine.compose.shard.kinds import SHARDINGS, ShardKind
@@ -21,22 +21,22 @@ from engine.figures.selection import selection_to_node_ids
 from engine.rules import bounds, choices
 
 st.title("Compose")
-name = state.trace_picker("Source trace", key="compose_trace", kinds=("execution_trace",))
+name = widgets.trace_picker("Source trace", key="compose_trace", kinds=("execution_trace",))
 if name is None:
     st.stop()
-trace = state.get_trace(name)
-entry = state.traces()[name]
+trace = session.get_trace(name)
+entry = session.traces()[name]
 spec = bridge.spec_state(name, trace, entry["paths"])
 # the spec's widgets are keyed by the trace's content: batch scale, sharding and the name set for
 # one trace never carry over to the next one picked (issue 21 item 6)
 # (+ how many specs were loaded for it: a loaded spec gets fresh widgets that show its values)
-tk = f"{state.trace_key(name)}.{st.session_state.get(f'_spec_gen:{name}', 0)}"
+tk = f"{session.trace_key(name)}.{st.session_state.get(f'_spec_gen:{name}', 0)}"
 
 st.subheader("1 · Pick operators")
 src_graph, src_time, src_table = st.tabs(["Graph", "Timeline", "Table"])
 picked: list[int] = []
 with src_graph:
-    picked += state.graph_panel(name, tuple(entry["paths"]), None, "compose_graph", height=460)[0]
+    picked += widgets.graph_panel(name, tuple(entry["paths"]), None, "compose_graph", height=460)[0]
 with src_time:
     if trace.has_kineto:
         lo, hi = views.default_window(tuple(entry["paths"]), None)
@@ -54,7 +54,7 @@ with src_table:
         table, hide_index=True, on_select="rerun", selection_mode="multi-row", key="compose_table", height=260
     )
     picked += selection_to_node_ids(ev, "table", table_ids=table["id"].tolist())
-sel = state.selection()
+sel = session.selection()
 if (
     not picked
     and sel["trace"] == name
@@ -160,9 +160,9 @@ if spec["segments"]:
             st.dataframe(table, hide_index=True, key="compose_ops", height=260)
         with st.expander("Closure: inputs synthesized from outside the selection"):
             st.dataframe(summary["inputs_table"], hide_index=True, key="compose_inputs", height=220)
-        parent = st.text_input("Export under", str(state.catalog().root / "benchmarks"), key="compose_out_parent")
+        parent = st.text_input("Export under", str(workspace.catalog().root / "benchmarks"), key="compose_out_parent")
         # the folder is named after the benchmark (a kept text box kept the first name before)
-        out_dir = str(Path(parent) / bridge.export_folder(spec["name"], state.traces()[name]["hash"], spec))
+        out_dir = str(Path(parent) / bridge.export_folder(spec["name"], session.traces()[name]["hash"], spec))
         st.caption(f"Export folder: {md_escape(out_dir)}")
         if st.button("Export benchmark", key="compose_export"):
             try:
@@ -195,4 +195,4 @@ if up is not None and st.session_state.get("_spec_loaded") != up.file_id:
     except TraceError as exc:
         st.error(md_escape(exc))
 
-state.save_spec(name, spec)
+workspace.save_spec(name, spec)

@@ -5,22 +5,21 @@ from collections.abc import Sequence
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from app import scheduler, state, views, zoom
+from app import scheduler, session, views, widgets, zoom
 from app.markup import md_escape
 from engine.analysis import selftime
 from engine.errors import TraceError
 from engine.figures import breakdown
 from engine.figures.selection import selected_keys, selection_to_node_ids
-from engine.trace.vocab import GPU_CATS
 
 st.title("Explore")
-name = state.trace_picker(key="explore_trace")
+name = widgets.trace_picker(key="explore_trace")
 if name is None:
     st.stop()
 st.session_state["current"] = name
-entry = state.traces()[name]
+entry = session.traces()[name]
 paths = tuple(entry["paths"])
-trace = state.get_trace(name, whole=False)  # over the whole-table budget: read through its store
+trace = session.get_trace(name, whole=False)  # over the whole-table budget: read through its store
 ranks = views.trace_ranks(paths)
 rank = st.selectbox("Rank", ranks, key="explore_rank") if len(ranks) > 1 else ranks[0]
 
@@ -45,13 +44,13 @@ if view == "Operator graph":
             "ringed gold, its producers blue, its consumers green."
         )
         try:
-            ids, changed = state.graph_panel(name, paths, rank, "explore_graph")
+            ids, changed = widgets.graph_panel(name, paths, rank, "explore_graph")
         except TraceError as exc:
             st.error(md_escape(exc))
             st.stop()
         if ids and changed:
-            state.set_selection(name, ids, "graph")
-        sel = state.selection()
+            session.set_selection(name, ids, "graph")
+        sel = session.selection()
         if ids and sel["source"] == "graph" and sel["trace"] == name:
             st.success(f"selected {len(ids)} ET ops")
 
@@ -175,7 +174,7 @@ elif view == "Timeline":
             # figure changes (the flow arrows just drawn change it)
             ids = selection_to_node_ids(prev, "timeline", events=trace.events, ops=trace.ops)
             if ids:
-                state.set_selection(name, ids, "timeline")
+                session.set_selection(name, ids, "timeline")
                 st.success(f"selected {len(ids)} ET ops from {len(keys)} events")
 
 elif view == "Analysis":
@@ -183,7 +182,6 @@ elif view == "Analysis":
         st.info(md_escape(selftime.missing_timing(trace)))
         st.stop()
     from app.classes import show_kernel_classes
-    from app.critical import show_critical_path
     from engine.figures import analysis
 
     tabs = views.analysis_tables(paths, scheduler.current())
@@ -223,7 +221,7 @@ elif view == "Analysis":
         c[1].metric("critical path ms", f"{cp['ms']:,.3f}")
         c[2].metric("ranks on it", ", ".join(str(r) for r in cp["ranks"]))
         c[3].metric("collectives on it", len(cp["collectives"]))
-        show_critical_path(
+        widgets.show_critical_path(
             cp, sim["segments"], sim["top_ops"], title="The longest step's critical path, across ranks", key="a_cp"
         )
         if cp["collectives"]:
@@ -264,9 +262,10 @@ elif view == "Breakdown":
     missing = selftime.missing_timing(trace)
     if missing:
         st.info(md_escape(missing))
+    tables = views.breakdown_tables(paths)
     if trace.has_kineto:
         c = st.columns(2)
-        ops_t = selftime.time_by(trace.events, "cpu_op")
+        ops_t = tables["ops"]
         c[0].plotly_chart(
             breakdown.bar_figure(
                 ops_t[ops_t["kind"] == "operator"], "name", title="CPU self time by operator (Kineto cpu_op)"
@@ -274,40 +273,38 @@ elif view == "Breakdown":
             key="b_ops",
             width="stretch",
         )
-        k_t = selftime.time_by(trace.events, GPU_CATS)
+        k_t = tables["kernels"]
         if len(k_t):
             c[1].plotly_chart(
                 breakdown.bar_figure(k_t, "name", title="GPU time by kernel"), key="b_kernels", width="stretch"
             )
             from app.classes import show_kernel_classes
-            from engine.trace.kernels import class_shares
 
-            show_kernel_classes(class_shares(trace.events), key="b_classes")
-            idle = selftime.gpu_idle(trace.events)
+            show_kernel_classes(tables["classes"], key="b_classes")
+            idle = tables["idle"]
             st.plotly_chart(breakdown.idle_figure(idle), key="b_idle", width="stretch")
             st.dataframe(idle, hide_index=True, key="b_idle_table")
         else:
             c[1].info("No GPU kernels in this trace.")
-        ann = selftime.time_by(trace.events, ("user_annotation", "cpu_op"))
-        ann = ann[ann["kind"] == "annotation"]
+        ann = tables["annotations"]
         if len(ann):
             st.subheader("Annotations (what they span; not operators)")
             st.dataframe(ann.head(50), hide_index=True, key="b_annotations")
     if trace.has_et and trace.has_kineto:
         c = st.columns(2)
         for col, key in zip(c, ("category", "phase")):
-            t = selftime.op_time_by(trace.ops, key)
+            t = tables[key]
             col.plotly_chart(
                 breakdown.bar_figure(t, key, "total_us", title=f"Linked CPU time by {key} (leaf ops)"),
                 key=f"b_{key}",
                 width="stretch",
             )
         st.subheader("Top operators (self time; annotations apart)")
-        top = selftime.top_ops(trace.ops, 50)
+        top = tables["top_ops"]
         ev = st.dataframe(top, hide_index=True, on_select="rerun", selection_mode="multi-row", key="b_top")
         ids = selection_to_node_ids(ev, "table", table_ids=top["id"].tolist() if "id" in top else [])
         if ids:
-            state.set_selection(name, ids, "table")
+            session.set_selection(name, ids, "table")
             st.success(f"selected {len(ids)} ET ops")
 
 elif view == "SQL":
@@ -331,7 +328,7 @@ elif view == "SQL":
         n = len(res.frame)
         st.caption(f"first {n:,} rows (the result has more; only these were read)" if res.truncated else f"{n:,} rows")
 
-sel = state.selection()
+sel = session.selection()
 if sel["ids"] and sel["trace"] == name:
     st.sidebar.markdown(f"**Selection**: {len(sel['ids'])} ops from {sel['source']}")
     st.sidebar.caption("Open the Compose page to add it to a segment.")

@@ -7,7 +7,7 @@ from pathlib import Path
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from app import fleet, scheduler, state
+from app import fleet, scheduler, session, workspace
 from app.markup import md_escape as md
 from engine.errors import TraceError
 from engine.figures.fleet import jobs_scatter, mix_bars
@@ -36,7 +36,7 @@ if go:
 
 @st.fragment(run_every=1.0)
 def _progress() -> None:
-    state.runner().pump()
+    workspace.runner().pump()
     act = fleet.active()
     for j in act:
         c: Sequence[DeltaGenerator] = st.columns([5, 1])
@@ -45,9 +45,9 @@ def _progress() -> None:
         )
         if c[1].button("Cancel", key=f"fleet_cancel_{j['id']}"):
             try:
-                state.runner().cancel(j["id"])
+                workspace.runner().cancel(j["id"])
             except TraceError as exc:
-                state.catalog_error(exc)
+                workspace.catalog_error(exc)
             st.rerun()
     if st.session_state.get("_fleet_active") and not act:
         st.session_state["_fleet_active"] = False
@@ -156,9 +156,9 @@ job = c[0].selectbox("Job", sigs["job"].astype(str).tolist(), key="fleet_job")
 if c[1].button("Open in Explore", key="fleet_open"):
     row = sigs[sigs["job"].astype(str) == job].iloc[0]
     try:
-        name = state.unique_name(str(job).split("/")[-1])
-        state.add_trace(name, [str(row["path"])])
-        state.make_current(name)
+        name = session.unique_name(str(job).split("/")[-1])
+        session.add_trace(name, [str(row["path"])])
+        session.make_current(name)
     except TraceError as exc:
         st.error(md(str(exc)))
     else:

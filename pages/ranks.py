@@ -10,13 +10,13 @@ from collections.abc import Sequence
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from app import overview, scheduler, state
+from app import overview, scheduler, session, workspace
 from app.markup import md_escape
 from engine.errors import TraceError
 
 st.title("Ranks")
 if "ov_job" not in st.session_state:
-    cur = state.traces().get(st.session_state.get("current") or "")
+    cur = session.traces().get(st.session_state.get("current") or "")
     st.session_state["ov_job_paths"] = list(cur["paths"]) if cur else []  # a list: a path may hold ';'
     st.session_state["ov_job"] = ";".join(st.session_state["ov_job_paths"])
 # Not a keyed widget: "ov_job" is plain (sticky) state that outlives the page, and the box is
@@ -38,7 +38,7 @@ table = overview.summary(store) if store else None
 
 
 def _jobs_panel() -> None:
-    state.runner().pump()
+    workspace.runner().pump()
     active = overview.active_jobs(paths)
     for j in active:
         c: Sequence[DeltaGenerator] = st.columns([5, 1])
@@ -47,9 +47,9 @@ def _jobs_panel() -> None:
         )
         if c[1].button("Cancel", key=f"ov_cancel_{j['id']}"):
             try:
-                state.runner().cancel(j["id"])
+                workspace.runner().cancel(j["id"])
             except TraceError as exc:
-                state.catalog_error(exc)
+                workspace.catalog_error(exc)
             st.rerun()
     if st.session_state.get("_ov_active") and not active:
         st.session_state["_ov_active"] = False

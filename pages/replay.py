@@ -9,7 +9,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import state, views
+from app import session, views, widgets, workspace
 from app.markup import md_escape
 from engine.errors import TraceError
 from engine.graph.replayset import SelectionMode
@@ -17,11 +17,11 @@ from engine.replay.collectives import ReplayMode
 from engine.replay.config import ReplayConfig  # no torch: engine.replay imports its executor lazily
 
 st.title("Replay")
-name = state.trace_picker("Original trace", key="replay_trace", kinds=("execution_trace",))
+name = widgets.trace_picker("Original trace", key="replay_trace", kinds=("execution_trace",))
 if name is None:
     st.stop()
-trace = state.get_trace(name)
-sel = state.selection()
+trace = session.get_trace(name)
+sel = session.selection()
 bench = st.session_state.get("benchmark")  # {"trace", "dir", "et_path", ...} from Compose
 
 targets = ["whole trace"]
@@ -69,7 +69,11 @@ allow_code = st.checkbox(
     "path arguments) and code shipped in the trace. Off: they are skipped with a reason. Turn on "
     "only for a trace you trust (docs/security.md).",
 )
-rank_files = state.rank_inputs(name, bench if target.startswith("composed") else None)
+rank_files = views.rank_inputs(
+    tuple(session.traces()[name]["paths"]),
+    tuple((trace.meta or {}).get("ranks") or [0]),
+    bench.get("dir") if bench and target.startswith("composed") else None,
+)
 dist_opts = None
 if len(rank_files["ranks"]) > 1 or not target.startswith("selection"):
     d = st.columns(3)
@@ -99,7 +103,7 @@ def job_params(name: str, bench: dict | None) -> dict:
     """The worker's params for this form (engine.workspace.worker.run_replay). Options such as a
     world size or a distributed mode are more keys here and a job kind in the worker registry."""
     params: dict = {
-        "paths": list(state.traces()[name]["paths"]),
+        "paths": list(session.traces()[name]["paths"]),
         "op_ids": None,
         "rank": None,
         "config": {
@@ -119,30 +123,10 @@ def job_params(name: str, bench: dict | None) -> dict:
         params["config"]["metrics"] = False
         return params
     if target.startswith("selection"):
-        from engine.graph import Selection, select
-
-        # close the picked ops over their call-tree descendants and apply the replay rule inside
-        params["op_ids"] = [int(i) for i in select(trace, Selection(ids=list(sel["ids"]))).replay_ids]
+        params["op_ids"] = views.replay_ids(tuple(session.traces()[name]["paths"]), tuple(sel["ids"]))
     elif target.startswith("composed") and bench is not None:  # the target exists only with a bench
         params["paths"] = [bench["et_path"]]
     return params
-
-
-@views.view(st.cache_data, max_entries=16, show_spinner="Estimating the world's memory…")
-def _world_memory(paths: tuple[str, ...], world: int, mirror: int | None, cfg: str) -> tuple[dict | None, str]:
-    """(WorldBudget.to_json(), "") or (None, the refusal the CLI gives) for this world."""
-    import json
-
-    from engine.replay.budget import check_world_memory, world_budget
-    from engine.replay.distributed import DistConfig, plan_ranks
-
-    tr = views.load_paths(paths)
-    config = ReplayConfig.from_dict(json.loads(cfg))
-    _, rank_map = plan_ranks(tr, DistConfig(world_size=world, mirror_rank=mirror))
-    try:
-        return check_world_memory(tr, list(paths), rank_map, config, paths[0]).to_json(), ""
-    except TraceError as exc:
-        return world_budget(tr, list(paths), rank_map, config).to_json(), str(exc)
 
 
 def show_world_memory(name: str) -> bool:
@@ -155,10 +139,10 @@ def show_world_memory(name: str) -> bool:
     cfg = {
         **job_params(name, bench)["config"],
         "metrics": False,
-        "out_dir": str(state.results_dir()),
+        "out_dir": str(workspace.results_dir()),
     }  # as the worker sets it
     try:
-        b, refusal = _world_memory(
+        b, refusal = views.world_memory(
             tuple(rank_files["paths"]), dist_opts["world_size"], dist_opts["mirror_rank"], json.dumps(cfg)
         )
     except (TraceError, ValueError) as exc:
@@ -180,16 +164,16 @@ def show_world_memory(name: str) -> bool:
 fits = show_world_memory(name)
 if st.button("Run replay", type="primary", key="run_replay", disabled=not fits):
     try:
-        job = state.runner().submit("replay", job_params(name, bench), trace=name, target=target)
+        job = workspace.runner().submit("replay", job_params(name, bench), trace=name, target=target)
         st.toast(f"replay job {job} queued")
     except TraceError as exc:
         st.error(md_escape(exc))
 
 
 def _jobs_panel() -> None:
-    runner = state.runner()
+    runner = workspace.runner()
     runner.pump()
-    jobs = [j for j in state.catalog().jobs(kind="replay") if j["trace"] == name]
+    jobs = [j for j in workspace.catalog().jobs(kind="replay") if j["trace"] == name]
     active = [j for j in jobs if not j["status"].finished]
     if active:
         st.subheader("Running and queued")
@@ -203,11 +187,11 @@ def _jobs_panel() -> None:
                     runner.cancel(j["id"])
                     st.rerun()
                 except TraceError as exc:  # CatalogError: a read-only catalog cannot record it
-                    state.catalog_error(exc)
+                    workspace.catalog_error(exc)
     failed = [j for j in jobs if j["status"].value in ("failed", "cancelled")]
     for j in failed[-3:]:
         st.caption(f"job {j['id']} {j['status'].value}: {md_escape(j.get('error') or '')}")
-    runs = [r for r in state.replay_runs() if r["trace"] == name]
+    runs = [r for r in workspace.replay_runs() if r["trace"] == name]
     if st.session_state.get("_replay_active") and not active:
         st.session_state["_replay_active"] = False
         st.rerun()  # a job finished: redraw the whole page (results below, Compare's picker)
@@ -277,5 +261,5 @@ def _jobs_panel() -> None:
     st.caption("Open the Compare page to compare a replay with the original.")
 
 
-busy = any(not j["status"].finished for j in state.catalog().jobs(kind="replay"))
+busy = any(not j["status"].finished for j in workspace.catalog().jobs(kind="replay"))
 st.fragment(_jobs_panel, run_every=1.0 if busy else None)()

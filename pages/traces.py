@@ -4,7 +4,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import state, views
+from app import session, views, widgets, workspace
 from app.markup import md_escape
 from engine.errors import TraceError
 from engine.figures import breakdown
@@ -16,15 +16,17 @@ st.title("Traces")
 src_sample, src_upload, src_path = st.tabs(["Bundled sample", "Upload", "Path on server"])
 
 with src_sample:
-    sets = state.sample_sets()
+    sets = session.sample_sets()
     if sets:
         pick = st.selectbox("Sample", list(sets), key="sample_pick")
         st.caption(" + ".join(md_escape(Path(p).name) for p in sets[pick]))
         if st.button("Load sample", key="load_sample"):
             try:
-                name = state.unique_name(f"sample:{pick}") if f"sample:{pick}" in state.traces() else f"sample:{pick}"
-                name = state.add_trace(name, sets[pick])
-                state.make_current(name)
+                name = (
+                    session.unique_name(f"sample:{pick}") if f"sample:{pick}" in session.traces() else f"sample:{pick}"
+                )
+                name = session.add_trace(name, sets[pick])
+                session.make_current(name)
                 st.success(f"loaded {md_escape(name)}")
             except TraceError as exc:
                 st.error(md_escape(exc))
@@ -46,10 +48,10 @@ with src_upload:
             for f in files:
                 if f.size > limit_mb * 1024 * 1024:
                     raise TraceError(f"file is {f.size / 2**20:.0f} MB, over the {limit_mb} MB upload limit", f.name)
-                saved.append(state.save_upload(f.name, f.getvalue()))
-            name = state.unique_name(up_name.strip() or Path(files[0].name).name)
-            name = state.add_trace(name, [str(p) for p in saved])
-            state.make_current(name)
+                saved.append(workspace.save_upload(f.name, f.getvalue()))
+            name = session.unique_name(up_name.strip() or Path(files[0].name).name)
+            name = session.add_trace(name, [str(p) for p in saved])
+            session.make_current(name)
             st.success(f"loaded {md_escape(name)}")
         except TraceError as exc:
             # name the file as the user uploaded it, not by its server-side copy under the work dir
@@ -69,15 +71,15 @@ with src_path:
             for given in paths:
                 if not Path(given).exists():
                     raise TraceError("no such file", given)
-            name = state.unique_name(p_name.strip() or Path(paths[0]).name)
-            name = state.add_trace(name, paths)
-            state.make_current(name)
+            name = session.unique_name(p_name.strip() or Path(paths[0]).name)
+            name = session.add_trace(name, paths)
+            session.make_current(name)
             st.success(f"loaded {md_escape(name)}")
         except TraceError as exc:
             st.error(md_escape(exc))
 
 st.subheader("Loaded traces")
-loaded = state.traces()
+loaded = session.traces()
 if not loaded:
     st.info("Nothing loaded yet.")
 else:
@@ -95,7 +97,7 @@ else:
         hide_index=True,
         key="loaded_table",
     )
-    cur = state.trace_picker("Show summary of", key="summary_pick")
+    cur = widgets.trace_picker("Show summary of", key="summary_pick")
     if cur:
         st.session_state["current"] = cur
         summary = views.summary_of(tuple(loaded[cur]["paths"]))
@@ -123,24 +125,28 @@ else:
         rename = st.text_input("Rename to", key="rename_to")
         cols = st.columns(2)
         if cols[0].button("Rename", key="rename_btn") and rename.strip() and rename.strip() not in loaded:
-            state.rename_trace(cur, rename.strip())
+            session.rename_trace(cur, rename.strip())
             st.rerun()
         if cols[1].button("Remove", key="remove_btn"):
-            state.remove_trace(cur)
+            session.remove_trace(cur)
             st.rerun()
 
-with st.expander(f"Workspace: {md_escape(state.workspace_dir())}"):
+with st.expander(f"Workspace: {md_escape(workspace.workspace_dir())}"):
     st.caption(
         "Loaded traces, specs, replay runs and settings are kept in this folder's catalog "
         "(catalog.sqlite) and restored after a reload or a restart."
     )
-    ws = st.text_input("Workspace folder", str(state.workspace_dir()), key="workspace_input")
-    if st.button("Open workspace", key="workspace_open") and ws.strip() and ws.strip() != str(state.workspace_dir()):
+    ws = st.text_input("Workspace folder", str(workspace.workspace_dir()), key="workspace_input")
+    if (
+        st.button("Open workspace", key="workspace_open")
+        and ws.strip()
+        and ws.strip() != str(workspace.workspace_dir())
+    ):
         st.session_state["workspace"] = ws.strip()
         for k in ("traces", "specs", "_started", "selection", "benchmark", "current", "_sticky"):
             st.session_state.pop(k, None)
         st.rerun()
-    jobs = state.catalog().jobs()
+    jobs = workspace.catalog().jobs()
     if jobs:
         st.dataframe(
             [

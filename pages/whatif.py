@@ -6,7 +6,7 @@ from collections.abc import Sequence
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from app import state, views
+from app import session, views, widgets, workspace
 from app.markup import md_escape
 from app.whatif_measured import device_report, gpu_edits, show_measured
 from engine.errors import TraceError
@@ -20,11 +20,11 @@ st.caption(
     "Predict a step from its trace (task graph + list scheduler, engine/simulate), then change the setup. "
     "Shapes for batch/hidden/layers/sharding come from the ET; load it together with the Kineto trace."
 )
-name = state.trace_picker("Trace", key="wi_trace", kinds=("kineto",))
+name = widgets.trace_picker("Trace", key="wi_trace", kinds=("kineto",))
 if name is None:
     st.stop()
 
-wi_ranks = [str(r) for r in (state.get_trace(name).meta.get("ranks") or [])]
+wi_ranks = [str(r) for r in (session.get_trace(name).meta.get("ranks") or [])]
 edits: list[dict] = []
 notes: dict = {}  # edit kind -> the slot under its fields where the inferred value is shown
 
@@ -99,31 +99,17 @@ with st.expander("Edits", expanded=True):
     )
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
-def _run(content_hash: str, paths: tuple[str, ...], spec_json: str, cfg_json: str):
-    """Simulate (cached on the trace's content hash + spec); returns plain data for the page."""
-    from engine.simulate import simulate
-
-    trace = views.load_paths(paths)
-    cfg = SimConfig.parse(cfg_json)
-    base = simulate(trace, config=cfg)
-    res = simulate(trace, spec_json, config=cfg, sensitivity=True)  # the spec parser names bad fields
-    cp = res.critical_path
-    path = {"segments": cp.segments, "top_ops": cp.top_ops} if cp is not None else None
-    return base.to_json(), res.to_json(), res.predicted.events, trace.events, path, res.stragglers
-
-
 def edits_in(spec: str) -> bool:
     try:
         return bool(json.loads(spec).get("edits"))
     except (ValueError, AttributeError, RecursionError):
-        return True  # a bad spec fails in _run with its own message
+        return True  # a bad spec fails in views.whatif with its own message
 
 
-entry = state.traces()[name]
+entry = session.traces()[name]
 try:
     with st.status("Simulating…", expanded=False) as status:
-        base, res, pred_events, orig_events, path, lag = _run(
+        base, res, pred_events, orig_events, path, lag = views.whatif(
             entry["hash"], tuple(entry["paths"]), spec_text, json.dumps(SimConfig().to_dict(), sort_keys=True)
         )
         status.update(
@@ -171,15 +157,13 @@ with tab_b:
         "'measured' is the trace itself, as on Explore's Analysis page."
     )
 with tab_c:
-    from app.critical import show_critical_path
-
     cp = res.get("critical_path")
     if cp and path is not None:
         c = st.columns(3)
         c[0].metric("critical path ms", f"{cp['ms']:,.3f}")
         c[1].metric("predicted step ms", f"{res['predicted_iteration_ms']:,.3f}")
         c[2].metric("ranks on it", ", ".join(f"{r} ({v:.1f} ms)" for r, v in cp["ranks"].items()))
-        show_critical_path(
+        widgets.show_critical_path(
             cp, path["segments"], path["top_ops"], title="Critical path of the prediction, across ranks", key="wi_cp"
         )
         strag = res.get("stragglers") or {}
@@ -224,11 +208,11 @@ with tab_a:
 if st.button("Add the prediction to the workspace (opens in Explore and Compare)", key="wi_add"):
     from engine.simulate import export_kineto
 
-    label = state.unique_name(f"{name} (predicted)")
-    path = state.results_dir() / f"predicted_{entry['hash'][:12]}_{abs(hash(spec_text)) % 10**8}.json.gz"
+    label = session.unique_name(f"{name} (predicted)")
+    path = workspace.results_dir() / f"predicted_{entry['hash'][:12]}_{abs(hash(spec_text)) % 10**8}.json.gz"
     try:
-        export_kineto(pred_events, path, state.get_trace(name).meta)
-        label = state.add_trace(label, [str(path)])
+        export_kineto(pred_events, path, session.get_trace(name).meta)
+        label = session.add_trace(label, [str(path)])
         st.success(f"added {md_escape(repr(label))}: pick it on Explore or Compare")
     except (TraceError, OSError) as exc:
         st.error(md_escape(exc))

@@ -56,6 +56,12 @@ class Device:
     def peak_tflops(self, dtype: Dtype) -> float | None:
         return getattr(self, f"{dtype.value}_tflops")
 
+    def peak_or_fp32(self, dtype: Dtype) -> tuple[float, Dtype]:
+        """(dense peak TFLOP/s, the dtype it is for): `dtype`'s, else the fp32 peak when the device
+        has no figure for `dtype`."""
+        p = self.peak_tflops(dtype)
+        return (p, dtype) if p else (self.fp32_tflops, Dtype.FP32)
+
 
 _NV_LAUNCH = 4.0
 _AMD_LAUNCH = 5.0

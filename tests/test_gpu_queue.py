@@ -1,0 +1,81 @@
+"""GPU queue length, launch delay, idle split and the GEMM table, against hand counts from the raw
+JSON of the shared TimeSformer traces (H100 and MI300X: one program, two vendors)."""
+
+from __future__ import annotations
+
+import pytest
+
+H100 = "tracelens_timesformer/h100_timesformer.json.gz"
+MI300 = "tracelens_timesformer/mi300_timesformer.json.gz"
+
+
+@pytest.fixture(scope="module")
+def h100(load_shared):
+    return load_shared(H100)
+
+
+def test_queue_length_and_launch_delay_at_a_hand_counted_launch(h100):
+    """Launch 101 in time order (correlation 122600, a cudaLaunchKernel at 1420179714047.801): in
+    the raw JSON, 60 GPU tasks on stream 7 were launched before it and end after it; its kernel
+    starts at 1420179734990.058, 20942.257 µs after the call."""
+    from engine.analysis.gpu_queue import launches, stream_summary
+
+    lz = launches(h100.events)
+    assert len(lz) == 534  # 446 kernels + 86 memsets + 2 memcpys, each with its launch call
+    row = lz[(lz["launch_ts_us"] - 1420179714047.801).abs() < 1e-3].iloc[0]
+    assert row["launch"] == "cudaLaunchKernel"
+    assert row["queue_len"] == 60
+    assert row["launch_delay_us"] == pytest.approx(20942.257, abs=1e-3)
+    s = stream_summary(lz)
+    assert s["stream"].tolist() == [7] and s["tasks"].tolist() == [534]
+
+
+def test_idle_split_and_the_kernel_the_gpu_waited_for(h100):
+    """The largest idle gap of the H100 (raw JSON: the union of GPU tasks): 573.341 µs from
+    1420179706735.457, ended by a Memset whose cudaMemsetAsync started at 1420179707269.913, so
+    534.456 µs of it the host had not launched yet (host wait) and the rest is kernel wait."""
+    from engine.analysis.gpu_queue import idle_gaps, idle_split, waited_for
+
+    gaps = idle_gaps(h100.events)
+    top = waited_for(gaps, 3).iloc[0]
+    assert top["next_task"] == "Memset (Device)" and top["launch"] == "cudaMemsetAsync"
+    assert top["idle_us"] == pytest.approx(573.341, abs=1e-3)
+    assert top["host_wait_us"] == pytest.approx(534.456, abs=1e-3)
+    assert top["kernel_wait_us"] == pytest.approx(573.341 - 534.456, abs=2e-3)
+    tot = idle_split(gaps)
+    assert tot["unlinked_us"] == 0.0
+    assert tot["host_wait_us"] + tot["kernel_wait_us"] == pytest.approx(tot["idle_us"], abs=1e-2)
+    assert 0 < tot["host_wait_us"] < tot["idle_us"]
+
+
+def test_gemm_flops_from_input_dims_and_share_of_h100_peak(h100):
+    """aten::addmm with Input Dims [[3072], [25089, 768], [768, 3072]]: 2 x 25089 x 768 x 3072 =
+    118,384,754,688 FLOPs per call; the raw JSON has 12 such calls, whose launches (same thread,
+    inside the op) start 12 sm90_xmma_gemm_bf16 kernels summing 1967.479 µs. H100's dense bf16 peak
+    is 989.4 TFLOP/s."""
+    from engine.analysis.gemm import gemm_table
+
+    tab, head = gemm_table(h100)
+    assert head["device"] == "H100" and head["default_dtype"] == "bf16"
+    row = tab[tab["input_dims"] == "[[3072], [25089, 768], [768, 3072], [], []]"].iloc[0]
+    flops = 2 * 25089 * 768 * 3072
+    assert row["op"] == "aten::addmm" and row["calls"] == 12 and row["dtype"] == "bf16"
+    assert row["gflops_per_call"] == pytest.approx(flops / 1e9)
+    assert row["dur_us"] == pytest.approx(1967.479, abs=1e-3)
+    tflops = 12 * flops / 1967.479 / 1e6
+    assert row["tflops_s"] == pytest.approx(tflops, rel=1e-6)
+    assert row["peak_share"] == pytest.approx(tflops / 989.4, rel=1e-6)
+    assert set(tab["class"]) <= {"gemm", "attention"}
+
+
+def test_gemm_table_on_mi300x_counts_the_same_ops(load_shared):
+    """The same program on MI300X (hipBLASLt `Cijk_` kernels): the same op and dims give the same
+    FLOPs per call, and the peak is MI300X's."""
+    from engine.analysis.gemm import gemm_table
+
+    tab, head = gemm_table(load_shared(MI300))
+    assert head["device"] == "MI300X"
+    row = tab[tab["input_dims"] == "[[3072], [25089, 768], [768, 3072], [], []]"].iloc[0]
+    assert row["calls"] == 12 and row["gflops_per_call"] == pytest.approx(2 * 25089 * 768 * 3072 / 1e9)
+    assert row["kernel"].startswith("Cijk_")
+    assert 0 < row["peak_share"] < 1

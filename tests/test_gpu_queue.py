@@ -79,3 +79,22 @@ def test_gemm_table_on_mi300x_counts_the_same_ops(load_shared):
     assert row["calls"] == 12 and row["gflops_per_call"] == pytest.approx(2 * 25089 * 768 * 3072 / 1e9)
     assert row["kernel"].startswith("Cijk_")
     assert 0 < row["peak_share"] < 1
+
+
+def test_info_json_carries_the_gpu_analyses(shared_traces, capsys, cache_dir):
+    """`mystique info --json` on the H100 trace: the new keys hold the hand-counted figures."""
+    import json
+
+    from engine.cli.main import main
+
+    assert main(["info", "--json", str(shared_traces / H100)]) == 0
+    o = json.loads(capsys.readouterr().out)
+    assert [(s["stream"], s["tasks"]) for s in o["gpu_streams"]] == [(7, 534)]
+    assert o["gpu_waited_for"][0]["host_wait_us"] == pytest.approx(534.456, abs=1e-3)
+    idle = o["gpu_idle"]
+    assert idle["host_wait_us"] + idle["kernel_wait_us"] + idle["unlinked_us"] == pytest.approx(
+        idle["idle_us"], abs=0.01
+    )
+    assert o["gemm"]["device"] == "H100"
+    row = next(r for r in o["gemm"]["rows"] if r["input_dims"] == "[[3072], [25089, 768], [768, 3072], [], []]")
+    assert row["calls"] == 12 and row["gflops_per_call"] == pytest.approx(2 * 25089 * 768 * 3072 / 1e9, abs=1e-4)

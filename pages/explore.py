@@ -184,6 +184,7 @@ elif view == "Analysis":
         st.stop()
     from app.classes import show_kernel_classes
     from app.critical import show_critical_path
+    from app.gpu_analysis import show_gpu_analysis
     from engine.figures import analysis
 
     tabs = views.analysis_tables(paths, scheduler.current())
@@ -210,6 +211,7 @@ elif view == "Analysis":
         },
     )
     show_kernel_classes(tabs["classes"], key="a_classes")
+    show_gpu_analysis(views.gpu_analysis(paths), key="a_gpu")
     st.subheader("Critical path (across ranks)")
     try:
         sim = views.simulated(paths)

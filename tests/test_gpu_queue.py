@@ -98,3 +98,31 @@ def test_info_json_carries_the_gpu_analyses(shared_traces, capsys, cache_dir):
     assert o["gemm"]["device"] == "H100"
     row = next(r for r in o["gemm"]["rows"] if r["input_dims"] == "[[3072], [25089, 768], [768, 3072], [], []]")
     assert row["calls"] == 12 and row["gflops_per_call"] == pytest.approx(2 * 25089 * 768 * 3072 / 1e9, abs=1e-4)
+
+
+def test_explore_analysis_shows_the_gpu_views_with_csv_downloads(shared_traces, tmp_path, monkeypatch, cache_dir):
+    """Explore → Analysis on the H100 trace: the queue figure (bounded), the GEMM table holding the
+    hand-counted addmm row, and a CSV download under every table."""
+    pytest.importorskip("streamlit")
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("MYSTIQUE_UI_DIR", str(tmp_path / "ui"))
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app" / "main.py"), default_timeout=120)
+    at.run()
+    at.text_area(key="server_paths").input(str(shared_traces / H100))
+    at.text_input(key="path_name").input("h100")
+    at.button(key="load_path").click()
+    at.run()
+    at.switch_page("../pages/explore.py")
+    at.run()
+    at.radio(key="explore_view").set_value("Analysis")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    charts = {c.proto.id.rsplit("-", 1)[-1]: len(c.proto.spec) for c in at.get("plotly_chart")}
+    assert 0 < charts["a_gpu_queue"] < 2 * 2**20
+    gemm = next(d.value for d in at.dataframe if "gflops_per_call" in d.value.columns)
+    assert (gemm["input_dims"] == "[[3072], [25089, 768], [768, 3072], [], []]").any()
+    keys = {b.proto.id.rsplit("-", 1)[-1] for b in at.get("download_button")}
+    assert {"a_gpu_streams_csv", "a_gpu_launches_csv", "a_gpu_waited_csv", "a_gpu_gemm_csv"} <= keys, keys

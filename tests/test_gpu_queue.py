@@ -126,3 +126,24 @@ def test_explore_analysis_shows_the_gpu_views_with_csv_downloads(shared_traces, 
     assert (gemm["input_dims"] == "[[3072], [25089, 768], [768, 3072], [], []]").any()
     keys = {b.proto.id.rsplit("-", 1)[-1] for b in at.get("download_button")}
     assert {"a_gpu_streams_csv", "a_gpu_launches_csv", "a_gpu_waited_csv", "a_gpu_gemm_csv"} <= keys, keys
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "hta_trace_diff/control.json.gz",  # A100, CUTLASS tensorop_s1688gemm: float inputs on tensor cores (TF32)
+        "tracelens_b200_eager/eager_trace.json.gz",  # B200, cuBLAS nvjet_tst (TF32)
+        "hta_trace_diff/test.json.gz",  # V100: sgemm, fp32
+        MI300,
+    ],
+    ids=lambda r: r.split("/")[-1],
+)
+def test_no_gemm_beats_its_device_peak(load_shared, rel):
+    """A physical bound: achieved TFLOP/s never exceeds the device's dense peak for the kernel's
+    dtype. Float GEMMs that ran on TF32 tensor cores were held to the fp32 peak (5.7x over it)
+    until the kernel-name dtype hints knew `tensorop_s1688gemm` and `nvjet_tst`."""
+    from engine.analysis.gemm import gemm_table
+
+    tab, head = gemm_table(load_shared(rel))
+    assert head["device"] is not None and len(tab) > 0
+    assert (tab["peak_share"] > 0).all() and (tab["peak_share"] <= 1.0).all(), tab[tab["peak_share"] > 1]

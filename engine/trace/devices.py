@@ -215,7 +215,7 @@ _DTYPE_HINTS: tuple[tuple[Dtype, re.Pattern], ...] = tuple(
         (Dtype.FP8, r"fp8|e4m3|e5m2|f8f6f4|_F8"),
         (Dtype.BF16, r"bf16|bfloat16|Cijk_\w*?_B_BS_|_BBS_|_BSS_"),
         (Dtype.FP16, r"fp16|f16|half|hgemm|h884|h1688|h16816|Cijk_\w*?_H_HS_|_HHS_|_HSS_"),
-        (Dtype.TF32, r"tf32|xf32"),
+        (Dtype.TF32, r"tf32|xf32|tensorop_s\d*gemm|nvjet_tst"),  # Ampere+ float GEMMs on tensor cores run TF32
         (Dtype.FP32, r"sgemm|scudnn|Cijk_\w*?_S_S|_SB_|f32f32_f32"),
     )
 )

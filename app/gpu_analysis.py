@@ -4,6 +4,8 @@ figure is engine.figures.gpu_queue). Every table has a CSV download."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pandas as pd
 import streamlit as st
 
@@ -15,8 +17,10 @@ def csv_button(df: pd.DataFrame, file_name: str, *, key: str) -> None:
     )
 
 
-def show_gpu_analysis(data: dict | None, *, key: str) -> None:
-    """Nothing without launched GPU work; a one-line note for a trace read through its store."""
+def show_gpu_analysis(data: dict | None, gemm: Callable[[], tuple], *, key: str) -> None:
+    """Nothing without launched GPU work; a one-line note for a trace read through its store.
+    `gemm()`: the GEMM table and its header, computed when the reader turns the table on (it reads
+    the trace's files again for the ops' Input Dims: seconds on a big trace)."""
     if data is None:
         st.info("GPU queue and GEMM analyses need whole tables: run `mystique info --json` on one rank's file.")
         return
@@ -51,8 +55,10 @@ def show_gpu_analysis(data: dict | None, *, key: str) -> None:
         st.markdown("**The tasks the GPU waited for** (largest host wait first)")
         st.dataframe(w.round(3), hide_index=True, key=f"{key}_waited")
         csv_button(w, "gpu_waited_for.csv", key=f"{key}_waited_csv")
-    tab, head = data["gemm"], data["gemm_head"]
     st.subheader("GEMM and attention: FLOPs and share of peak")
+    if not st.toggle("Compute the GEMM / attention table (reads the ops' Input Dims)", key=f"{key}_gemm_on"):
+        return
+    tab, head = gemm()
     if not len(tab):
         st.info(f"No GEMM table: {head.get('why') or 'no GEMM work'}.")
         return

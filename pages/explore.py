@@ -211,7 +211,7 @@ elif view == "Analysis":
         },
     )
     show_kernel_classes(tabs["classes"], key="a_classes")
-    show_gpu_analysis(views.gpu_analysis(paths), key="a_gpu")
+    show_gpu_analysis(views.gpu_queues(paths), lambda: views.gemm_table(paths), key="a_gpu")
     st.subheader("Critical path (across ranks)")
     try:
         sim = views.simulated(paths)

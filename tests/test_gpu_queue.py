@@ -122,6 +122,9 @@ def test_explore_analysis_shows_the_gpu_views_with_csv_downloads(shared_traces, 
     assert not at.exception, [e.value for e in at.exception]
     charts = {c.proto.id.rsplit("-", 1)[-1]: len(c.proto.spec) for c in at.get("plotly_chart")}
     assert 0 < charts["a_gpu_queue"] < 2 * 2**20
+    at.toggle(key="a_gpu_gemm_on").set_value(True)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
     gemm = next(d.value for d in at.dataframe if "gflops_per_call" in d.value.columns)
     assert (gemm["input_dims"] == "[[3072], [25089, 768], [768, 3072], [], []]").any()
     keys = {b.proto.id.rsplit("-", 1)[-1] for b in at.get("download_button")}

@@ -118,14 +118,15 @@ def stream_summary(lz: pd.DataFrame) -> pd.DataFrame:
 GAP_COLUMNS = ("rank", "device", "gap_start_us", "idle_us", "host_wait_us", "kernel_wait_us", "next_task", "launch")
 
 
-def idle_gaps(events: pd.DataFrame) -> pd.DataFrame:
-    """Every idle gap of every device with its host / kernel wait split (module docstring)."""
+def idle_gaps(events: pd.DataFrame, lz: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every idle gap of every device with its host / kernel wait split (module docstring);
+    `lz`: `launches(events)` when the caller has it already."""
     gpu_m = _cols.isin(events["cat"], GPU_CATS) if len(events) else np.zeros(0, bool)
     rows: list[pd.DataFrame] = []
     if not gpu_m.any():
         return pd.DataFrame({c: [] for c in GAP_COLUMNS})
     g = events.loc[gpu_m]
-    lz = launches(events)
+    lz = launches(events) if lz is None else lz
     launch_of = {}
     if len(lz):
         key = zip(lz["rank"], lz["device"], lz["ts_us"], lz["name"], strict=True)

@@ -150,3 +150,23 @@ def test_no_gemm_beats_its_device_peak(load_shared, rel):
     tab, head = gemm_table(load_shared(rel))
     assert head["device"] is not None and len(tab) > 0
     assert (tab["peak_share"] > 0).all() and (tab["peak_share"] <= 1.0).all(), tab[tab["peak_share"] > 1]
+
+
+@pytest.mark.parametrize(
+    "rel", ["tracelens_bert_small/h100_bert_small.json.gz", "tracelens_mi300_bert_small/mi300_bert_small.json.gz"]
+)
+def test_attention_flops_from_the_sdpa_input_dims(load_shared, rel):
+    """BERT-small on H100 and MI300X (identical input dims): the raw JSON has 4
+    aten::_scaled_dot_product_flash_attention calls with Input Dims [1, 8, 141, 64] for Q, K and V:
+    4 x B x H x L x S x E = 4 x 1 x 8 x 141 x 141 x 64 = 40,716,288 FLOPs each (QK^T and PV). On the
+    H100 their 4 flash_fwd kernels sum to 37.408 µs (hand-summed)."""
+    from engine.analysis.gemm import gemm_table
+
+    tab, _ = gemm_table(load_shared(rel))
+    att = tab[tab["class"] == "attention"]
+    assert len(att) == 1
+    row = att.iloc[0]
+    assert row["calls"] == 4 and row["gflops_per_call"] == pytest.approx(4 * 8 * 141 * 141 * 64 / 1e9)
+    if rel.startswith("tracelens_bert_small"):
+        assert row["dur_us"] == pytest.approx(37.408, abs=1e-3)
+        assert row["tflops_s"] == pytest.approx(4 * 4 * 8 * 141 * 141 * 64 / 37.408 / 1e6, rel=1e-6)

@@ -388,6 +388,35 @@ def analysis_tables(paths: tuple[str, ...], scheduler: str | None = None) -> dic
     }
 
 
+@view(st.cache_data, max_entries=16, show_spinner="Analysing GPU queues…")
+def gpu_queues(paths: tuple[str, ...]) -> dict | None:
+    """Queue length and launch delay per GPU task, per-stream summary, idle gaps with their host /
+    kernel wait split and the tasks the GPU waited for (engine.analysis.gpu_queue); None for a
+    trace read through its store (no whole tables)."""
+    from engine.analysis import gpu_queue
+
+    if is_big(paths):
+        return None
+    ev = load_paths(paths).events
+    lz = gpu_queue.launches(ev)
+    gaps = gpu_queue.idle_gaps(ev, lz)
+    return {
+        "launches": lz,
+        "streams": gpu_queue.stream_summary(lz),
+        "idle": gpu_queue.idle_split(gaps),
+        "waited_for": gpu_queue.waited_for(gaps, 50),
+    }
+
+
+@view(st.cache_data, max_entries=16, show_spinner="Reading Input Dims for the GEMM table…")
+def gemm_table(paths: tuple[str, ...]) -> tuple:
+    """(GEMM / attention table, header) of engine.analysis.gemm (it reads the files again for the
+    ops' Input Dims, so the page asks for it)."""
+    from engine.analysis import gemm
+
+    return gemm.gemm_table(load_paths(paths))
+
+
 @view(st.cache_data, max_entries=16, show_spinner="Simulating the unchanged schedule for the critical path…")
 def simulated(paths: tuple[str, ...], spec_json: str = "") -> dict:
     """`simulate(trace, spec)` as plain data: its JSON, the critical path's pieces and top

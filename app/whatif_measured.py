@@ -10,7 +10,7 @@ import streamlit as st
 
 from app import session, views
 from app.markup import md_escape
-from engine.simulate.devices import CATALOG
+from engine.trace.devices import CATALOG
 
 
 def kineto_path(entry: dict) -> str:

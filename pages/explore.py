@@ -182,6 +182,7 @@ elif view == "Analysis":
         st.info(md_escape(selftime.missing_timing(trace)))
         st.stop()
     from app.classes import show_kernel_classes
+    from app.gpu_analysis import show_gpu_analysis
     from engine.figures import analysis
 
     tabs = views.analysis_tables(paths, scheduler.current())
@@ -208,6 +209,7 @@ elif view == "Analysis":
         },
     )
     show_kernel_classes(tabs["classes"], key="a_classes")
+    show_gpu_analysis(views.gpu_queues(paths), lambda: views.gemm_table(paths), key="a_gpu")
     st.subheader("Critical path (across ranks)")
     try:
         sim = views.simulated(paths)

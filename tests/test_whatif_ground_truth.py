@@ -220,8 +220,8 @@ def test_device_retarget_memory_bound_gemms_scale_with_bandwidth(pair, traces, s
 
 def test_device_refuses_unknown_targets_and_unknown_sources(traces):
     from engine.simulate import simulate
-    from engine.simulate.devices import CATALOG
     from engine.simulate.whatif import SpecError
+    from engine.trace.devices import CATALOG
 
     with pytest.raises(SpecError) as e:
         simulate(traces(BERT[0]), _spec({"kind": "device", "target": "TPUv5"}))
@@ -236,7 +236,7 @@ def test_device_refuses_unknown_targets_and_unknown_sources(traces):
 
 
 def test_catalog_rows_cite_a_datasheet_and_are_positive():
-    from engine.simulate.devices import CATALOG, Dtype
+    from engine.trace.devices import CATALOG, Dtype
 
     assert {"V100", "A100", "H100", "H200", "B200", "B300", "MI250X", "MI300X", "MI355X"} <= set(CATALOG)
     for d in CATALOG.values():

@@ -9,6 +9,13 @@ together they are linked and every object carries the pair's `link_rate`.
 A trace whose whole tables would not fit the whole-table budget ($MYSTIQUE_WHOLE_TABLE_MAX_BYTES,
 default 2 GiB of estimated memory) is read through the trace store in bounded memory, with the
 same keys and a warning saying so (ETs are not stored: they are listed as not read).
+
+One trace file with GPU work adds the GPU analyses (engine.analysis.gpu_queue and .gemm, where
+each term is defined): `gpu_streams` (per stream: tasks, queue length mean / max, launch delay
+median / p90 / max in µs), `gpu_idle` (idle µs split into host_wait_us, kernel_wait_us,
+unlinked_us), `gpu_waited_for` (the 10 idle gaps with the largest host wait and the task that
+ended each) and `gemm` (device, dtype and the GEMM / attention rows: op, input dims, calls, µs,
+GFLOP per call, achieved TFLOP/s, share of the device's peak; at most 50 rows, most time first).
 """
 
 from __future__ import annotations
@@ -44,11 +51,31 @@ def run(args: argparse.Namespace) -> int:
         objs = summarize_store_sources(trace)
     else:
         objs = summarize_sources(trace)
+    if len(objs) == 1 and not is_store_trace(trace) and trace.has_kineto:
+        objs[0].update(gpu_analyses(trace))
     if args.json:
         print_json(objs[0] if len(objs) == 1 else objs)
     else:
         print(render(objs))
     return 0
+
+
+def gpu_analyses(trace) -> dict:
+    """The GPU keys of `info --json` (module docstring); {} when the trace has no GPU work."""
+    from engine.analysis import gemm, gpu_queue
+    from engine.compare.replay import json_clean, json_records
+
+    lz = gpu_queue.launches(trace.events)
+    gaps = gpu_queue.idle_gaps(trace.events)
+    if not len(lz) and not len(gaps):
+        return {}
+    tab, head = gemm.gemm_table(trace)
+    return {
+        "gpu_streams": json_records(gpu_queue.stream_summary(lz).round(3)),
+        "gpu_idle": gpu_queue.idle_split(gaps),
+        "gpu_waited_for": json_records(gpu_queue.waited_for(gaps, 10).round(3)),
+        "gemm": json_clean(head) | {"rows": json_records(tab.head(50).round(4))},
+    }
 
 
 def _fmt(v) -> str:
@@ -96,6 +123,17 @@ def render(objs: list[dict]) -> str:
             lines.append(f"  {'top ops':<40} {'count':>8} {'total us':>12}")
             for t in o["top_ops"]:
                 lines.append(f"    {t['name'][:38]:<38} {t['count']:>8,} {_fmt(t['dur_us']):>12}")
+        if o.get("gpu_idle"):
+            i = o["gpu_idle"]
+            lines.append(
+                f"  gpu idle (us)   {_fmt(i['idle_us'])}: host wait {_fmt(i['host_wait_us'])}, "
+                f"kernel wait {_fmt(i['kernel_wait_us'])}, unlinked {_fmt(i['unlinked_us'])}"
+            )
+        for st in o.get("gpu_streams") or []:
+            lines.append(
+                f"  stream {st['stream']:<8} queue mean {st['queue_len_mean']:.1f} max {st['queue_len_max']}, "
+                f"launch delay median {_fmt(st['launch_delay_median_us'])} us"
+            )
         for w in o["warnings"]:
             lines.append(f"  warning: {w}")
     return "\n".join(lines)

@@ -86,7 +86,7 @@ def launch_ops(trace: Trace) -> pd.DataFrame:
     out = o.merge(per, on=["src", "xid"]).sort_values("ts_us", kind="stable")
     if not len(out):
         return pd.DataFrame(columns=cols)
-    from engine.simulate.whatif.kineto_shapes import input_dims
+    from engine.trace.input_dims import input_dims
 
     dims = input_dims(trace)
     out["shapes"] = [

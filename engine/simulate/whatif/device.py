@@ -37,9 +37,9 @@ import numpy as np
 
 from engine.rules import OneOf
 from engine.simulate.costmodel import fit_curve, gemm_flops, memory_bytes
-from engine.simulate.devices import CATALOG, ITEMSIZE, Device, Dtype, detect, dtypes
 from engine.simulate.whatif.launch_ops import task_dims
 from engine.simulate.whatif.spec import Edit, SpecError, register
+from engine.trace.devices import CATALOG, ITEMSIZE, Device, Dtype, detect, dtypes
 from engine.trace.kernels import MEMORY_BOUND, KernelClass, kernel_classes
 
 if TYPE_CHECKING:
@@ -77,8 +77,7 @@ def gemm_bytes(name: str, ins: list, itemsize: float) -> float | None:
 
 
 def _peak(dev: Device, dt: Dtype) -> tuple[float, Dtype]:
-    p = dev.peak_tflops(dt)
-    return (p, dt) if p else (dev.fp32_tflops, Dtype.FP32)
+    return dev.peak_or_fp32(dt)
 
 
 def _work(g, events, trace, gpu: np.ndarray, cls: np.ndarray, item: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

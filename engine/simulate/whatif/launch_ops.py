@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engine.simulate.whatif.kineto_shapes import Shape, input_dims
 from engine.trace.categories import classify
+from engine.trace.input_dims import Shape, input_dims
 
 if TYPE_CHECKING:
     from engine.simulate.taskgraph import TaskGraph

@@ -56,6 +56,12 @@ class Device:
     def peak_tflops(self, dtype: Dtype) -> float | None:
         return getattr(self, f"{dtype.value}_tflops")
 
+    def peak_or_fp32(self, dtype: Dtype) -> tuple[float, Dtype]:
+        """(dense peak TFLOP/s, the dtype it is for): `dtype`'s, else the fp32 peak when the device
+        has no figure for `dtype`."""
+        p = self.peak_tflops(dtype)
+        return (p, dtype) if p else (self.fp32_tflops, Dtype.FP32)
+
 
 _NV_LAUNCH = 4.0
 _AMD_LAUNCH = 5.0
@@ -209,7 +215,7 @@ _DTYPE_HINTS: tuple[tuple[Dtype, re.Pattern], ...] = tuple(
         (Dtype.FP8, r"fp8|e4m3|e5m2|f8f6f4|_F8"),
         (Dtype.BF16, r"bf16|bfloat16|Cijk_\w*?_B_BS_|_BBS_|_BSS_"),
         (Dtype.FP16, r"fp16|f16|half|hgemm|h884|h1688|h16816|Cijk_\w*?_H_HS_|_HHS_|_HSS_"),
-        (Dtype.TF32, r"tf32|xf32"),
+        (Dtype.TF32, r"tf32|xf32|tensorop_s\d*gemm|nvjet_tst"),  # Ampere+ float GEMMs on tensor cores run TF32
         (Dtype.FP32, r"sgemm|scudnn|Cijk_\w*?_S_S|_SB_|f32f32_f32"),
     )
 )

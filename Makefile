@@ -58,8 +58,9 @@ lint: setup
 # whose length grows with the machine's history), no .pytest_cache, and tests/conftest.py points
 # HOME, the caches and the UI folder at new empty folders. The folder is removed after a pass and
 # kept (its path printed) after a failure.
+# --durations: every run prints its 30 slowest tests (where the suite's time goes, issue 34 item 8)
 XDIST ?= -n 2 --dist loadfile --no-loadscope-reorder
-PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider --durations=30
 test: setup browser lint
 	@t=$$(mktemp -d "$${TMPDIR:-/tmp}/mystique-test.XXXXXX") && echo "make test: temp folders under $$t" && \
 	$(PYTEST) --basetemp="$$t/main" $(XDIST) -m "not perf and not alone" $(PYTEST_ARGS) && \

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 import psutil
@@ -129,7 +130,7 @@ def test_6_regexes_run_in_linear_time(tmp_path, cache_dir, good_sim):
     # refused patterns: named, one line, before anything runs
     one_line_error(
         cli("simulate", SAMPLES / "mlp", "--config", '{"sync_regex": "(a"}', cache=cache_dir),
-        "--config sync_regex", "not a valid regex", "missing )",
+        "--config", "sync_regex", "not a valid regex", "missing )",
     )  # fmt: skip
     spec = _spec_file(tmp_path, "backref.json", [{"kind": "speedup", "factor": 2, "name": r"(a)\1"}])
     _bad_sim(spec, good_sim, cache_dir, str(spec), "edits[0].name", "no backreferences")
@@ -423,11 +424,13 @@ def test_8_compose_tbe_of_40_tb_per_rank(tmp_path, cache_dir, good_compose):
         ins["shapes"][1][0] = [10**13]
 
     et = _tbe_et(tmp_path, "big_et.json", huge)
-    for sharding in (None, {"kind": "embedding", "plan": "row", "ranks": 2}):
+    # 10^13 fp32 weights = 37,252.9 GiB; row-sharded over 2 ranks, a rank holds half of them (its
+    # TBE shard: no dense [rows, dim] gradient is built beside it, issue 31 item 19)
+    for sharding, gib in ((None, "37,252.9"), ({"kind": "embedding", "plan": "row", "ranks": 2}, "18,626.5")):
         spec, d = _compose_spec(tmp_path, sources=[et], sharding=sharding)
-        with pytest.raises(TraceError, match=r"rank 0 would need ~37,252\.9 GiB"):
+        with pytest.raises(TraceError, match=re.escape(f"rank 0 would need ~{gib} GiB")):
             compose(spec_from_dict(d))
-        _bad_compose(spec, good_compose, cache_dir, "rank 0 would need ~37,252.9 GiB", "max_rank_bytes")
+        _bad_compose(spec, good_compose, cache_dir, f"rank 0 would need ~{gib} GiB", "max_rank_bytes")
 
 
 def test_8_kineto_impossible_times_and_ranks_warn(tmp_path, cache_dir):

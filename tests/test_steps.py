@@ -144,6 +144,8 @@ _PREFIX_USERS = {
     "engine/trace/phases.py",
     "engine/trace/categories.py",
     "engine/trace/store/rows.py",
+    "engine/trace/store/handle.py",  # SQL prefilter of a big trace's first view (rows, not steps)
+    "engine/trace/store/summary.py",  # SQL prefilter; measured_steps decides
     "engine/testing/fleet.py",
     "engine/testing/tiled.py",
 }

@@ -29,7 +29,6 @@ from engine.errors import TraceError
 from engine.progress import Progress, report
 
 _KINETO_SUFFIX = re.compile(r"_kineto(\.json(?:\.gz)?)$")
-_STEP = re.compile(r"^ProfilerStep#\d+$")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -78,13 +77,29 @@ def rank_sources(path: str) -> list[RankSource]:
     return sorted(out, key=lambda s: s.rank)
 
 
+def _is_step(names: list[str]) -> list[bool]:
+    """Which names are steps, by the one step model (engine.trace.steps)."""
+    import pandas as pd
+
+    from engine.trace.steps import step_mask
+
+    return [bool(x) for x in step_mask(pd.Series(names, dtype=object))] if names else []
+
+
+def _step_number(name: str) -> tuple[int, str]:
+    """A step's number (`...#N`) for ordering; names without one sort after, by name."""
+    tail = name.rsplit("#", 1)[-1]
+    return (int(tail), name) if tail.isdigit() else (1 << 62, name)
+
+
 def median_step(kineto: str | None) -> tuple[str | None, float | None, int]:
     """(name, duration in ms, steps in the file) of the median-duration `ProfilerStep#N` span."""
     if kineto is None:
         return None, None, 0
     import engine.trace as T
 
-    its = [i for i in (T.load(kineto).meta.get("iterations") or []) if _STEP.match(str(i.get("name", "")))]
+    its = list(T.load(kineto).meta.get("iterations") or [])
+    its = [i for i, ok in zip(its, _is_step([str(i.get("name", "")) for i in its])) if ok]
     if not its:
         return None, None, 0
     by = sorted(its, key=lambda i: (float(i["dur_us"]), float(i["ts_us"])))
@@ -115,11 +130,12 @@ class Member:
 
 def _step_in(trace, step: str | None) -> tuple[str | None, str]:
     """The step to select in a loaded source and how it was chosen."""
-    names = [n for n in trace.ops["name"].astype(str).unique() if _STEP.match(n)] if len(trace.ops) else []
+    uniq = [str(n) for n in trace.ops["name"].astype(str).unique()] if len(trace.ops) else []
+    names = [n for n, ok in zip(uniq, _is_step(uniq)) if ok]
     if step is not None and step in names:
         return step, "the median step of the recorded Kineto trace"
     if names:
-        first = sorted(names, key=lambda n: int(n.split("#")[1]))[0]
+        first = sorted(names, key=_step_number)[0]
         return first, "the source's first step (its Kineto median step is not in it)"
     return None, "the whole trace (no ProfilerStep span recorded)"
 

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from conftest import et_node
 
+from engine.cli.info import GPU_KEYS
 from engine.cli.main import main
 from engine.trace import CATEGORIES, load, summarize
 from engine.trace.model import PHASES
@@ -83,7 +84,10 @@ def test_every_manifest_file_matches_info_json(shared_traces, manifest, cache_di
         assert isinstance(obj, dict), entry["path"]
         _check_against_manifest(obj, entry)
         assert obj["link_rate"] is None
-        assert tuple(obj) == KEYS
+        # the summary's keys, then the GPU analyses' where the trace has GPU work (hand count:
+        # the manifest's kernel count)
+        has_gpu = (entry.get("kernels") or 0) > 0
+        assert tuple(obj) == KEYS + (GPU_KEYS if has_gpu else ()), (entry["path"], tuple(obj)[len(KEYS) :])
 
 
 def test_info_json_subprocess_single_and_pair(shared_traces, manifest, cache_dir):

@@ -60,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+GPU_KEYS = ("gpu_streams", "gpu_idle", "gpu_waited_for", "gemm")
+"""The keys `gpu_analyses` adds after the summary's (engine.trace.summary.KEYS), in this order."""
+
+
 def gpu_analyses(trace) -> dict:
     """The GPU keys of `info --json` (module docstring); {} when the trace has no GPU work."""
     from engine.analysis import gemm, gpu_queue

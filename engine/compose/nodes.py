@@ -225,3 +225,21 @@ __all__ = [
     "tensor_slots",
     "tensors_of",
 ]
+
+
+def tensor_key(v) -> tuple[int, int] | None:
+    """(tensor id, storage id) of a recorded tensor value, None for anything else."""
+    ok = isinstance(v, list) and len(v) >= 5 and isinstance(v[0], int) and isinstance(v[1], int)
+    return (v[0], v[1]) if ok and is_defined(v) else None
+
+
+def producers(nodes: list[dict], want: set) -> dict[tuple[int, int], dict]:
+    """tensor_key -> the first replayed node (id in `want`) that outputs it."""
+    out: dict[tuple[int, int], dict] = {}
+    for n in nodes:
+        if n["id"] in want:
+            for v in (n.get("outputs") or {}).get("values") or []:
+                k = tensor_key(v)
+                if k is not None:
+                    out.setdefault(k, n)
+    return out

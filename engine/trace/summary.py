@@ -178,7 +178,11 @@ def _kernel_classes(events: pd.DataFrame | None) -> list[dict]:
 
     if events is None or not len(events):
         return []
-    t = class_shares(events)
+    return class_rows(class_shares(events))
+
+
+def class_rows(t: pd.DataFrame) -> list[dict]:
+    """The `kernel_classes` records of a class / kernels / dur_us / share table (loader and store)."""
     return [
         {
             "class": str(r["class"]),

@@ -26,7 +26,7 @@ import copy as copy_mod
 import math
 import re
 
-from engine.compose.nodes import get_slot, is_defined, set_slot, tensors_of
+from engine.compose.nodes import get_slot, is_defined, producers, set_slot, tensor_key, tensors_of
 from engine.errors import TraceError
 from engine.trace.tbe import Pooling, TbeArgs, TbeUnreadable, read_tbe, schema_positions, tbe_kind, tbe_tables
 
@@ -197,11 +197,6 @@ def _wtype_str(n: dict, a: TbeArgs) -> str:
     return t[0] if t and isinstance(t[0], str) else ""
 
 
-def _key(v) -> tuple[int, int] | None:
-    ok = isinstance(v, list) and len(v) >= 5 and isinstance(v[0], int) and isinstance(v[1], int)
-    return (v[0], v[1]) if ok and is_defined(v) else None
-
-
 def tbe_batch_shapes(nodes: list[dict], want: set, scale: float) -> dict[tuple[int, int], list[int]]:
     """New shapes of every replayed TBE lookup's indices, offsets and pooled output at batch x `scale`.
 
@@ -230,26 +225,20 @@ def tbe_batch_shapes(nodes: list[dict], want: set, scale: float) -> dict[tuple[i
                 f"batch scale {scale:g} breaks shape at node {n['id']} ({n['name']}): "
                 f"TBE batch {(n_off - 1) // T} x {scale:g} = {new_b:g} is not an integer"
             )
-        ki, ko = _key(a.indices), _key(a.offsets)
+        ki, ko = tensor_key(a.indices), tensor_key(a.offsets)
         if ki is not None:
             out[ki], recorded[ki] = [max(1, round(a.lookups * scale))], [a.lookups]
         if ko is not None:
             out[ko], recorded[ko] = [T * round(new_b) + 1], [n_off]
         outs = n.get("outputs") or {}
         shp = (outs.get("shapes") or [None])[0]
-        ko_ = _key((outs.get("values") or [None])[0])
+        ko_ = tensor_key((outs.get("values") or [None])[0])
         if ko_ is not None and isinstance(shp, list) and len(shp) == 2 and shp[0] == (n_off - 1) // T:
             out[ko_] = [round(new_b), int(shp[1])]
     if not recorded:
         return out
     # walk indices/offsets back through same-shape one-tensor producers (aten::to of the input)
-    producer: dict[tuple[int, int], dict] = {}
-    for n in nodes:
-        if n["id"] in want:
-            for v in (n.get("outputs") or {}).get("values") or []:
-                k = _key(v)
-                if k is not None:
-                    producer.setdefault(k, n)
+    producer = producers(nodes, want)
     todo = list(recorded)
     while todo:
         k = todo.pop()
@@ -258,9 +247,9 @@ def tbe_batch_shapes(nodes: list[dict], want: set, scale: float) -> dict[tuple[i
             continue
         ins = p.get("inputs") or {}
         tens = [
-            (_key(v), shp)
+            (tensor_key(v), shp)
             for v, shp in zip(ins.get("values") or [], ins.get("shapes") or [])
-            if _key(v) is not None and isinstance(shp, list)
+            if tensor_key(v) is not None and isinstance(shp, list)
         ]
         if len(tens) == 1 and tens[0][1] == recorded[k] and tens[0][0] not in out:
             src = tens[0][0]
@@ -278,7 +267,7 @@ def tbe_companions(nodes: list[dict], src: dict, want: set) -> tuple[list[dict],
     """The replayed FBGEMM ops of lookup `src` other than itself, tied to it by its indices tensor:
     (before it: the bounds check; after the backward all_to_all: the backward)."""
     a = _args(src)
-    key = _key(a.indices) if a is not None else None
+    key = tensor_key(a.indices) if a is not None else None
     before, after = [], []
     for n in nodes:
         if n is src or n["id"] not in want or not str(n["name"]).startswith("fbgemm::") or key not in _io_keys(n):
@@ -311,9 +300,9 @@ def rank_tbe_nodes(
     total_d, max_d = sum(dims), max(dims)
     numel = sum(int(s.rows) * int(s.dim) for s in shards)
     exact = {
-        _key(a.weight): [numel],
-        _key(a.indices): [sum(int(s.lookups) for s in shards)],
-        _key(a.offsets): [T2 * batch + 1],
+        tensor_key(a.weight): [numel],
+        tensor_key(a.indices): [sum(int(s.lookups) for s in shards)],
+        tensor_key(a.offsets): [T2 * batch + 1],
     }
 
     def shape_of(key, shp: list) -> list:

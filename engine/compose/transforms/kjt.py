@@ -12,7 +12,7 @@ after it, the cumsum offsets and the TBE follow from the meta run.
 
 from __future__ import annotations
 
-from engine.compose.nodes import is_defined
+from engine.compose.nodes import producers, tensor_key
 from engine.errors import TraceError
 
 # permutes over (permute, lengths, values, weights, permuted_lengths_sum): the rule below
@@ -32,11 +32,6 @@ _PASS = frozenset({"aten::view", "aten::reshape", "aten::_reshape_alias", "aten:
 _LENGTHS, _VALUES, _WEIGHTS, _SUM = 1, 2, 3, 4
 
 
-def _key(v) -> tuple[int, int] | None:
-    ok = isinstance(v, list) and len(v) >= 5 and isinstance(v[0], int) and isinstance(v[1], int)
-    return (v[0], v[1]) if ok and is_defined(v) else None
-
-
 def _op(n: dict) -> str:
     return str(n.get("name", "")).split(".")[0]
 
@@ -46,13 +41,7 @@ def kjt_seeds(nodes: list[dict], replay_ids, scale: float) -> dict[tuple[int, in
     views to the model's input; rewrites each permute's `permuted_lengths_sum` by `scale` in
     place. Refuses a replayed KJT op that has no rule (`KJT_REFUSED`), naming the node."""
     want = set(replay_ids)
-    producer: dict[tuple[int, int], dict] = {}
-    for n in nodes:
-        if n["id"] in want:
-            for v in (n.get("outputs") or {}).get("values") or []:
-                k = _key(v)
-                if k is not None:
-                    producer.setdefault(k, n)
+    producer = producers(nodes, want)
     seeds: dict[tuple[int, int], int] = {}
     for n in nodes:
         if n["id"] not in want:
@@ -68,9 +57,9 @@ def kjt_seeds(nodes: list[dict], replay_ids, scale: float) -> dict[tuple[int, in
             continue
         vals = (n.get("inputs") or {}).get("values") or []
         for arg in (_LENGTHS, _VALUES, _WEIGHTS):
-            k = _key(vals[arg]) if arg < len(vals) else None
+            k = tensor_key(vals[arg]) if arg < len(vals) else None
             while k is not None and k in producer and _op(producer[k]) in _PASS:
-                k = _key(((producer[k].get("inputs") or {}).get("values") or [None])[0])
+                k = tensor_key(((producer[k].get("inputs") or {}).get("values") or [None])[0])
             if k is not None and k not in producer:  # external: the model's input
                 seeds[k] = 0
         if len(vals) > _SUM and isinstance(vals[_SUM], int) and not isinstance(vals[_SUM], bool):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from engine.trace.summary import _TOP, KEYS, _warnings
+from engine.trace.summary import _TOP, KEYS, _warnings, class_rows
 
 _HOST = ("cpu_op", "user_annotation")
 
@@ -69,16 +69,7 @@ def _kernel_classes(con, src: int | None) -> list[dict]:
     g = t.groupby("class", sort=False).agg(kernels=("n", "sum"), dur_us=("d", "sum")).reset_index()
     total = float(g["dur_us"].sum())
     g["share"] = g["dur_us"] / total if total > 0 else 0.0
-    g = g.sort_values(["dur_us", "class"], ascending=[False, True])
-    return [
-        {
-            "class": str(r["class"]),
-            "kernels": int(r["kernels"]),
-            "dur_us": round(float(r["dur_us"]), 3),
-            "share": round(float(r["share"]), 4),
-        }
-        for _, r in g.iterrows()
-    ]
+    return class_rows(g.sort_values(["dur_us", "class"], ascending=[False, True]))
 
 
 def _object(trace, con, src: dict | None) -> dict:

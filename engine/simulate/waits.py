@@ -34,6 +34,15 @@ from engine.trace.vocab import RUNTIME_CATS
 
 BACKPRESSURE_X = 10.0  # a launch lasting this many times its name's median waited for a slot
 BACKPRESSURE_MIN_US = 20.0  # ... and at least this much longer than the median (timer noise)
+# the queue's signature (_queue_waits): calls this much over their name's fastest cost (FASTEST_Q
+# quantile of its durations) whose slot was freed, most of the time, by the launch the same
+# number of launches back; that number, the depth, is at least MIN_QUEUE_DEPTH (CUDA and HIP
+# queue hundreds of launches: a smaller repeated distance is a kernel that merely ended during
+# the next launch), over at least MIN_QUEUE_WAITS calls
+FASTEST_Q = 0.01
+QUEUE_MARGIN_US = 2.0
+MIN_QUEUE_DEPTH = 8
+MIN_QUEUE_WAITS = 8
 # kernel launch calls: asynchronous, they never wait for their own kernel (only for a queue slot)
 LAUNCH_RX = re.compile(
     r"^(cuda|hip)(LaunchKernel(ExC)?|LaunchCooperativeKernel|ExtModuleLaunchKernel|ModuleLaunchKernel|GraphLaunch)$"
@@ -197,31 +206,17 @@ def backpressure(g: TaskGraph, gidx: np.ndarray, lidx: np.ndarray) -> tuple[np.n
         o = np.argsort(g.pt_time[ge], kind="stable")
         work_end[pos[li[o]]] = ge[o]
         dur = g.pt_time[ep[calls]] - g.pt_time[sp[calls]]
-        code = names.codes[calls]
-        med = np.zeros(n)
-        for c in np.unique(code):
-            cm = code == c
-            med[cm] = np.median(dur[cm])
-        slow = np.flatnonzero((dur > BACKPRESSURE_X * med) & (dur - med > BACKPRESSURE_MIN_US))
-        if not len(slow):
-            continue
-        # the slot: the last work end of an earlier launch inside the slow call's final segment
+        # the slot: a GPU work end of an earlier launch inside the call's final segment
         has = work_end >= 0
         order = np.flatnonzero(has)
         order = order[np.argsort(g.pt_time[work_end[order]], kind="stable")]
         e_t = g.pt_time[work_end[order]]
-        ce = g.pt_time[ep[calls[slow]]]
-        k = np.searchsorted(e_t, ce + _TOL, side="right") - 1
-        ok = k >= 0
-        slow, k = slow[ok], k[ok]
-        j = order[k]
-        inside = (g.pt_time[work_end[j]] > g.pt_time[ep[calls[slow]] - 1] + _TOL) & (j < slow)
-        slow, j = slow[inside], j[inside]
-        if not len(slow):
+        found = _queue_waits(dur, names.codes[calls], order, e_t, g.pt_time[ep[calls] - 1], g.pt_time[ep[calls]])
+        if found is None:
             continue
+        slow, j, depth = found
         src_l.append(work_end[j])
         dst_l.append(ep[calls[slow]])
-        depth = int(np.median(slow - j))
         post = float(np.median(g.pt_time[ep[calls[slow]]] - g.pt_time[work_end[j]]))
         i = np.arange(depth, n)
         i = i[has[i - depth]]
@@ -233,3 +228,51 @@ def backpressure(g: TaskGraph, gidx: np.ndarray, lidx: np.ndarray) -> tuple[np.n
     if not src_l:
         return none
     return np.concatenate(src_l), np.concatenate(dst_l)
+
+
+def _queue_waits(
+    dur: np.ndarray, code: np.ndarray, order: np.ndarray, e_t: np.ndarray, seg0: np.ndarray, ce: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """The launches (positions in launch order) that waited for a queue slot, the launch whose
+    work freed each slot, and the queue's depth; None when no launch waited.
+
+    A full queue's signature: the call returns just after the GPU finished the work of the launch
+    `depth` launches before it, every time. Candidates are calls longer than their name's fastest
+    cost by QUEUE_MARGIN_US with a GPU work end inside their final segment; the first such end
+    (the queue frees on the first completion) names the freeing launch j. When one distance i - j
+    holds for most candidates (a depth of at least MIN_QUEUE_DEPTH), the candidates at that
+    distance waited, however short the wait: on a step barely GPU-bound every launch waits a few
+    µs. Else only calls over BACKPRESSURE_X times their name's median waited (the last end inside
+    names the slot, and the depth is the median distance)."""
+    n = len(dur)
+    fast = np.zeros(n)
+    med = np.zeros(n)
+    for c in np.unique(code):
+        cm = code == c
+        fast[cm] = np.quantile(dur[cm], FASTEST_Q)
+        med[cm] = np.median(dur[cm])
+    # first end after the final segment's start, and last end at the return
+    kf = np.searchsorted(e_t, seg0 + _TOL, side="right")
+    kl = np.searchsorted(e_t, ce + _TOL, side="right") - 1
+    inside = (kf <= kl) & (kf < len(e_t))
+    cand = np.flatnonzero(inside & (dur - fast > QUEUE_MARGIN_US))
+    if len(cand):
+        jf = order[np.minimum(kf[cand], len(order) - 1)]
+        ok = jf < cand
+        cand, jf = cand[ok], jf[ok]
+        if len(cand) >= MIN_QUEUE_WAITS:
+            d = cand - jf
+            vals, counts = np.unique(d, return_counts=True)
+            q = int(vals[np.argmax(counts)])
+            near = np.abs(d - q) <= max(1, q // 16)
+            if q >= MIN_QUEUE_DEPTH and near.sum() >= 0.5 * len(cand):
+                return cand[near], jf[near], q
+    slow = np.flatnonzero((dur > BACKPRESSURE_X * med) & (dur - med > BACKPRESSURE_MIN_US) & (kl >= 0))
+    if not len(slow):
+        return None
+    j = order[kl[slow]]
+    keep = (e_t[kl[slow]] > seg0[slow] + _TOL) & (j < slow)
+    slow, j = slow[keep], j[keep]
+    if not len(slow):
+        return None
+    return slow, j, int(np.median(slow - j))

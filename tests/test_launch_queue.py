@@ -30,6 +30,10 @@ MACHINES = {
     "slow_wake": QueueMachine(kernel_us=60.0, depth=8, wake_us=30.0),
     # GPU-bound, but the queue (1024) never fills: the host ends at the synchronize
     "deep_queue": QueueMachine(kernel_us=30.0, depth=1024, ops=1200),
+    # the same on ROCm: hipLaunchKernel, hipDeviceSynchronize
+    "gpu_bound_hip": QueueMachine(runtime="hip"),
+    # two streams run concurrently, the queue counts both: slots free out of launch order
+    "two_streams": QueueMachine(kernel_us=240.0, streams=2),
     # host-bound: the GPU idles between short kernels
     "host_bound": QueueMachine(kernel_us=10.0),
 }

@@ -211,7 +211,9 @@ def backpressure(g: TaskGraph, gidx: np.ndarray, lidx: np.ndarray) -> tuple[np.n
         order = np.flatnonzero(has)
         order = order[np.argsort(g.pt_time[work_end[order]], kind="stable")]
         e_t = g.pt_time[work_end[order]]
-        found = _queue_waits(dur, names.codes[calls], order, e_t, g.pt_time[ep[calls] - 1], g.pt_time[ep[calls]])
+        lane = np.where(has, np.searchsorted(g.lane_ptr, np.maximum(work_end, 0), side="right") - 1, -1)
+        seg0, ce = g.pt_time[ep[calls] - 1], g.pt_time[ep[calls]]
+        found = _queue_waits(dur, names.codes[calls], order, e_t, seg0, ce, lane, g.pt_time[np.maximum(work_end, 0)])
         if found is None:
             continue
         slow, j, depth = found
@@ -230,19 +232,40 @@ def backpressure(g: TaskGraph, gidx: np.ndarray, lidx: np.ndarray) -> tuple[np.n
     return np.concatenate(src_l), np.concatenate(dst_l)
 
 
+def _outstanding(at: np.ndarray, t: np.ndarray, lane: np.ndarray, end_t: np.ndarray) -> np.ndarray:
+    """Per launch position `at`: how many earlier launches' work had not ended before time `t`.
+    Per stream the work ends in launch order (FIFO), so the ended ones are a prefix of its
+    launches: the count is its launches before `at` less its ends before `t`."""
+    out = np.zeros(len(at), np.int64)
+    for s in np.unique(lane[lane >= 0]):
+        ps = np.flatnonzero(lane == s)
+        out += np.searchsorted(ps, at) - np.minimum(
+            np.searchsorted(np.sort(end_t[ps]), t - _TOL), np.searchsorted(ps, at)
+        )
+    return out
+
+
 def _queue_waits(
-    dur: np.ndarray, code: np.ndarray, order: np.ndarray, e_t: np.ndarray, seg0: np.ndarray, ce: np.ndarray
+    dur: np.ndarray,
+    code: np.ndarray,
+    order: np.ndarray,
+    e_t: np.ndarray,
+    seg0: np.ndarray,
+    ce: np.ndarray,
+    lane: np.ndarray,
+    end_t: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, int] | None:
     """The launches (positions in launch order) that waited for a queue slot, the launch whose
     work freed each slot, and the queue's depth; None when no launch waited.
 
-    A full queue's signature: the call returns just after the GPU finished the work of the launch
-    `depth` launches before it, every time. Candidates are calls longer than their name's fastest
-    cost by QUEUE_MARGIN_US with a GPU work end inside their final segment; the first such end
-    (the queue frees on the first completion) names the freeing launch j. When one distance i - j
-    holds for most candidates (a depth of at least MIN_QUEUE_DEPTH), the candidates at that
-    distance waited, however short the wait: on a step barely GPU-bound every launch waits a few
-    µs. Else only calls over BACKPRESSURE_X times their name's median waited (the last end inside
+    A full queue's signature: the call returns just after a GPU completion that left `depth` - 1
+    earlier launches' work outstanding, every time (one stream: the work of the launch `depth`
+    launches before it). Candidates are calls longer than their name's fastest cost by
+    QUEUE_MARGIN_US with a GPU work end inside their final segment; the first such end (the queue
+    frees on the first completion) names the freeing launch j, and the launches whose work had
+    not ended before it are counted. When one count holds for most candidates (a depth of at
+    least MIN_QUEUE_DEPTH), the candidates with that count waited, however short the wait: on a
+    step barely GPU-bound every launch waits a few µs. Else only calls over BACKPRESSURE_X times their name's median waited (the last end inside
     names the slot, and the depth is the median distance)."""
     n = len(dur)
     fast = np.zeros(n)
@@ -261,7 +284,7 @@ def _queue_waits(
         ok = jf < cand
         cand, jf = cand[ok], jf[ok]
         if len(cand) >= MIN_QUEUE_WAITS:
-            d = cand - jf
+            d = _outstanding(cand, e_t[kf[cand]], lane, end_t)
             vals, counts = np.unique(d, return_counts=True)
             q = int(vals[np.argmax(counts)])
             near = np.abs(d - q) <= max(1, q // 16)

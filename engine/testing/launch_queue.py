@@ -38,6 +38,8 @@ class QueueMachine:
     wake_us: float = 4.0
     sync_us: float = 6.0  # cudaDeviceSynchronize on an idle GPU
     gap_us: float = 50.0  # host work between steps (outside the launches)
+    runtime: str = "cuda"  # "cuda" or "hip": the runtime calls' names (hipLaunchKernel, ...)
+    streams: int = 1  # operator i launches on stream i % streams (each stream in order, all concurrent)
 
     def faster(self, *, gpu: float = 1.0, host: float = 1.0) -> QueueMachine:
         """The same machine with the kernels `gpu` times and the host `host` times as fast."""
@@ -66,11 +68,12 @@ class QueueTruth:
 
 def queue_trace(m: QueueMachine) -> tuple[dict, QueueTruth]:
     """A Kineto document (host ops, launches, kernels, flows, ProfilerStep spans) and its truth."""
-    host_pid, host_tid, dev, stream = 1000, 1000, 0, 7
+    host_pid, host_tid, dev = 1000, 1000, 0
+    streams = [7 + 13 * k for k in range(m.streams)]
     evs: list[dict] = []
     truth = QueueTruth()
     t = 10.0
-    free = 0.0  # the stream is free from
+    free = dict.fromkeys(streams, -1.0)  # each stream is free from (-1: nothing ran on it yet)
     ends: list[float] = []  # kernel end times, launch order
     corr = ext = 0
 
@@ -82,7 +85,7 @@ def queue_trace(m: QueueMachine) -> tuple[dict, QueueTruth]:
 
     for s in range(m.steps):
         t0 = t
-        busy = 0.0
+        spans: list[tuple[float, float]] = []
         for i in range(m.ops):
             scale = _PATTERN[i % len(_PATTERN)]
             pre, post = 0.75 * m.host_us * scale, 0.25 * m.host_us * scale
@@ -92,14 +95,25 @@ def queue_trace(m: QueueMachine) -> tuple[dict, QueueTruth]:
             op_ts = t
             call = t + pre
             ret = call + m.launch_us
-            if len(ends) >= m.depth and ends[-m.depth] + m.wake_us > ret:
-                ret = ends[-m.depth] + m.wake_us  # the queue is full: wait for the oldest kernel
+            queued = sorted(e for e in ends[-4 * m.depth :] if e + m.wake_us > ret)
+            if len(queued) >= m.depth:  # the queue is full: wait for the first of them to end
+                ret = queued[len(queued) - m.depth] + m.wake_us
                 truth.blocked_launches += 1
-            k_ts = max(call + m.submit_us, free + m.kernel_gap_us if ends else 0.0)
-            free = k_ts + kdur
-            ends.append(free)
-            busy += kdur
-            x("cuda_runtime", "cudaLaunchKernel", call, ret - call, host_pid, host_tid, correlation=corr, cbid=211)
+            stream = streams[i % len(streams)]
+            k_ts = max(call + m.submit_us, free[stream] + m.kernel_gap_us if free[stream] >= 0 else 0.0)
+            free[stream] = k_ts + kdur
+            ends.append(k_ts + kdur)
+            spans.append((k_ts, k_ts + kdur))
+            x(
+                "cuda_runtime",
+                f"{m.runtime}LaunchKernel",
+                call,
+                ret - call,
+                host_pid,
+                host_tid,
+                correlation=corr,
+                cbid=211,
+            )
             x("kernel", f"void layer_kernel<{i % 8}>(float*, float const*, int)", k_ts, kdur, dev, stream,
               correlation=corr, device=dev, stream=stream, **{"External id": ext})  # fmt: skip
             flow = {"id": corr, "cat": "ac2g", "name": "ac2g"}
@@ -108,21 +122,34 @@ def queue_trace(m: QueueMachine) -> tuple[dict, QueueTruth]:
             t = ret + post
             x("cpu_op", "aten::layer", op_ts, t - op_ts, host_pid, host_tid, **{"External id": ext})
         corr += 1
-        done = max(t + m.sync_us, free + m.wake_us)
-        x("cuda_runtime", "cudaDeviceSynchronize", t, done - t, host_pid, host_tid, correlation=corr, cbid=165)
+        done = max(t + m.sync_us, max(free.values()) + m.wake_us)
+        x("cuda_runtime", f"{m.runtime}DeviceSynchronize", t, done - t, host_pid, host_tid, correlation=corr, cbid=165)
         t = done + 1.0
         x("user_annotation", f"ProfilerStep#{s + 1}", t0, t - t0, host_pid, host_tid)
         truth.step_us.append(t - t0)
-        truth.busy_us.append(busy)
+        truth.busy_us.append(_union_us(spans))
         t += m.gap_us
     evs.append({"ph": "M", "name": "process_name", "pid": dev, "args": {"name": f"GPU {dev}"}})
-    evs.append({"ph": "M", "name": "thread_name", "pid": dev, "tid": stream, "args": {"name": f"stream {stream}"}})
+    for st in streams:
+        evs.append({"ph": "M", "name": "thread_name", "pid": dev, "tid": st, "args": {"name": f"stream {st}"}})
     doc = {
         "schemaVersion": 1,
         "deviceProperties": [{"id": dev, "name": "Synthetic GPU (engine.testing.launch_queue)"}],
         "traceEvents": evs,
     }
     return doc, truth
+
+
+def _union_us(spans: list[tuple[float, float]]) -> float:
+    total, end = 0.0, -1.0
+    for a, b in sorted(spans):
+        if a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
 
 
 __all__ = ["QueueMachine", "QueueTruth", "queue_trace"]

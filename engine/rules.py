@@ -27,7 +27,7 @@ import math
 import re
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, is_dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -151,7 +151,7 @@ def problem_with(rule: Rule, value: Any) -> str | None:
 
 def type_problem(value: Any, tp: Any) -> str | None:
     """None when `value` is of the annotated type `tp` (Annotated, optional, union, Literal, Enum,
-    tuple of), else "expected ..., got ..."; types it does not know (dict, Any) pass."""
+    a dataclass, tuple of), else "expected ..., got ..."; types it does not know (dict, Any) pass."""
     want = describe(tp)
     return None if _is(value, tp) else f"expected {want}, got {value!r}"
 
@@ -174,7 +174,7 @@ def _is(value: Any, tp: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
     if tp is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if isinstance(tp, type) and issubclass(tp, (str, enum.Enum, Path)):
+    if isinstance(tp, type) and (issubclass(tp, (str, enum.Enum, Path)) or is_dataclass(tp)):
         return isinstance(value, tp)
     return True
 

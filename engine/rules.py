@@ -1,9 +1,9 @@
 """Field rules, declared on the field: `copies: Annotated[int, Between(1, 1000)]`.
 
 The one way a config or a spec states what a field accepts: engine settings
-(engine.settings.Settings: ReplayConfig, SimConfig, ComposeLimits, the sharding kinds, ...) and
-what-if edits (engine.simulate.whatif.spec.Edit) read their fields' rules from the annotations
-and check them in their `__post_init__`.
+(engine.settings.Settings: ReplayConfig, SimConfig, ComposeLimits, the sharding kinds, the
+compose spec, ...) and what-if edits (engine.simulate.whatif.spec.Edit) read their fields' rules
+from the annotations and check them in their `__post_init__`.
 
 Why declared rather than coded in each class's `__post_init__`: a bound then lives once, next to
 its field, and everything that needs it reads the same rule: every instance is checked however it

@@ -2,7 +2,11 @@
 
 Why a typed, validated dataclass behind the JSON: specs are hand-edited files; every mistake
 (unknown field, negative repeat, bad dtype) must become one `TraceError` naming the spec file
-and the field, before any trace is loaded.
+and the field, before any trace is loaded. The spec and its segments are engine settings
+(engine.settings.Settings: frozen, each field's rules declared on it, checked however the spec
+was made); a mistake reads `spec FIELD: problem` (`spec segments[0].repeat: must be >= 1, got
+0`), and `load_spec` puts the file's path before it. A changed spec is a new one
+(`dataclasses.replace`), checked like the first.
 
 JSON layout (version 1)::
 

@@ -164,8 +164,8 @@ def _is(value: Any, tp: Any) -> bool:
         return any(_is(value, a) for a in args)
     if origin is typing.Literal:
         return any(value == a and type(value) is type(a) for a in args)
-    if origin is tuple:
-        return isinstance(value, tuple) and all(_is(v, args[0]) for v in value)
+    if origin is tuple:  # a JSON list is one too
+        return isinstance(value, (tuple, list)) and all(_is(v, args[0]) for v in value)
     if tp is type(None):
         return value is None
     if tp is bool:

@@ -121,10 +121,10 @@ class Settings:
                 value = self._enum(name, base, value)
             elif base is Path and isinstance(value, str):
                 value = Path(value)
-            elif typing.get_origin(base) is tuple and isinstance(value, list):  # a JSON list
+            problem = type_problem(value, hint)  # a tuple field takes a JSON list: named as given
+            if typing.get_origin(base) is tuple and isinstance(value, list):
                 value = tuple(value)
             self._set(name, value)
-            problem = type_problem(value, hint)
             problem = problem or next((p for r in rules if (p := problem_with(r, value)) is not None), None)
             if problem is not None:
                 raise self.bad(name, problem)

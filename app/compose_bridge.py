@@ -18,13 +18,15 @@ import streamlit as st
 
 from app.markup import md_escape
 from engine.compose.shard.kinds import SHARDINGS
+from engine.compose.spec import BenchmarkSpec
 from engine.errors import TraceError
+from engine.rules import choices
 
 if TYPE_CHECKING:
     from engine.compose.build import Benchmark
     from engine.trace.model import Trace
 
-DTYPES = ("as traced", "fp32", "bf16", "fp16")
+DTYPES = ("as traced", *(choices(BenchmarkSpec.rules_of("dtype")) or ()))  # the spec's dtype rule; null: as traced
 SHARDING = ("none", *(k.value for k in SHARDINGS))  # the registry's kinds (engine.compose.shard.kinds)
 
 

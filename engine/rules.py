@@ -1,9 +1,9 @@
 """Field rules, declared on the field: `copies: Annotated[int, Between(1, 1000)]`.
 
 The one way a config or a spec states what a field accepts: engine settings
-(engine.settings.Settings: ReplayConfig, SimConfig, ComposeLimits, the sharding kinds, ...) and
-what-if edits (engine.simulate.whatif.spec.Edit) read their fields' rules from the annotations
-and check them in their `__post_init__`.
+(engine.settings.Settings: ReplayConfig, SimConfig, ComposeLimits, the sharding kinds, the
+compose spec, ...) and what-if edits (engine.simulate.whatif.spec.Edit) read their fields' rules
+from the annotations and check them in their `__post_init__`.
 
 Why declared rather than coded in each class's `__post_init__`: a bound then lives once, next to
 its field, and everything that needs it reads the same rule: every instance is checked however it
@@ -27,7 +27,7 @@ import math
 import re
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, is_dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -151,7 +151,7 @@ def problem_with(rule: Rule, value: Any) -> str | None:
 
 def type_problem(value: Any, tp: Any) -> str | None:
     """None when `value` is of the annotated type `tp` (Annotated, optional, union, Literal, Enum,
-    tuple of), else "expected ..., got ..."; types it does not know (dict, Any) pass."""
+    a dataclass, tuple of), else "expected ..., got ..."; types it does not know (dict, Any) pass."""
     want = describe(tp)
     return None if _is(value, tp) else f"expected {want}, got {value!r}"
 
@@ -164,8 +164,8 @@ def _is(value: Any, tp: Any) -> bool:
         return any(_is(value, a) for a in args)
     if origin is typing.Literal:
         return any(value == a and type(value) is type(a) for a in args)
-    if origin is tuple:
-        return isinstance(value, tuple) and all(_is(v, args[0]) for v in value)
+    if origin is tuple:  # a JSON list is one too
+        return isinstance(value, (tuple, list)) and all(_is(v, args[0]) for v in value)
     if tp is type(None):
         return value is None
     if tp is bool:
@@ -174,7 +174,7 @@ def _is(value: Any, tp: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
     if tp is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if isinstance(tp, type) and issubclass(tp, (str, enum.Enum, Path)):
+    if isinstance(tp, type) and (issubclass(tp, (str, enum.Enum, Path)) or is_dataclass(tp)):
         return isinstance(value, tp)
     return True
 

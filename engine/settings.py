@@ -6,14 +6,16 @@ so every caller (CLI, UI, workers, the torchrun entry) learned three conventions
 `@dataclass(frozen=True, kw_only=True, slots=True)` subclass of `Settings` (`__init_subclass__`
 refuses any other shape, and a subclass's own `__post_init__`):
 
-- `to_dict()` gives plain JSON values (Enum -> its value, Path -> str), `from_dict(d)` is its
-  inverse and names unknown fields;
+- `to_dict()` gives plain JSON values (Enum -> its value, Path -> str, a tuple -> a list, a
+  nested `Settings` -> its `to_dict()`), `from_dict(d)` is its inverse and names unknown fields;
 - a field declares what it accepts on its annotation (`iters: Annotated[int, Between(1)]`, the
   rules of engine.rules, the same ones what-if edits declare); `__post_init__` converts an Enum
-  field's value and a Path field's string, checks every field's type and rules, then runs
-  `validate()`, the hook for rules that join fields (a frozen instance sets fields through `_set`);
-- every invalid value raises `TraceError` with one line naming the object and the field
-  (`replay config iters: must be >= 1, got 0`).
+  field's value, a Path field's string and a tuple field's list, checks every field's type and
+  rules, then runs `validate()`, the hook for rules that join fields (a frozen instance sets
+  fields through `_set`, and names a bad field with `bad`);
+- every invalid value raises `FieldError` (a `TraceError`) with one line naming the object and
+  the field (`replay config iters: must be >= 1, got 0`); its `field` and `detail` let an owner
+  name a nested object's field (`spec segments[2].repeat: must be >= 1, got 0`).
 """
 
 from __future__ import annotations
@@ -53,7 +55,20 @@ def choose(enum: type[E], value: Any, what: str) -> E:
         raise TraceError(f"{what} must be one of {choices}, not {value!r}") from None
 
 
+class FieldError(TraceError):
+    """A settings field's problem: "WHAT field: detail" (module docstring)."""
+
+    def __init__(self, what: str, field: str, detail: str):
+        self.field = field
+        self.detail = detail
+        super().__init__(f"{what} {field}: {detail}")
+
+
 def _plain(v: Any) -> Any:
+    if isinstance(v, Settings):
+        return v.to_dict()
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
     if isinstance(v, Enum):
         return v.value
     if isinstance(v, Path):
@@ -106,19 +121,25 @@ class Settings:
                 value = self._enum(name, base, value)
             elif base is Path and isinstance(value, str):
                 value = Path(value)
+            problem = type_problem(value, hint)  # a tuple field takes a JSON list: named as given
+            if typing.get_origin(base) is tuple and isinstance(value, list):
+                value = tuple(value)
             self._set(name, value)
-            problem = type_problem(value, hint)
             problem = problem or next((p for r in rules if (p := problem_with(r, value)) is not None), None)
             if problem is not None:
-                raise TraceError(f"{self.WHAT} {name}: {problem}")
+                raise self.bad(name, problem)
         self.validate()
+
+    def bad(self, name: str, problem: str) -> FieldError:
+        """The error naming field `name` (dotted for a nested object's field) and its problem."""
+        return FieldError(self.WHAT, name, problem)
 
     def _enum(self, name: str, enum: type[E], value: Any) -> E:
         try:
             return enum(value)
         except ValueError:
             choices = ", ".join(repr(m.value) for m in enum)
-            raise TraceError(f"{self.WHAT} {name}: must be one of {choices}, not {value!r}") from None
+            raise self.bad(name, f"must be one of {choices}, not {value!r}") from None
 
     @classmethod
     def _fields(cls) -> dict[str, tuple[Any, tuple[Rule, ...]]]:
@@ -169,4 +190,4 @@ class DashboardSettings(Settings):
         self._set("scheduler", resolve(str(self.scheduler)))
 
 
-__all__ = ["Applies", "DashboardSettings", "Settings", "choose"]
+__all__ = ["Applies", "DashboardSettings", "FieldError", "Settings", "choose"]

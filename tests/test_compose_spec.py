@@ -42,18 +42,25 @@ def test_spec_round_trip_and_relative_sources(tmp_path, sample_path):
 @pytest.mark.parametrize(
     "patch, needle",
     [
-        ({"version": 2}, "version must be 1"),
-        ({"segments": []}, "segments must be a non-empty list"),
-        ({"segments": [{"selection": {}, "repeat": -1}]}, "segments[0]: segment repeat must be an integer >= 1"),
-        ({"segments": [{"selection": {}, "repeat": 1.5}]}, "segment repeat must be an integer"),
-        ({"segments": [{"selection": {"bogus": 1}}]}, "unknown selection field"),
-        ({"segments": [{"selection": {}, "source": 3}]}, "segments[0].source 3 is out of range"),
-        ({"batch_scale": 0}, "batch_scale must be > 0"),
-        ({"batch_scale": -2}, "batch_scale must be > 0"),
-        ({"dtype": "int8"}, "dtype must be null"),
+        ({"version": 2}, "spec version: must be 1, got 2"),
+        ({"segments": []}, "spec segments: must not be empty"),
+        ({"segments": [{"selection": {}, "repeat": -1}]}, "spec segments[0].repeat: must be >= 1, got -1"),
+        ({"segments": [{"selection": {}, "repeat": 1.5}]}, "segments[0].repeat: expected an integer, got 1.5"),
+        ({"segments": [{"selection": {"bogus": 1}}]}, "segments[0].selection: unknown selection field"),
+        (
+            {"segments": [{"selection": {}, "source": 3}]},
+            "segments[0].source: must be < 1 (the number of sources), got 3",
+        ),
+        ({"batch_scale": 0}, "spec batch_scale: must be > 0, got 0"),
+        ({"batch_scale": -2}, "spec batch_scale: must be > 0, got -2"),
+        ({"dtype": "int8"}, "spec dtype: unknown value 'int8'"),
         ({"sharding": {"kind": "embedding", "plan": "random", "ranks": 2}}, "sharding plan: unknown value 'random'"),
         ({"sharding": {"kind": "dp", "degree": 0}}, "dp sharding degree: must be >= 1, got 0"),
         ({"colour": "red"}, "unknown spec field(s): colour"),
+        # the spec's fields are checked as every engine setting's (engine.settings): `true == 1`
+        # passed the hand-written check
+        ({"version": True}, "spec version: expected an integer, got True"),
+        ({"segments": [7]}, "spec segments[0]: expected an object, got 7"),
     ],
 )
 def test_bad_spec_fields_name_file_and_field(tmp_path, patch, needle):
@@ -64,6 +71,39 @@ def test_bad_spec_fields_name_file_and_field(tmp_path, patch, needle):
         load_spec(p)
     assert needle in str(e.value)
     assert str(p) in str(e.value)
+
+
+def test_spec_is_frozen_and_reads_back_as_written(tmp_path):
+    """A spec is a frozen engine setting: a change is a new spec (dataclasses.replace), checked
+    like the first; `from_dict(to_dict())` gives the same spec, and the saved file the same bytes."""
+    from dataclasses import FrozenInstanceError, replace
+
+    from engine.compose.spec import BenchmarkSpec
+
+    d = {
+        "version": 1,
+        "name": "b",
+        "sources": ["a_et.json.gz", "b_et.json.gz"],
+        "segments": [{"selection": {"module": "m", "time_window_us": [0, 5]}, "source": 1, "repeat": 3, "label": "x"}],
+        "device": "cuda:1",
+        "dtype": "bf16",
+        "batch_scale": 2,
+        "batch_size": 4,
+        "warmup": 0,
+        "iters": 2,
+        "sharding": {"kind": "embedding", "plan": "row", "ranks": 4},
+    }
+    s = spec_from_dict(d)
+    with pytest.raises(FrozenInstanceError):
+        s.iters = 3  # type: ignore[misc]
+    assert s.to_dict() == {**d, "batch_scale": 2.0}
+    assert BenchmarkSpec.from_dict(s.to_dict()) == s
+    p = save_spec(s, tmp_path / "a.json")
+    assert save_spec(load_spec(p), tmp_path / "b.json").read_bytes() == p.read_bytes()
+    with pytest.raises(TraceError, match=r"^spec segments\[0\]\.source: must be < 1 \(the number of sources\), got 1$"):
+        replace(s, sources=("a_et.json.gz",))
+    with pytest.raises(TraceError, match=r"^spec warmup: out of range: an integer of 31 digits"):
+        replace(s, warmup=10**30)  # passed the hand-written check
 
 
 def test_not_json_and_missing_file(tmp_path):
@@ -88,7 +128,7 @@ def test_bad_specs_cli_exit_2(tmp_path, capsys, case, sample_path):
             {"segments": [{"selection": {"name_pattern": "^no_such_op$"}}]},
             "selection matched no operators",
         ),
-        "negative_repeat": ({"segments": [{"selection": {}, "repeat": -3}]}, "repeat must be an integer >= 1"),
+        "negative_repeat": ({"segments": [{"selection": {}, "repeat": -3}]}, "repeat: must be >= 1, got -3"),
         # declaring the sequence length (128) as the batch: doubling it breaks the graph's shapes
         "breaking_scale": ({"sources": [str(tx)], "batch_size": 128, "batch_scale": 2}, "breaks shape at node"),
         "no_embeddings": (

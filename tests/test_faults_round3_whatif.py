@@ -250,9 +250,9 @@ def test_6_compose_numbers_and_tbe_dimensions(tmp_path, cache_dir, good_compose)
     from engine.compose import compose, spec_from_dict
 
     spec, d = _compose_spec(tmp_path, batch_scale=1e300)
-    with pytest.raises(TraceError, match="batch_scale must be between"):
+    with pytest.raises(TraceError, match="spec batch_scale: must be between"):
         spec_from_dict(d)
-    _bad_compose(spec, good_compose, cache_dir, "batch_scale must be between 1e-06 and 1e+06, got 1e+300")
+    _bad_compose(spec, good_compose, cache_dir, "batch_scale: must be between 1e-06 and 1e+06, got 1e+300")
 
     def negative(ins):
         ins["values"][3], ins["values"][4] = -128, -64  # total_D, max_D
@@ -399,9 +399,9 @@ def test_7_compose_estimate_bounds_the_measured_peak(tmp_path, cache_dir):
 @pytest.mark.parametrize(
     ("fields", "problem"),
     [
-        ({"name": 12}, "name must be a string"),
-        ({"name": "a\u0000b"}, "printable characters"),
-        ({"device": "cuda:99999999999999999999"}, "'cuda:N' (N < 1024)"),
+        ({"name": 12}, "spec name: expected a string, got 12"),
+        ({"name": "a\u0000b"}, "name: must be 1 to 200 printable characters"),
+        ({"device": "cuda:99999999999999999999"}, "device: must be 'cpu', 'cuda' or 'cuda:N' (N < 1024)"),
     ],
     ids=["name-int", "name-nul", "device"],
 )

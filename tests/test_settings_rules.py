@@ -49,6 +49,7 @@ def test_every_config_is_a_settings_with_declared_rules():
     from engine.capture.api import CaptureConfig
     from engine.compose.limits import ComposeLimits
     from engine.compose.shard.kinds import SHARDINGS, EmbeddingSharding
+    from engine.compose.spec import BenchmarkSpec, Segment
     from engine.replay.config import ReplayConfig
     from engine.replay.distributed import DistConfig
     from engine.rules import Between, OneOf
@@ -64,6 +65,8 @@ def test_every_config_is_a_settings_with_declared_rules():
         DashboardSettings,
         SimConfig,
         *SHARDINGS.values(),
+        BenchmarkSpec,
+        Segment,
     ]
     for cls in configs:
         assert issubclass(cls, Settings) and cls in _SHAPED, cls.__name__
@@ -81,6 +84,8 @@ def test_every_config_is_a_settings_with_declared_rules():
     with pytest.raises(TraceError, match=r"^distributed replay settings world_size: must be between 1 and 1024"):
         DistConfig(world_size=2048)
     assert ReplayConfig(mode="leaf", out_dir="o").to_dict()["out_dir"] == "o"  # type: ignore[arg-type]
+    with pytest.raises(TraceError, match=r"^segment repeat: must be >= 1, got 0$"):
+        Segment(repeat=0)
 
 
 def test_a_cuda_replay_config_is_built_without_torch():

@@ -20,6 +20,7 @@ writes `simulate.json` only (no predicted trace). Progress on stderr; Ctrl-C can
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from engine.analysis.breakdown import PARTS
@@ -112,9 +113,7 @@ def _spec(args: argparse.Namespace, spec_cls):
     if not extra:
         return base
     data = {"version": 1, "edits": (base.to_json()["edits"] if base else []) + extra}
-    spec = spec_cls.parse(data)
-    spec.path = base.path if base else None
-    return spec
+    return replace(spec_cls.parse(data), path=base.path if base else None)
 
 
 def run(args: argparse.Namespace) -> int:

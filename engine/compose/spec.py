@@ -2,7 +2,11 @@
 
 Why a typed, validated dataclass behind the JSON: specs are hand-edited files; every mistake
 (unknown field, negative repeat, bad dtype) must become one `TraceError` naming the spec file
-and the field, before any trace is loaded.
+and the field, before any trace is loaded. The spec and its segments are engine settings
+(engine.settings.Settings: frozen, each field's rules declared on it, checked however the spec
+was made); a mistake reads `spec FIELD: problem` (`spec segments[0].repeat: must be >= 1, got
+0`), and `load_spec` puts the file's path before it. A changed spec is a new one
+(`dataclasses.replace`), checked like the first.
 
 JSON layout (version 1)::
 
@@ -21,108 +25,95 @@ JSON layout (version 1)::
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from engine import jsonio
-from engine.compose.shard.kinds import EMBEDDING_PLANS, SHARDINGS, Sharding, sharding_from_dict
+from engine.compose.shard.kinds import EMBEDDING_PLANS, Sharding, sharding_from_dict
 from engine.errors import TraceError, reject_unknown_fields
-from engine.rules import MAX_FACTOR, Between, Finite, Positive, Rule, problem_with
+from engine.rules import MAX_FACTOR, Between, Matches, NonEmpty, OneOf, Positive
+from engine.settings import FieldError, Settings
 
 SPEC_VERSION = 1
-DTYPES = (None, "fp32", "bf16", "fp16")
+DTYPES = ("fp32", "bf16", "fp16")  # a dtype to change the floating tensors to (null: as traced)
 
 
 MAX_NAME_CHARS = 200
 MAX_DEVICES = 1024  # cuda:N beyond any machine's device count (a typo or a 20-digit number)
-_NAME = re.compile(rf"[^\x00-\x1f\x7f]{{1,{MAX_NAME_CHARS}}}")  # no NUL or other control characters
-_DEVICE = re.compile(r"cpu|cuda(:(0|[1-9][0-9]{0,2}|10[01][0-9]|102[0-3]))?")
+NAME = Matches(rf"[^\x00-\x1f\x7f]{{1,{MAX_NAME_CHARS}}}", f"1 to {MAX_NAME_CHARS} printable characters")
+DEVICE = Matches(
+    r"cpu|cuda(:(0|[1-9][0-9]{0,2}|10[01][0-9]|102[0-3]))?", f"'cpu', 'cuda' or 'cuda:N' (N < {MAX_DEVICES})"
+)
 
 
-def _rules(name: str, value: Any, *rules: Rule) -> None:
-    """TraceError "name: problem" from the first of the field rules (engine.rules) `value` fails."""
-    for r in rules:
-        problem = problem_with(r, value)
-        if problem is not None:
-            raise TraceError(f"{name} {problem}")
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Segment(Settings):
+    """One ordered piece of the benchmark: a Selection on a source trace, repeated `repeat` times.
 
+    `selection` stays the JSON object the user wrote (engine.graph.selection_from_dict checks it),
+    so a saved spec reads back as written."""
 
-def _int(v: Any, what: str, lo: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise TraceError(f"{what} must be an integer >= {lo}, not {v!r}")
-    return v
-
-
-@dataclass(kw_only=True, slots=True)
-class Segment:
-    """One ordered piece of the benchmark: a Selection on a source trace, repeated `repeat` times."""
-
+    WHAT = "segment"
     selection: dict = field(default_factory=dict)
-    source: int = 0
-    repeat: int = 1
+    source: Annotated[int, Between(0)] = 0  # an index into the spec's sources (the spec checks the range)
+    repeat: Annotated[int, Between(1)] = 1
     label: str = ""
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
         from engine.graph import selection_from_dict
 
-        if not isinstance(self.selection, dict):
-            raise TraceError(f"segment selection must be an object, not {self.selection!r}")
-        selection_from_dict(self.selection)  # validates (TraceError)
-        self.source = _int(self.source, "segment source", 0)
-        self.repeat = _int(self.repeat, "segment repeat", 1)
-        if not isinstance(self.label, str):
-            raise TraceError(f"segment label must be a string, not {self.label!r}")
-
-    def to_dict(self) -> dict:
-        return {"selection": dict(self.selection), "source": self.source, "repeat": self.repeat, "label": self.label}
+        try:
+            selection_from_dict(self.selection)
+        except TraceError as e:
+            raise self.bad("selection", e.problem) from None
 
 
-@dataclass(kw_only=True, slots=True)
-class BenchmarkSpec:
-    """A validated benchmark spec (JSON layout in the module docstring)."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BenchmarkSpec(Settings):
+    """A validated benchmark spec (JSON layout in the module docstring); `from_dict` reads the
+    JSON object (segments and sharding as objects), the constructor takes their dataclasses."""
 
-    sources: list[str]
-    segments: list[Segment]
+    WHAT = "spec"
     version: int = SPEC_VERSION
-    name: str = "benchmark"
-    device: str = "cpu"
-    dtype: str | None = None
-    batch_scale: float = 1.0
-    batch_size: int | None = None
-    warmup: int = 1
-    iters: int = 5
+    name: Annotated[str, NAME] = "benchmark"
+    sources: Annotated[tuple[str, ...], NonEmpty()]
+    segments: Annotated[tuple[Segment, ...], NonEmpty()]
+    device: Annotated[str, DEVICE] = "cpu"
+    dtype: Annotated[str | None, OneOf(DTYPES)] = None
+    batch_scale: Annotated[float, Positive(), Between(1 / MAX_FACTOR, MAX_FACTOR)] = 1.0
+    batch_size: Annotated[int | None, Between(1)] = None  # the traced batch B
+    warmup: Annotated[int, Between(0)] = 1
+    iters: Annotated[int, Between(1)] = 5
     sharding: Sharding | None = None
-    base_dir: str | None = None  # where relative sources resolve (the spec file's folder)
+    base_dir: str | None = None  # where relative sources resolve (the spec file's folder); not saved
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
         if self.version != SPEC_VERSION:
-            raise TraceError(f"version must be {SPEC_VERSION}, not {self.version!r}")
-        if not isinstance(self.sources, list) or not self.sources or not all(isinstance(s, str) for s in self.sources):
-            raise TraceError("sources must be a non-empty list of trace paths")
-        if not isinstance(self.segments, list) or not self.segments:
-            raise TraceError("segments must be a non-empty list")
-        self.segments = [s if isinstance(s, Segment) else _segment(s, i) for i, s in enumerate(self.segments)]
+            raise self.bad("version", f"must be {SPEC_VERSION}, got {self.version}")
         for i, s in enumerate(self.segments):
             if s.source >= len(self.sources):
-                raise TraceError(f"segments[{i}].source {s.source} is out of range ({len(self.sources)} sources)")
-        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
-            raise TraceError(f"name must be a string of 1 to {MAX_NAME_CHARS} printable characters, not {self.name!r}")
-        if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):
-            raise TraceError(f"device must be 'cpu', 'cuda' or 'cuda:N' (N < {MAX_DEVICES}), not {self.device!r}")
-        if self.dtype not in DTYPES:
-            raise TraceError(f"dtype must be null, 'fp32', 'bf16' or 'fp16', not {self.dtype!r}")
-        if isinstance(self.batch_scale, bool) or not isinstance(self.batch_scale, (int, float)):
-            raise TraceError(f"batch_scale must be a number > 0, not {self.batch_scale!r}")
-        _rules("batch_scale", self.batch_scale, Finite(), Positive(), Between(1 / MAX_FACTOR, MAX_FACTOR))
-        self.batch_scale = float(self.batch_scale)
-        if self.batch_size is not None:
-            self.batch_size = _int(self.batch_size, "batch_size", 1)
-        self.warmup = _int(self.warmup, "warmup", 0)
-        self.iters = _int(self.iters, "iters", 1)
-        if self.sharding is not None and not isinstance(self.sharding, tuple(SHARDINGS.values())):
-            self.sharding = sharding_from_dict(self.sharding)
+                raise self.bad(
+                    f"segments[{i}].source", f"must be < {len(self.sources)} (the number of sources), got {s.source}"
+                )
+        self._set("batch_scale", float(self.batch_scale))  # saved as a number with a point: 2 -> 2.0
+
+    @classmethod
+    def from_dict(cls, d: Any, base_dir: str | os.PathLike | None = None) -> BenchmarkSpec:
+        """Validate a JSON object (TraceError names the field); relative sources resolve against
+        `base_dir`, then the cwd."""
+        if not isinstance(d, dict):
+            raise TraceError("a benchmark spec must be a JSON object")
+        reject_unknown_fields(d, {f.name for f in fields(cls)} - {"base_dir"}, cls.WHAT)
+        for req in ("sources", "segments"):
+            if req not in d:
+                raise TraceError(f"spec needs a '{req}' field")
+        kw = dict(d)
+        if isinstance(kw["segments"], list):
+            kw["segments"] = tuple(_segment(s, i) for i, s in enumerate(kw["segments"]))
+        if kw.get("sharding") is not None:
+            kw["sharding"] = sharding_from_dict(kw["sharding"])
+        return cls(**kw, base_dir=None if base_dir is None else os.fspath(base_dir))
 
     def source_paths(self) -> list[Path]:
         """Absolute source paths: relative ones resolve against the spec's folder, then the cwd."""
@@ -135,44 +126,25 @@ class BenchmarkSpec:
             out.append(p)
         return out
 
-    def to_dict(self) -> dict:
-        return {
-            "version": self.version,
-            "name": self.name,
-            "sources": list(self.sources),
-            "segments": [s.to_dict() for s in self.segments],
-            "device": self.device,
-            "dtype": self.dtype,
-            "batch_scale": self.batch_scale,
-            "batch_size": self.batch_size,
-            "warmup": self.warmup,
-            "iters": self.iters,
-            "sharding": self.sharding.to_dict() if self.sharding else None,
-        }
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in Settings.to_dict(self).items() if k != "base_dir"}
 
 
 def _segment(d: Any, i: int) -> Segment:
+    """The spec's segments[i] from its JSON object; an error names `segments[i].field`."""
+    where = f"segments[{i}]"
     if not isinstance(d, dict):
-        raise TraceError(f"segments[{i}] must be an object")
-    reject_unknown_fields(d, {f.name for f in fields(Segment)}, f"segments[{i}]")
+        raise FieldError(BenchmarkSpec.WHAT, where, f"expected an object, got {d!r}")
+    reject_unknown_fields(d, {f.name for f in fields(Segment)}, where)
     try:
         return Segment(**d)
-    except TraceError as e:
-        raise TraceError(f"segments[{i}]: {e.problem}") from None
+    except FieldError as e:
+        raise FieldError(BenchmarkSpec.WHAT, f"{where}.{e.field}", e.detail) from None
 
 
 def spec_from_dict(d: Any, base_dir: str | os.PathLike | None = None) -> BenchmarkSpec:
     """Validate a JSON object into a BenchmarkSpec (TraceError names the field)."""
-    if not isinstance(d, dict):
-        raise TraceError("a benchmark spec must be a JSON object")
-    known = {f.name for f in fields(BenchmarkSpec)} - {"base_dir"}
-    unknown = sorted(set(d) - known)
-    if unknown:
-        raise TraceError(f"unknown spec field(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    for req in ("sources", "segments"):
-        if req not in d:
-            raise TraceError(f"spec needs a '{req}' field")
-    return BenchmarkSpec(**d, base_dir=None if base_dir is None else os.fspath(base_dir))
+    return BenchmarkSpec.from_dict(d, base_dir)
 
 
 def read_json_file(path: str | os.PathLike, what: str = "spec") -> Any:

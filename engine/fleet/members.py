@@ -153,8 +153,8 @@ def _compose_rank(rs: RankSource, step: str | None, name: str):
         trace = load_synthesized(rs.source)
     chosen, how = _step_in(trace, step)
     spec = BenchmarkSpec(
-        sources=[os.path.abspath(rs.source)],
-        segments=[Segment(selection={"module": chosen} if chosen else {}, label=chosen or "whole trace")],
+        sources=(os.path.abspath(rs.source),),
+        segments=(Segment(selection={"module": chosen} if chosen else {}, label=chosen or "whole trace"),),
         name=name,
         warmup=1,
         iters=5,

@@ -47,8 +47,10 @@ run: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy
-	$(BIN)/mypy --python-version 3.10 -p engine  # the engine's floor (requires-python)
+	@# the two type checks run side by side (one core each; their caches are per Python version)
+	@$(BIN)/mypy & p=$$!; rc=0; \
+	$(BIN)/mypy --python-version 3.10 -p engine || rc=1; \
+	wait $$p || rc=1; exit $$rc  # the second: the engine's floor (requires-python)
 
 # Two passes: everything but the wall-clock assertions on both cores (pytest-xdist, one file per
 # worker so module fixtures are built once, heaviest files first: tests/conftest.py), then the `perf` and `alone` tests by themselves, so that a timing bound or a peak-RSS measurement

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from engine.replay import oppolicy
+from engine.replay import oppolicy, standins
 from engine.replay.accel import ACCELERATOR_OPS
 from engine.replay.accel import remap as accel_remap
 from engine.replay.collectives import is_collective
@@ -93,6 +93,12 @@ def _packet(name: str):
             raise DispatchError(
                 f"operator {name} not found in torch {torch.__version__}", SkipReason.UNKNOWN_OPERATOR
             ) from None
+        if ns in standins.NAMESPACES:  # vLLM's ops without vLLM: torch stand-ins (standins.py)
+            if name in standins.NOT_MODELLED:
+                raise DispatchError(f"{name} {standins.NOT_MODELLED[name]}", SkipReason.LIBRARY_NOT_LOADED) from None
+            standins.register(ns)
+            if name in standins.SCHEMAS:
+                return getattr(getattr(torch.ops, ns), op)
         if ns in OP_PACKAGES:
             raise DispatchError(
                 f"operator {name} needs {OP_PACKAGES[ns]} (not installed)", SkipReason.LIBRARY_NOT_LOADED
@@ -322,7 +328,13 @@ def resolve(name: str, schema: str, types: list[str], device: str, *, allow_trac
                 positional[j] = ("const", False if not str(a.type).startswith("Optional") else None)
         if "pin_memory" in keywords:
             keywords["pin_memory"] = ("const", None)
-    return Resolved(overload=target, positional=positional, keywords=keywords, arg_types=arg_types)
+    return Resolved(
+        overload=target,
+        positional=positional,
+        keywords=keywords,
+        arg_types=arg_types,
+        substituted=standins.substitution(name),  # "" unless a vLLM stand-in
+    )
 
 
 def convert_scalar(value: Any, rec_type: str, schema_type: str | None, device: str) -> Any:

@@ -314,7 +314,8 @@ def resolve(name: str, schema: str, types: list[str], device: str, *, allow_trac
                 target = None
     if target is None:
         target = _by_kinds(name, types)
-    if not allow_trace_code and (why := oppolicy.refusal(target._schema, name)):  # the live schema, not the trace's
+    substituted = standins.substitution(name)  # "" unless a vLLM stand-in: our code, it opens no path
+    if not allow_trace_code and not substituted and (why := oppolicy.refusal(target._schema, name)):
         raise DispatchError(f"{why} ({oppolicy.HINT})", SkipReason.UNSAFE_OP)
     positional, keywords, arg_types = _layout(target, rec_names, len(types))
     for i, t in enumerate(types):
@@ -333,7 +334,7 @@ def resolve(name: str, schema: str, types: list[str], device: str, *, allow_trac
         positional=positional,
         keywords=keywords,
         arg_types=arg_types,
-        substituted=standins.substitution(name),  # "" unless a vLLM stand-in
+        substituted=substituted,
     )
 
 

@@ -143,7 +143,7 @@ def static_scaled_fp8_quant(result, input, scale, group_shape=None) -> None:
     result.copy_((input.float() / scale.float()).clamp(-fmax, fmax).to(result.dtype))
 
 
-def _to_cache(x, cache, kv_cache_dtype: str, scale):
+def _to_cache(x, cache, kv_cache_dtype: str, scale=None):
     import torch
 
     if cache.dtype == torch.uint8 and x.dtype.is_floating_point:  # fp8 bytes (vLLM's fp8 KV cache)
@@ -152,7 +152,9 @@ def _to_cache(x, cache, kv_cache_dtype: str, scale):
     return x.to(cache.dtype)
 
 
-def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype: str, k_scale, v_scale):
+def reshape_and_cache_flash(
+    key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype: str = "auto", k_scale=None, v_scale=None
+) -> None:
     # caches [num_blocks, block_size, kv_heads, head_size]; slot = block * block_size + offset
     block_size = key_cache.shape[1]
     slots = slot_mapping.flatten()[: key.shape[0]].clamp(min=0) % (key_cache.shape[0] * block_size)
@@ -161,18 +163,18 @@ def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv
     value_cache.index_put_((block, offset), _to_cache(value, value_cache, kv_cache_dtype, v_scale))
 
 
-def all_reduce(tensor, group_name: str):
+def all_reduce(tensor, group_name: str = ""):
     return tensor.clone()
 
 
-def all_gather(tensor, dim: int, world_size: int, group_name: str):
+def all_gather(tensor, dim: int, world_size: int, group_name: str = ""):
     import torch
 
     return torch.cat([tensor] * max(1, world_size), dim=dim)
 
 
 def unified_attention_with_output(
-    query, key, value, output, layer_name: str, output_scale=None, output_block_scale=None, kv_cache_dummy_dep=None
+    query, key, value, output, layer_name: str = "", output_scale=None, output_block_scale=None, kv_cache_dummy_dep=None
 ) -> None:
     import torch.nn.functional as F
 

@@ -16,7 +16,9 @@ Not modelled (said in each substitution text): the collectives are single-proces
 concatenation of `world_size` copies: no communication, no sum over ranks); attention runs over
 the recorded tokens as one causal sequence (vLLM's paged KV cache, the batch's sequence
 boundaries, sliding windows and sinks live in its forward context, not in the op's inputs); the
-KV-cache write wraps synthesized slot values into the cache. `vllm::moe_forward` stays skipped
+KV-cache write wraps synthesized slot values into the cache. In a vLLM trace the attention op is
+the parent of its KV-cache write (`reshape_and_cache_flash`) and of the views of the caches: the
+replay runs the parent's stand-in in their place, so the multi-GiB caches are never allocated. `vllm::moe_forward` stays skipped
 (`NOT_MODELLED`): its experts' weights, their sizes, top-k and quantization are not in its inputs,
 so no cost could be justified from the recorded ones.
 """

@@ -12,7 +12,8 @@ Coverage definitions (ReplayResult.coverage):
                  given op_ids) plus ops that would run code shipped in the trace (PT2 Triton)
     replayed     selected ops that ran (substituted ones included)
     substituted  ran through a stand-in: a device-agnostic equivalent (cudnn_* / miopen_* on CPU),
-                 or torch ops for a library op whose library is not installed (FBGEMM TBE);
+                 or torch ops for a library op whose library is not installed (FBGEMM TBE;
+                 vLLM's common custom ops, engine/replay/standins.py: "op -> torch stand-in (...)");
                  `by_substitution` counts them by "recorded op -> stand-in"
     skipped      selected - replayed; `by_reason` counts why
     selected_compute / replayed_compute / compute_rate: the same over category "compute"

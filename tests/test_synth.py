@@ -77,7 +77,7 @@ def test_custom_ops_are_listed_by_reason(shared_traces):
 def _et_node(et, external_id: int) -> dict:
     from engine.compose.synth import PROVENANCE_KEY
 
-    return next(n for n in et["nodes"] if n[PROVENANCE_KEY]["external_id"] == external_id)
+    return next(n for n in et["nodes"] if (n.get(PROVENANCE_KEY) or {}).get("external_id") == external_id)
 
 
 @pytest.mark.slow

@@ -91,3 +91,15 @@ def test_synthesized_views_run_on_meta():
             assert got is not None, n["name"]
             shapes.setdefault(n["name"], []).append(list(got[1][0].shape))
     assert shapes == {"aten::view": [[8], [8]], "aten::permute": [[4, 2, 3]], "aten::as_strided": [[100], [100]]}
+
+
+def test_a_tensor_list_without_its_tensors_is_skipped():
+    """hta_trace_diff's 108 aten::cat (control) record their list as Input Dims [[], []], types
+    ["TensorList", "Scalar"]: an empty list would fail at replay ("expected a non-empty list of
+    Tensors"), so the synthesis lists it by reason instead."""
+    from engine.compose.synth import SynthSkip, synthesize
+
+    doc = {"traceEvents": [_ev("aten::cat", 0, 5, [[], []], ["TensorList", "Scalar"])]}
+    _et, rep = synthesize(doc, "crafted_2022.json", flow=False)
+    assert rep.skipped == {str(SynthSkip.UNKNOWN_VALUE): 1}
+    assert rep.skipped_ops[0]["detail"] == "a tensor list whose tensors are not recorded"

@@ -60,6 +60,7 @@ PROVENANCE_KEY = "mystique_kineto"
 _HOST_CATS = ("cpu_op", "user_annotation")
 _NON_TENSOR = frozenset(("", "Scalar", "ScalarList", "TensorList", "GenericList", "None"))
 _TOL_US = 1e-3  # float rounding of ts + dur in the file
+_NO_TENSORS = "a tensor list whose tensors are not recorded"
 
 
 class SynthSkip(str, Enum):
@@ -273,6 +274,8 @@ def _args(ctx: _Ctx, args: dict) -> tuple[list, list, list, list, list[int], str
         elif t == "TensorList":
             if not isinstance(d, list) or not all(isinstance(x, list) for x in d):
                 return [], [], [], [], [], "a tensor list without element shapes"
+            if not d:  # the 2022 profiler wrote [] for every list: its tensors are not recorded
+                return [], [], [], [], [], _NO_TENSORS
             parts = [
                 _tensor(ctx, list_type, x, s[j] if isinstance(s, list) and j < len(s) else []) for j, x in enumerate(d)
             ]
@@ -704,7 +707,7 @@ def _op_node(
         return None, (SynthSkip.NO_SHAPES, "no 'Input Dims'")
     vals, ets, shapes, sts, unknown, problem = _args(ctx, a)
     if problem is not None:
-        return None, (SynthSkip.NO_MATCHING_OVERLOAD, problem)
+        return None, (SynthSkip.UNKNOWN_VALUE if problem == _NO_TENSORS else SynthSkip.NO_MATCHING_OVERLOAD, problem)
     ov, why = _match(ctx, name, ets)
     if why is not None and "None" in ets:  # a "" Kineto did not fill in (e.g. index's tensor list)?
         wild = ["?" if t == "None" else t for t in ets]

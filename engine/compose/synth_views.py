@@ -5,16 +5,16 @@ Before PyTorch 2.1 Kineto wrote no "Concrete Inputs", so a view's size (aten::vi
 _reshape_alias, _unsafe_view, expand, as_strided, permute's dims, split_with_sizes' sizes) is an
 empty string. Two rules, in order; each result is checked on meta tensors by the caller:
 
-* **the consumer** (`from_consumer`, counted as inferred): the next host ops on the same
-  thread after the view has ended (its own children left out, at most `WINDOW`) are searched
-  for the first recorded tensor input of the view input's dtype whose dims the view can make:
-  the same element count for view/reshape (its dims are the size, its recorded strides or the
-  contiguous ones _reshape_alias' stride), a permutation of the input's dims for permute, a
-  shape the input broadcasts to for expand, no more elements than the input for as_strided
-  (its recorded "Input Strides", else contiguous; at least 2 elements). A later call of the same op on the same
-  recorded input is a sibling reading the same source (DDP's bucket views, layer_norm's two
-  statistics), not a consumer, and is passed over; a consumer whose dims are the input's own
-  says nothing the fallback does not, and ends the search.
+* **the consumer** (`from_consumer`, counted as inferred): among the host ops that follow the
+  view on its thread once it has ended (its own children left out, at most `WINDOW`), the first
+  one with a recorded tensor input of the view input's dtype is its reader. Its dims are the
+  size when the view can make them: the same element count for view/reshape (_reshape_alias'
+  stride: the reader's recorded strides, else contiguous), a permutation of the input's dims
+  for permute, a shape the input broadcasts to for expand, 2 to all of the input's elements for
+  as_strided (its recorded "Input Strides", else contiguous); otherwise there is no consumer.
+  A later call of the same op on the same recorded input is a sibling reading the same source
+  (DDP's bucket views, layer_norm's two statistics), not a reader, and is passed over; a reader
+  whose dims are the input's own says nothing more than the fallback, which then applies.
 * **the input's geometry** (`keep_shape`, counted as guessed): a view that keeps its input's
   shape (and strides; permute the identity, split_with_sizes one piece) is always valid and
   costs what any view of it costs (a view allocates nothing and reads no element).

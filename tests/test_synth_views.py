@@ -103,3 +103,23 @@ def test_a_tensor_list_without_its_tensors_is_skipped():
     _et, rep = synthesize(doc, "crafted_2022.json", flow=False)
     assert rep.skipped == {str(SynthSkip.UNKNOWN_VALUE): 1}
     assert rep.skipped_ops[0]["detail"] == "a tensor list whose tensors are not recorded"
+
+
+def test_resize_under_a_parent_makes_the_result_its_allocation_took():
+    """hta_trace_diff/control.json.gz at ts ...2617734: aten::where([1024] bool, long, long) runs
+    aten::empty, then aten::resize_ on that empty [0] long tensor (where's out= kernel): both are
+    where's [1024] long result."""
+    from engine.compose.synth import synthesize
+
+    doc = {
+        "traceEvents": [
+            _ev("aten::where", 0, 30, [[1024], [1024], [1024]], ["bool", "long", "long"]),
+            _ev("aten::empty", 4, 4, [[], [], [], [], [], []], ["", "Scalar", "Scalar", "", "", ""]),
+            _ev("aten::resize_", 11, 4, [[0], [], []], ["long", "", ""]),
+        ]
+    }
+    et, rep = synthesize(doc, "crafted_2022.json", flow=False)
+    assert rep.skipped == {}, rep.skipped_ops
+    assert _nodes(et, "aten::empty")[0]["inputs"]["values"][0] == [1024]
+    rs = _nodes(et, "aten::resize_")[0]
+    assert rs["inputs"]["values"][1] == [1024] and 1 in _guessed(rs)

@@ -670,7 +670,8 @@ class _ParentOutputs:
     def __init__(self, node: dict | None, memo: dict[int, list], taken: dict[int, int]):
         self.node, self.memo, self.taken = node, memo, taken
 
-    def peek(self):
+    def peek(self, back: int = 0):
+        """The next result not handed yet (`back=1`: the one handed last), or None."""
         if self.node is None:
             return None
         key = id(self.node)
@@ -681,8 +682,8 @@ class _ParentOutputs:
 
             got = _meta_outputs(self.node)
             self.memo[key] = [o for o in got[1] if isinstance(o, torch.Tensor)] if got is not None else []
-        outs, k = self.memo[key], self.taken.get(key, 0)
-        return outs[k] if k < len(outs) else None
+        outs, k = self.memo[key], self.taken.get(key, 0) - back
+        return outs[k] if 0 <= k < len(outs) else None
 
     def take(self) -> None:
         if self.node is not None:
@@ -757,7 +758,7 @@ def _size_lists(nid, name, parent, attrs, schema, unknown, vals, ets, shapes, st
     Each try is kept only when the op then runs on meta tensors (and makes the parent's result
     where it must). (positions filled, guessed?) with vals/ets/shapes/sts updated in place."""
     from engine.compose.synth_flow import _meta_outputs
-    from engine.compose.synth_infer import FILLED, FROM_PARENT, filled_result, from_parent
+    from engine.compose.synth_infer import FILLED, FROM_PARENT, RESIZED, filled_result, from_parent
     from engine.compose.synth_views import VIEWS, from_consumer, keep_shape
 
     tries: list = []  # (fill function, result it must make, parent outputs to advance, guessed?)
@@ -765,6 +766,8 @@ def _size_lists(nid, name, parent, attrs, schema, unknown, vals, ets, shapes, st
         tries.append((lambda u, v, e, sh, st, c=cand: from_parent(name, schema, u, v, e, sh, st, c), cand, None, False))
     if name in FROM_PARENT and outs is not None and (cand := outs.peek()) is not None:
         tries.append((lambda u, v, e, sh, st, c=cand: from_parent(name, schema, u, v, e, sh, st, c), cand, outs, False))
+    if name in RESIZED and outs is not None and (cand := outs.peek(back=1)) is not None:
+        tries.append((lambda u, v, e, sh, st, c=cand: from_parent(name, schema, u, v, e, sh, st, c), cand, None, False))
     if name in VIEWS:
         tries.append(
             (

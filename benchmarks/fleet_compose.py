@@ -5,8 +5,8 @@
 1. Synthesis: every Kineto file under ../shared/traces (ETs, metadata and non-Kineto files left
    out) through engine.compose.synth (no data-flow pass): its cpu_ops, the nodes synthesized
    (operators with their arguments + labels), the rate, the size lists inferred from the call
-   tree and the scalars guessed, the skipped ops by reason; a file that cannot be synthesized
-   with its one-line reason.
+   tree or a view's reader and the values guessed, the skipped ops by reason; a file that
+   cannot be synthesized with its one-line reason.
 2. Suite: the real fleet (every shared trace and committed sample, signed through the trace
    store, serial), a suite of `--budget` picked as `mystique fleet suite` does, each pick
    composed into a benchmark (engine.fleet.members: one step, ranks this machine can replay)
@@ -147,7 +147,8 @@ def main() -> None:
 def docs_section(d: dict) -> list[str]:
     """Synthesis: every Kineto file of the shared traces through engine.compose.synth (no
     data-flow pass): cpu_ops, nodes synthesized (operators with arguments + labels), size lists
-    inferred from the call tree (synth_infer.py) and scalars guessed, the skipped ops by reason;
+    inferred from the call tree or the op reading a view (synth_infer.py, synth_views.py), values
+    guessed (scalars, views keeping their input's shape, streams), the skipped ops by reason;
     a file that cannot be synthesized gives its one-line reason. Suite: the real fleet (shared
     traces + samples) signed serially, a suite picked as `mystique fleet suite` does, each pick
     composed into a benchmark (engine/fleet/members.py: the median ProfilerStep, the ranks this

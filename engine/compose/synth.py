@@ -14,7 +14,11 @@ Rules, per host event (`cpu_op`, and `user_annotation` as labels; python_functio
   `[tensor_id, storage_id, 0, numel, itemsize, device]` with the recorded shape, dtype and
   strides; scalars, lists and strings come from "Concrete Inputs". A scalar the trace does not
   give (no "Concrete Inputs" before PyTorch 2.1) takes the schema default, else a neutral value
-  (1, 1.0, False), and the node lists it under `guessed`; a list the trace does not give skips;
+  (1, 1.0, False), and the node lists it under `guessed`; a Stream is the replay's own, a
+  torch class (ProcessGroup, ReduceOp) the "<Object>" a real ET records, a closed-set string
+  (reduce_op) a neutral member (guessed); a size list the trace does not give is inferred from
+  the call tree (synth_infer.py) or, for a view, from the op that reads it, else the view keeps
+  its input's geometry (synth_views.py, guessed); any other list it does not give skips;
 * an operator that cannot be synthesized (no "Input Dims", a name the dispatcher does not know,
   a library not installed, arguments no overload accepts, an unknown list) stays in the tree as
   a node without arguments (its children still replay) and is listed by reason (`SynthReport`);
@@ -35,6 +39,7 @@ profiler's dims without types (dtypes and scalars unknown).
 from __future__ import annotations
 
 import ast
+import functools
 import gzip
 import hashlib
 import math
@@ -50,11 +55,12 @@ from engine.trace.categories import OP_NAME
 from engine.trace.dtypes import dtype_of, itemsize_of
 from engine.trace.vocab import LEGACY_CATS
 
-SYNTH_VERSION = "s4"
+SYNTH_VERSION = "s5"
 PROVENANCE_KEY = "mystique_kineto"
 _HOST_CATS = ("cpu_op", "user_annotation")
 _NON_TENSOR = frozenset(("", "Scalar", "ScalarList", "TensorList", "GenericList", "None"))
 _TOL_US = 1e-3  # float rounding of ts + dur in the file
+_NO_TENSORS = "a tensor list whose tensors are not recorded"
 
 
 class SynthSkip(str, Enum):
@@ -268,6 +274,8 @@ def _args(ctx: _Ctx, args: dict) -> tuple[list, list, list, list, list[int], str
         elif t == "TensorList":
             if not isinstance(d, list) or not all(isinstance(x, list) for x in d):
                 return [], [], [], [], [], "a tensor list without element shapes"
+            if not d:  # the 2022 profiler wrote [] for every list: its tensors are not recorded
+                return [], [], [], [], [], _NO_TENSORS
             parts = [
                 _tensor(ctx, list_type, x, s[j] if isinstance(s, list) and j < len(s) else []) for j, x in enumerate(d)
             ]
@@ -304,6 +312,9 @@ def _args(ctx: _Ctx, args: dict) -> tuple[list, list, list, list, list[int], str
 
 
 _NEUTRAL = {"bool": False, "int": 1, "SymInt": 1, "float": 1.0, "Scalar": 1, "number": 1, "ScalarType": 6, "Layout": 0}
+# str arguments with a closed set of values and no default: a neutral member (a collective's
+# reduction; its process group is the default one, as a device argument is the replay's own)
+_STR_NEUTRAL = {"reduce_op": "sum", "red_op": "sum", "group_name": "0"}
 # per operator, where the neutral value makes the call a no-op nobody writes: transpose's
 # unrecorded dims are the last two (t(), mT, attention's k.transpose(-2, -1))
 _NEUTRAL_BY_OP = {("aten::transpose", "dim0"): -2, ("aten::transpose", "dim1"): -1}
@@ -333,6 +344,8 @@ def _fill_unknown(schema, vals: list, ets: list, unknown: list[int]) -> str | No
                 vals[i], ets[i] = d, "Int"
             elif isinstance(d, float):
                 vals[i], ets[i] = d, "Double"
+            elif isinstance(d, str):
+                vals[i], ets[i] = d, "String"
             elif isinstance(d, (list, tuple)) and all(type(x) is int for x in d):
                 vals[i], ets[i] = list(d), f"GenericList[{','.join('Int' for _ in d)}]"
             else:
@@ -347,6 +360,15 @@ def _fill_unknown(schema, vals: list, ets: list, unknown: list[int]) -> str | No
         st = full.replace("Optional[", "").rstrip("]")
         if st == "Device":  # the replay puts every device argument on its own device
             vals[i], ets[i] = "cpu", "Device"
+            continue
+        if st == "Stream":  # the replay binds its own current stream (engine/replay/accel.py)
+            vals[i], ets[i] = 0, "Int"
+            continue
+        if st.startswith("__torch__.torch.classes."):  # ProcessGroup, ReduceOp: a real ET records "<Object>"
+            vals[i], ets[i] = "<Object>", "Object"
+            continue
+        if st == "str" and a is not None and a.name in _STR_NEUTRAL:
+            vals[i], ets[i] = _STR_NEUTRAL[a.name], "String"
             continue
         if st not in _NEUTRAL:
             return f"argument '{a.name if a is not None else i}' ({full}) is not recorded"
@@ -534,6 +556,13 @@ def synthesize(doc: Any, path: str, *, flow: bool = True) -> tuple[dict, SynthRe
             kids.setdefault(parent[i], []).append(i)
     from engine.compose.synth_infer import FILLED
 
+    seq_of: dict[tuple, list[int]] = {}  # thread -> its host positions in start order
+    at: dict[int, int] = {}  # host position -> its index there
+    for i in order:
+        e = host[i][1]
+        lst = seq_of.setdefault((str(e.get("pid", "")), str(e.get("tid", ""))), [])
+        at[i] = len(lst)
+        lst.append(i)
     thread_of: dict[int, int] = {}
     for i in order:
         ev, e = host[i]
@@ -566,7 +595,8 @@ def synthesize(doc: Any, path: str, *, flow: bool = True) -> tuple[dict, SynthRe
         else:
             outs = _ParentOutputs(op_at.get(parent[i]), results, handed) if parent[i] >= 0 else None
             fill = _descendants(i, kids, host) if name in FILLED else None
-            node, problem = _op_node(ctx, nid, name, p, a, _attrs(rf, seq, 0, t, fw, ""), rep, outs, fill)
+            after = functools.partial(_following, i, seq_of[key], at, host)
+            node, problem = _op_node(ctx, nid, name, p, a, _attrs(rf, seq, 0, t, fw, ""), rep, outs, fill, after)
             if problem is not None:
                 rep.skip(name, *problem)
                 node = _node(nid, name, p, _attrs(rf, seq, 0, t, fw, ""))
@@ -600,6 +630,25 @@ def synthesize(doc: Any, path: str, *, flow: bool = True) -> tuple[dict, SynthRe
     return et, rep
 
 
+def _following(i: int, seq: list[int], at: dict[int, int], host: list) -> list[tuple[str, dict]]:
+    """(name, args) of the host events after event i on its thread that start once it has
+    ended (its descendants left out), at most synth_views.WINDOW."""
+    from engine.compose.synth_views import WINDOW
+
+    e = host[i][1]
+    end = float(e.get("ts", 0.0)) + float(e.get("dur", 0.0) or 0.0) - _TOL_US
+    out: list[tuple[str, dict]] = []
+    for j in seq[at[i] + 1 :]:
+        f = host[j][1]
+        if float(f.get("ts", 0.0)) < end:
+            continue
+        a = f.get("args")
+        out.append((str(f.get("name", "")), a if isinstance(a, dict) else {}))
+        if len(out) >= WINDOW:
+            break
+    return out
+
+
 def _descendants(i: int, kids: dict[int, list[int]], host: list) -> list[tuple[str, dict]]:
     """(name, args) of host event i's descendants, depth first in start order (at most 64)."""
     out: list[tuple[str, dict]] = []
@@ -621,7 +670,8 @@ class _ParentOutputs:
     def __init__(self, node: dict | None, memo: dict[int, list], taken: dict[int, int]):
         self.node, self.memo, self.taken = node, memo, taken
 
-    def peek(self):
+    def peek(self, back: int = 0):
+        """The next result not handed yet (`back=1`: the one handed last), or None."""
         if self.node is None:
             return None
         key = id(self.node)
@@ -632,8 +682,8 @@ class _ParentOutputs:
 
             got = _meta_outputs(self.node)
             self.memo[key] = [o for o in got[1] if isinstance(o, torch.Tensor)] if got is not None else []
-        outs, k = self.memo[key], self.taken.get(key, 0)
-        return outs[k] if k < len(outs) else None
+        outs, k = self.memo[key], self.taken.get(key, 0) - back
+        return outs[k] if 0 <= k < len(outs) else None
 
     def take(self) -> None:
         if self.node is not None:
@@ -650,13 +700,15 @@ def _op_node(
     rep: SynthReport,
     outs=None,
     fill=None,
+    after=None,
 ):
-    """(node, None) or (None, (reason, detail)) for one operator event."""
+    """(node, None) or (None, (reason, detail)) for one operator event; `after()`: the (name,
+    args) of the host events that follow it on its thread (synth_views.py's consumer search)."""
     if not isinstance(_dims(a), list):
         return None, (SynthSkip.NO_SHAPES, "no 'Input Dims'")
     vals, ets, shapes, sts, unknown, problem = _args(ctx, a)
     if problem is not None:
-        return None, (SynthSkip.NO_MATCHING_OVERLOAD, problem)
+        return None, (SynthSkip.UNKNOWN_VALUE if problem == _NO_TENSORS else SynthSkip.NO_MATCHING_OVERLOAD, problem)
     ov, why = _match(ctx, name, ets)
     if why is not None and "None" in ets:  # a "" Kineto did not fill in (e.g. index's tensor list)?
         wild = ["?" if t == "None" else t for t in ets]
@@ -669,52 +721,79 @@ def _op_node(
         return None, why
     _defaults_for_none(ov._schema, vals, ets)
     inferred: list[int] = []
-    target, taken = None, False
+    guessed: list[int] = []  # size lists the views keep from their input (synth_views.py)
+    attrs[-1]["value"] = str(ov._schema)
     if unknown:
-        from engine.compose.synth_infer import (
-            FILLED,
-            FROM_PARENT,
-            filled_result,
-            from_parent,
-            weight_shape,
-        )
+        from engine.compose.synth_infer import weight_shape
 
         inferred = weight_shape(ov._schema, unknown, vals, ets, shapes, sts)
-        rest = [i for i in unknown if i not in inferred]
-        cands = []
-        if name in FILLED and fill is not None:
-            cands.append((filled_result(fill), False))
-        if name in FROM_PARENT and outs is not None:
-            cands.append((outs.peek(), True))
-        for cand, from_outs in cands:
-            got = from_parent(name, ov._schema, rest, vals, ets, shapes, sts, cand) if cand is not None else []
-            if got:
-                inferred += got
-                target, taken = cand, from_outs
-                break
         unknown = [i for i in unknown if i not in inferred]
+    if unknown:
+        got, guess = _size_lists(
+            nid, name, parent, attrs, ov._schema, unknown, vals, ets, shapes, sts, outs, fill, after
+        )
+        (guessed if guess else inferred).extend(got)
+        unknown = [i for i in unknown if i not in got]
     if unknown:
         problem = _fill_unknown(ov._schema, vals, ets, unknown)
         if problem is not None:
             return None, (SynthSkip.UNKNOWN_VALUE, problem)
-    attrs[-1]["value"] = str(ov._schema)
     node = _node(nid, name, parent, attrs, {"values": vals, "shapes": shapes, "types": ets, "strides": sts})
-    if target is not None:  # the child must make that result: checked on meta tensors
-        from engine.compose.synth_flow import _meta_outputs
-
-        got = _meta_outputs(node)
-        first = got[1][0] if got is not None and got[1] else None
-        if getattr(first, "shape", None) != target.shape:
-            return None, (SynthSkip.UNKNOWN_VALUE, "a size list not recorded, and the inferred result does not fit it")
-        if taken and outs is not None:
-            outs.take()
-    rep.guessed_values += len(unknown)
+    rep.guessed_values += len(unknown) + len(guessed)
     rep.inferred_values += len(inferred)
-    if unknown or inferred:
+    if unknown or inferred or guessed:
         node["attrs"].append(
-            {"name": "mystique_guessed", "type": "string", "value": jsonio.dumps(sorted(unknown + inferred)).decode()}
+            {
+                "name": "mystique_guessed",
+                "type": "string",
+                "value": jsonio.dumps(sorted(unknown + inferred + guessed)).decode(),
+            }
         )
     return node, None
+
+
+def _size_lists(nid, name, parent, attrs, schema, unknown, vals, ets, shapes, sts, outs, fill, after):
+    """Fill the size lists an allocation/view op did not record, trying in order: the parent's
+    result (synth_infer.py), the op that reads the view, the view's own input (synth_views.py).
+    Each try is kept only when the op then runs on meta tensors (and makes the parent's result
+    where it must). (positions filled, guessed?) with vals/ets/shapes/sts updated in place."""
+    from engine.compose.synth_flow import _meta_outputs
+    from engine.compose.synth_infer import FILLED, FROM_PARENT, RESIZED, filled_result, from_parent
+    from engine.compose.synth_views import VIEWS, from_consumer, keep_shape
+
+    tries: list = []  # (fill function, result it must make, parent outputs to advance, guessed?)
+    if name in FILLED and fill is not None and (cand := filled_result(fill)) is not None:
+        tries.append((lambda u, v, e, sh, st, c=cand: from_parent(name, schema, u, v, e, sh, st, c), cand, None, False))
+    if name in FROM_PARENT and outs is not None and (cand := outs.peek()) is not None:
+        tries.append((lambda u, v, e, sh, st, c=cand: from_parent(name, schema, u, v, e, sh, st, c), cand, outs, False))
+    if name in RESIZED and outs is not None and (cand := outs.peek(back=1)) is not None:
+        tries.append((lambda u, v, e, sh, st, c=cand: from_parent(name, schema, u, v, e, sh, st, c), cand, None, False))
+    if name in VIEWS:
+        tries.append(
+            (
+                lambda u, v, e, sh, st: from_consumer(name, schema, u, v, e, sh, st, after() if after else []),
+                None,
+                None,
+                False,
+            )
+        )
+        tries.append((lambda *a: keep_shape(name, schema, *a), None, None, True))
+    for fn, target, advance, guess in tries:
+        v, e, sh, st = list(vals), list(ets), list(shapes), list(sts)
+        got = fn(unknown, v, e, sh, st)
+        rest = [i for i in unknown if i not in got]
+        pv, pe = list(v), list(e)  # the other unknowns as _fill_unknown will give them
+        if not got or (rest and _fill_unknown(schema, pv, pe, rest) is not None):
+            continue
+        res = _meta_outputs(_node(nid, name, parent, attrs, {"values": pv, "shapes": sh, "types": pe, "strides": st}))
+        first = res[1][0] if res is not None and res[1] else None
+        if first is None or (target is not None and getattr(first, "shape", None) != target.shape):
+            continue
+        vals[:], ets[:], shapes[:], sts[:] = v, e, sh, st
+        if advance is not None:
+            advance.take()
+        return got, guess
+    return [], False
 
 
 # ---------------------------------------------------------------------------------- files

@@ -16,7 +16,10 @@ of them from what *is* recorded, and a node so filled lists the positions under
   one of its parent's results: the k-th such child takes the geometry (size, stride, dtype) of
   the parent's k-th output, computed on meta tensors from the parent's synthesized arguments.
   The child is kept only when its own meta run then yields that shape (a view must keep its
-  input's element count), else it is skipped as before.
+  input's element count), else it is skipped as before;
+* an aten::resize_ nested in another operator after such an allocation (aten::where,
+  aten::index_select: their `out=` kernels resize the empty result) resizes it to the result
+  that allocation took.
 The rules never invent a value no recorded tensor holds.
 """
 
@@ -44,6 +47,9 @@ FROM_PARENT = frozenset(
         "aten::expand",
     }
 )
+RESIZED = frozenset({"aten::resize_"})
+"""Ops that size a tensor made for the parent's result: the result the allocation before them
+took (aten::where runs aten::empty, then aten::resize_ on it: its `out=` kernel), or the next."""
 _SIZE_ARGS = ("size", "shape")
 _LIST_INT = ("List[int]", "Optional[List[int]]")
 _SCALAR_TYPE = {
@@ -114,7 +120,7 @@ def filled_result(kids: list[tuple[str, dict]]):
 def from_parent(name: str, schema, unknown: list[int], vals, ets, shapes, sts, out: Any) -> list[int]:
     """Fill the size (and stride, dtype) arguments of an allocation/view child from the parent's
     output tensor `out` (a meta tensor); the positions filled ([] when the child does not fit)."""
-    if name not in FROM_PARENT or out is None:
+    if (name not in FROM_PARENT and name not in RESIZED) or out is None:
         return []
     args = schema.arguments
     filled = []
@@ -148,6 +154,7 @@ __all__ = [
     "FILLED",
     "FILLERS",
     "FROM_PARENT",
+    "RESIZED",
     "filled_result",
     "from_parent",
     "weight_shape",

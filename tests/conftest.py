@@ -295,3 +295,29 @@ def cache_dir(tmp_path, monkeypatch) -> Path:
     d = tmp_path / "cache"
     monkeypatch.setenv("MYSTIQUE_CACHE_DIR", str(d))
     return d
+
+
+# A distributed replay first measures a rank process's baseline RSS (engine.replay.budget: a fresh
+# process that imports torch and loads the trace, ~3 s of CPU) and remembers it in the parse
+# cache, under a name keyed by the interpreter, torch, FBGEMM and the trace's content. A private
+# `cache_dir` per test measured it again for every replay; `rank_baselines` carries this
+# session's own measurements (never a developer's) from test to test, so each trace is measured
+# once per session (per xdist worker). Opt-in (pytestmark) for the files that launch ranks: other
+# tests count the files of their cache.
+RANK_BASELINES = "rank-baseline-*.json"
+
+
+@pytest.fixture(scope="session")
+def _rank_baseline_store(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("rank-baselines")
+
+
+@pytest.fixture()
+def rank_baselines(cache_dir, _rank_baseline_store):
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    for f in _rank_baseline_store.glob(RANK_BASELINES):
+        shutil.copyfile(f, cache_dir / f.name)
+    yield
+    for f in cache_dir.glob(RANK_BASELINES) if cache_dir.is_dir() else ():
+        if not (_rank_baseline_store / f.name).exists():
+            shutil.copyfile(f, _rank_baseline_store / f.name)

@@ -132,25 +132,34 @@ def _wait_css(d, css: str, timeout: float = 90):
     return WebDriverWait(d, timeout).until(EC.visibility_of_element_located((By.CSS_SELECTOR, css)))
 
 
+# the app root's script state; no root yet reads as idle, as before
+_STATE_JS = (
+    "const r = document.querySelector('.stApp[data-test-script-state]');"
+    "return r ? r.getAttribute('data-test-script-state') : 'notRunning';"
+)
+
+
 def _idle(d, timeout: float = 120):
     """Wait until the app is not running a script.
 
     The app root carries `data-test-script-state` ("running" / "notRunning"); the status widget
-    in the header is not rendered in this headless set-up, so it cannot be waited on. The short
-    sleep first lets a run that a click just triggered start; two idle reads in a row guard
-    against the gap between a run and the rerun it requests."""
-    from selenium.webdriver.common.by import By
-
-    time.sleep(0.6)
+    in the header is not rendered in this headless set-up, so it cannot be waited on. A run that
+    a click just triggered is given up to 0.6 s to start (polled: most start within a few tens
+    of ms, and the wait ends when it is seen running); then it must read idle on every poll for
+    0.3 s (as two idle reads 0.3 s apart did), which guards against the gap between a run and the
+    rerun it requests."""
+    state = _STATE_JS
+    start_by = time.time() + 0.6
+    while time.time() < start_by and d.execute_script(state) != "running":
+        time.sleep(0.05)
     end = time.time() + timeout
-    idle_reads = 0
+    idle_since = None
     while time.time() < end:
-        roots = d.find_elements(By.CSS_SELECTOR, ".stApp[data-test-script-state]")
-        state = roots[0].get_attribute("data-test-script-state") if roots else "notRunning"
-        idle_reads = idle_reads + 1 if state != "running" else 0
-        if idle_reads >= 2:
+        now = time.time()
+        idle_since = (idle_since or now) if d.execute_script(state) != "running" else None
+        if idle_since is not None and now - idle_since >= 0.3:
             return
-        time.sleep(0.3)
+        time.sleep(0.1)
     raise AssertionError(f"the app was still running a script after {timeout:.0f} s")
 
 

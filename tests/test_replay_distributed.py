@@ -18,6 +18,7 @@ import psutil
 import pytest
 from conftest import ROOT, SAMPLES
 
+pytestmark = pytest.mark.usefixtures("rank_baselines")  # one baseline measurement per trace (conftest)
 FAST = ["--iters", "1", "--warmup", "0"]
 
 

@@ -25,13 +25,20 @@ from engine.replay.tensors import StorageManager, empty_like_rec
 
 
 def _synthesizer(st: OpStep, env: list, device: str) -> Callable[[], None]:
-    """What runs in place of a failed op: empty outputs of the recorded shapes, dead slots
-    dropped, so the ops after it still find tensors of the right shapes."""
+    """What runs in place of a failed op: outputs of the recorded shapes, dead slots dropped, so
+    the ops after it still find tensors of the right shapes. Integer and bool outputs are zeros:
+    they may be indices, offsets or lengths, and a kernel that trusts them (an embedding bag's
+    backward, FBGEMM's sparse ops) would read wherever leftover memory points, a crash that
+    depends on what the process ran before; zero is a valid index, offset and length for any
+    non-empty input. Floating outputs stay uninitialized (no kernel indexes with them)."""
     outs, rel = st.outs, st.release
 
     def synthesize_outputs() -> None:
         for _, _, slot, rec in outs:
-            env[slot] = empty_like_rec(rec, device)
+            t = empty_like_rec(rec, device)
+            if not (t.dtype.is_floating_point or t.dtype.is_complex):
+                t.zero_()
+            env[slot] = t
         for s in rel:
             env[s] = None
 

@@ -148,6 +148,7 @@ _PREFIX_USERS = {
     "engine/trace/store/summary.py",  # SQL prefilter; measured_steps decides
     "engine/testing/fleet.py",
     "engine/testing/tiled.py",
+    "engine/testing/launch_queue.py",
 }
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from engine.trace.vocab import STEP_PREFIX
+
 _PATTERN = (1.0, 0.6, 1.7, 0.9, 1.3, 0.5, 1.1, 1.4)  # per-operator scale, repeated
 
 
@@ -125,7 +127,7 @@ def queue_trace(m: QueueMachine) -> tuple[dict, QueueTruth]:
         done = max(t + m.sync_us, max(free.values()) + m.wake_us)
         x("cuda_runtime", f"{m.runtime}DeviceSynchronize", t, done - t, host_pid, host_tid, correlation=corr, cbid=165)
         t = done + 1.0
-        x("user_annotation", f"ProfilerStep#{s + 1}", t0, t - t0, host_pid, host_tid)
+        x("user_annotation", f"{STEP_PREFIX}{s + 1}", t0, t - t0, host_pid, host_tid)
         truth.step_us.append(t - t0)
         truth.busy_us.append(_union_us(spans))
         t += m.gap_us

@@ -1,4 +1,4 @@
-"""Selections -> closed Subgraphs (engine.graph.select), checked by hand on hta_simple_add."""
+"""Selections -> closed Subgraphs (engine.graph.selection), checked by hand on hta_simple_add."""
 
 from __future__ import annotations
 

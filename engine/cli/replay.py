@@ -56,7 +56,7 @@ def register(subparsers) -> None:
     p.add_argument("trace", nargs="+", help="ET file(s), capture folder, or exported benchmark folder")
     p.add_argument("--kineto", default=None, help="Kineto trace to link (streams, host gaps)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    from engine.graph.replayset import SelectionMode
+    from engine.graph.modes import SelectionMode
     from engine.replay.collectives import ReplayMode
     from engine.replay.config import ReplayConfig
 

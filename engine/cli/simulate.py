@@ -23,7 +23,6 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from engine.analysis.breakdown import PARTS
 from engine.cli.common import print_json, progress_bar
 
 
@@ -165,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
         f"simulated at {data['tasks_per_s'] / 1e6:.2f} M tasks/s ({data['tasks_per_s_measures']}; "
         f"scheduler alone {data['tasks_per_s_schedule'] / 1e6:.2f} M tasks/s)"
     )
+    from engine.analysis.breakdown import PARTS
+
     bd = data["breakdown"]
     print(
         "breakdown (ms per step): "

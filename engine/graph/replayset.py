@@ -31,13 +31,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from enum import Enum
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from engine.errors import TraceError
+from engine.graph.modes import SelectionMode
 from engine.trace.categories import OP_NAME
 from engine.trace.columns import where
 from engine.trace.ranks import rank_ops
@@ -45,23 +44,6 @@ from engine.trace.tree import any_marked_ancestor, any_marked_descendant, parent
 
 if TYPE_CHECKING:
     from engine.trace.model import Trace
-
-
-class SelectionMode(str, Enum):
-    """Which rebuildable ops a replay runs (module docstring); a `str` so "top" == TOP."""
-
-    TOP = "top"  # the highest rebuildable op on each call path
-    LEAF = "leaf"  # the lowest rebuildable ops
-
-    def __str__(self) -> str:
-        return self.value
-
-    @classmethod
-    def parse(cls, value: str | SelectionMode) -> SelectionMode:
-        try:
-            return cls(value)
-        except ValueError:
-            raise TraceError(f"replay mode must be 'top' or 'leaf', not {value!r}") from None
 
 
 _EMPTY_VALUES = re.compile(r'"values"\s*:\s*\[\s*\]')

@@ -28,9 +28,10 @@ import contextlib
 import math
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd  # at run time where used: the CLI's parser imports this module
 
 from engine import jsonio
 
@@ -228,6 +229,8 @@ class MetricsSampler:
     @property
     def samples(self) -> pd.DataFrame:
         if self._frame is None or len(self._frame) != len(self._rows):
+            import pandas as pd
+
             self._frame = pd.DataFrame(list(self._rows), columns=self.columns, dtype="float64")
         return self._frame
 
@@ -263,6 +266,8 @@ class MetricsSampler:
             {c: (math.nan if obj["samples"][c][i] is None else float(obj["samples"][c][i])) for c in cols}
             for i in range(n)
         ]
+        import pandas as pd
+
         m._frame = pd.DataFrame(m._rows, columns=cols or ["t_s", *CPU_COLUMNS], dtype="float64")
         return m
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from engine.errors import TraceError
-from engine.graph.replayset import SelectionMode
+from engine.graph.modes import SelectionMode
 from engine.replay.collectives import ReplayMode
 from engine.rules import Between, Matches
 from engine.settings import Settings

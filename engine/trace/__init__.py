@@ -8,10 +8,12 @@ Public API (stable; every other part of the engine builds on it):
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.progress import Progress
-from engine.trace.model import CATEGORIES, PHASES, Trace
+
+if TYPE_CHECKING:
+    from engine.trace.model import CATEGORIES, PHASES, Trace
 
 __all__ = ["CATEGORIES", "PHASES", "Trace", "load", "summarize"]
 
@@ -32,3 +34,14 @@ def summarize(trace: Trace) -> dict[str, Any]:
     from engine.trace.summary import summarize as _summarize
 
     return _summarize(trace)
+
+
+def __getattr__(name: str) -> Any:
+    """The trace model on first use: importing a submodule (engine.trace.layout, .steps, ...)
+    runs this package, and a process that never touches a Trace (a CLI refusal, `--help`, the
+    parser every command builds) should not pay for pandas."""
+    if name in ("CATEGORIES", "PHASES", "Trace"):
+        from engine.trace import model
+
+        return getattr(model, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pandas as pd
-
-from engine.trace import columns as _cols
+if TYPE_CHECKING:  # the vocabulary itself is plain Python: the CLI's parser reads it
+    import numpy as np
+    import pandas as pd
 
 GPU_CATS: tuple[str, ...] = ("kernel", "gpu_memcpy", "gpu_memset")
 GPU_ACTIVITY_CATS: tuple[str, ...] = (*GPU_CATS, "gpu_user_annotation", "gpu_instr")
@@ -104,9 +104,13 @@ def is_step(name: str) -> bool:
 
 def comm_mask(names: pd.Series) -> np.ndarray:
     """`is_comm` of every row of a name column (bool array, evaluated once per distinct name)."""
+    from engine.trace import columns as _cols
+
     return _cols.where(names, is_comm)
 
 
 def cat_mask(cats: pd.Series, group: tuple[str, ...] = GPU_CATS) -> np.ndarray:
     """Rows whose category is in `group` (one of the groups above; GPU work by default)."""
+    from engine.trace import columns as _cols
+
     return _cols.isin(cats, group)

@@ -37,11 +37,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from engine.errors import TraceError
-from engine.trace.store.ingest import TABLES, VIEW_COLUMNS, build
+
+if TYPE_CHECKING:  # pandas, pyarrow and the ingest load where a store is built or queried
+    import pandas as pd
 
 MAX_ROWS = 10_000
 """Rows the CLI and the dashboard fetch at most (the rest of a result is never materialised)."""
@@ -102,8 +103,11 @@ def connect(store: Path, memory_bytes: int | None = None):
         import duckdb
     except ImportError:
         raise TraceError("SQL needs the duckdb package (pip install duckdb)") from None
+    import pandas as pd
     import pyarrow as pa
     import pyarrow.dataset as ds
+
+    from engine.trace.store.ingest import TABLES, VIEW_COLUMNS
 
     manifest = json.loads((store / "manifest.json").read_text())
     con = duckdb.connect(":memory:")
@@ -166,6 +170,8 @@ def run(
     SIGTERM in the calling thread (re-raised once DuckDB has stopped). The store build is not
     under the deadline."""
     paths = trace_path if isinstance(trace_path, (list, tuple)) else (trace_path,)
+    from engine.trace.store.ingest import build
+
     store = build(*paths, rank=rank, scheduler=scheduler, progress=progress)
     con = connect(store)
     try:
@@ -175,6 +181,8 @@ def run(
 
 
 def _fetch(con, sql: str, max_rows: int | None) -> Result:
+    import pandas as pd
+
     rel = con.execute(sql)
     if rel.description is None:  # a statement without a result (e.g. CREATE TEMP TABLE)
         return Result(pd.DataFrame(), False, max_rows)

@@ -600,7 +600,7 @@ def shown_events(paths: tuple[str, ...], keep: bool):
 @view(st.cache_data, max_entries=16, show_spinner=False)
 def replay_ids(paths: tuple[str, ...], ids: tuple[int, ...]) -> list[int]:
     """The ET ids a replay of the picked ops runs: the picks closed over their call-tree
-    descendants, with the replay rule applied inside (engine.graph.select)."""
+    descendants, with the replay rule applied inside (engine.graph.selection)."""
     from engine.graph import Selection, select
 
     return [int(i) for i in select(load_paths(paths), Selection(ids=list(ids))).replay_ids]

@@ -255,6 +255,23 @@ def et_node(i: int, parent: int, name: str = "aten::add", **fields) -> dict:
     }
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _fresh_streamlit_caches():
+    """Each test file starts with empty Streamlit caches. They live in the process, and a worker
+    runs many files: a view another file cached (a trace loaded whole under the default budget)
+    was served to a file that lowers MYSTIQUE_WHOLE_TABLE_MAX_BYTES to read the same trace through
+    its store, and its assertions depended on which files its worker ran first. Within a file the
+    caches stay, as they do for one dashboard session."""
+    import sys
+
+    if "streamlit" in sys.modules:
+        import streamlit as st
+
+        st.cache_data.clear()
+        st.cache_resource.clear()
+    yield
+
+
 @pytest.fixture(scope="session")
 def shared_traces() -> Path:
     if not (SHARED_TRACES / "MANIFEST.json").exists():

@@ -187,6 +187,19 @@ def our_opinion(path: Path) -> dict:
     }
 
 
+def opinions(path: Path, hta_python: str | None) -> dict:
+    """{"ours": ..., "hta": ...} for one trace file; a failure is a result ({"error": one line})."""
+    hta = (lambda p: hta_via(hta_python, p)) if hta_python else hta_opinion
+    out: dict = {}
+    for key, fn in (("ours", our_opinion), ("hta", hta)):
+        try:
+            out[key] = fn(path)
+        except Exception as exc:  # noqa: BLE001 (a per-trace failure is a result, not a crash)
+            msg = str(exc).splitlines()[0][:200] if str(exc) else ""
+            out[key] = {"error": f"{type(exc).__name__}: {msg}"}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="run the traces whose path contains this")
@@ -210,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     else:
         try:
-            import hta.trace_analysis
+            import hta.trace_analysis  # noqa: F401 (an availability probe)
         except ImportError as exc:
             print(
                 f"HTA is not importable ({exc}): pip install traceinsight, or give --hta-python (this script's docstring)",
@@ -226,14 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     for rel in traces():
         if args.only not in rel:
             continue
-        row: dict = {"trace": rel}
-        hta = (lambda p: hta_via(args.hta_python, p)) if args.hta_python else hta_opinion
-        for key, fn in (("ours", our_opinion), ("hta", hta)):
-            try:
-                row[key] = fn(SHARED / rel)
-            except Exception as exc:  # noqa: BLE001 (a per-trace failure is a result, not a crash)
-                msg = str(exc).splitlines()[0][:200] if str(exc) else ""
-                row[key] = {"error": f"{type(exc).__name__}: {msg}"}
+        row: dict = {"trace": rel, **opinions(SHARED / rel, args.hta_python)}
         rows.append(row)
         o, h = row["ours"], row["hta"]
         print(
@@ -280,15 +286,8 @@ def synthetic_rows(hta_python: str | None) -> list[dict]:
                     "gpu_busy_pct": round(100 * sum(truth.busy_us) / sum(truth.step_us), 2),
                     "blocked_launches": truth.blocked_launches,
                 },
+                **opinions(p, hta_python),
             }
-            for key, fn in (
-                ("ours", our_opinion),
-                ("hta", (lambda q: hta_via(hta_python, q)) if hta_python else hta_opinion),
-            ):
-                try:
-                    row[key] = fn(p)
-                except Exception as exc:  # noqa: BLE001 (a failure is a result)
-                    row[key] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
             rows.append(row)
             print(f"{row['trace']:60} GPU busy {row['truth']['gpu_busy_pct']} %: ours "
                   f"{row['ours'].get('gpu_bound_pct')} %, HTA {row['hta'].get('gpu_bound_pct')} %", flush=True)  # fmt: skip

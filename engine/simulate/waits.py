@@ -35,10 +35,10 @@ from engine.trace.vocab import RUNTIME_CATS
 BACKPRESSURE_X = 10.0  # a launch lasting this many times its name's median waited for a slot
 BACKPRESSURE_MIN_US = 20.0  # ... and at least this much longer than the median (timer noise)
 # the queue's signature (_queue_waits): calls this much over their name's fastest cost (FASTEST_Q
-# quantile of its durations) whose slot was freed, most of the time, by the launch the same
-# number of launches back; that number, the depth, is at least MIN_QUEUE_DEPTH (CUDA and HIP
-# queue hundreds of launches: a smaller repeated distance is a kernel that merely ended during
-# the next launch), over at least MIN_QUEUE_WAITS calls
+# quantile of its durations) that returned just after a GPU completion leaving, most of the time,
+# the same number of earlier launches outstanding; that number, the depth, is at least
+# MIN_QUEUE_DEPTH (CUDA and HIP queue hundreds of launches: a smaller repeated count is a kernel
+# that merely ended during the next launch), over at least MIN_QUEUE_WAITS calls
 FASTEST_Q = 0.01
 QUEUE_MARGIN_US = 2.0
 MIN_QUEUE_DEPTH = 8
@@ -239,9 +239,8 @@ def _outstanding(at: np.ndarray, t: np.ndarray, lane: np.ndarray, end_t: np.ndar
     out = np.zeros(len(at), np.int64)
     for s in np.unique(lane[lane >= 0]):
         ps = np.flatnonzero(lane == s)
-        out += np.searchsorted(ps, at) - np.minimum(
-            np.searchsorted(np.sort(end_t[ps]), t - _TOL), np.searchsorted(ps, at)
-        )
+        before = np.searchsorted(ps, at)
+        out += before - np.minimum(np.searchsorted(np.sort(end_t[ps]), t - _TOL), before)
     return out
 
 
@@ -265,8 +264,9 @@ def _queue_waits(
     frees on the first completion) names the freeing launch j, and the launches whose work had
     not ended before it are counted. When one count holds for most candidates (a depth of at
     least MIN_QUEUE_DEPTH), the candidates with that count waited, however short the wait: on a
-    step barely GPU-bound every launch waits a few µs. Else only calls over BACKPRESSURE_X times their name's median waited (the last end inside
-    names the slot, and the depth is the median distance)."""
+    step barely GPU-bound every launch waits a few µs. Else only calls over BACKPRESSURE_X times
+    their name's median waited (the last end inside names the slot, and the depth is the median
+    distance)."""
     n = len(dur)
     fast = np.zeros(n)
     med = np.zeros(n)

@@ -74,10 +74,6 @@ def _case(tmp_path, name: str):
         f = p / "l.json"
         f.write_text("[1, 2, 3]")
         return f, "not an execution trace or Kineto trace"
-    if name == "dangling_parent":
-        f = p / "d.json"
-        f.write_bytes(_et([et_node(2, 1), et_node(3, 99)]))
-        return f, "dangling parent: node 3 points to missing node 99"
     if name == "cycle":
         f = p / "c.json"
         f.write_bytes(_et([et_node(2, 1), et_node(3, 4), et_node(4, 5), et_node(5, 3)]))
@@ -124,7 +120,6 @@ CASES = [
     "random_gz_payload",
     "other_json",
     "json_list",
-    "dangling_parent",
     "cycle",
     "empty",
     "too_large",
@@ -194,6 +189,20 @@ def test_unknown_schema_loads_with_warning(tmp_path, cache_dir):
     with pytest.warns(UserWarning, match="unknown ET schema"):
         tr = load(f, use_cache=False)
     assert len(tr.ops) == 2 and any("9.9.9" in w for w in tr.meta["warnings"])
+
+
+def test_missing_parent_loads_as_top_level_with_warning(tmp_path, cache_dir):
+    """torch writes such files: a node is written when its op ends, so an op still open when the
+    observer stopped (seen: DDP's reducer::copy_bucket_to_grad under a parent on the reducer's
+    thread, in 1 of ~16 two-rank gloo captures under load) leaves its children pointing at it."""
+    f = tmp_path / "d.json"
+    f.write_bytes(_et([et_node(2, 1), et_node(3, 99), et_node(4, 99), et_node(5, 3)]))
+    with pytest.warns(UserWarning, match="2 ET nodes point to 1 parent"):
+        tr = load(f, use_cache=False)
+    ops = tr.ops.set_index("id")
+    assert ops.loc[3, "parent"] == -1 and ops.loc[4, "parent"] == -1 and ops.loc[5, "parent"] == 3
+    assert list(ops.loc[[3, 4, 5], "depth"]) == [0, 0, 1]
+    assert any("missing node 99" in w and str(f) in w for w in tr.meta["warnings"])
 
 
 def test_tar_resources_are_never_imported(tmp_path, cache_dir):

@@ -15,8 +15,9 @@ is only touched once per column at the end (categoricals for names/schemas).
 
 Validation: every parent must exist, except the profiler's implicit roots 0 and 1 (the
 "[pytorch|profiler|execution_trace|process]" node, id 1, names itself as its own parent and
-may be absent); a dangling parent or a cycle is a `TraceError`. Parents that are roots
-(self-parent, negative, or an absent 0/1) are stored as -1.
+may be absent); a cycle is a `TraceError`. Parents that are roots (self-parent, negative, or an
+absent 0/1) are stored as -1, and so is a parent the file does not hold (torch writes such
+files: see `_tree`), with a warning that counts those nodes.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ def _parse_et(doc: dict, path: str, rank: int, warn: list[str]):
     cols: Any = _fast_columns(nodes, chakra, trows)
     if cols is None:
         cols, trows = _generic_columns(nodes, chakra, path)
-        return _ops_frame(cols, rank, path), tensor_frame(trows, rank)
+        return _ops_frame(cols, rank, path, warn), tensor_frame(trows, rank)
     if not chakra:  # the chakra fast path walks tensors in its own loop
         for node in nodes:
             for io, t_key, v_key, sh_key, st_key in _FLAT_IO_KEYS:
@@ -130,7 +131,7 @@ def _parse_et(doc: dict, path: str, rank: int, warn: list[str]):
                 if types:
                     values = node.get(v_key) or []
                     walk_tensors(trows, int(node["id"]), io, values, node.get(sh_key), types, node.get(st_key))
-    return _ops_frame(cols, rank, path), tensor_frame(trows, rank)
+    return _ops_frame(cols, rank, path, warn), tensor_frame(trows, rank)
 
 
 def _check_schema(schema: str, chakra: bool, path: str, warn: list[str]) -> None:
@@ -165,7 +166,7 @@ def parse_et_typed(doc, path: str, rank: int, warn: list[str]):
         tensors = tensor_frame_flat(flat, np.repeat(ids, np.diff(ends, prepend=0) // FLAT_WIDTH), types, rank)
     except (TypeError, ValueError, OverflowError):
         return None
-    return _ops_frame((ids, names, parents, scal, schemas, ins, outs, extra), rank, path), tensors
+    return _ops_frame((ids, names, parents, scal, schemas, ins, outs, extra), rank, path, warn), tensors
 
 
 def _chakra_rows(nodes: list, trows: list) -> list | None:
@@ -339,11 +340,11 @@ def _generic_columns(nodes: list, chakra: bool, path: str) -> tuple[tuple, list]
     ), trows
 
 
-def _ops_frame(cols: tuple, rank: int, path: str) -> pd.DataFrame:
+def _ops_frame(cols: tuple, rank: int, path: str, warn: list[str]) -> pd.DataFrame:
     """The ops table from the column tuple `_fast_columns`/`_generic_columns` build."""
     ids, names, parents, scal, schemas, ins, outs, extra = cols
     n = len(ids)
-    parents, depth, n_children = _tree(ids, parents, path)
+    parents, depth, n_children = _tree(ids, parents, path, warn)
     ops = pd.DataFrame(
         {
             "id": ids,
@@ -362,8 +363,14 @@ def _ops_frame(cols: tuple, rank: int, path: str) -> pd.DataFrame:
     return ops
 
 
-def _tree(ids: np.ndarray, parents: np.ndarray, path: str):
-    """Validated parent ids (-1 = root), depth and child counts, all vectorized."""
+def _tree(ids: np.ndarray, parents: np.ndarray, path: str, warn: list[str]):
+    """Validated parent ids (-1 = root), depth and child counts, all vectorized.
+
+    A parent the file does not hold (torch's observer writes a node when its op ends, so an op
+    still open when the observer stopped, e.g. DDP's reducer finishing a bucket on another
+    thread, is never written while its children are) makes its children top-level ops, with
+    a warning that counts them: the trace is torch's own, and its other ops are whole.
+    """
     n = len(ids)
     if n == 0:
         return parents, np.empty(0, np.int32), np.empty(0, np.int32)
@@ -380,12 +387,15 @@ def _tree(ids: np.ndarray, parents: np.ndarray, path: str):
     dangling = (pos < 0) & ~is_root & ~absent_root
     if dangling.any():
         k = int(np.flatnonzero(dangling)[0])
-        raise TraceError(
-            f"dangling parent: node {int(ids[k])} points to missing node {int(parents[k])} "
-            f"({int(dangling.sum())} such nodes)",
-            path,
+        missing = np.unique(parents[dangling])
+        msg = (
+            f"{path}: {int(dangling.sum())} ET nodes point to {len(missing)} parent(s) the file "
+            f"does not hold (first: node {int(ids[k])} -> missing node {int(parents[k])}); "
+            "they load as top-level ops"
         )
-    root = is_root | absent_root
+        warn.append(msg)
+        warnings.warn(msg, stacklevel=5)
+    root = is_root | absent_root | dangling
     parents = np.where(root, -1, parents)
     ppos = np.where(root, -1, pos).astype(np.int64)
     # Pointer doubling: (ancestor, distance) pairs; sentinel n is the fixed point "above the roots".

@@ -219,17 +219,22 @@ def _bounded(con, sql: str, max_rows: int | None, timeout_s: float | None, cance
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     why = None
     worker.start()
+    # DuckDB's interrupt stops the query running at that moment only: one sent while the worker
+    # is still binding or between two chunks is lost (seen: Ctrl-C under load, the query then ran
+    # on). So the interrupt is sent again every 0.1 s until the worker is done.
     try:
         while not done.wait(0.1):
             if why is None and deadline is not None and time.monotonic() > deadline:
                 why = f"the query ran past its {timeout_s:g} s deadline and was interrupted"
-                con.interrupt()
             elif why is None and cancel is not None and cancel():
                 why = "the query was cancelled (its session ended)"
+            if why is not None:
                 con.interrupt()
     except BaseException:  # Ctrl-C or SIGTERM (engine.cli.main.Terminated): stop DuckDB, then go
+        stop = time.monotonic() + 10
         con.interrupt()
-        done.wait(10)
+        while not done.wait(0.1) and time.monotonic() < stop:
+            con.interrupt()
         raise
     if why is not None and "result" not in box:
         raise TraceError(f"SQL error: {why}")

@@ -77,6 +77,7 @@ SECTIONS = {
     "scale": "Cost against size: load, fleet simulate, Dask, rank overview",
     "fleet_suite": "A fleet of jobs as a weighted suite",
     "fleet_compose": "Kineto-only synthesis and the composed suite",
+    "suite_cpu": "Where the test suite's CPU goes",
 }
 
 

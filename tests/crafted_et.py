@@ -109,6 +109,32 @@ class _Builder:
         return self.add(name, str(s), ins, outs)
 
 
+OUTSIZED_MIB = (381.5, 244.1, 244.1)
+"""MiB that `outsized_factories`' three ops allocate by their arguments (hand count: arange(50e6)
+in int64 50e6 x 8 B; eye(8000) and the outer product of two 8000-vectors in float32, 8000 x 8000
+x 4 B each)."""
+
+
+def outsized_factories(b: _Builder) -> list[int]:
+    """`arange(end=N)`, `eye(n)` and `outer(a, b)` recorded with 16-element outputs while their
+    arguments make them allocate hundreds of MiB (issue 31): their node ids."""
+    none = ("<None>", "None", [], [])
+    factory = "*, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"
+    long_out = b.tensor()
+    long_out[4] = 8  # int64
+    return [
+        b.add("aten::arange", f"aten::arange(Scalar end, {factory}",
+              [(50_000_000, "Int", [], []), none, none, ("cpu", "Device", [], []), none],
+              [(long_out, "Tensor(long int)", [16], [1])]),
+        b.add("aten::eye", f"aten::eye(SymInt n, {factory}",
+              [(8000, "Int", [], []), (6, "Int", [], []), none, ("cpu", "Device", [], []), none],
+              [(b.tensor(), "Tensor(float)", [16], [1])]),
+        b.add("aten::outer", "aten::outer(Tensor self, Tensor vec2) -> Tensor",
+              [(b.tensor(8000), "Tensor(float)", [8000], [1]), (b.tensor(8000), "Tensor(float)", [8000], [1])],
+              [(b.tensor(), "Tensor(float)", [16], [1])]),
+    ]  # fmt: skip
+
+
 def _path_like_schemas() -> list:
     from engine.replay.standins import substitution
 

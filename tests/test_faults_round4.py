@@ -347,24 +347,10 @@ def test_5_replay_bounds_ops_whose_outputs_come_from_scalars_or_shapes(tmp_path,
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from crafted_et import _Builder
+    from crafted_et import OUTSIZED_MIB, _Builder, outsized_factories
 
     b = _Builder()
-    none = ("<None>", "None", [], [])
-    factory = "*, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"
-    long_out = b.tensor()
-    long_out[4] = 8  # int64
-    ids = [
-        b.add("aten::arange", f"aten::arange(Scalar end, {factory}",
-              [(50_000_000, "Int", [], []), none, none, ("cpu", "Device", [], []), none],
-              [(long_out, "Tensor(long int)", [16], [1])]),
-        b.add("aten::eye", f"aten::eye(SymInt n, {factory}",
-              [(8000, "Int", [], []), (6, "Int", [], []), none, ("cpu", "Device", [], []), none],
-              [(b.tensor(), "Tensor(float)", [16], [1])]),
-        b.add("aten::outer", "aten::outer(Tensor self, Tensor vec2) -> Tensor",
-              [(b.tensor(8000), "Tensor(float)", [8000], [1]), (b.tensor(8000), "Tensor(float)", [8000], [1])],
-              [(b.tensor(), "Tensor(float)", [16], [1])]),
-    ]  # fmt: skip
+    ids = outsized_factories(b)
     et = tmp_path / "big_et.json.gz"
     et.write_bytes(gzip.compress(json.dumps(b.doc).encode()))
     out = tmp_path / "out"
@@ -372,7 +358,7 @@ def test_5_replay_bounds_ops_whose_outputs_come_from_scalars_or_shapes(tmp_path,
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads((out / "replay.json").read_text())
     skipped = {s["op_id"]: s for s in doc["skipped_ops"]}
-    for i, mib in zip(ids, (381.5, 244.1, 244.1), strict=True):
+    for i, mib in zip(ids, OUTSIZED_MIB, strict=True):
         assert skipped[i]["reason"] == "allocates more than the trace records (outputs computed on the meta device)"
         assert f"{mib:,.1f} MiB" in skipped[i]["detail"], skipped[i]
     assert set(skipped) == set(ids), skipped  # nothing else in the MLP is refused

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from engine.errors import TraceError
@@ -53,9 +53,12 @@ class WorldBudget:
     total_bytes: int
     available_bytes: int
     limited_by: str  # "cgroup" or "host"
+    meta_bytes: dict[int, dict[int, int | None]] = field(default_factory=dict)
+    """Recorded rank -> its plan's meta-device output sizes (engine.replay.metacheck.meta_sizes),
+    handed to the ranks so that none imports what torch's Python meta kernels pull in."""
 
     def to_json(self) -> dict:
-        d = {f: getattr(self, f) for f in self.__slots__}
+        d = {f: getattr(self, f) for f in self.__slots__ if f != "meta_bytes"}
         d["per_rank_bytes"] = {str(k): v for k, v in self.per_rank_bytes.items()}
         return d
 
@@ -110,11 +113,13 @@ def _measure(paths: list[str], fbgemm: bool) -> int | None:
         return None
 
 
-def _rank_bound(trace: Trace, rank: int, config, baseline: int) -> int:
-    """Peak RSS bound of one rank replaying recorded `rank` (the plan a rank builds)."""
+def _rank_bound(trace: Trace, rank: int, config, baseline: int) -> tuple[int, dict[int, int | None]]:
+    """Peak RSS bound of one rank replaying recorded `rank` (the plan a rank builds, with the ops
+    the meta check skips released, as the rank does), and that plan's meta-device sizes."""
     from engine.graph import replay_ops
     from engine.replay.custom import CustomOps
-    from engine.replay.memory import estimate, rss_bound
+    from engine.replay.memory import estimate, release_skipped, rss_bound
+    from engine.replay.metacheck import meta_sizes, skip_over_meta
     from engine.replay.plan import build_plan
     from engine.replay.selection import by_replay_mode, with_comm_records
     from engine.trace.ranks import of_rank
@@ -128,11 +133,15 @@ def _rank_bound(trace: Trace, rank: int, config, baseline: int) -> int:
     plan = build_plan(
         ops, ids, device="cpu", allow_trace_code=config.allow_trace_code, collectives=_Sizing(), custom=CustomOps()
     )
+    sizes = meta_sizes(plan)
+    if skip_over_meta(plan, 0, sizes):
+        release_skipped(plan)
     est = estimate(plan, 0)
     on_host = not str(config.device).startswith("cuda")  # CUDA tensors live on the device
     planned = (est.lazy_peak_bytes if config.lazy is True else est.eager_peak_bytes) if on_host else 0
     profile = bool(config.profile)
-    return rss_bound(planned, len(plan.steps), profile=profile, metrics=False, rss_now=baseline) + COMM_BYTES
+    bound = rss_bound(planned, len(plan.steps), profile=profile, metrics=False, rss_now=baseline) + COMM_BYTES
+    return bound, sizes
 
 
 def world_budget(trace: Trace, paths: list[str], rank_map: dict[int, int], config) -> WorldBudget:
@@ -141,7 +150,8 @@ def world_budget(trace: Trace, paths: list[str], rank_map: dict[int, int], confi
 
     fbgemm = bool(trace.ops["name"].astype(str).str.startswith("fbgemm::").any()) if len(trace.ops) else False
     base = baseline_bytes(paths, fbgemm, str(trace.meta.get("content_hash") or ""))
-    per = {r: _rank_bound(trace, r, config, base) for r in sorted(set(rank_map.values()))}
+    bounds = {r: _rank_bound(trace, r, config, base) for r in sorted(set(rank_map.values()))}
+    per = {r: b for r, (b, _) in bounds.items()}
     total = sum(per[r] for r in rank_map.values())
     host, cg = _host_available(), cgroup_available_bytes()
     limited = "cgroup" if cg is not None and (host is None or cg < host) else "host"
@@ -153,6 +163,7 @@ def world_budget(trace: Trace, paths: list[str], rank_map: dict[int, int], confi
         total_bytes=total,
         available_bytes=int(room * HEADROOM),
         limited_by=limited,
+        meta_bytes={r: sizes for r, (_, sizes) in bounds.items()},
     )
 
 

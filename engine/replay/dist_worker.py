@@ -123,7 +123,9 @@ def run_rank(spec: dict) -> int:
 
     cfg = ReplayConfig.from_dict({"metrics": False, **spec["config"], "out_dir": rank_dir})
     staged = bool(spec.get("staged"))
-    with ReplaySession(trace, config=cfg, rank=recorded, collectives=backend) as session:
+    sizes = (spec.get("meta_bytes") or {}).get(str(recorded))  # the launcher's meta check of this plan
+    meta = {int(k): v for k, v in sizes.items()} if sizes is not None else None
+    with ReplaySession(trace, config=cfg, rank=recorded, collectives=backend, meta_bytes=meta) as session:
         for _ in range(cfg.warmup):
             barrier()
             session.run_iteration(measured=False)

@@ -133,6 +133,8 @@ def replay_distributed(
         "config": config.to_dict(),
         "merge_in_rank0": False,  # this process merges (it holds the output folder's lock)
         "staged": True,  # ranks write staged names; promoted below once all succeeded
+        # each recorded rank's meta-device output sizes, computed here once (engine.replay.budget)
+        "meta_bytes": {str(r): {str(k): v for k, v in sizes.items()} for r, sizes in budget.meta_bytes.items()},
     }
     spec_path = out / "run_spec.json"
     spec_path.write_bytes(jsonio.dumps(spec, option=jsonio.OPT_INDENT_2))

@@ -116,7 +116,10 @@ class ReplaySession:
         progress: Progress | None = None,
         rank: int | None = None,
         collectives=None,
+        meta_bytes: dict[int, int | None] | None = None,
     ):
+        """`meta_bytes`: the plan's meta-device output sizes computed by a distributed launcher
+        (engine.replay.metacheck.meta_sizes); None: computed here."""
         from engine.graph import replay_ops
         from engine.replay.custom import CustomOps
         from engine.replay.selection import by_replay_mode, with_comm_records
@@ -140,7 +143,7 @@ class ReplaySession:
             custom=CustomOps(seed=config.seed),
         )
         avail = available_bytes(device)
-        if skip_over_meta(plan, avail):  # outputs larger than recorded (arange(N), eye(n), outer)
+        if skip_over_meta(plan, avail, meta_bytes):  # outputs larger than recorded (arange(N), eye(n), outer)
             release_skipped(plan)
         est = self.est_initial = estimate(plan, avail)
         lazy = config.lazy is True or (config.lazy == "auto" and est.eager_peak_bytes > avail)

@@ -10,6 +10,12 @@ allocates nothing; the bytes of its outputs that are new storage (views of input
 are compared with the recorded outputs, and an op over them is skipped before the run, its
 consumers with it; the budget check (engine/replay/memory.py) then works on sizes that hold. An op the meta device cannot run (no meta
 kernel, data-dependent output shapes) keeps the recorded sizes.
+
+torch's meta kernels for many ops are Python decompositions, whose first call imports
+torch._dynamo and sympy (~1.8 s of CPU per process, benchmarks/results/suite_cpu.json). A
+distributed launcher therefore computes `meta_sizes` once per recorded rank, beside the memory
+budget it already plans (engine.replay.budget), and its ranks apply them (`skip_over_meta(...,
+sizes)`) without calling a meta kernel.
 """
 
 from __future__ import annotations
@@ -75,20 +81,39 @@ def meta_output_bytes(st: OpStep, recs: dict) -> int | None:
     return total
 
 
-def skip_over_meta(plan: Plan, available: int) -> int:
-    """Mark resolved ops whose meta-computed outputs exceed the recorded outputs (beyond FACTOR
-    and SLACK_BYTES) as skipped; returns how many. Once the recorded sizes are known to hold,
-    the budget (`available`) is applied by engine.replay.memory as before: eager, lazy, or
-    skipping the ops that alone exceed it."""
+def meta_sizes(plan: Plan) -> dict[int, int | None]:
+    """Per checked op (resolved, runnable, not a collective), the bytes of new storage it
+    allocates on the meta device; None where the meta device cannot tell. What a distributed
+    launcher computes once per recorded rank (engine.replay.budget) and hands to its ranks."""
     recs = {e.slot: e.rec for e in plan.externals.values()}
     for st in plan.steps:
         for _, _, slot, rec in st.outs:
             recs[slot] = rec
+    return {
+        int(st.op_id): meta_output_bytes(st, recs)
+        for st in plan.steps
+        if st.runnable and st.call is None and st.resolved is not None
+    }
+
+
+def skip_over_meta(plan: Plan, available: int, sizes: dict[int, int | None] | None = None) -> int:
+    """Mark resolved ops whose meta-computed outputs exceed the recorded outputs (beyond FACTOR
+    and SLACK_BYTES) as skipped; returns how many. Once the recorded sizes are known to hold,
+    the budget (`available`) is applied by engine.replay.memory as before: eager, lazy, or
+    skipping the ops that alone exceed it.
+
+    `sizes`: `meta_sizes` of the same plan computed elsewhere (a distributed launcher, which
+    imports what torch's Python meta kernels pull in, torch._dynamo and sympy, ~1.5 s of CPU,
+    once instead of in every rank); an op it lacks is computed here."""
+    if sizes is None or any(
+        int(st.op_id) not in sizes for st in plan.steps if st.runnable and st.call is None and st.resolved is not None
+    ):
+        sizes = {**meta_sizes(plan), **(sizes or {})}
     n = 0
     for st in plan.steps:
         if not st.runnable or st.call is not None or st.resolved is None:
             continue
-        got = meta_output_bytes(st, recs)
+        got = sizes.get(int(st.op_id))
         if got is None:
             continue
         recorded = sum(rec.nbytes() for _, _, _, rec in st.outs)

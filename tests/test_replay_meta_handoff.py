@@ -1,0 +1,89 @@
+"""A distributed launcher runs the meta check once per recorded rank and hands the sizes to its
+ranks (engine.replay.budget -> run_spec.json -> engine.replay.dist_worker). Why: torch's Python
+meta kernels pull in torch._dynamo and sympy, ~1.5 s of CPU in every rank process; the launcher
+already builds each rank's plan for the memory budget."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from clirun import MLP_ET
+from conftest import ROOT
+
+_SESSION = """
+import json, sys
+import engine.trace as T
+from engine.replay import ReplayConfig
+from engine.replay.executor import ReplaySession
+sizes = json.loads(sys.argv[1])
+meta = {int(k): v for k, v in sizes.items()} if sizes is not None else None
+with ReplaySession(T.load(sys.argv[2]), config=ReplayConfig(warmup=0, iters=1, profile=False), meta_bytes=meta) as s:
+    s.run_iteration(measured=True)
+    skipped = sorted(st.op_id for st in s.plan.steps if not st.runnable)
+print(json.dumps({"dynamo": "torch._dynamo" in sys.modules, "sympy": "sympy" in sys.modules, "skipped": skipped}))
+"""
+
+
+def _session(sizes: dict | None, et) -> dict:
+    r = subprocess.run(
+        [sys.executable, "-c", _SESSION, json.dumps(sizes), str(et)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _launcher_sizes(et) -> dict:
+    import engine.trace as T
+    from engine.replay import ReplayConfig
+    from engine.replay.budget import world_budget
+
+    b = world_budget(T.load(et), [str(et)], {0: 0}, ReplayConfig(profile=False))
+    return {str(k): v for k, v in b.meta_bytes[0].items()}
+
+
+def test_a_rank_given_the_launchers_sizes_imports_neither_dynamo_nor_sympy(cache_dir):
+    sizes = _launcher_sizes(MLP_ET)
+    assert len(sizes) > 20 and all(v is None or v >= 0 for v in sizes.values())
+    handed = _session(sizes, MLP_ET)
+    alone = _session(None, MLP_ET)  # the control: the check run in the rank itself
+    assert alone["dynamo"] and alone["sympy"], alone  # else this test measures nothing
+    assert not handed["dynamo"] and not handed["sympy"], handed
+    assert handed["skipped"] == alone["skipped"]
+
+
+def test_the_launchers_sizes_skip_outsized_ops_in_every_rank(tmp_path, cache_dir):
+    """The crafted arange/eye/outer (tests/crafted_et.py) on two mirrored ranks: the launcher's
+    sizes hold the hand-counted MiB, and each rank skips the three with the meta check's reason
+    and sizes."""
+    import gzip
+
+    from crafted_et import OUTSIZED_MIB, _Builder, outsized_factories
+
+    from engine.replay import ReplayConfig
+    from engine.replay.distributed import DistConfig, replay_distributed
+
+    b = _Builder()
+    ids = outsized_factories(b)
+    et = tmp_path / "big_et.json.gz"
+    et.write_bytes(gzip.compress(json.dumps(b.doc).encode()))
+    sizes = _launcher_sizes(et)
+    for i, mib in zip(ids, OUTSIZED_MIB, strict=True):
+        assert sizes[str(i)] == pytest.approx(mib * 2**20, rel=1e-3)
+    cfg = ReplayConfig(warmup=0, iters=1, profile=False)
+    res = replay_distributed([et], config=cfg, dist=DistConfig(world_size=2, mirror_rank=0), out_dir=tmp_path / "o")
+    spec = json.loads((tmp_path / "o" / "run_spec.json").read_text())
+    assert set(spec["meta_bytes"]) == {"0"} and spec["meta_bytes"]["0"] == sizes
+    for r in (0, 1):
+        doc = json.loads((tmp_path / "o" / f"rank{r}" / "replay.json").read_text())
+        skipped = {s["op_id"]: s for s in doc["skipped_ops"]}
+        assert set(skipped) == set(ids), skipped
+        for i, mib in zip(ids, OUTSIZED_MIB, strict=True):
+            assert "on the meta device" in skipped[i]["reason"] and f"{mib:,.1f} MiB" in skipped[i]["detail"]
+    assert res.world_size == 2

@@ -81,6 +81,12 @@ def meta_output_bytes(st: OpStep, recs: dict) -> int | None:
     return total
 
 
+def _checked(st: OpStep) -> bool:
+    """An op the meta check covers: resolved to an overload, runnable, not a prepared call (a
+    collective, a rebuilt FBGEMM op)."""
+    return st.runnable and st.call is None and st.resolved is not None
+
+
 def meta_sizes(plan: Plan) -> dict[int, int | None]:
     """Per checked op (resolved, runnable, not a collective), the bytes of new storage it
     allocates on the meta device; None where the meta device cannot tell. What a distributed
@@ -89,11 +95,7 @@ def meta_sizes(plan: Plan) -> dict[int, int | None]:
     for st in plan.steps:
         for _, _, slot, rec in st.outs:
             recs[slot] = rec
-    return {
-        int(st.op_id): meta_output_bytes(st, recs)
-        for st in plan.steps
-        if st.runnable and st.call is None and st.resolved is not None
-    }
+    return {int(st.op_id): meta_output_bytes(st, recs) for st in plan.steps if _checked(st)}
 
 
 def skip_over_meta(plan: Plan, available: int, sizes: dict[int, int | None] | None = None) -> int:
@@ -103,15 +105,13 @@ def skip_over_meta(plan: Plan, available: int, sizes: dict[int, int | None] | No
     skipping the ops that alone exceed it.
 
     `sizes`: `meta_sizes` of the same plan computed elsewhere (a distributed launcher, which
-    imports what torch's Python meta kernels pull in, torch._dynamo and sympy, ~1.5 s of CPU,
+    imports what torch's Python meta kernels pull in, torch._dynamo and sympy, ~1.8 s of CPU,
     once instead of in every rank); an op it lacks is computed here."""
-    if sizes is None or any(
-        int(st.op_id) not in sizes for st in plan.steps if st.runnable and st.call is None and st.resolved is not None
-    ):
+    if sizes is None or any(int(st.op_id) not in sizes for st in plan.steps if _checked(st)):
         sizes = {**meta_sizes(plan), **(sizes or {})}
     n = 0
     for st in plan.steps:
-        if not st.runnable or st.call is not None or st.resolved is None:
+        if not _checked(st):
             continue
         got = sizes.get(int(st.op_id))
         if got is None:

@@ -112,11 +112,7 @@ def import_cost(module: str, before: str, runs: int = 3) -> tuple[float, float]:
         u = resource.getrusage(resource.RUSAGE_CHILDREN)
         return (u.ru_utime + u.ru_stime) - (t.ru_utime + t.ru_stime)
 
-    code = (
-        f"import time\n{before}\nt = time.process_time()\nimport {module}\nprint(time.process_time() - t)"
-        if before
-        else f"import time\nt = time.process_time()\nimport {module}\nprint(time.process_time() - t)"
-    )
+    code = f"import time\n{before}\nt = time.process_time()\nimport {module}\nprint(time.process_time() - t)"
     vals = []
     for _ in range(runs):
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)

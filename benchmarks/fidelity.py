@@ -10,6 +10,8 @@ interleaved in rounds (K original steps, then K replay iterations, R times) so m
 hits both equally; within a round they alternate step by step. Reported per model:
     original_ms   median of all live steps     captured_ms  the capture meta's median (recorded earlier)
     replay_ms     median of replay iterations  error        |replay - original| / original
+                  per recorded step (an ET recorded over N profiler steps replays N per
+                  iteration; the original side then runs N steps per sample too)
     paired_error  median of replay_i/original_i - 1 over adjacent pairs (robust to load drift)
     noise         the original's run-to-run noise: IQR/median of its steps, and the spread
                   (max - min)/median of its per-round medians
@@ -119,15 +121,22 @@ def run_model(
         orig_rounds: list[float] = []
         rep_rounds: list[float] = []
         with ReplaySession(trace, config=cfg) as session:
+            # an ET recorded over N profiler steps replays N steps per iteration: both sides
+            # run N steps per sample and are compared per step
+            n_steps = session.steps_per_iteration
+
+            def original_steps() -> float:
+                return sum(original_step() for _ in range(n_steps)) / n_steps
+
             for _ in range(warmup):
-                original_step()
+                original_steps()
                 session.run_iteration(measured=False)
             for _ in range(rounds):
                 # alternate step by step (ABAB): load changes on a shared machine hit both alike
                 o, r = [], []
                 for _ in range(per_round):
-                    o.append(original_step())
-                    r.append(session.run_iteration(measured=True))
+                    o.append(original_steps())
+                    r.append(session.run_iteration(measured=True) / n_steps)
                 orig += o
                 rep += r
                 orig_rounds.append(statistics.median(o))
@@ -148,6 +157,7 @@ def run_model(
         "original_ms": round(o_med, 3),
         "captured_ms": meta.get("median_ms"),
         "replay_ms": round(r_med, 3),
+        "steps_per_iteration": n_steps,
         **step_errors(orig, rep),
         "min_error": (min(rep) - min(orig)) / min(orig),
         "noise_iqr": iqr_over_median(orig),

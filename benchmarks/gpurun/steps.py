@@ -229,8 +229,9 @@ def coverage(ctx: Ctx) -> dict[str, Any]:
 
 
 # -- 4 ----------------------------------------------------------------------------------------
-def _stream_overlap(events) -> dict[str, Any]:
-    """Kernel time on the busiest stream that overlaps kernels on the others, per iteration."""
+def _stream_overlap(events, steps: int | None = None) -> dict[str, Any]:
+    """Kernel time on the busiest stream that overlaps kernels on the others, per recorded step
+    (`steps`: how many the events hold; default their ProfilerStep spans)."""
     from engine.analysis.steps import step_spans
     from engine.trace.intervals import overlap, union, union_length
 
@@ -242,7 +243,7 @@ def _stream_overlap(events) -> dict[str, Any]:
     main = busy.index[0]
     a, b = k[k["stream"] == main], k[k["stream"] != main]
     ov = overlap(union(a["ts_us"], a["end"]), union(b["ts_us"], b["end"]))
-    iters = max(len(step_spans(events)), 1)
+    iters = steps or max(len(step_spans(events)), 1)
     return {
         "streams": int(k["stream"].nunique()),
         "iterations": iters,
@@ -267,14 +268,17 @@ def streams(ctx: Ctx) -> dict[str, Any]:
     )
     res = replay(orig, config=cfg)
     rep = T.load(res.kineto_path, use_cache=False)
-    o, r = _stream_overlap(orig.events), _stream_overlap(rep.events)
+    # the replay's profile holds one iteration: the ET's recorded steps, replayed once
+    o, r = _stream_overlap(orig.events), _stream_overlap(rep.events, steps=res.steps_per_iteration)
     err = r["overlap_us"] / o["overlap_us"] - 1 if o["overlap_us"] else None
     return {
         "capture": cap,
         "original": o,
         "replay": r,
         "replay_streams": res.config.get("streams"),
-        "replay_ms": res.median_ms,
+        "replay_ms": res.median_step_ms,
+        "steps_per_iteration": res.steps_per_iteration,
+        "overlap_frac_error": r["overlap_frac"] - o["overlap_frac"],
         "overlap_error": err,
         "target": 0.10,
         "met": err is not None and abs(err) <= 0.10,
@@ -356,6 +360,9 @@ def lumos(ctx: Ctx) -> dict[str, Any]:
                 "predicted_ratio": pred / base_pred,
                 "measured_ratio": var_ms / base_ms,
                 "ratio_error": (pred / base_pred) / (var_ms / base_ms) - 1,
+                # the same change measured without the profiler (the captures' timed steps)
+                "unprofiled_ratio": cap["median_ms"]
+                / json.loads((ctx.captures[model] / f"{model}_meta.json").read_text())["median_ms"],
                 "variant_capture": cap,
             }
             ctx.log(f"what-if {name}: predicted {pred:.2f} ms, measured {var_ms:.2f} ms")
@@ -438,6 +445,28 @@ def gpu_tests(ctx: Ctx) -> dict[str, Any]:
 
 
 # -- 8 ----------------------------------------------------------------------------------------
+def _gpu_side(events, steps: int) -> dict[str, Any]:
+    """Per recorded step: kernel count, summed kernel time, kernel busy time (union over
+    streams), the host span and the ten kernels (by name) that take the most time."""
+    from engine.trace.intervals import union_length
+
+    cat = events["cat"].astype(str)
+    k = events[cat == "kernel"]
+    host = events[cat == "cpu_op"]
+    n = max(steps, 1)
+    top = k.groupby(k["name"].astype(str).str.slice(0, 90))["dur_us"].agg(["count", "sum"])
+    top = top.sort_values("sum", ascending=False).head(10)
+    return {
+        "steps": n,
+        "kernels": len(k) / n,
+        "kernel_sum_us": float(k["dur_us"].sum()) / n,
+        "kernel_busy_us": union_length(k["ts_us"], k["ts_us"] + k["dur_us"]) / n if len(k) else 0.0,
+        "host_span_us": float((host["ts_us"] + host["dur_us"]).max() - host["ts_us"].min()) / n if len(host) else 0.0,
+        "host_ops": len(host) / n,
+        "top": {str(name): [int(c) / n, float(t) / n] for name, (c, t) in zip(top.index, top.to_numpy(), strict=True)},
+    }
+
+
 def compare(ctx: Ctx, model: str = "mlp") -> dict[str, Any]:
     """The replay's Kineto trace and the original's, one step each, in one archive for Compare:
     original/ (ET, Kineto, meta: a capture folder) and replay/ (replay.json, replay_kineto.json.gz)."""
@@ -467,6 +496,7 @@ def compare(ctx: Ctx, model: str = "mlp") -> dict[str, Any]:
     replay_events = json.loads(gzip.decompress(Path(res.kineto_path).read_bytes()))
     evs = replay_events["traceEvents"] if isinstance(replay_events, dict) else replay_events
     return {
+        "gpu_side": gpu_side(ctx),
         "archive": tar_path.name,
         "archive_bytes": tar_path.stat().st_size,
         "original_trim": trim,
@@ -477,3 +507,36 @@ def compare(ctx: Ctx, model: str = "mlp") -> dict[str, Any]:
         "match_rate": cmp["matching"].get("match_rate"),
         "open_with": "tar xzf ARCHIVE; mystique compare original replay (or the Compare page)",
     }
+
+
+def gpu_side(ctx: Ctx) -> dict[str, Any]:
+    """Each capture's kernels per step against its replay's (one profiled iteration = the ET's
+    recorded steps): where a replay's extra time per step goes (kernels or host)."""
+    import engine.trace as T
+    from engine.analysis.steps import step_spans
+    from engine.replay import ReplayConfig, replay
+
+    out: dict[str, Any] = {}
+    for m in CAPTURE_MODELS:
+        if m not in ctx.captures or ctx.over():
+            out[m] = {"skipped": ctx.over() or "no capture"}
+            continue
+        try:
+            tr = _load(ctx.captures[m], m)
+            rdir = ctx.work / f"gpu_side_{m}"
+            cfg = ReplayConfig(device=ctx.device, warmup=2, iters=3, profile=True, out_dir=rdir, metrics=False)
+            res = replay(tr, config=cfg)
+            rep = T.load(res.kineto_path, use_cache=False)
+            out[m] = {
+                "original": _gpu_side(tr.events, len(step_spans(tr.events))),
+                "replay": _gpu_side(rep.events, res.steps_per_iteration),
+                "replay_step_ms": res.median_step_ms,
+                "replay_gpu_step_ms": (
+                    sorted(res.gpu_iteration_ms)[len(res.gpu_iteration_ms) // 2] / res.steps_per_iteration
+                )
+                if res.gpu_iteration_ms
+                else None,
+            }
+        except Exception as exc:  # noqa: BLE001
+            out[m] = _error(exc)
+    return out

@@ -19,6 +19,9 @@ replays one rank's trace on N symmetric ranks (SPMD assumption, labelled in the 
 
     name, rank            the trace's name; the rank replayed (null: the file's own)
     iteration_ms, median_ms   per timed iteration; their median
+    steps_per_iteration   recorded steps one iteration replays (the ET's ProfilerStep#N nodes
+                          holding the replayed ops; 1 when it has none)
+    median_step_ms        median_ms / steps_per_iteration: compares with original_median_ms
     coverage              selected, replayed, substituted, skipped, by_reason,
                           by_substitution, selected_compute, replayed_compute, compute_rate
     metrics               the sampled metrics' summary
@@ -29,7 +32,7 @@ replays one rank's trace on N symmetric ranks (SPMD assumption, labelled in the 
                           skipped, command} (the `--mirror-rank R --world-size N` run; also on stderr)
   several ranks with --sequential: {"ranks": {rank: summary}}
   distributed (one process per rank): name, world_size, replay_mode, spmd, iteration_ms (the
-  slowest rank's per iteration), median_ms, coverage (summed over ranks, collectives
+  slowest rank's per iteration), median_ms, steps_per_iteration, median_step_ms, coverage (summed over ranks, collectives
   included), collectives, breakdown, paths, device, original_median_ms, and ranks: one entry per
   rank {rank, recorded_rank, iteration_ms, median_ms, coverage, breakdown {step_ms, compute_ms,
   communication_ms, exposed_communication_ms, idle_ms}, collectives, kineto_path, replay_json}
@@ -172,6 +175,12 @@ def run_suite(args: argparse.Namespace, folder: str) -> int:
     return 0
 
 
+def _per_step(res) -> str:
+    """', X ms per recorded step (N per iteration)' when the ET holds several profiler steps."""
+    n = res.steps_per_iteration
+    return f", {res.median_step_ms:.2f} ms per recorded step ({n} per iteration)" if n > 1 else ""
+
+
 def _check_out(out: Path, inputs: list) -> None:
     """Refuse an output folder that holds an input, or lies inside an input folder: the replay's
     own Kineto trace and replay.json would join the capture (it then failed `info` and doubled
@@ -221,6 +230,8 @@ def run_distributed(args: argparse.Namespace, inputs: Inputs) -> int:
         "spmd": res.spmd,
         "iteration_ms": d["iteration_ms"],
         "median_ms": d["median_ms"],
+        "steps_per_iteration": d["steps_per_iteration"],
+        "median_step_ms": d["median_step_ms"],
         "coverage": d["coverage"],
         "collectives": d["collectives"],
         "breakdown": d["breakdown"],
@@ -235,7 +246,10 @@ def run_distributed(args: argparse.Namespace, inputs: Inputs) -> int:
         return 0
     cov = d["coverage"]
     orig = f" (original {summary['original_median_ms']:.2f} ms)" if "original_median_ms" in summary else ""
-    print(f"{name}: {res.world_size} ranks, median {res.median_ms:.2f} ms (slowest rank){orig} on {res.device}")
+    print(
+        f"{name}: {res.world_size} ranks, median {res.median_ms:.2f} ms (slowest rank){_per_step(res)}{orig} "
+        f"on {res.device}"
+    )
     if res.spmd:
         print(f"  {res.spmd['assumption']}")
     print(
@@ -339,6 +353,8 @@ def _run_one(args, T, ReplayConfig, replay, rank, paths, meta, name, out) -> dic
         "rank": rank,
         "iteration_ms": [round(x, 4) for x in res.iteration_ms],
         "median_ms": round(res.median_ms, 4),
+        "steps_per_iteration": res.steps_per_iteration,
+        "median_step_ms": round(res.median_step_ms, 4),
         "coverage": {
             k: cov.get(k, {} if k.startswith("by_") else 0)
             for k in (
@@ -367,7 +383,10 @@ def _run_one(args, T, ReplayConfig, replay, rank, paths, meta, name, out) -> dic
         print(f"hint: {hint['text']}", file=sys.stderr)
     if not args.json:
         orig = f" (original {meta['median_ms']:.2f} ms)" if meta.get("median_ms") else ""
-        print(f"{name}: median {res.median_ms:.2f} ms over {len(res.iteration_ms)} iterations on {res.device}{orig}")
+        print(
+            f"{name}: median {res.median_ms:.2f} ms over {len(res.iteration_ms)} iterations on {res.device}"
+            f"{_per_step(res)}{orig}"
+        )
         print(
             f"  ops: {cov['selected']} selected, {cov['replayed']} replayed "
             f"({cov['substituted']} substituted), {cov['skipped']} skipped; compute "

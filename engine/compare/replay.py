@@ -122,7 +122,7 @@ def compare_replay(
     check_source(original, replay, path, cmp.warnings)  # a replay of another trace is refused
     check_device(original, original_meta, replay, cmp.warnings)
     o_ms, source = original_step_ms(original, original_meta)
-    r_ms = replay.median_ms
+    r_ms = replay.median_step_ms  # per recorded step: an ET of N profiler steps replays N per iteration
     cmp.e2e = {
         "original_ms": o_ms,
         "replay_ms": r_ms,
@@ -131,6 +131,7 @@ def compare_replay(
         "original_device": (original_meta or {}).get("device"),
         "replay_device": replay.device,
         "replay_iterations": len(replay.iteration_ms),
+        "replay_steps_per_iteration": replay.steps_per_iteration,
     }
     cmp.coverage = dict(replay.coverage)
 

@@ -132,6 +132,10 @@ class ReplaySession:
         if collectives is not None:
             ids = with_comm_records(ops, ids)
         ids = by_replay_mode(ops, ids, config.replay_mode)
+        from engine.trace.steps import et_steps
+
+        # an ET recorded over N profiler steps replays N steps per iteration (result.median_step_ms)
+        self.steps_per_iteration = max(1, len(et_steps(ops, ids)))
         report(progress, 0.0, f"planning {len(ids)} ops")
         plan = self.plan = build_plan(
             ops,
@@ -391,6 +395,7 @@ class ReplaySession:
         return ReplayResult(
             iteration_ms=list(self.iter_ms),
             gpu_iteration_ms=list(self.gpu_iter_ms),
+            steps_per_iteration=self.steps_per_iteration,
             per_op=per_op,
             coverage=coverage,
             device=self.device,

@@ -125,6 +125,8 @@ def merge(
         ranks=ranks,
         spmd=spmd,
         source=merge_sources([d.get("source") or {} for d in rank_docs]),
+        # the ranks of one job record the same steps; the slowest rank's count stands for the job
+        steps_per_iteration=int((rank_docs[slowest].get("steps_per_iteration") or 1) if rank_docs else 1),
     )
 
 

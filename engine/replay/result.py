@@ -9,6 +9,11 @@ replay.json (one JSON object; * = required when read):
 
     iteration_ms*     [float]  wall time of each timed iteration
     median_ms*        float    median of iteration_ms (derived: recomputed on read)
+    steps_per_iteration int    recorded steps one iteration replays: the ET's `ProfilerStep#N`
+                               nodes holding the replayed ops (an ET recorded over 3 profiler
+                               steps replays 3 per iteration); 1 when it has none
+    median_step_ms    float    median_ms / steps_per_iteration: what compares with the
+                               original's step (derived: recomputed on read)
     per_op*           [PerOpRow]  one row per selected op, in plan order:
         op_id         int      ET node id of the trace that was replayed
         name          str      operator name
@@ -157,15 +162,23 @@ class ReplayResult:
     ranks: list[dict] = field(default_factory=list)  # distributed runs: one entry per rank
     spmd: dict | None = None  # --mirror-rank: which recorded rank every rank replays
     source: dict = field(default_factory=dict)  # content hashes of the replayed trace (module doc)
+    steps_per_iteration: int = 1  # recorded ProfilerSteps one iteration replays (module doc)
 
     @property
     def median_ms(self) -> float:
         return float(statistics.median(self.iteration_ms)) if self.iteration_ms else float("nan")
 
+    @property
+    def median_step_ms(self) -> float:
+        """The median iteration per recorded step: the figure that compares with one original step."""
+        return self.median_ms / max(1, self.steps_per_iteration)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "iteration_ms": list(self.iteration_ms),  # unrounded: JSON floats read back exactly
             "median_ms": self.median_ms,
+            "steps_per_iteration": self.steps_per_iteration,
+            "median_step_ms": self.median_step_ms,
             "per_op": self.per_op,
             "coverage": self.coverage,
             "metrics": self.metrics,
@@ -198,6 +211,9 @@ class ReplayResult:
             if not isinstance(data[key], typ):
                 raise TraceError(f"replay result {key} must be a {'list' if typ is list else 'object'}", where)
         _check_rows(data, where)
+        spi = data.get("steps_per_iteration", 1)
+        if isinstance(spi, bool) or not isinstance(spi, int) or spi < 1:
+            raise TraceError(f"replay result steps_per_iteration must be a whole number >= 1, not {spi!r}", where)
         try:
             iteration_ms = [float(x) for x in data["iteration_ms"]]
             gpu_ms = [float(x) for x in data.get("gpu_iteration_ms") or []]
@@ -223,6 +239,7 @@ class ReplayResult:
             ranks=list(data.get("ranks") or []),
             spmd=data.get("spmd"),
             source=dict(data.get("source") or {}),
+            steps_per_iteration=spi,
         )
 
     def write(self, out_dir: str | Path, name: str = "replay.json") -> Path:

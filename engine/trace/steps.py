@@ -19,6 +19,8 @@ the analyses, the fleet simulator, the critical path and the timeline's first vi
                           one span per rank over all its events
   step_ms(trace)          mean measured step in ms (None for a bare window)
   step_ms_by_rank(trace)  {rank: mean step ms} from `meta["iterations"]`
+  et_steps(ops, ids)      the ET's `ProfilerStep#N` nodes that hold any of the op ids `ids`:
+                          how many recorded steps a replay of those ops runs per iteration
 """
 
 from __future__ import annotations
@@ -152,11 +154,50 @@ def step_ms_by_rank(trace: Trace) -> dict[int, float]:
     return {r: sum(v) / len(v) for r, v in sorted(out.items())}
 
 
+def et_steps(ops: pd.DataFrame | None, ids=None) -> list[int]:
+    """Ids of the ET's step nodes (`ProfilerStep#N`, any rank of `ops`) that are ancestors of, or
+    equal to, an op in `ids` (all ops when None), in id order. An ET recorded over N profiler
+    steps holds N such nodes, so a replay of the whole ET runs N steps per iteration; [] when
+    the ET has no step nodes (or none holds the ops)."""
+    if ops is None or len(ops) == 0 or "parent" not in ops.columns:
+        return []
+    names = ops["name"].astype(str)
+    is_step = names.str.startswith(STEP_PREFIX).to_numpy()
+    if not is_step.any():
+        return []
+    oid = ops["id"].astype(int).tolist()
+    parent = dict(zip(oid, ops["parent"].astype(int).tolist(), strict=True))
+    steps = {i for i, s in zip(oid, is_step, strict=True) if s}
+    memo: dict[int, int | None] = {}
+
+    def owner(i: int) -> int | None:
+        path = []
+        cur: int | None = i
+        found: int | None = None
+        while cur is not None and cur >= 0:
+            if cur in memo:
+                found = memo[cur]
+                break
+            path.append(cur)
+            if cur in steps:
+                found = cur
+                break
+            nxt = parent.get(cur, -1)
+            cur = None if nxt == cur or len(path) > len(parent) else nxt
+        for p in path:
+            memo[p] = found
+        return found
+
+    wanted = oid if ids is None else [int(i) for i in ids]
+    return sorted({s for s in (owner(i) for i in wanted) if s is not None})
+
+
 __all__ = [
     "PROFILER_STEP",
     "STEP_ANNOTATIONS",
     "WINDOW",
     "MeasuredSteps",
+    "et_steps",
     "host_mask",
     "iteration_ms",
     "iterations",

@@ -66,6 +66,8 @@ def _summary(result, path) -> dict:
         "result_path": str(path),
         "summary": {
             "median_ms": result.median_ms,
+            "median_step_ms": result.median_step_ms,
+            "steps_per_iteration": result.steps_per_iteration,
             "coverage": result.coverage,
             "kineto_path": result.kineto_path,
             "device": result.device,

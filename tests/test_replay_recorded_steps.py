@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from engine.capture.api import capture_sample  # noqa: E402
+from engine.capture.api import capture_sample
 
 
 @pytest.fixture(scope="module")

@@ -73,6 +73,12 @@ def register(subparsers) -> None:
         help=f"operator selection (default {d.mode.value})",
     )
     p.add_argument("--host-gaps", action="store_true", help="reproduce the original CPU gaps between ops")
+    p.add_argument(
+        "--op-events",
+        action="store_true",
+        help="CUDA: time every op with events in each measured iteration (default: one extra iteration does; "
+        "events cost host time per op)",
+    )
     p.add_argument("--lazy", action="store_true", help="allocate trace inputs per op (low memory)")
     p.add_argument("--no-streams", action="store_true", help="CUDA: run everything on one stream")
     p.add_argument(
@@ -310,6 +316,7 @@ def _config(args, ReplayConfig, out: Path, threads: int | None, **extra):
         mode=args.mode,
         streams=not args.no_streams,
         host_gaps=args.host_gaps,
+        op_events=args.op_events,
         lazy=True if args.lazy else "auto",
         profile=not args.no_profile,
         out_dir=out,

@@ -268,7 +268,12 @@ class ReplaySession:
             self.sync = sync
         else:
             self.sync = dev_sync
+        # CUDA: an event after each op gives its GPU time, at a few µs of host time per op; the
+        # measured iterations record them only when asked (config.op_events) or on a distributed
+        # rank, else one extra pass in finish() does (per_op_pass)
         self.events = [torch.cuda.Event(enable_timing=True) for _ in range(len(steps) + 1)] if cuda else None
+        self.op_events = cuda and (config.op_events or backend is not None)
+        self._per_op_pass = False
         self._built = True
 
     def run_iteration(self, measured: bool = True) -> float:
@@ -278,11 +283,24 @@ class ReplaySession:
         times = [0] * n
         gc_was = gc.isenabled()
         gc.disable()
+        per_op_events = self.events is not None and (self.op_events or self._per_op_pass)
         try:
             evs = self.events
             t0 = pc()
             prev = t0
-            if evs is not None:
+            if evs is not None and not per_op_events:
+                # CUDA, timed: the start and end events only (the ops' GPU times: per_op_pass)
+                evs[0].record()
+                if gaps is None:
+                    for fn in steps:
+                        fn()
+                else:
+                    for k in range(n):
+                        if gaps[k]:
+                            busy_wait_ns(gaps[k])
+                        steps[k]()
+                evs[n].record()
+            elif evs is not None:
                 # CUDA: an event after each op gives per-op GPU time (host time is only launch)
                 evs[0].record()
                 for k in range(n):
@@ -320,13 +338,29 @@ class ReplaySession:
         end = getattr(self.collectives, "end_iteration", None)
         if end is not None:
             end(measured)
-        if measured:
+        if self._per_op_pass:
+            assert evs is not None  # the per-op pass runs on CUDA only
+            self.op_ns.append([int(evs[k].elapsed_time(evs[k + 1]) * 1e6) for k in range(n)])
+        elif measured:
             self.iter_ms.append(ms)
             if evs is not None:
                 self.gpu_iter_ms.append(evs[0].elapsed_time(evs[n]))
-                times = [int(evs[k].elapsed_time(evs[k + 1]) * 1e6) for k in range(n)]
-            self.op_ns.append(times)
+                if per_op_events:
+                    times = [int(evs[k].elapsed_time(evs[k + 1]) * 1e6) for k in range(n)]
+            if evs is None or per_op_events:
+                self.op_ns.append(times)
         return ms
+
+    def per_op_pass(self) -> None:
+        """CUDA without op_events: one unmeasured iteration with an event after every op gives
+        the per-op GPU times (the timed iterations recorded only their start and end)."""
+        if self.events is None or self.op_events or not self.iter_ms:
+            return
+        self._per_op_pass = True
+        try:
+            self.run_iteration(measured=False)
+        finally:
+            self._per_op_pass = False
 
     def start_metrics(self) -> None:
         if self._sampler is None:
@@ -342,6 +376,7 @@ class ReplaySession:
     def finish(self) -> ReplayResult:
         """Profile (if asked), free tensors and build the result."""
         plan, config = self.plan, self.config
+        self.per_op_pass()
         kineto_path = None
         paths: dict[str, str] = {}
         # The replayed ET file (this rank's, in a multi-rank trace) and its sha256: compare reads
@@ -382,7 +417,10 @@ class ReplaySession:
             except (KeyError, ValueError, AttributeError) as exc:
                 metrics["error"] = f"{type(exc).__name__}: {exc}"
         notes = (
-            ["per_op dur_us is GPU time between CUDA events recorded after each op (on the main stream)"]
+            [
+                "per_op dur_us is GPU time between CUDA events recorded after each op (on the main stream)"
+                + ("" if self.op_events else ", in one extra iteration after the timed ones")
+            ]
             if self.gpu_iter_ms
             else []
         )

@@ -132,10 +132,6 @@ class ReplaySession:
         if collectives is not None:
             ids = with_comm_records(ops, ids)
         ids = by_replay_mode(ops, ids, config.replay_mode)
-        from engine.trace.steps import et_steps
-
-        # an ET recorded over N profiler steps replays N steps per iteration (result.median_step_ms)
-        self.steps_per_iteration = max(1, len(et_steps(ops, ids)))
         report(progress, 0.0, f"planning {len(ids)} ops")
         plan = self.plan = build_plan(
             ops,
@@ -146,6 +142,10 @@ class ReplaySession:
             collectives=collectives,
             custom=CustomOps(seed=config.seed),
         )
+        # an ET recorded over N profiler steps replays N steps per iteration (result.median_step_ms);
+        # the profiled iteration labels each one with its recorded name (step_groups)
+        self.step_groups = step_groups(ops, [st.op_id for st in plan.steps])
+        self.steps_per_iteration = max(1, len(self.step_groups))
         avail = available_bytes(device)
         if skip_over_meta(plan, avail, meta_bytes):  # outputs larger than recorded (arange(N), eye(n), outer)
             release_skipped(plan)
@@ -387,7 +387,7 @@ class ReplaySession:
             if et_src.get("sha256"):
                 paths["et_sha256"] = str(et_src["sha256"])
         if config.profile and config.out_dir is not None:
-            kineto_path = profile_iteration(plan, self.steps, config, self.sync)
+            kineto_path = profile_iteration(plan, self.steps, config, self.sync, self.step_groups)
             paths["kineto"] = kineto_path
         for i in range(plan.n_slots):
             self.env[i] = None
@@ -462,6 +462,25 @@ class ReplaySession:
             breakdown=breakdown(plan, self.op_ns, self.iter_ms, self.collectives),
             collectives=executed_collectives(plan, self.collectives),
         )
+
+
+def step_groups(ops, op_ids: list[int]) -> list[tuple[str, int, int]]:
+    """(recorded step name, first plan index, end index) of each recorded step the plan's ops
+    fall in, in plan order; an op outside every step joins the step before it (the first one's
+    when it leads). [] when the ET has no step nodes."""
+    from engine.trace.steps import step_owners
+
+    owners = step_owners(ops, op_ids)
+    names = dict(zip(ops["id"].astype(int).tolist(), ops["name"].astype(str).tolist(), strict=True))
+    groups: list[list] = []
+    for k, o in enumerate(owners):
+        if o is not None and (not groups or groups[-1][0] != o):
+            groups.append([o, k])
+    out = []
+    for j, (o, start) in enumerate(groups):
+        end = groups[j + 1][1] if j + 1 < len(groups) else len(op_ids)
+        out.append((names[o], 0 if j == 0 else start, end))
+    return out
 
 
 def _meta_threads(trace: Trace) -> int | None:

@@ -231,14 +231,18 @@ def _stderr_kept_unless_failed():
                     os.write(2, text)
 
 
-def profile_iteration(plan: Plan, steps, config: ReplayConfig, sync) -> str:
-    """One extra labelled iteration under torch.profiler; returns the gzipped Chrome trace path."""
+def profile_iteration(plan: Plan, steps, config: ReplayConfig, sync, groups=()) -> str:
+    """One extra labelled iteration under torch.profiler; returns the gzipped Chrome trace path.
+    `groups`: (recorded step name, start, end) plan ranges (executor.step_groups), each labelled
+    with its `ProfilerStep#N` name so that the replay's trace has the original's steps."""
     import gzip
     import shutil
 
     from torch.profiler import ProfilerActivity, profile
 
     labelled = [_with_label(fn, f"et:{st.op_id}:{st.name}") for fn, st in zip(steps, plan.steps)]
+    rf = torch.profiler.record_function
+    spans = list(groups) or [(None, 0, len(labelled))]
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if config.is_cuda else [])
     out_dir = config.out_dir
     assert out_dir is not None  # the caller profiles only with an output folder
@@ -248,8 +252,10 @@ def profile_iteration(plan: Plan, steps, config: ReplayConfig, sync) -> str:
 
     # the profiler prints USDT/STAGE lines to fd 2 on start and stop: not for the user's eyes
     with drop_chatter(), profile(activities=acts) as prof, torch.profiler.record_function("ReplayIteration#0"):
-        for fn in labelled:
-            fn()
+        for name, start, end in spans:
+            with rf(name) if name else contextlib.nullcontext():
+                for fn in labelled[start:end]:
+                    fn()
         sync()
     from engine.outdir import atomic_copy
 

@@ -19,6 +19,7 @@ the analyses, the fleet simulator, the critical path and the timeline's first vi
                           one span per rank over all its events
   step_ms(trace)          mean measured step in ms (None for a bare window)
   step_ms_by_rank(trace)  {rank: mean step ms} from `meta["iterations"]`
+  step_owners(ops, ids)   the step node each op id is nested in (None outside every step)
   et_steps(ops, ids)      the ET's `ProfilerStep#N` nodes that hold any of the op ids `ids`:
                           how many recorded steps a replay of those ops runs per iteration
 """
@@ -154,17 +155,15 @@ def step_ms_by_rank(trace: Trace) -> dict[int, float]:
     return {r: sum(v) / len(v) for r, v in sorted(out.items())}
 
 
-def et_steps(ops: pd.DataFrame | None, ids=None) -> list[int]:
-    """Ids of the ET's step nodes (`ProfilerStep#N`, any rank of `ops`) that are ancestors of, or
-    equal to, an op in `ids` (all ops when None), in id order. An ET recorded over N profiler
-    steps holds N such nodes, so a replay of the whole ET runs N steps per iteration; [] when
-    the ET has no step nodes (or none holds the ops)."""
+def step_owners(ops: pd.DataFrame | None, ids) -> list[int | None]:
+    """For each op id in `ids`: the id of the ET step node (`ProfilerStep#N`) it is, or is nested
+    in; None for an op outside every step (or an ET without step nodes)."""
+    ids = [int(i) for i in ids]
     if ops is None or len(ops) == 0 or "parent" not in ops.columns:
-        return []
-    names = ops["name"].astype(str)
-    is_step = names.str.startswith(STEP_PREFIX).to_numpy()
+        return [None] * len(ids)
+    is_step = ops["name"].astype(str).str.startswith(STEP_PREFIX).to_numpy()
     if not is_step.any():
-        return []
+        return [None] * len(ids)
     oid = ops["id"].astype(int).tolist()
     parent = dict(zip(oid, ops["parent"].astype(int).tolist(), strict=True))
     steps = {i for i, s in zip(oid, is_step, strict=True) if s}
@@ -188,8 +187,18 @@ def et_steps(ops: pd.DataFrame | None, ids=None) -> list[int]:
             memo[p] = found
         return found
 
-    wanted = oid if ids is None else [int(i) for i in ids]
-    return sorted({s for s in (owner(i) for i in wanted) if s is not None})
+    return [owner(i) for i in ids]
+
+
+def et_steps(ops: pd.DataFrame | None, ids=None) -> list[int]:
+    """Ids of the ET's step nodes (`ProfilerStep#N`, any rank of `ops`) that are ancestors of, or
+    equal to, an op in `ids` (all ops when None), in id order. An ET recorded over N profiler
+    steps holds N such nodes, so a replay of the whole ET runs N steps per iteration; [] when
+    the ET has no step nodes (or none holds the ops)."""
+    if ops is None or len(ops) == 0:
+        return []
+    wanted = ops["id"].astype(int).tolist() if ids is None else ids
+    return sorted({s for s in step_owners(ops, wanted) if s is not None})
 
 
 __all__ = [
@@ -205,6 +214,7 @@ __all__ = [
     "step_mask",
     "step_ms",
     "step_ms_by_rank",
+    "step_owners",
     "step_rows",
     "step_spans",
 ]

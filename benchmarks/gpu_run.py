@@ -45,6 +45,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import harness  # noqa: F401  (first: puts the repo root on sys.path)
 
@@ -52,6 +53,9 @@ from benchmarks.gpurun import steps as S
 from benchmarks.gpurun.output import Output
 from benchmarks.harness import ROOT
 from engine import envvars
+
+if TYPE_CHECKING:
+    from benchmarks.report import pct, table
 
 STEPS = (  # (name, function, planned seconds on an H100)
     ("captures", S.captures, 75),
@@ -179,6 +183,160 @@ def main(argv=None) -> int:
         if tmp is not None:
             tmp.cleanup()
     return 0
+
+
+def _docs_fidelity(st: dict) -> list[str]:
+    res = st["result"]
+    rows = [
+        [r["model"], f"{r['original_ms']:.2f}", f"{r['replay_ms']:.2f}", pct(r["error"]), pct(r["noise_iqr"])]
+        for r in res["records"]
+        if "original_ms" in r
+    ]
+    return [
+        f"**Fidelity** (original step without profiler vs its replay, per recorded step, interleaved): "
+        f"geomean {pct(res['geomean_error'])}; targets each ≤ 10 %, geomean ≤ 5 %: "
+        f"{'met' if res['met'] else 'not met'}.",
+        "",
+        *table(["model", "original ms", "replay ms", "error", "original noise (IQR)"], rows),
+    ]
+
+
+def _docs_lumos(st: dict) -> list[str]:
+    res = st["result"]
+    rows = []
+    for name, w in res["whatifs"].items():
+        if "predicted_ms" not in w:
+            continue
+        hc = w.get("host_calibrated") or {}
+        rows.append(
+            [
+                name,
+                f"{w['predicted_ms']:.2f}",
+                f"{w['measured_ms']:.2f}",
+                pct(w["error"], signed=True),
+                f"{hc.get('predicted_ms', float('nan')):.2f}",
+                f"{hc.get('measured_unprofiled_ms', float('nan')):.2f}",
+                pct(hc.get("error"), signed=True) + (" (host factor capped)" if hc.get("unreached") else ""),
+            ]
+        )
+    return [
+        "**Lumos check** (simulate the profiled base capture under the what-if, capture the changed "
+        "model as the truth): raw = against the changed model's profiled steps; host-calibrated = "
+        "the base's host sped up until its simulated step equals its unprofiled one, against the "
+        "changed model's unprofiled step.",
+        "",
+        *table(
+            ["what-if", "predicted ms", "measured ms (profiled)", "error", "calibrated ms", "unprofiled ms", "error"],
+            rows,
+        ),
+    ]
+
+
+def _docs_headline(d: dict) -> list[str]:
+    """The README's few lines: each target and its figure."""
+    env, st = d["environment"], d["steps"]
+
+    def res(k: str) -> dict:
+        return (st.get(k) or {}).get("result") or {}
+
+    fid, lum, b, sr, cov = res("fidelity"), res("lumos"), res("bound"), res("streams"), res("coverage")
+    rows = []
+    if fid.get("records"):
+        each = ", ".join(f"{r['model']} {pct(r['error'])}" for r in fid["records"] if "error" in r)
+        rows.append(
+            ["replay vs original step", "each ≤ 10 %, geomean ≤ 5 %", f"{each}; geomean {pct(fid['geomean_error'])}"]
+        )
+    if cov.get("records"):
+        worst = min(r["compute_rate"] for r in cov["records"])
+        rows.append(["coverage of the shared ETs on CUDA", "≥ 99 %", f"{len(cov['records'])} ETs, lowest {pct(worst)}"])
+    if "overlap_error" in sr:
+        rows.append(["side-stream overlap, replay vs original", "within 10 %", pct(sr["overlap_error"], signed=True)])
+    if lum.get("whatifs"):
+        each = ", ".join(f"{k} {pct(w['error'], signed=True)}" for k, w in lum["whatifs"].items() if "error" in w)
+        rows.append(["what-if vs captured truth (profiled)", "each within 10 %", each])
+    if "small" in b:
+        rows.append(
+            [
+                '"GPU 2x faster": large / small batch',
+                "≤ 0.75x / ≥ 0.9x",
+                f"{b['large']['ratio']:.2f}x / {b['small']['ratio']:.2f}x "
+                f"(host-calibrated {b['large']['host_calibrated']['ratio']:.2f}x / "
+                f"{b['small']['host_calibrated']['ratio']:.2f}x)",
+            ]
+        )
+    gt = res("gpu_tests")
+    if gt:
+        rows.append(["pytest -m gpu", "passes", gt.get("summary", "")])
+    return [
+        f"{env.get('gpu')}, torch {env.get('torch')} (CUDA {env.get('cuda')}), source "
+        f"`{str(env.get('source'))[:10]}`, {d.get('wall_s')} s in all:",
+        "",
+        *table(["check", "target", "measured"], rows),
+    ]
+
+
+def docs_section(d: dict) -> list[str]:
+    """One command on a GPU machine (docs/gpu_run.md): captures at GPU-busy sizes, the original
+    step against its replay, coverage of the shared ETs on CUDA, a side stream's overlap, the
+    Lumos what-if check against captured ground truth, GPU- vs host-bound "GPU 2x faster",
+    `pytest -m gpu`, and a Compare archive; each step's wall time against its plan."""
+    env, steps = d["environment"], d["steps"]
+    out = [
+        f"{env.get('gpu')} ({env.get('gpu_memory_gib')} GiB, {env.get('sm_count')} SMs, driver "
+        f"{env.get('driver')}), torch {env.get('torch')} (CUDA {env.get('cuda')}), Python "
+        f"{env.get('python')}, source `{str(env.get('source'))[:10]}`; the whole run {d.get('wall_s')} s.",
+        "",
+        *table(
+            ["step", "status", "wall s", "planned s (H100)"],
+            [[k, v["status"], v.get("wall_s"), v.get("planned_s")] for k, v in steps.items()],
+        ),
+    ]
+    if steps.get("fidelity", {}).get("status") == "ok":
+        out += _docs_fidelity(steps["fidelity"])
+    cov = (steps.get("coverage") or {}).get("result") or {}
+    if cov.get("records"):
+        out += [
+            "**Coverage on CUDA** of the shared ETs (compute ops replayed; collectives need a distributed run):",
+            "",
+            *table(
+                ["trace", "selected", "replayed", "substituted", "skipped", "compute rate"],
+                [
+                    [r["trace"], r["selected"], r["replayed"], r["substituted"], r["skipped"], pct(r["compute_rate"])]
+                    for r in cov["records"]
+                ],
+            ),
+        ]
+    sr = (steps.get("streams") or {}).get("result") or {}
+    if "original" in sr:
+        out += [
+            f"**Streams**: kernel overlap between the side stream and the main one per step, original "
+            f"{sr['original']['overlap_us']:.0f} µs vs replay {sr['replay']['overlap_us']:.0f} µs: "
+            f"{pct(sr['overlap_error'], signed=True)} (target within 10 %: {'met' if sr['met'] else 'not met'}).",
+            "",
+        ]
+    if steps.get("lumos", {}).get("status") == "ok":
+        out += _docs_lumos(steps["lumos"])
+    b = (steps.get("bound") or {}).get("result") or {}
+    if "small" in b:
+        rows = [
+            [
+                f"{x} (batch {b[x]['batch']})",
+                f"{b[x]['median_ms']:.2f}",
+                pct(b[x]["gpu_busy"]),
+                f"{b[x]['ratio']:.3f}",
+                f"{(b[x].get('host_calibrated') or {}).get('ratio', float('nan')):.3f}",
+            ]
+            for x in ("small", "large")
+        ]
+        out += [
+            f'**GPU-bound against host-bound**: "GPU 2x faster" predicted ({b.get("rule")}).',
+            "",
+            *table(["MLP", "unprofiled step ms", "GPU busy (profiled)", "ratio", "ratio, host-calibrated"], rows),
+        ]
+    gt = (steps.get("gpu_tests") or {}).get("result") or {}
+    if gt:
+        out += [f"**pytest -m gpu**: {gt.get('summary')}.", ""]
+    return out
 
 
 if __name__ == "__main__":

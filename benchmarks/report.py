@@ -209,7 +209,7 @@ GPU_END = "<!-- end of GPU figures -->"
 
 
 def readme_gpu(results: Path = RESULTS) -> list[str]:
-    """The GPU run's section of docs/figures.md (benchmarks/gpu_run.py docs_section)."""
+    """The README's GPU block: benchmarks/gpu_run.py's `_docs_headline` of the committed run."""
     path = results / "gpu_run_cuda.json"
     if not path.is_file():
         return ["No GPU run is committed yet (docs/gpu_run.md says how to make one)."]

@@ -72,6 +72,7 @@ SECTIONS = {
     "responsiveness_browser": "Dashboard responsiveness in a real browser",
     "simulate": "Simulation and what-if",
     "ground_truth": "What-if against real before/after pairs",
+    "unprofiled": "What-if on GPU captures: the profiler's host overhead taken out",
     "hta_second_opinion": "Critical path: a second opinion from HTA",
     "ingest_parsers": "Streaming ingestion: JSON parsers compared",
     "scale": "Cost against size: load, fleet simulate, Dask, rank overview",

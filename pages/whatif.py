@@ -52,6 +52,15 @@ def folded(warnings: list[str]) -> list[str]:
 
 
 with st.expander("Edits", expanded=True):
+    if st.checkbox(
+        "Unprofiled step: take the profiler's host overhead out first",
+        key="wi_unprof",
+        help="the step measured without the profiler (a capture's meta records it as median_ms); every host "
+        "segment shrinks by one factor so that the unchanged trace simulates to it",
+    ):
+        unprof = st.number_input("unprofiled step ms", 0.001, 1e7, None, key="wi_unprof_ms", placeholder="ms")
+        if unprof:
+            edits.append({"kind": "unprofiled", "step_ms": float(unprof)})
     c: Sequence[DeltaGenerator] = st.columns(3)
     if c[0].checkbox("Speed-up", key="wi_sp"):
         cat = c[0].selectbox("category", sorted(SELECTORS), index=sorted(SELECTORS).index("gemm"), key="wi_sp_cat")

@@ -307,26 +307,11 @@ WHATIFS: dict[str, tuple[str, Callable[[dict], dict] | None, Callable[[dict], li
 }
 
 
-def _host_factor(simulate, trace, target_ms: float, rounds: int = 12) -> dict[str, Any]:
-    """The host speed-up ("cpu" tasks' own time) under which the simulated step of `trace`
-    equals `target_ms`, the capture's unprofiled step: the profiler's own host overhead taken
-    out of a profiled trace (bisection on log factor in [1, 50]; a GPU-bound step may not move)."""
-    import math
-
-    def pred(f: float) -> float:
-        spec = {"version": 1, "edits": [{"kind": "speedup", "category": "cpu", "factor": f}]}
-        return simulate(trace, spec if f != 1.0 else None).predicted_iteration_ms
-
-    lo, hi = 0.0, math.log(50.0)
-    if pred(1.0) <= target_ms:
-        return {"factor": 1.0, "predicted_ms": pred(1.0), "target_ms": target_ms}
-    if pred(math.exp(hi)) > target_ms:
-        return {"factor": 50.0, "predicted_ms": pred(50.0), "target_ms": target_ms, "unreached": True}
-    for _ in range(rounds):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if pred(math.exp(mid)) > target_ms else (lo, mid)
-    f = math.exp(hi)
-    return {"factor": f, "predicted_ms": pred(f), "target_ms": target_ms}
+def _unprofiled(simulate, trace, step_ms: float, edits: list[dict]) -> tuple[float, dict[str, Any]]:
+    """(predicted ms, the edit's report) of `edits` after the `unprofiled` edit: the profiler's
+    host overhead taken out against the capture's unprofiled step (engine/simulate/whatif/unprofiled.py)."""
+    r = simulate(trace, {"version": 1, "edits": [{"kind": "unprofiled", "step_ms": step_ms}, *edits]})
+    return r.predicted_iteration_ms, r.extra.get("unprofiled") or {}
 
 
 def lumos(ctx: Ctx) -> dict[str, Any]:
@@ -354,7 +339,6 @@ def lumos(ctx: Ctx) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001
             unchanged[m] = _error(exc)
     whatifs: dict[str, Any] = {}
-    calibrations: dict[str, dict[str, Any]] = {}
     for name, (model, variant, edits) in WHATIFS.items():
         if model not in traces or ctx.over():
             whatifs[name] = {"skipped": ctx.over() or f"no {model} trace"}
@@ -391,18 +375,14 @@ def lumos(ctx: Ctx) -> dict[str, Any]:
             # the same prediction with the profiler's host overhead taken out: the host factor
             # that brings the base's simulated step to its unprofiled one, kept for the change;
             # checked against the changed model's unprofiled step
-            cal = calibrations.get(model)
-            if cal is None and not ctx.over():
+            if not ctx.over():
                 base_unprof = json.loads((ctx.captures[model] / f"{model}_meta.json").read_text())["median_ms"]
-                cal = calibrations[model] = _host_factor(simulate, base, base_unprof)
-            if cal is not None:
-                host = {"kind": "speedup", "category": "cpu", "factor": cal["factor"]}
-                pc = simulate(base, {"version": 1, "edits": [*spec["edits"], host]}).predicted_iteration_ms
+                pc, rep = _unprofiled(simulate, base, base_unprof, spec["edits"])
                 whatifs[name]["host_calibrated"] = {
-                    "host_factor": cal["factor"],
-                    "base_unprofiled_ms": cal["target_ms"],
-                    "base_calibrated_ms": cal["predicted_ms"],
-                    "unreached": bool(cal.get("unreached")),
+                    "host_factor": rep.get("host_factor"),
+                    "base_unprofiled_ms": base_unprof,
+                    "base_calibrated_ms": rep.get("calibrated_step_ms"),
+                    "unreached": rep.get("calibrated_step_ms", 0) > base_unprof * 1.001,
                     "predicted_ms": pc,
                     "measured_unprofiled_ms": cap["median_ms"],
                     "error": pc / cap["median_ms"] - 1,
@@ -455,17 +435,16 @@ def bound(ctx: Ctx) -> dict[str, Any]:
             "predicted_2x_ms": fast,
             "ratio": fast / base,
         }
-        # the same with the profiler's host overhead taken out (lumos's host calibration): the
+        # the same with the profiler's host overhead taken out (the `unprofiled` edit): the
         # profiled host of a small step is several times its unprofiled one
-        cal = _host_factor(simulate, tr, cap["median_ms"])
-        host = {"kind": "speedup", "category": "cpu", "factor": cal["factor"]}
-        cal_fast = simulate(tr, {"version": 1, "edits": [*spec["edits"], host]}).predicted_iteration_ms
+        c0, rep = _unprofiled(simulate, tr, cap["median_ms"], [])
+        c1, _ = _unprofiled(simulate, tr, cap["median_ms"], spec["edits"])
         out[label]["host_calibrated"] = {
-            "host_factor": cal["factor"],
-            "unreached": bool(cal.get("unreached")),
-            "predicted_ms": cal["predicted_ms"],
-            "predicted_2x_ms": cal_fast,
-            "ratio": cal_fast / cal["predicted_ms"],
+            "host_factor": rep.get("host_factor"),
+            "unreached": rep.get("calibrated_step_ms", 0) > cap["median_ms"] * 1.001,
+            "predicted_ms": c0,
+            "predicted_2x_ms": c1,
+            "ratio": c1 / c0,
         }
     if ctx.cuda:
         out["met"] = out["large"]["ratio"] <= 0.75 and out["small"]["ratio"] >= 0.9

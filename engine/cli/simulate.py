@@ -8,6 +8,9 @@ field and exit with code 2.
 Shorthand what-ifs, appended to the spec's edits: `--device MI300X` (retarget the GPU work to a catalog
 GPU), `--kernel-times OTHER_TRACE` (GPU times from another trace of the same program),
 `--speedup-span REGEX FACTOR` (an inclusive host speed-up: the span and all host work nested in it).
+`--unprofiled-ms MS|meta` (put first): the step measured without the profiler; the host's profiler
+overhead is taken out so that the unchanged trace simulates to it ("meta": the capture meta's
+unprofiled `median_ms`, the slowest rank's).
 
 Many ranks (issue 22): a trace store folder (docs/store.md), any traces with `--fleet`, and traces
 whose whole tables would not fit the loader's memory budget (a folder of 512 rank traces) are
@@ -53,6 +56,13 @@ def register(subparsers) -> None:
         help="what-if: host spans whose name matches REGEX run FACTOR times faster together with all the host "
         "work nested in them (an inclusive speed-up, e.g. the DataLoader); appended to --what-if's edits",
     )
+    p.add_argument(
+        "--unprofiled-ms",
+        dest="unprofiled_ms",
+        metavar="MS|meta",
+        help="what-if: the step measured without the profiler (ms), or 'meta' for the capture meta's median_ms: "
+        "the host's profiler overhead is taken out first (engine/simulate/whatif/unprofiled.py)",
+    )
     p.add_argument("--out", metavar="DIR", help="write predicted_kineto.json.gz and simulate.json here")
     p.add_argument("--config", metavar="JSON", help="SimConfig overrides as inline JSON")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -90,6 +100,27 @@ def _over_load_budget(paths: list[str]) -> str | None:
     return None if budget is None else over_budget(resolve(*paths).files, budget)
 
 
+def _unprofiled_ms(value: str, paths: list[str]) -> float:
+    """--unprofiled-ms: a number of ms, or "meta": the capture meta's unprofiled median step
+    (the slowest rank's: a job steps at its slowest rank)."""
+    from engine.errors import TraceError
+
+    if value != "meta":
+        try:
+            return float(value)
+        except ValueError:
+            raise TraceError(f"--unprofiled-ms: give a step in ms or 'meta', not {value!r}") from None
+    from engine.trace.layout import resolve
+
+    inputs = resolve(*paths)
+    steps = [float(r.meta["median_ms"]) for r in inputs.ranks if (r.meta or {}).get("median_ms")]
+    if not steps and (inputs.meta or {}).get("median_ms"):
+        steps = [float(inputs.meta["median_ms"])]
+    if not steps:
+        raise TraceError("--unprofiled-ms meta: no capture meta with median_ms beside the trace; give the step in ms")
+    return max(steps)
+
+
 def _spec(args: argparse.Namespace, spec_cls):
     """--what-if's spec with the shorthand flags' edits appended (None when there is none)."""
     extra: list[dict] = []
@@ -106,12 +137,16 @@ def _spec(args: argparse.Namespace, spec_cls):
 
             raise TraceError(f"--speedup-span: FACTOR must be a number, got {fac!r}") from None
         extra.append({"kind": "speedup", "name": rx, "factor": factor, "inclusive": True})
+    if getattr(args, "unprofiled_ms", None):
+        extra.insert(0, {"kind": "unprofiled", "step_ms": _unprofiled_ms(args.unprofiled_ms, args.paths)})
     if not args.what_if and not extra:
         return None
     base = spec_cls.parse(args.what_if) if args.what_if else None
     if not extra:
         return base
-    data = {"version": 1, "edits": (base.to_json()["edits"] if base else []) + extra}
+    first = [e for e in extra if e["kind"] == "unprofiled"]  # before the spec's own edits (its docstring)
+    rest = [e for e in extra if e["kind"] != "unprofiled"]
+    data = {"version": 1, "edits": first + (base.to_json()["edits"] if base else []) + rest}
     return replace(spec_cls.parse(data), path=base.path if base else None)
 
 

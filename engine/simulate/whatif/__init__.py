@@ -56,3 +56,4 @@ from engine.simulate.whatif import layers as _layers  # noqa: E402,F401 -- regis
 from engine.simulate.whatif import pipeline as _pipeline  # noqa: E402,F401 -- registers into the registry above
 from engine.simulate.whatif import sharding as _sharding  # noqa: E402,F401 -- registers into the registry above
 from engine.simulate.whatif import speedup as _speedup  # noqa: E402,F401 -- registers into the registry above
+from engine.simulate.whatif import unprofiled as _unprofiled  # noqa: E402,F401 -- registers into the registry above

@@ -85,3 +85,15 @@ def test_whatif_fields_left_empty_are_inferred_and_a_wrong_batch_is_refused(
     at.number_input(key="wi_bs_n").set_value(256)
     at.run()
     assert any("no tensor has a dimension equal to 256" in e.value for e in at.error), [e.value for e in at.error]
+
+
+def test_whatif_unprofiled_step_takes_the_host_overhead_out(whatif_page):
+    at = whatif_page
+    measured = float({m.label: m.value for m in at.metric}["measured iteration ms"])
+    at.checkbox(key="wi_unprof").check().run()
+    assert not at.exception, [e.value for e in at.exception]
+    at.number_input(key="wi_unprof_ms").set_value(round(measured * 0.6, 3)).run()
+    assert not at.exception, [e.value for e in at.exception]
+    predicted = float({m.label: m.value for m in at.metric}["predicted with edits"])
+    # a CPU-only trace: the host is the whole step, so the edit brings it to the given step
+    assert predicted == pytest.approx(measured * 0.6, rel=0.02)

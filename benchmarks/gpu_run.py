@@ -223,7 +223,10 @@ def _docs_lumos(st: dict) -> list[str]:
         "**Lumos check** (simulate the profiled base capture under the what-if, capture the changed "
         "model as the truth): raw = against the changed model's profiled steps; host-calibrated = "
         "the base's host sped up until its simulated step equals its unprofiled one, against the "
-        "changed model's unprofiled step.",
+        "changed model's unprofiled step (the committed run sped up the host ops' own time only, "
+        "capped at 50x; the script now applies the `unprofiled` edit, which shrinks the gaps between "
+        "ops too: its figures on captures brought back from the same machine are in the section "
+        '"What-if on GPU captures").',
         "",
         *table(
             ["what-if", "predicted ms", "measured ms (profiled)", "error", "calibrated ms", "unprofiled ms", "error"],

@@ -570,8 +570,10 @@ def gpu_side(ctx: Ctx) -> dict[str, Any]:
             res = replay(tr, config=cfg)
             rep = T.load(res.kineto_path, use_cache=False)
             with_events = replay(tr, config=ReplayConfig(device=ctx.device, warmup=2, iters=5, op_events=True))
+            one_stream = replay(tr, config=ReplayConfig(device=ctx.device, warmup=2, iters=5, streams=False))
             out[m] = {
                 "replay_step_ms_op_events": with_events.median_step_ms,
+                "replay_step_ms_one_stream": one_stream.median_step_ms,
                 "original": _gpu_side(tr.events, len(step_spans(tr.events))),
                 "replay": _gpu_side(rep.events, res.steps_per_iteration),
                 "replay_step_ms": res.median_step_ms,

@@ -240,6 +240,7 @@ class ReplaySession:
 
             stream_map = assign_streams(self.trace, plan, rank=self.rank)
         self.n_streams = len(stream_map)
+        current = torch.cuda.current_stream() if stream_map else None  # assign_streams' main stream
         for st in plan.steps:
             if not st.runnable:
                 fn = skip_step(st, env)
@@ -252,7 +253,9 @@ class ReplaySession:
             if lazy and (st.index in mats or st.index in drops):
                 fn = with_lazy(fn, mats.get(st.index, []), drops.get(st.index, []), env, store, gen)
             if st.stream is not None and st.stream in stream_map:
-                fn = with_stream(fn, stream_map[st.stream], [stream_map[w] for w in st.wait_streams if w in stream_map])
+                stream = stream_map[st.stream]
+                waits = [stream_map[w] for w in st.wait_streams if w in stream_map]
+                fn = with_stream(fn, stream, waits, main=stream == current)
             steps.append(fn)
         self.steps = steps
         self.gaps = measured_host_gaps(plan) if config.host_gaps else None

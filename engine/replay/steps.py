@@ -178,7 +178,21 @@ def with_lazy(fn, mats, drops, env, store: StorageManager, gen):
     return run
 
 
-def with_stream(fn, stream, waits):
+def with_stream(fn, stream, waits, main: bool = False):
+    """Run `fn` on `stream` after it waits for `waits`. On the main (current) stream no stream
+    context is entered: `torch.cuda.stream(...)` costs host time on every op (a context object,
+    a current-stream query, two stream switches), and most ops of a trace run on the main stream."""
+    if main:
+        if not waits:
+            return fn
+
+        def run_main() -> None:
+            for w in waits:
+                stream.wait_stream(w)
+            fn()
+
+        return run_main
+
     def run() -> None:
         for w in waits:
             stream.wait_stream(w)

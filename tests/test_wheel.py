@@ -214,5 +214,11 @@ def test_installed_app_serves_health(installed):
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
+            pass
+        # `mystique app` exits on SIGTERM before its streamlit child has stopped; a streamlit that
+        # hangs in its shutdown outlived the suite (found alive 40 min after a fresh-clone run)
+        try:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        except ProcessLookupError:
+            pass
+        proc.wait()

@@ -25,7 +25,7 @@ import numpy as np
 
 from engine.rules import Between, Positive
 from engine.simulate.whatif.spec import Edit, register
-from engine.trace.vocab import STEP_PREFIX
+from engine.trace.steps import step_mask
 
 if TYPE_CHECKING:
     from engine.simulate.taskgraph import TaskGraph
@@ -45,7 +45,7 @@ def host_points(g: TaskGraph) -> np.ndarray:
 def step_ms(g: TaskGraph, times: np.ndarray) -> float:
     """Mean simulated ProfilerStep span in ms; the whole simulated span when the trace has none."""
     sp, ep = g.tasks["sp"].to_numpy(), g.tasks["ep"].to_numpy()
-    steps = g.text("name").where(lambda s: s.startswith(STEP_PREFIX)) & ~g.tasks["gpu"].to_numpy(bool)
+    steps = step_mask(g.text("name"), ~g.tasks["gpu"].to_numpy(bool))  # the one step model's host steps
     if steps.any():
         return float(np.mean(times[ep[steps]] - times[sp[steps]])) / 1e3
     return float(np.nanmax(times[ep]) - np.nanmin(times[sp])) / 1e3 if len(sp) else 0.0

@@ -338,15 +338,16 @@ def _stalled(procs, board: ProgressBoard, failed: RankExit) -> RankExit | None:
 
 
 def _is_victim(e: RankExit) -> bool:
-    if e.returncode is not None and e.returncode < 0:
-        return False
+    """A rank that only saw its peer go: its last error is a dropped connection, whether it then
+    exited or aborted (gloo raises SIGABRT on a reset pair: signal 6 with that message)."""
     return any(s in _last_error_line(e.stderr_tail) for s in _PEER_GONE)
 
 
 def _culprit(procs, errs, bad: list[int], include_running: bool = False) -> RankExit:
     """Of the ranks that exited non-zero (and, with `include_running`, ranks still running that
-    already reported an error), the one that caused it: a signal death first, then a rank that
-    timed out, then a rank whose error is not a dropped connection, then the first found."""
+    already reported an error), the one that caused it: a signal death first (not an abort that
+    reports a dropped connection), then a rank that timed out, then a rank whose error is not a
+    dropped connection, then the first found."""
     codes = [p.poll() for p in procs]
     bad = sorted(set(bad) | {r for r, c in enumerate(codes) if c not in (None, 0)})
     if include_running:
@@ -355,8 +356,8 @@ def _culprit(procs, errs, bad: list[int], include_running: bool = False) -> Rank
         )
     tails = {r: _tail(errs[r]) for r in bad}
     last = {r: _last_error_line(tails[r]) for r in bad}
-    for r in bad:
-        if codes[r] is not None and codes[r] < 0:
+    for r in bad:  # a signal death, unless it is gloo's abort on a peer that went first
+        if codes[r] is not None and codes[r] < 0 and not any(s in last[r] for s in _PEER_GONE):
             return RankExit(rank=r, returncode=codes[r], stderr_tail=tails[r])
     for r in bad:  # a rank that timed out waiting is the one the others' errors follow from
         if any(w in last[r] for w in _TIMED_OUT):

@@ -71,6 +71,28 @@ def _tls_configured() -> bool:
     return bool(get("distributed.comm.tls.ca-file", None) and get("distributed.comm.tls.client.cert", None))
 
 
+def _probe(address: str) -> None:
+    """TraceError at once when nothing listens at `address` (a refused or unroutable TCP connect):
+    Dask's Client retries a refused connection until its timeout, so a mistyped port cost
+    CONNECT_TIMEOUT_S before its one-line error. A listener that is not a scheduler is left to the
+    handshake's deadline (`_connect`)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(address)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return
+    if not host or port is None:
+        return
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        why = " ".join((exc.strerror or str(exc) or type(exc).__name__).split()).lower()
+        raise TraceError(f"cannot reach the Dask scheduler at {address}: {why}") from None
+
+
 def _connect(address: str):
     """A Client of the scheduler at `address`, its whole start-up under one deadline
     (CONNECT_TIMEOUT_S); TraceError (one line) when it fails or does not finish in time. A start-up
@@ -78,6 +100,8 @@ def _connect(address: str):
     import threading
 
     from distributed import Client
+
+    _probe(address)
 
     box: dict = {}
     done = threading.Event()

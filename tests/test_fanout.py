@@ -127,5 +127,14 @@ def test_serial_local_and_cluster_stores_are_identical(fleet, cache_dir):
     [("tcp://127.0.0.1:1", "cannot reach the Dask scheduler at tcp://127.0.0.1:1"), ("nowhere", "bad --scheduler")],
 )
 def test_bad_scheduler_is_one_line_exit_2(fleet, tmp_path, scheduler, needle):
+    """A port nobody listens on is refused at once (Dask's Client retried the refused connection
+    until its 10 s timeout: the process took 11 s; now its start-up alone), with the reason."""
+    from engine.fanout import CONNECT_TIMEOUT_S
+
+    t0 = time.monotonic()
     r = cli("sql", fleet, "SELECT count(*) FROM events", "--scheduler", scheduler, cache=tmp_path / "c", timeout=120)
-    one_line_error(r, needle)
+    wall = time.monotonic() - t0
+    line = one_line_error(r, needle)
+    if scheduler.startswith("tcp://"):
+        assert line.endswith("connection refused"), line
+        assert wall < CONNECT_TIMEOUT_S * 0.8, wall

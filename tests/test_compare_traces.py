@@ -3,12 +3,12 @@ from the files (and MANIFEST.json), plus trace-vs-trace of two of our own captur
 
 from __future__ import annotations
 
-import gzip
 import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
+from rawjson import raw_events
 
 from engine.cli.main import main
 from engine.compare import TraceDiff, compare, compare_traces
@@ -18,7 +18,7 @@ SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 
 def _raw_x_events(path: Path):
     counts, durs = Counter(), defaultdict(float)
-    for e in json.loads(gzip.open(path).read())["traceEvents"]:
+    for e in raw_events(path):
         if e.get("ph") == "X":
             key = (e.get("cat", ""), e.get("name", ""))
             counts[key] += 1
@@ -89,7 +89,7 @@ def test_two_sample_captures_differ_structurally(tmp_path, capsys, monkeypatch):
 
 
 def _raw_gpu(path: Path) -> list[dict]:
-    return [e for e in json.loads(gzip.open(path).read())["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy")]
+    return [e for e in raw_events(path) if e.get("cat") in ("kernel", "gpu_memcpy")]
 
 
 @pytest.mark.parametrize(

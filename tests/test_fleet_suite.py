@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 
 import numpy as np
@@ -18,6 +17,7 @@ import pandas as pd
 import pytest
 from clirun import cli
 from conftest import SAMPLES
+from rawjson import raw_events
 
 from engine.fleet.jobs import Job, discover, signature_of, signatures
 from engine.fleet.signature import SHARE_KEYS, WORK_KEYS
@@ -29,8 +29,7 @@ _GPU = ("Kernel", "Memcpy", "Memset", "kernel", "gpu_memcpy", "gpu_memset")
 
 def _busy_share(path) -> float:
     """GPU-busy time inside the step spans / the steps' total, from the raw JSON."""
-    with gzip.open(path) as fh:
-        evs = json.load(fh)
+    evs = raw_events(path)
     steps = sorted(
         (e["ts"], e["ts"] + e["dur"])
         for e in evs

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -12,6 +10,7 @@ import networkx as nx
 import numpy as np
 import pandas as pd
 import pytest
+from rawjson import raw_doc
 
 from engine.errors import TraceError
 from engine.graph import call_tree, descendants, leaves, replay_ops, roots
@@ -25,7 +24,7 @@ def resnet(shared_traces):
 
 def _raw_nodes(path: Path) -> list[dict]:
     """Read the ET file directly (independent of the loader) as {id, name, parent, schema, ...}."""
-    nodes = json.loads(gzip.open(path).read())["nodes"]
+    nodes = raw_doc(path)["nodes"]
     out = []
     for n in nodes:
         if "attrs" in n:

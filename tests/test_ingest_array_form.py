@@ -8,12 +8,12 @@ today's. Golden values are counted from the raw JSON here, not from our parser.
 
 from __future__ import annotations
 
-import gzip
 import json
 from collections import Counter
 
 import pytest
 from clirun import cli
+from rawjson import raw_doc
 
 from engine.errors import TraceError
 from engine.trace import load
@@ -29,8 +29,7 @@ _RENAMED = {
 
 
 def _raw(path) -> list:
-    with gzip.open(path) as fh:
-        return json.load(fh)
+    return raw_doc(path)
 
 
 @pytest.mark.parametrize("name", ["nw0_worker0.pt.trace.json.gz", "nw4_worker0.pt.trace.json.gz"])

@@ -7,19 +7,15 @@ kernels are communication, and no trace leaves over a quarter of its GPU time un
 
 from __future__ import annotations
 
-import gzip
-import json
-
 import pytest
+from rawjson import raw_events
 
 from engine.trace import load
 from engine.trace.kernels import KernelClass, class_shares, classify_kernel
 
 
 def _kernels(path) -> list[tuple[str, float]]:
-    with gzip.open(path) as fh:
-        doc = json.load(fh)
-    evs = doc if isinstance(doc, list) else doc.get("traceEvents", [])
+    evs = raw_events(path)
     return [
         (e["name"], float(e.get("dur", 0)))
         for e in evs

@@ -14,12 +14,12 @@ calls, as the issue counts it) is printed beside it.
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 
 import numpy as np
 import pytest
+from rawjson import raw_events
 
 from tests.conftest import SAMPLES, SHARED_TRACES
 
@@ -63,10 +63,7 @@ def hand_count(path) -> dict:
     W_raw (those calls whole), K (kernels), busy (GPU busy), blocked (GPU-busy part of the
     synchronize calls, of the slow launches and of the copies and memsets that returned after
     their own GPU copy ended), step."""
-    with gzip.open(path) as fh:
-        doc = json.load(fh)
-    evs = doc if isinstance(doc, list) else doc.get("traceEvents", [])
-    evs = [e for e in evs if e.get("ph") == "X" and "dur" in e and "ts" in e]
+    evs = [e for e in raw_events(path) if e.get("ph") == "X" and "dur" in e and "ts" in e]
 
     def cat(e):
         return str(e.get("cat", "")).lower()

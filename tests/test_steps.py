@@ -11,12 +11,12 @@ the b200 trace: one `user_annotation` named `execute_context_1(888_788544)_gener
 from __future__ import annotations
 
 import ast
-import gzip
 import json
 from pathlib import Path
 
 import pytest
 from clirun import cli
+from rawjson import raw_events
 
 from engine.trace import load
 from engine.trace.steps import iteration_ms, measured_steps, step_spans
@@ -86,10 +86,7 @@ def test_without_steps_the_window_is_named_and_no_step_is_measured(tmp_path, cac
 
 def test_b200_serving_trace_reports_its_execute_step(shared_traces, cache_dir):
     path = shared_traces / "tracelens_b200_eager" / "eager_trace.json.gz"
-    with gzip.open(path) as fh:
-        raw = json.load(fh)
-    raw = raw["traceEvents"] if isinstance(raw, dict) else raw
-    xs = [e for e in raw if e.get("ph") == "X"]
+    xs = [e for e in raw_events(path) if e.get("ph") == "X"]
     assert not any(e["name"].startswith("ProfilerStep#") for e in xs)
     want = [e["dur"] for e in xs if e.get("cat") == "user_annotation" and e["name"].startswith("execute_")]
     assert want == [87412.863]

@@ -10,11 +10,11 @@ differ, and a prediction keeps the source's host; their GPU phases match within 
 
 from __future__ import annotations
 
-import gzip
 import json
 from statistics import median
 
 import pytest
+from rawjson import raw_events
 
 from engine.errors import TraceError
 
@@ -31,8 +31,7 @@ def _spec(*edits):
 
 
 def _raw(path) -> list[dict]:
-    doc = json.loads(gzip.open(path).read())
-    return doc if isinstance(doc, list) else doc["traceEvents"]
+    return raw_events(path)
 
 
 def _loader_ms_per_step(path) -> float:

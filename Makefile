@@ -17,7 +17,7 @@ $(BIN)/python:
 # imports, since PYTHONDONTWRITEBYTECODE may be set); pip where uv cannot be had or fails. torch itself
 # stays with pip, which reads the machine's pip configuration (a local CPU wheel).
 EXTRAS := ui,test,gpu,cli,fleet
-INSTALL = { $(BIN)/pip install -q uv >/dev/null 2>&1 && $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode $(1); } || $(BIN)/pip install -q $(1)
+INSTALL = { { test -x $(BIN)/uv || $(BIN)/pip install -q uv >/dev/null 2>&1; } && $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode $(1); } || $(BIN)/pip install -q $(1)
 # torch first, so a CPU-only machine never pulls a multi-GB CUDA build through `torch>=2.5`:
 # with no GPU, take the CPU wheel on hand (torch==2.13.0 here), else PyTorch's CPU index.
 $(STAMP): pyproject.toml | $(BIN)/python

@@ -15,9 +15,9 @@ it measures a composed benchmark by replaying it (`compose.measure`), and above 
 its sharding kinds plan with the simulator's planners. A check that holds for modules can still
 hide a package circle (trace -> compose -> ... -> trace through one late import each), so the
 layer test counts every import the module graph counts, late ones included. Run this file as a
-script to print the upward imports of a checkout (`python tests/test_import_cycles.py [ROOT]`:
-main before issue 34 had 2, trace.layout -> compose.shard.kinds and simulate.whatif.dims ->
-compose.transforms.scale).
+script to print the upward imports and the package pairs that import each other of a checkout
+(`python tests/test_import_cycles.py [ROOT]`: 687fac2, before issue 34's layers, had 7 upward
+imports in three pairs, analysis <-> simulate, compose <-> simulate and compose <-> trace).
 """
 
 from __future__ import annotations
@@ -138,6 +138,15 @@ def upward_imports(root: Path = ROOT) -> list[tuple[str, str]]:
     return sorted(out)
 
 
+def package_circles(root: Path = ROOT) -> list[tuple[str, str]]:
+    """The pairs of engine packages that import each other (late imports included), sorted."""
+    g = nx.DiGraph()
+    for a, b in import_graph(root).edges():
+        if package_of(a) != package_of(b):
+            g.add_edge(package_of(a), package_of(b))
+    return sorted({tuple(sorted((a, b))) for a, b in g.edges() if g.has_edge(b, a)})
+
+
 def test_the_graph_sees_engine_imports():
     """The walker finds real edges, late ones included (a broken walker would pass vacuously)."""
     g = import_graph()
@@ -168,7 +177,8 @@ def test_engine_packages_import_only_lower_layers():
 
 
 def test_the_layer_check_sees_an_upward_import(tmp_path):
-    """The check is not vacuous: main before issue 34 had these two upward late imports."""
+    """The check is not vacuous: a late upward import like trace.layout -> compose.shard.kinds,
+    which main had before issue 34, is caught and its package pair named."""
     (tmp_path / "engine" / "trace").mkdir(parents=True)
     (tmp_path / "engine" / "compose").mkdir()
     (tmp_path / "engine" / "__init__.py").write_text("")
@@ -179,6 +189,7 @@ def test_the_layer_check_sees_an_upward_import(tmp_path):
     )
     (tmp_path / "engine" / "compose" / "kinds.py").write_text("")
     assert upward_imports(tmp_path) == [("engine.trace.layout", "engine.compose.kinds")]
+    assert package_circles(tmp_path) == [("compose", "trace")]
 
 
 def test_package_names_are_not_shadowed_by_submodules():
@@ -210,3 +221,5 @@ if __name__ == "__main__":  # python tests/test_import_cycles.py [ROOT]: the upw
     for a, b in found:
         print(f"{a} -> {b}")
     print(f"{len(found)} upward import(s) in {where / 'engine'}")
+    pairs = package_circles(where)
+    print(f"{len(pairs)} package pair(s) importing each other" + "".join(f"; {a} <-> {b}" for a, b in pairs))

@@ -14,6 +14,7 @@ from app.markup import md_escape
 from app.session import get_trace, reset_searches, traces
 from engine.errors import TraceError
 from engine.figures import critical as critfig
+from engine.figures.style import KIND_LABELS
 
 
 def trace_picker(label: str = "Trace", key: str = "trace_pick", kinds: tuple[str, ...] = ()) -> str | None:
@@ -120,7 +121,7 @@ def show_critical_path(cp: dict, segments, top_ops, *, title: str, key: str) -> 
     """The path across ranks, its time by kind (ms per step) and the ops that hold it."""
     st.plotly_chart(critfig.critical_path_figure(segments, title=title), key=f"{key}_fig", width="stretch")
     st.dataframe(
-        [{"kind": critfig.KIND_LABELS[k], "ms per step": round(v, 3)} for k, v in cp["by_kind"].items()],
+        [{"kind": KIND_LABELS[k], "ms per step": round(v, 3)} for k, v in cp["by_kind"].items()],
         hide_index=True,
         key=f"{key}_by",
     )

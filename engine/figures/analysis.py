@@ -9,6 +9,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from engine.figures.style import (
+    ALERT,
+    BREAKDOWN_COLORS,
+    KIND_COLORS,
+    KIND_LABELS,
+    METRIC_SHORT_LABELS,
+    RANK_BREAKDOWN_LABELS,
+)
+
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
@@ -20,11 +29,8 @@ def breakdown_figure(per_rank: pd.DataFrame) -> go.Figure:
 
     y = [f"rank {r}" for r in per_rank["rank"]]
     fig = go.Figure()
-    for key, name, color in (
-        ("compute_ms", "compute", "#7c5cff"),
-        ("exposed_communication_ms", "communication (not overlapped)", "#ff6b6b"),
-        ("idle_ms", "idle", "#adb5bd"),
-    ):
+    for key, color in BREAKDOWN_COLORS.items():  # the parts that add up to the step
+        name = RANK_BREAKDOWN_LABELS[key]
         fig.add_trace(go.Bar(y=y, x=per_rank[key], name=name, orientation="h", marker_color=color))
     fig.update_layout(
         barmode="stack",
@@ -45,7 +51,7 @@ def rank_timelines(
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from engine.figures.critical import KIND_COLORS, KIND_LABELS, bounded_segments
+    from engine.figures.critical import bounded_segments
     from engine.figures.timeline import TimelineView, aggregate_traces, level_of_detail, prepare, timeline_traces
 
     ranks = sorted(int(r) for r in events["rank"].unique())
@@ -75,7 +81,7 @@ def rank_timelines(
                         y=np.full(len(part), 1.5),
                         orientation="h",
                         width=1.2,
-                        marker=dict(color=KIND_COLORS.get(str(kind), "#e63946"), line=dict(color="#e63946", width=1)),
+                        marker=dict(color=KIND_COLORS.get(str(kind), ALERT), line=dict(color=ALERT, width=1)),
                         name=f"critical path: {KIND_LABELS.get(str(kind), kind)}",
                         legendgroup=f"cp_{kind}",
                         showlegend=k == 1,
@@ -97,14 +103,6 @@ def rank_timelines(
     if window_us:
         fig.update_xaxes(range=[0.0, float(window_us)])
     return fig
-
-
-METRIC_NAMES = {
-    "cpu_util_pct": "CPU %",
-    "sys_cpu_util_pct": "machine CPU %",
-    "rss_mb": "RSS MB",
-    "gpu_util_pct": "GPU util %",
-}
 
 
 def timeline_with_metrics(timeline: go.Figure, samples: dict, *, span_us: float) -> go.Figure:
@@ -132,9 +130,11 @@ def timeline_with_metrics(timeline: go.Figure, samples: dict, *, span_us: float)
     x = (t - t[0]) / (t[-1] - t[0]) * span_us if len(t) > 1 else t
     for k, m in enumerate(metrics, start=2):
         fig.add_trace(
-            go.Scatter(x=x, y=samples[m], mode="lines", name=METRIC_NAMES.get(m, m), line=dict(width=1.5)), row=k, col=1
+            go.Scatter(x=x, y=samples[m], mode="lines", name=METRIC_SHORT_LABELS.get(m, m), line=dict(width=1.5)),
+            row=k,
+            col=1,
         )
-        fig.update_yaxes(title_text=METRIC_NAMES.get(m, m), fixedrange=True, row=k, col=1)
+        fig.update_yaxes(title_text=METRIC_SHORT_LABELS.get(m, m), fixedrange=True, row=k, col=1)
     fig.update_layout(
         barmode="overlay",
         height=int(timeline.layout.height or 400) + 130 * len(metrics),

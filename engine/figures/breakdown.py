@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from engine.figures.style import ACCENT, GPU_IDLE, KERNEL
+
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
@@ -47,7 +49,7 @@ def bar_figure(
             orientation="h",
             customdata=custom,
             hovertext=full,
-            marker_color="#7c5cff",
+            marker_color=ACCENT,
             hovertemplate="%{hovertext}<br>%{x:,.1f} µs<extra></extra>",
         )
     )
@@ -69,8 +71,8 @@ def idle_figure(idle: pd.DataFrame) -> go.Figure:
     label = ("GPU " + idle["gpu"].astype(str) + " / " + idle["stream"].astype(str)).to_numpy()
     fig = go.Figure(
         [
-            go.Bar(y=label, x=idle["busy_us"], name="busy", orientation="h", marker_color="#f72585"),
-            go.Bar(y=label, x=idle["idle_us"], name="idle", orientation="h", marker_color="#555"),
+            go.Bar(y=label, x=idle["busy_us"], name="busy", orientation="h", marker_color=KERNEL),
+            go.Bar(y=label, x=idle["idle_us"], name="idle", orientation="h", marker_color=GPU_IDLE),
         ]
     )
     fig.update_layout(

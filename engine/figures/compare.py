@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from engine.figures.style import ACCENT, HIGHLIGHT, METRIC_LABELS
 from engine.figures.timeline import (
     TimelineView,
     aggregate_traces,
@@ -22,16 +23,6 @@ from engine.figures.timeline import (
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
-
-METRIC_LABELS = {
-    "cpu_util_pct": "process CPU util (%)",
-    "sys_cpu_util_pct": "system CPU util (%)",
-    "rss_mb": "RSS (MB)",
-    "gpu_sm_util_pct": "GPU SM util (%)",
-    "gpu_mem_mb": "GPU memory (MB)",
-    "gpu_power_w": "GPU power (W)",
-    "gpu_clock_mhz": "GPU SM clock (MHz)",
-}
 
 
 def aligned_timelines(
@@ -144,7 +135,7 @@ def time_by_bars(
     y = [wrap_label(n) for n in full]
     lines = sum(max(1, lab.count("<br>") + 1) for lab in y)
     hover = "%{customdata}<br>%{x:,.1f} µs<extra>%{fullData.name}</extra>"
-    sides = ((a_col, labels[0], "#7c5cff"), (b_col, labels[1], "#ffd166"))
+    sides = ((a_col, labels[0], ACCENT), (b_col, labels[1], HIGHLIGHT))
     fig = go.Figure(
         [
             go.Bar(y=y, x=t[col].to_numpy(float), name=name, orientation="h", marker_color=color, customdata=full)
@@ -190,7 +181,7 @@ def metric_curves(curves: pd.DataFrame, labels: tuple[str, str] = ("original", "
         vertical_spacing=0.08,
     )
     for i, m in enumerate(metrics, start=1):
-        for suffix, lab, color in (("original", labels[0], "#7c5cff"), ("replay", labels[1], "#ffd166")):
+        for suffix, lab, color in (("original", labels[0], ACCENT), ("replay", labels[1], HIGHLIGHT)):
             fig.add_trace(
                 go.Scatter(
                     x=curves["u"],

@@ -10,30 +10,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from engine.figures.style import ALERT, KIND_COLORS, KIND_LABELS
+
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-KIND_COLORS = {
-    "compute": "#7c5cff",
-    "communication": "#ff6b6b",
-    "launch_host": "#f4a261",
-    "sync_wait": "#2a9d8f",
-    "host_unrecorded": "#e9c46a",
-    "idle": "#adb5bd",
-}
 # The path has one piece per task it crosses (41,864 on param_resnet's Kineto trace, 312,804 on a
 # 239k-event diffusion trace: a 37 MB figure froze the tab). It is drawn as at most this many bars,
 # the timeline's level-of-detail budget (engine/figures/timeline.py BAR_LIMIT).
 BAR_LIMIT = 400
-HAND_OFF = {"mode": "lines+markers", "name": "hand-off between ranks", "line": {"color": "#e63946", "width": 2}}
-KIND_LABELS = {
-    "compute": "compute",
-    "communication": "communication",
-    "launch_host": "launch / host overhead",
-    "sync_wait": "sync wait",
-    "host_unrecorded": "host (unrecorded)",
-    "idle": "idle",
-}
+HAND_OFF = {"mode": "lines+markers", "name": "hand-off between ranks", "line": {"color": ALERT, "width": 2}}
 
 
 def bounded_segments(segments: pd.DataFrame, limit: int = BAR_LIMIT) -> pd.DataFrame:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from engine.figures.style import SUITE, SUITE_OUTLINE
+
 MAX_POINTS = 5000
 """Points drawn at most (a larger fleet is sampled evenly, picks always kept)."""
 
@@ -38,7 +40,7 @@ def jobs_scatter(points: pd.DataFrame) -> go.Figure:
             name="suite",
             text=[f"{w:.0%}" for w in picks["weight"]],
             textposition="top center",
-            marker={"size": 16, "symbol": "star", "color": "gold", "line": {"width": 1, "color": "black"}},
+            marker={"size": 16, "symbol": "star", "color": SUITE, "line": {"width": 1, "color": SUITE_OUTLINE}},
             customdata=picks[["job", "weight"]].to_numpy(),
             hovertemplate="%{customdata[0]}<br>weight %{customdata[1]:.1%}<extra>suite</extra>",
         )

@@ -23,6 +23,16 @@ import numpy as np
 import pandas as pd
 
 from engine import jsonio
+from engine.figures.style import (
+    CATEGORY_COLORS,
+    DEP_EDGE,
+    HIGHLIGHT,
+    OUTLINE,
+    PHASE_COLORS,
+    SCALE,
+    TRANSPARENT,
+    UNKNOWN,
+)
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -30,23 +40,6 @@ if TYPE_CHECKING:
 
 COLLAPSE_MODES = ("auto", "none", "module", "depth", "chunk")
 COLOR_BY = ("category", "phase", "time")
-CATEGORY_COLORS = {
-    "compute": "#7c5cff",
-    "communication": "#ff6b6b",
-    "view": "#8d99ae",
-    "allocation": "#f4a261",
-    "autograd": "#2a9d8f",
-    "annotation": "#bbbbbb",
-    "custom": "#e9c46a",
-    "mixed": "#cccccc",
-}
-PHASE_COLORS = {
-    "forward": "#4cc9f0",
-    "backward": "#f72585",
-    "optimizer": "#b5e48c",
-    "other": "#adb5bd",
-    "mixed": "#cccccc",
-}
 
 
 # Default node budget of a collapsed view. Why 600: in a browser the draw, not the server, is the
@@ -339,7 +332,7 @@ def edge_segments(
     return ex, ey
 
 
-_DEP_LINE = dict(width=0.6, color="rgba(150,150,170,0.45)")
+_DEP_LINE = dict(width=0.6, color=DEP_EDGE)
 
 
 def _markers(go, part: pd.DataFrame, name: str, marker: dict, *, hover: bool = True):
@@ -373,17 +366,17 @@ def graph_figure(
     size = np.clip(6 + 2 * np.log2(nodes["n_ops"].to_numpy(float)), 6, 22)
     if color_by == "time":
         log_us = np.log10(1 + nodes["time_us"].to_numpy(float))
-        scale = dict(color=log_us, colorscale="Viridis", showscale=True, colorbar=dict(title="log10 µs"))
+        scale = dict(color=log_us, colorscale=SCALE, showscale=True, colorbar=dict(title="log10 µs"))
         fig.add_trace(_markers(go, nodes, "ops", dict(size=size, **scale)))
     else:
         palette = CATEGORY_COLORS if color_by == "category" else PHASE_COLORS
         for value, part in nodes.groupby(color_by, sort=True, observed=True):
-            color = palette.get(str(value), "#999999")
-            marker = dict(size=size[part.index.to_numpy()], color=color, line=dict(width=0.5, color="#222"))
+            color = palette.get(str(value), UNKNOWN)
+            marker = dict(size=size[part.index.to_numpy()], color=color, line=dict(width=0.5, color=OUTLINE))
             fig.add_trace(_markers(go, part, str(value), marker))
     if highlight:
         hl = nodes[nodes["key"].isin(set(highlight))]
-        ring = dict(size=16, color="rgba(0,0,0,0)", line=dict(width=2.5, color="#ffd166"))
+        ring = dict(size=16, color=TRANSPARENT, line=dict(width=2.5, color=HIGHLIGHT))
         fig.add_trace(_markers(go, hl, "selected", ring, hover=False))
     fig.update_layout(
         height=height,

@@ -22,7 +22,19 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from engine.figures.graph import CATEGORY_COLORS, PHASE_COLORS, GraphModel, edge_segments, grid_layout
+from engine.figures.graph import GraphModel, edge_segments, grid_layout
+from engine.figures.style import (
+    ALERT,
+    BLUE,
+    CATEGORY_COLORS,
+    GOLD,
+    HIER_EDGE,
+    OUTLINE,
+    PHASE_COLORS,
+    TEAL,
+    TRANSPARENT,
+    UNKNOWN,
+)
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -309,7 +321,7 @@ def hierarchy_figure(
                 mode="lines",
                 hoverinfo="skip",
                 showlegend=False,
-                line=dict(width=width, color=f"rgba(120,120,150,{alpha})"),
+                line=dict(width=width, color=HIER_EDGE.format(alpha)),
             )
         )
     size = np.clip(8 + 3 * np.log2(nodes["n_ops"].to_numpy(float)), 8, 30)
@@ -337,18 +349,18 @@ def hierarchy_figure(
                 hovertemplate="%{hovertext}<extra></extra>",
                 marker=dict(
                     size=size[idx],
-                    color=palette.get(str(value), "#999999"),
+                    color=palette.get(str(value), UNKNOWN),
                     symbol=["square" if k in ("tree", "range", "outside") else "circle" for k in part["kind"]],
-                    line=dict(width=0.8, color="#222"),
+                    line=dict(width=0.8, color=OUTLINE),
                 ),
             )
         )
     prod, cons = neighbours(model, selected)
     for keys, color, name in (
-        (set(found), "#e63946", "search hits"),
-        (prod, "#4895ef", "producers"),
-        (cons, "#2a9d8f", "consumers"),
-        (set(selected), "#ffb703", "selected"),
+        (set(found), ALERT, "search hits"),
+        (prod, BLUE, "producers"),
+        (cons, TEAL, "consumers"),
+        (set(selected), GOLD, "selected"),
     ):
         hl = nodes[nodes["key"].isin(keys)]
         if len(hl) == 0:
@@ -361,9 +373,7 @@ def hierarchy_figure(
                 name=name,
                 customdata=hl["key"].tolist(),
                 hoverinfo="skip",
-                marker=dict(
-                    size=size[hl.index.to_numpy()] + 10, color="rgba(0,0,0,0)", line=dict(width=3, color=color)
-                ),
+                marker=dict(size=size[hl.index.to_numpy()] + 10, color=TRANSPARENT, line=dict(width=3, color=color)),
             )
         )
     fig.update_layout(

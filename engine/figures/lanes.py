@@ -19,7 +19,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from engine.figures.style import GROUP_COLORS
+from engine.figures.style import FLOW_LINE, GROUP_COLORS
 from engine.trace.vocab import GPU_CATS, RUNTIME_CATS
 
 # Launch lines drawn for one window: one SVG path, but past a few hundred they are a hatch.
@@ -157,7 +157,7 @@ def flow_trace(xy: list):
         y=xy[1],
         mode="lines",
         name=FLOW_NAME,
-        line=dict(color="rgba(255,170,0,0.55)", width=1),
+        line=dict(color=FLOW_LINE, width=1),
         hoverinfo="skip",
         showlegend=True,
     )

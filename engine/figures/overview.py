@@ -10,16 +10,10 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from engine.analysis import ranks as rk
+from engine.figures.style import PANELS, SCALE
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
-
-PANELS = (
-    ("step_ms", "step"),
-    ("compute_ms", "compute"),
-    ("exposed_communication_ms", "exposed communication"),
-    ("idle_ms", "idle"),
-)
 
 
 def step_heatmaps(table: pd.DataFrame, height: int | None = None) -> go.Figure:
@@ -37,7 +31,7 @@ def step_heatmaps(table: pd.DataFrame, height: int | None = None) -> go.Figure:
                 z=grid.to_numpy(),
                 x=[labels.get(int(c), str(c)) for c in grid.columns],
                 y=[int(r) for r in grid.index],
-                colorscale="Viridis",
+                colorscale=SCALE,
                 showscale=False,
                 name=title,
                 hovertemplate=f"rank %{{y}} · %{{x}}<br>{title} %{{z:.3f}} ms<extra></extra>",

@@ -11,17 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from engine.figures.style import PARTS
+
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
     from engine.trace.model import Trace
-
-PARTS = (
-    ("compute_ms", "compute"),
-    ("communication_ms", "communication"),
-    ("exposed_communication_ms", "exposed communication"),
-    ("idle_ms", "idle"),
-)
 
 
 def rank_table(report: dict[str, Any]) -> pd.DataFrame:

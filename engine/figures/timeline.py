@@ -33,7 +33,7 @@ from engine.figures.lanes import (
     stack_depth,
     window_flows,
 )
-from engine.figures.style import GROUP_COLORS
+from engine.figures.style import AGGREGATE, BAR_TEXT, GROUP_COLORS, HIGHLIGHT, SEARCH_OUTLINE, UNKNOWN
 from engine.trace.ranks import of_rank
 from engine.trace.steps import step_spans
 from engine.trace.vocab import GPU_ACTIVITY_CATS
@@ -390,7 +390,7 @@ def timeline_figure(
                 showarrow=True,
                 arrowhead=3,
                 arrowwidth=1.6,
-                arrowcolor="#ffd166",
+                arrowcolor=HIGHLIGHT,
             )
     n_rows = int(ev["y"].max()) + 3 if len(ev) else 10
     fig.update_layout(
@@ -479,7 +479,7 @@ def aggregate_trace(agg: pd.DataFrame, *, legend: bool = True):
         y=-agg["y"].to_numpy(),
         orientation="h",
         name="grouped short events",
-        marker=dict(color="rgba(140,140,150,0.45)", line=dict(width=0)),
+        marker=dict(color=AGGREGATE, line=dict(width=0)),
         showlegend=legend,
         width=0.85,
         customdata=np.stack([np.full(len(agg), None), counts], axis=1),
@@ -538,7 +538,7 @@ def timeline_traces(
         span_us = max(hi - lo, 1e-9)
     px_per_us = PLOT_PX / max(span_us, 1e-9)
     for group, part in ev.groupby("group", sort=True, observed=True):
-        color = GROUP_COLORS.get(group, "#999")
+        color = GROUP_COLORS.get(group, UNKNOWN)
         names = part["name"].astype(str).to_numpy()
         # a name only where it fits, cut to the bar's width: no per-bar text fitting in the browser
         px = part["dur_us"].to_numpy(float) * px_per_us
@@ -551,7 +551,7 @@ def timeline_traces(
         if hits is not None:
             h = hits[ev.index.get_indexer(part.index)] if len(part) else np.zeros(0, bool)
             marker["opacity"] = np.where(h, 1.0, 0.18)
-            marker["line"] = dict(width=np.where(h, 1.5, 0.0), color="#111")
+            marker["line"] = dict(width=np.where(h, 1.5, 0.0), color=SEARCH_OUTLINE)
         out.append(
             go.Bar(
                 base=part["start_us"].to_numpy(),
@@ -568,7 +568,7 @@ def timeline_traces(
                 textposition="inside",
                 insidetextanchor="start",
                 constraintext="none",
-                textfont=dict(size=9, color="#fff"),
+                textfont=dict(size=9, color=BAR_TEXT),
                 hovertemplate=HOVER,
             )
         )

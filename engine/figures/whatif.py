@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from engine.analysis.breakdown import ADDITIVE
+from engine.figures.style import BREAKDOWN_COLORS, PART_LABELS, SENSITIVITY_LABELS
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -21,19 +22,17 @@ def breakdown_bars(
     idle add up to each bar's step; the total communication (exposed + hidden) is in the hover."""
     import plotly.graph_objects as go
 
-    names = {"compute_ms": "compute", "exposed_communication_ms": "exposed communication", "idle_ms": "idle"}
-    colors = {"compute_ms": "#7c5cff", "exposed_communication_ms": "#ff6b6b", "idle_ms": "#adb5bd"}
     fig = go.Figure()
     for k in BREAKDOWN_KEYS:
         vals = [float(d.get(k, 0.0)) for d in (original, predicted)]
         comm = [float(d.get("communication_ms", 0.0)) for d in (original, predicted)]
         fig.add_trace(
             go.Bar(
-                name=names[k],
+                name=PART_LABELS[k],
                 x=list(labels),
                 y=vals,
                 text=[f"{v:.2f}" for v in vals],
-                marker_color=colors[k],
+                marker_color=BREAKDOWN_COLORS[k],
                 customdata=comm,
                 hovertemplate="%{x}: %{y:.3f} ms<br>communication in all: %{customdata:.3f} ms<extra></extra>",
             )
@@ -84,16 +83,6 @@ def sharding_table(report: dict) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(rows)
-
-
-SENSITIVITY_LABELS = {
-    "gpu": "GPU (all GPU work)",
-    "cpu": "CPU (host work)",
-    "communication": "communication",
-    "gemm": "GEMM",
-    "memory_bound": "memory-bound kernels",
-    "attention": "attention",
-}
 
 
 def sensitivity_table(block: dict | None) -> pd.DataFrame:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from operator import attrgetter, itemgetter
 from types import GenericAlias
-from typing import Any, Union
+from typing import Any, Union, cast
 
 import numpy as np
 
@@ -113,10 +113,11 @@ if msgspec is not None:
     _DECODERS = tuple(
         msgspec.json.Decoder(_doc_type(t, label)) for t, label in ((_TAGGED_UNION, "Tagged"), (_Attr, ""))
     )
-    TYPED_DOCS = tuple(d.type for d in _DECODERS)
+    # the document classes (msgspec types `Decoder.type` as a type form; these are Struct classes)
+    TYPED_DOCS: tuple[type, ...] = tuple(cast(type, d.type) for d in _DECODERS)
     _ENCODE = msgspec.json.Encoder().encode
 else:  # pragma: no cover
-    TYPED_DOCS = ()
+    TYPED_DOCS: tuple[type, ...] = ()  # type: ignore[no-redef]
 
 
 def decode_chakra(data: bytes):

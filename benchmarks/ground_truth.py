@@ -38,6 +38,7 @@ from engine import envvars
 from engine.analysis.steps import step_spans
 from engine.simulate import simulate
 from engine.trace import load
+from engine.trace.steps import step_ms
 
 if TYPE_CHECKING:
     from benchmarks.report import num, table
@@ -68,10 +69,6 @@ def _r3(x: float | None) -> float | None:
 
 def _spec(*edits: dict) -> dict:
     return {"version": 1, "edits": list(edits)}
-
-
-def _median_step_ms(events) -> float:
-    return float(step_spans(events)["dur_us"].median()) / 1e3
 
 
 def gpu_phase_ms(events, stat: str = "mean") -> float | None:
@@ -214,9 +211,9 @@ def dataloader() -> list[dict]:
     steps = step_spans(nw0.events)
     return [
         _row(
-            "dataloader", "resnet50 nw0, DataLoader inclusive 1000x -> nw4", _median_step_ms(nw4.events),
-            _median_step_ms(r.predicted.events), statistic="median ProfilerStep span",
-            nw0_measured_ms=round(_median_step_ms(nw0.events), 3),
+            "dataloader", "resnet50 nw0, DataLoader inclusive 1000x -> nw4", step_ms(nw4),
+            step_ms(r.predicted), statistic="median ProfilerStep span",
+            nw0_measured_ms=round(step_ms(nw0), 3),
             loader_ms_per_step=round(float(loader["dur_us"].sum()) / len(steps) / 1e3, 3),
             gpu_phase_measured_ms=_r3(gpu_phase_ms(nw4.events, "median")),
             gpu_phase_predicted_ms=_r3(gpu_phase_ms(r.predicted.events, "median")),

@@ -49,6 +49,7 @@ import pandas as pd
 
 from engine.compare.curves import align
 from engine.replay.result import ReplayResult
+from engine.trace.steps import step_ms
 
 if TYPE_CHECKING:
     from engine.trace.model import Trace
@@ -101,9 +102,9 @@ def original_step_ms(trace: Trace, meta: dict[str, Any] | None) -> tuple[float, 
     """(median step ms, source): the capture's unprofiled median, else the profiled iterations."""
     if meta and meta.get("median_ms") is not None:
         return float(meta["median_ms"]), "capture meta median_ms (unprofiled)"
-    iters = [it["dur_us"] for it in (trace.meta.get("iterations") or []) if it.get("dur_us")]
-    if iters:
-        return float(pd.Series(iters).median()) / 1e3, "trace ProfilerStep iterations (profiled)"
+    ms = step_ms(trace)
+    if ms is not None:
+        return ms, "trace ProfilerStep iterations (profiled)"
     return math.nan, "unknown (no capture meta and no ProfilerStep iterations)"
 
 

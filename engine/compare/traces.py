@@ -37,10 +37,10 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pandas as pd
 
 from engine.compare.replay import json_clean, json_records, rel_error
+from engine.trace.steps import measured_iterations, step_ms
 
 if TYPE_CHECKING:
     from engine.trace.model import Trace
@@ -84,9 +84,8 @@ class TraceDiff:
 
 
 def _iter_stats(trace: Trace) -> dict[str, Any]:
-    iters = [it for it in (trace.meta.get("iterations") or []) if it.get("dur_us")]
-    durs = [float(it["dur_us"]) for it in iters]
-    return {"iterations": len(durs), "median_iter_ms": float(np.median(durs)) / 1e3 if durs else math.nan}
+    ms = step_ms(trace)
+    return {"iterations": len(measured_iterations(trace)), "median_iter_ms": math.nan if ms is None else ms}
 
 
 def _events_by(trace: Trace, keys: list[str], keep_bookkeeping: bool = False) -> pd.DataFrame:

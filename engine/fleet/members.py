@@ -97,8 +97,9 @@ def median_step(kineto: str | None) -> tuple[str | None, float | None, int]:
     if kineto is None:
         return None, None, 0
     import engine.trace as T
+    from engine.trace.steps import measured_iterations
 
-    its = list(T.load(kineto).meta.get("iterations") or [])
+    its = measured_iterations(T.load(kineto))
     its = [i for i, ok in zip(its, _is_step([str(i.get("name", "")) for i in its])) if ok]
     if not its:
         return None, None, 0

@@ -17,8 +17,12 @@ the analyses, the fleet simulator, the critical path and the timeline's first vi
                           annotation, "annotation:<pattern>" (vLLM's `execute_...` ranges,
                           xDiT's `execute_diffusion_...`, SGLang's `step[...]`); else "window",
                           one span per rank over all its events
-  step_ms(trace)          mean measured step in ms (None for a bare window)
-  step_ms_by_rank(trace)  {rank: mean step ms} from `meta["iterations"]`
+  iteration_ms(events)    mean measured step in ms from an events table (None for a bare window)
+  measured_iterations(trace)  `meta["iterations"]` records with a duration: what load and
+                          ingest recorded (no events are read)
+  step_ms(trace)          their median in ms (None without one): what every reader of a trace's
+                          step time calls (compare, the fleet's members, the benchmarks)
+  step_ms_by_rank(trace)  {rank: mean step ms} from the same records
   step_owners(ops, ids)   the step node each op id is nested in (None outside every step)
   et_steps(ops, ids)      the ET's `ProfilerStep#N` nodes that hold any of the op ids `ids`:
                           how many recorded steps a replay of those ops runs per iteration
@@ -140,17 +144,26 @@ def iteration_ms(events: pd.DataFrame | None) -> float | None:
     return float(ms.spans["dur_us"].mean()) / 1000.0
 
 
+def measured_iterations(trace: Trace) -> list[dict]:
+    """The trace's recorded steps with a duration: its `meta["iterations"]` records (what load,
+    ingest and a prediction wrote, one per host step span and rank) whose `dur_us` is nonzero, in
+    record order; no events are read."""
+    return [it for it in (getattr(trace, "meta", None) or {}).get("iterations") or [] if it.get("dur_us")]
+
+
 def step_ms(trace: Trace) -> float | None:
-    """The trace's mean measured step in ms (`iteration_ms` of its events)."""
-    return iteration_ms(trace.events)
+    """The trace's median recorded step in ms over all its steps and ranks (`measured_iterations`);
+    None when it recorded none. The median, not the mean: one slow first step (warm-up, a
+    compile) moves a mean of a few steps far more than it moves the step the job runs."""
+    durs = [float(it["dur_us"]) for it in measured_iterations(trace)]
+    return float(np.median(durs)) / 1e3 if durs else None
 
 
 def step_ms_by_rank(trace: Trace) -> dict[int, float]:
-    """{rank: mean ProfilerStep span in ms} from the trace's `meta["iterations"]` (what load and
-    ingest recorded; no events are read)."""
+    """{rank: mean step span in ms} of the trace's `measured_iterations` that name their rank."""
     out: dict[int, list[float]] = {}
-    for it in (getattr(trace, "meta", None) or {}).get("iterations") or []:
-        if it.get("rank") is not None and it.get("dur_us"):
+    for it in measured_iterations(trace):
+        if it.get("rank") is not None:
             out.setdefault(int(it["rank"]), []).append(float(it["dur_us"]) / 1e3)
     return {r: sum(v) / len(v) for r, v in sorted(out.items())}
 
@@ -210,6 +223,7 @@ __all__ = [
     "host_mask",
     "iteration_ms",
     "iterations",
+    "measured_iterations",
     "measured_steps",
     "step_mask",
     "step_ms",

@@ -73,6 +73,11 @@ VARS: tuple[EnvVar, ...] = (
         "where fan-outs over ranks run: `serial`, `local` or `tcp://HOST:PORT` (engine.fanout)",
     ),
     EnvVar(
+        "MYSTIQUE_DASK_CONNECT_S",
+        "10",
+        "the deadline, in whole seconds (1-600), for reaching a `tcp://` scheduler, Dask's handshake included (engine.fanout)",
+    ),
+    EnvVar(
         "MYSTIQUE_APP_SCHEDULER",
         "unset",
         "set by `mystique app --scheduler`: every new UI session starts with it",

@@ -18,7 +18,7 @@ Schedulers (`--scheduler` on the CLI, default from MYSTIQUE_SCHEDULER, else "loc
 One item runs serially under "local": starting workers costs more than it saves.
 
 Connecting is bounded as a whole (issue 31): the client's start-up, Dask's handshake included,
-runs on a helper thread under one deadline of CONNECT_TIMEOUT_S, so an address where something
+runs on a helper thread under one deadline (CONNECT_TIMEOUT_S, or MYSTIQUE_DASK_CONNECT_S), so an address where something
 listens but does not speak Dask is refused in seconds (it hung past 120 s), and any failure
 there (a TLS address without TLS settings was a traceback) is one line naming the address.
 
@@ -42,7 +42,23 @@ ENV = "MYSTIQUE_SCHEDULER"
 SERIAL = "serial"
 LOCAL = "local"
 _ADDRESS = re.compile(r"^(tcp|tls)://[^\s:/]+:\d{1,5}$")
-CONNECT_TIMEOUT_S = 10
+CONNECT_TIMEOUT_S = 10  # the default; MYSTIQUE_DASK_CONNECT_S sets another (connect_timeout_s)
+CONNECT_ENV = "MYSTIQUE_DASK_CONNECT_S"
+
+
+def connect_timeout_s() -> int:
+    """The connect deadline in whole seconds: MYSTIQUE_DASK_CONNECT_S (1-600), else
+    CONNECT_TIMEOUT_S; TraceError (one line) for any other value, never a silent clamp."""
+    raw = envvars.get(CONNECT_ENV)
+    if raw is None:
+        return CONNECT_TIMEOUT_S
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 600:
+        raise TraceError(f"{CONNECT_ENV} must be whole seconds from 1 to 600, got {raw!r}")
+    return value
 
 
 def resolve(scheduler: str | None) -> str:
@@ -87,7 +103,7 @@ def _probe(address: str) -> None:
     if not host or port is None:
         return
     try:
-        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+        socket.create_connection((host, port), timeout=connect_timeout_s()).close()
     except OSError as exc:
         why = " ".join((exc.strerror or str(exc) or type(exc).__name__).split()).lower()
         raise TraceError(f"cannot reach the Dask scheduler at {address}: {why}") from None
@@ -95,12 +111,13 @@ def _probe(address: str) -> None:
 
 def _connect(address: str):
     """A Client of the scheduler at `address`, its whole start-up under one deadline
-    (CONNECT_TIMEOUT_S); TraceError (one line) when it fails or does not finish in time. A start-up
+    (`connect_timeout_s`); TraceError (one line) when it fails or does not finish in time. A start-up
     still running at the deadline is left to its daemon thread, which closes what it gets."""
     import threading
 
     from distributed import Client
 
+    deadline = connect_timeout_s()
     _probe(address)
 
     box: dict = {}
@@ -109,7 +126,7 @@ def _connect(address: str):
 
     def start() -> None:
         try:
-            client = Client(address, timeout=CONNECT_TIMEOUT_S)
+            client = Client(address, timeout=deadline)
         except BaseException as exc:  # noqa: BLE001  # handed to the caller
             box["error"] = exc
         else:
@@ -120,11 +137,11 @@ def _connect(address: str):
             done.set()
 
     threading.Thread(target=start, name="mystique-dask-connect", daemon=True).start()
-    if not done.wait(CONNECT_TIMEOUT_S + 2):
+    if not done.wait(deadline + 2):
         gave_up.set()
         raise TraceError(
-            f"cannot reach the Dask scheduler at {address}: no Dask handshake within {CONNECT_TIMEOUT_S} s "
-            "(something else listens there?)"
+            f"cannot reach the Dask scheduler at {address}: no Dask handshake within {deadline} s "
+            f"(something else listens there? a slower link: set {CONNECT_ENV})"
         )
     if "client" in box:
         return box["client"]

@@ -299,9 +299,11 @@ def test_8_tls_scheduler_without_tls_settings_is_one_line(cache_dir):
     one_line_error(r, "tls://127.0.0.1:8786", "TLS settings")
 
 
-def test_11_a_listener_that_does_not_speak_dask_is_refused_in_seconds(cache_dir):
+def test_11_a_listener_that_does_not_speak_dask_is_refused_in_seconds(cache_dir, monkeypatch):
     """Something listens at the address (a plain TCP server that accepts and says nothing): the
-    client's start-up hung past 120 s. Its whole start-up, handshake included, has one deadline."""
+    client's start-up hung past 120 s. Its whole start-up, handshake included, has one deadline,
+    MYSTIQUE_DASK_CONNECT_S here (2 s instead of the default 10: the message and the wall time
+    show the knob is the one obeyed)."""
     import socket
     import threading
     import time
@@ -323,6 +325,7 @@ def test_11_a_listener_that_does_not_speak_dask_is_refused_in_seconds(cache_dir)
     t = threading.Thread(target=serve, daemon=True)
     t.start()
     addr = f"tcp://127.0.0.1:{srv.getsockname()[1]}"
+    monkeypatch.setenv("MYSTIQUE_DASK_CONNECT_S", "2")
     try:
         t0 = time.monotonic()
         r = cli("sql", DDP, "SELECT 1", "--scheduler", addr, cache=cache_dir, timeout=110)
@@ -333,9 +336,18 @@ def test_11_a_listener_that_does_not_speak_dask_is_refused_in_seconds(cache_dir)
         for c in held:
             c.close()
         srv.close()
-    one_line_error(r, addr, "handshake")
-    assert wall < 45, wall
+    one_line_error(r, addr, "no Dask handshake within 2 s", "MYSTIQUE_DASK_CONNECT_S")
+    assert 2 <= wall < 45, wall  # it waited the deadline asked for, not the default's 10 s
     assert held, "the client never connected: the test did not test the handshake"
+
+
+@pytest.mark.parametrize("value", ["0", "601", "1.5", "soon"])
+def test_11_a_bad_connect_deadline_is_refused_not_clamped(cache_dir, monkeypatch, value):
+    """MYSTIQUE_DASK_CONNECT_S outside whole seconds 1-600 is one line naming it, before any
+    connection is tried (the address is a refused port: a clamp would report that instead)."""
+    monkeypatch.setenv("MYSTIQUE_DASK_CONNECT_S", value)
+    r = cli("sql", DDP, "SELECT 1", "--scheduler", "tcp://127.0.0.1:1", cache=cache_dir, timeout=60)
+    one_line_error(r, "MYSTIQUE_DASK_CONNECT_S must be whole seconds from 1 to 600", repr(value))
 
 
 # 5 --------------------------------------------------------------------------------------------

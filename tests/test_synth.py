@@ -339,3 +339,36 @@ def test_pre_concrete_inputs_step_replays_on_cpu(shared_traces, cache):
     cov = res["coverage"]
     assert cov["selected"] > 800
     assert cov["replayed"] >= 0.99 * cov["selected"], cov["by_reason"]
+
+
+def test_a_second_load_reuses_the_synthesized_et_and_its_report(cache, tmp_path, monkeypatch):
+    """The ET was kept in the cache but synthesized again on every load (only the write was
+    skipped), so compose-then-replay of a Kineto-only file paid the synthesis twice (the 2022
+    DLRM step: 2 x 11.7 s). Now the report is kept beside the ET: a second load, also of a copy
+    of the file in another folder, synthesizes nothing and reports the same counts against its
+    own path; a report that does not read is synthesized again."""
+    import shutil
+
+    from engine.compose import synth
+
+    src = SAMPLES / "mlp" / "mlp_kineto.json.gz"
+    first = synth.load_synthesized(src)
+    want = first.meta["synthesized"]
+    assert want["cpu_ops"] == _raw_cpu_ops(src)  # a real count, from the raw JSON
+    calls = []
+    real = synth.synthesize_file
+    monkeypatch.setattr(synth, "synthesize_file", lambda *a, **k: calls.append(a) or real(*a, **k))
+    other = tmp_path / "elsewhere" / src.name
+    other.parent.mkdir()
+    shutil.copyfile(src, other)
+    again = synth.load_synthesized(other)
+    assert calls == []
+    got = again.meta["synthesized"]
+    assert got["path"].startswith(str(other)) and not got["path"].startswith(str(src))
+    assert {k: v for k, v in got.items() if k != "path"} == {k: v for k, v in want.items() if k != "path"}
+    assert len(again.ops) == len(first.ops)
+    side = synth._report_path(synth.synthesized_path(src))
+    side.write_text("{not json")
+    assert synth.load_synthesized(src).meta["synthesized"]["cpu_ops"] == want["cpu_ops"]
+    assert len(calls) == 1  # the broken report was made again, from a new synthesis
+    assert side.read_bytes().startswith(b"{")

@@ -53,7 +53,7 @@ def run_ingest(args: argparse.Namespace) -> int:
 
     from engine.cli.common import print_json, progress_bar
     from engine.fleet.jobs import discover, signatures
-    from engine.outdir import atomic_write, prepare
+    from engine.outdir import atomic_fill, atomic_write, prepare
 
     out = prepare(args.out)
     jobs = discover(list(args.paths))
@@ -62,9 +62,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     good = [r for r in rows if "skipped" not in r]
     skipped = [r for r in rows if "skipped" in r]
     table = pd.DataFrame(good)
-    tmp = out / ".signatures.parquet.tmp"
-    table.to_parquet(tmp, index=False)
-    tmp.replace(out / "signatures.parquet")
+    atomic_fill(out / "signatures.parquet", lambda fh: table.to_parquet(fh, index=False))
     atomic_write(
         out / "fleet.json",
         json.dumps({"jobs": len(good), "skipped": skipped, "paths": [str(p) for p in args.paths]}, indent=2),

@@ -135,6 +135,7 @@ class SynthReport:
             "inferred_values",
         )
         rep = cls(**{k: d[k] for k in keys if k in d})
+        rep.flow = dict(d.get("flow") or {})
         rep.skipped = dict(d.get("skipped") or {})
         rep.skipped_ops = list(d.get("skipped_ops") or [])
         return rep
@@ -841,16 +842,45 @@ def synthesized_path(path: str | Path) -> Path:
     return cache_root() / "synth" / f"{stem}_{h.hexdigest()[:16]}_et.json.gz"
 
 
+def _report_path(et_path: Path) -> Path:
+    """The report kept beside a synthesized ET (same key)."""
+    return et_path.with_name(et_path.name.removesuffix("_et.json.gz") + "_report.json")
+
+
+def _cached_report(path: str | Path, out: Path) -> SynthReport | None:
+    """The report kept with the cached ET `out` of `path`, its paths made this call's; None when
+    either file is missing or the report does not read."""
+    side = _report_path(out)
+    if not (out.is_file() and side.is_file()):
+        return None
+    try:
+        kept = jsonio.loads(side.read_bytes())
+        rep = SynthReport.from_dict(kept["report"])
+        src = str(kept["source"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    here = str(path)  # the same bytes under another name: the member part of the path is kept
+    rep.path = here + rep.path[len(src) :] if rep.path.startswith(src) else here
+    rep.et_path = str(out)
+    return rep
+
+
 def write_synthesized(path: str | Path) -> tuple[Path, SynthReport]:
-    """Synthesize (or reuse) the ET of a Kineto file; (ET path, report)."""
+    """Synthesize (or reuse) the ET of a Kineto file; (ET path, report). The ET and its report
+    are kept in the trace cache under the file's bytes (`synthesized_path`), so a second load of
+    the same file (compose, then replay or compare) reads them instead of synthesizing again."""
+    from engine.outdir import atomic_write
+
     out = synthesized_path(path)
+    rep = _cached_report(path, out)
+    if rep is not None:
+        return out, rep
     doc, rep = synthesize_file(path)
     rep.et_path = str(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     if not out.is_file():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_bytes(gzip.compress(jsonio.dumps(doc), compresslevel=3))
-        tmp.replace(out)
+        atomic_write(out, gzip.compress(jsonio.dumps(doc), compresslevel=3))
+    atomic_write(_report_path(out), jsonio.dumps({"source": str(path), "report": rep.to_dict()}))
     return out, rep
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -140,12 +141,17 @@ def test_composed_plan_is_the_plan_the_whatif_ranks():
 
 @pytest.mark.perf
 def test_greedy_slowest_rank_beats_naive_replayed(tmp_path, cache_dir, original):
-    """Replay every rank's compute; the slowest greedy rank must beat the slowest table-wise rank."""
-    res = measure.dlrm_plans(ranks=(2, 4), plans=("table", "greedy"), rounds=5, tmp=tmp_path)
+    """Replay every rank's compute; the slowest greedy rank must beat the slowest table-wise rank.
+
+    Timed in the replay thread's CPU time (the replay runs on 1 thread): on a shared 2-core CI
+    host, wall time also counts the time the thread waited for a core; a CI run on 2026-12-07 saw
+    greedy / naive 1.00 by wall time where this machine measures 0.78-0.88 by either clock."""
+    res = measure.dlrm_plans(ranks=(2, 4), plans=("table", "greedy"), rounds=9, tmp=tmp_path, clock=time.thread_time)
     for n in ("2_ranks", "4_ranks"):
         info = res[n]
         assert sum(info["greedy"]["lookups_per_rank"]) == original["lookups"]
-        assert info["greedy"]["slowest_ms"] < info["table"]["slowest_ms"], info
+        per_rank = {p: info[p]["rank_ms"] for p in ("table", "greedy")}
+        assert info["greedy"]["slowest_ms"] < info["table"]["slowest_ms"], (n, per_rank)
 
 
 @pytest.fixture(scope="module")

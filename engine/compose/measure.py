@@ -126,8 +126,13 @@ def layer_repeat(ks=(1, 2, 4), rounds: int = 7, tmp: Path | None = None, module:
 
 
 def dlrm_plans(
-    ranks=(2, 4), plans=("table", "row", "column", "greedy"), rounds: int = 5, tmp: Path | None = None
+    ranks=(2, 4),
+    plans=("table", "row", "column", "greedy"),
+    rounds: int = 5,
+    tmp: Path | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> dict:
+    """Per-rank replay ms of each embedding plan (`clock`: as in `alternate`)."""
     tmp = Path(tmp or tempfile.mkdtemp())
     out: dict = {}
     for n in ranks:
@@ -151,7 +156,7 @@ def dlrm_plans(
             }
             for r, p in paths.items():
                 traces[f"{plan}/{r}"] = _load(p)
-        t = alternate(traces, rounds)
+        t = alternate(traces, rounds, clock=clock)
         for plan in plans:
             per = [t[f"{plan}/{r}"]["median_ms"] for r in range(n)]
             info[plan]["rank_ms"] = [round(x, 3) for x in per]

@@ -1,11 +1,13 @@
 """A distributed launcher runs the meta check once per recorded rank and hands the sizes to its
-ranks (engine.replay.budget -> run_spec.json -> engine.replay.dist_worker). Why: torch's Python
-meta kernels pull in torch._dynamo and sympy, ~1.5 s of CPU in every rank process; the launcher
+ranks (engine.replay.budget -> run_spec.json -> engine.replay.dist_worker), and a single-process
+replay finds the sizes of a plan it checked before in the parse cache. Why: torch's Python meta
+kernels pull in torch._dynamo and sympy, ~1.5 s of CPU in every replay process; the launcher
 already builds each rank's plan for the memory budget."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -27,13 +29,15 @@ print(json.dumps({"dynamo": "torch._dynamo" in sys.modules, "sympy": "sympy" in 
 """
 
 
-def _session(sizes: dict | None, et) -> dict:
+def _session(sizes: dict | None, et, cache) -> dict:
+    """A ReplaySession of `et` in a fresh process whose parse cache is `cache`."""
     r = subprocess.run(
         [sys.executable, "-c", _SESSION, json.dumps(sizes), str(et)],
         capture_output=True,
         text=True,
         cwd=ROOT,
         timeout=300,
+        env={**os.environ, "MYSTIQUE_CACHE_DIR": str(cache)},
     )
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -48,14 +52,46 @@ def _launcher_sizes(et) -> dict:
     return {str(k): v for k, v in b.meta_bytes[0].items()}
 
 
-def test_a_rank_given_the_launchers_sizes_imports_neither_dynamo_nor_sympy(cache_dir):
+def test_a_rank_given_the_launchers_sizes_imports_neither_dynamo_nor_sympy(cache_dir, tmp_path):
     sizes = _launcher_sizes(MLP_ET)
     assert len(sizes) > 20 and all(v is None or v >= 0 for v in sizes.values())
-    handed = _session(sizes, MLP_ET)
-    alone = _session(None, MLP_ET)  # the control: the check run in the rank itself
+    handed = _session(sizes, MLP_ET, tmp_path / "empty-cache")
+    alone = _session(None, MLP_ET, tmp_path / "another-empty-cache")  # the control: the check run here
     assert alone["dynamo"] and alone["sympy"], alone  # else this test measures nothing
     assert not handed["dynamo"] and not handed["sympy"], handed
     assert handed["skipped"] == alone["skipped"]
+
+
+def test_a_second_replay_of_a_plan_finds_its_sizes_in_the_cache(tmp_path):
+    """The crafted arange/eye/outer: the first process computes the sizes (and imports dynamo),
+    the second of the same plan reads them and still skips the three hand-counted ops; the same
+    ops with larger arguments are another key, checked afresh."""
+    import gzip
+
+    from crafted_et import OUTSIZED_MIB, _Builder, outsized_factories
+
+    b = _Builder()
+    ids = outsized_factories(b)
+    et = tmp_path / "big_et.json.gz"
+    et.write_bytes(gzip.compress(json.dumps(b.doc).encode()))
+    cache = tmp_path / "cache"
+    first, second = _session(None, et, cache), _session(None, et, cache)
+    assert first["dynamo"] and sorted(first["skipped"]) == sorted(ids), first
+    assert not second["dynamo"] and not second["sympy"], second
+    assert second["skipped"] == first["skipped"]
+    (memo,) = (cache / "meta-sizes").iterdir()
+    got = json.loads(memo.read_text())["sizes"]
+    for i, mib in zip(ids, OUTSIZED_MIB, strict=True):
+        assert got[str(i)] == pytest.approx(mib * 2**20, rel=1e-3)
+    # the same ops, arange's end doubled in the raw JSON: another call, so another key
+    doc = json.loads(json.dumps(b.doc))
+    node = next(n for n in doc["nodes"] if n["id"] == ids[0])
+    node["inputs"]["values"] = [v * 2 if isinstance(v, int) and v > 1000 else v for v in node["inputs"]["values"]]
+    et2 = tmp_path / "bigger_et.json.gz"
+    et2.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    third = _session(None, et2, cache)
+    assert third["dynamo"], third  # computed, not read
+    assert len(list((cache / "meta-sizes").iterdir())) == 2
 
 
 def test_the_launchers_sizes_skip_outsized_ops_in_every_rank(tmp_path, cache_dir):

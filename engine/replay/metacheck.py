@@ -15,10 +15,17 @@ torch's meta kernels for many ops are Python decompositions, whose first call im
 torch._dynamo and sympy (~1.8 s of CPU per process, benchmarks/results/suite_cpu.json). A
 distributed launcher therefore computes `meta_sizes` once per recorded rank, beside the memory
 budget it already plans (engine.replay.budget), and its ranks apply them (`skip_over_meta(...,
-sizes)`) without calling a meta kernel.
+sizes)`) without calling a meta kernel. A single-process replay finds them in the parse cache
+(`<cache dir>/meta-sizes/<key>.json`): the key is the sha256 of every checked op's call as the
+meta device sees it (overload, argument values, each tensor's shape, strides, dtype and which
+arguments share one), torch's version and META_VERSION, so a second replay of the same plan, in
+any process and from any copy of the trace, calls no meta kernel; a different call is a
+different key, and an unreadable or unwritable cache only means computing them again.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import torch
 
@@ -30,6 +37,8 @@ SLACK_BYTES = 1 << 20
 """Outputs may exceed the recorded ones by this much (or by the factor below) before refusal."""
 FACTOR = 2.0
 _META = torch.device("meta")
+META_VERSION = "m1"
+"""Part of the cache key of remembered sizes: bump when what `meta_output_bytes` counts changes."""
 
 
 def _device_args(ov) -> tuple[set[int], set[str]]:
@@ -42,8 +51,9 @@ def _device_args(ov) -> tuple[set[int], set[str]]:
     return pos, names
 
 
-def meta_output_bytes(st: OpStep, recs: dict) -> int | None:
-    """Bytes of new storage `st` allocates, computed on the meta device; None when unknown."""
+def _meta_call(st: OpStep, recs: dict):
+    """(overload, args, kwargs, {slot: meta tensor}) of `st`'s call on the meta device; None when
+    it has no overload or its inputs' records make no meta tensor."""
     ov = st.resolved.overload if st.resolved is not None else None
     if ov is None:
         return None
@@ -69,6 +79,35 @@ def meta_output_bytes(st: OpStep, recs: dict) -> int | None:
             kw[k] = _META
     if kw.get("pin_memory"):
         kw["pin_memory"] = False
+    return ov, a, kw, tensors
+
+
+def _describe(x, slot_of: dict[int, int]) -> object:
+    """What the meta kernel sees of an argument, as plain values (a tensor: which input it is,
+    shape, strides, offset, dtype, storage bytes)."""
+    if isinstance(x, torch.Tensor):
+        return ("T", slot_of.get(id(x)), tuple(x.shape), x.stride(), x.storage_offset(), str(x.dtype),
+                x.untyped_storage().nbytes())  # fmt: skip
+    if isinstance(x, (list, tuple)):
+        return (type(x).__name__, *(_describe(v, slot_of) for v in x))
+    if isinstance(x, dict):
+        return ("D", *((k, _describe(v, slot_of)) for k, v in sorted(x.items())))
+    return (type(x).__name__, repr(x))
+
+
+def _call_key(call) -> str:
+    ov, a, kw, tensors = call
+    slot_of = {id(t): i for i, t in enumerate(tensors.values())}
+    return repr((str(ov), _describe(a, slot_of), _describe(kw, slot_of)))
+
+
+def meta_output_bytes(st: OpStep, recs: dict, call=None) -> int | None:
+    """Bytes of new storage `st` allocates, computed on the meta device; None when unknown.
+    `call`: its `_meta_call`, when already built."""
+    call = call if call is not None else _meta_call(st, recs)
+    if call is None:
+        return None
+    ov, a, kw, tensors = call
     try:
         res = ov(*a, **kw)
     except Exception:  # noqa: BLE001 -- no meta kernel, data-dependent shapes: the recorded sizes stand
@@ -95,7 +134,48 @@ def meta_sizes(plan: Plan) -> dict[int, int | None]:
     for st in plan.steps:
         for _, _, slot, rec in st.outs:
             recs[slot] = rec
-    return {int(st.op_id): meta_output_bytes(st, recs) for st in plan.steps if _checked(st)}
+    calls = {int(st.op_id): (st, _meta_call(st, recs)) for st in plan.steps if _checked(st)}
+    h = hashlib.sha256(f"{META_VERSION}|{torch.__version__}".encode())
+    for op_id, (_, call) in calls.items():
+        h.update(f"|{op_id}:{_call_key(call) if call is not None else None}".encode())
+    memo = _memo_path(h.hexdigest())
+    known = _read_memo(memo, set(calls))
+    if known is not None:
+        return known
+    sizes = {
+        op_id: meta_output_bytes(st, recs, call) if call is not None else None for op_id, (st, call) in calls.items()
+    }
+    _write_memo(memo, sizes)
+    return sizes
+
+
+def _memo_path(key: str):
+    from engine.trace.cache import cache_root
+
+    return cache_root() / "meta-sizes" / f"{key[:40]}.json"
+
+
+def _read_memo(path, op_ids: set[int]) -> dict[int, int | None] | None:
+    from engine import jsonio
+
+    try:
+        d = jsonio.loads(path.read_bytes())
+        sizes = {int(k): (None if v is None else int(v)) for k, v in d["sizes"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return sizes if set(sizes) == op_ids else None
+
+
+def _write_memo(path, sizes: dict[int, int | None]) -> None:
+    from engine import jsonio
+    from engine.errors import TraceError
+    from engine.outdir import atomic_write
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, jsonio.dumps({"sizes": {str(k): v for k, v in sizes.items()}}))
+    except (OSError, TraceError):
+        pass  # a read-only or full cache: computed again next time
 
 
 def skip_over_meta(plan: Plan, available: int, sizes: dict[int, int | None] | None = None) -> int:

@@ -205,7 +205,7 @@ class ReplaySession:
         plan, device, config, lazy = self.plan, self.device, self.config, self.lazy
         self.gen = gen = torch.Generator().manual_seed(config.seed)
         self.env = env = [None] * plan.n_slots  # type: list[Any]
-        self.store = store = StorageManager(device=device, seed=config.seed)
+        self.store = store = StorageManager(device=device, seed=config.seed, placement=plan.placement)
         steps: list[Callable[[], None]] = []
         externals = list(plan.externals.values())
         mats: dict[int, list] = {}
@@ -457,6 +457,7 @@ class ReplaySession:
                 "iters": config.iters,
                 "mode": config.mode,
                 "host_gaps": config.host_gaps,
+                "host_tensors_on_cpu": bool(plan.placement and plan.placement.keep_host),
                 "num_threads": torch.get_num_threads(),
                 "rank": self.rank,
                 "streams": getattr(self, "n_streams", 0),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ import pandas as pd
 
 from engine.replay.collectives import CollectiveCall, CollKind, collective_call
 from engine.replay.dispatch import convert_scalar, is_collective, resolve
+from engine.replay.placement import Placement
 from engine.replay.reasons import SkipReason
 from engine.replay.resolved import DispatchError, Resolved
 from engine.replay.tensors import Constraint, External, TensorRec, index_constraints
@@ -78,6 +80,8 @@ class Plan:
     # bytes held for the whole run outside the recorded tensor flow: library modules rebuilt by
     # custom rebuilders (FBGEMM TBE weights, optimizer state, batch) and collective buffers
     resident_bytes: int = 0
+    placement: Placement | None = None
+    """Where each recorded device's tensors and factory calls go (engine.replay.placement)."""
 
 
 def _is_tensor_type(t: str) -> bool:
@@ -107,6 +111,7 @@ def _tensor_rec(value: Any, shape: Any, type_str: str, strides: Any) -> TensorRe
         dtype=dtype_of(type_str),
         shape=shp,
         strides=st,
+        device=value[5] if len(value) > 5 and isinstance(value[5], str) else "",
     )
 
 
@@ -224,6 +229,7 @@ def build_plan(
     sel = ops[ops["id"].isin(ids)].sort_values("id", kind="stable")
     ctx = _PlanContext(
         device=device,
+        placement=Placement.for_trace(device, _recorded_devices(sel)),
         allow_trace_code=allow_trace_code,
         collectives=collectives,
         custom=custom,
@@ -258,7 +264,23 @@ def build_plan(
         n_slots=ctx.n_slots,
         produced_bytes=ctx.produced_bytes,
         resident_bytes=resident,
+        placement=ctx.placement,
     )
+
+
+_TENSOR_DEVICE = re.compile(r'\[\s*-?\d+\s*,\s*-?\d+\s*,\s*-?\d+\s*,\s*-?\d+\s*,\s*-?\d+\s*,\s*"([^"]*)"\s*\]')
+"""A six-element tensor record's device, in an op's raw inputs/outputs JSON."""
+
+
+def _recorded_devices(sel: pd.DataFrame):
+    """The devices of the tensors `sel`'s ops record, in op order (a generator, read lazily: the
+    raw JSON is searched, not parsed)."""
+    for col in ("inputs", "outputs"):
+        if col in sel.columns:
+            for io in sel[col]:
+                if isinstance(io, str):
+                    for m in _TENSOR_DEVICE.finditer(io):
+                        yield m.group(1)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -266,6 +288,7 @@ class _PlanContext:
     """What planning carries from op to op: the settings, and the slots handed out so far."""
 
     device: str
+    placement: Placement
     allow_trace_code: bool
     collectives: Any
     custom: Any
@@ -330,7 +353,7 @@ def _plan_op(st: OpStep, r: Any, ctx: _PlanContext) -> None:
     st.resolved = res
     fix_rec = _bind_inputs(st, ins, ctx)
     _constrain_indices(constraints, fix_rec, ctx.externals)
-    _fill_templates(st, res, types, values, fix_rec, ctx.device)
+    _fill_templates(st, res, types, values, fix_rec, ctx.placement)
     _bind_outputs(st, res, outs, ctx)
 
 
@@ -441,7 +464,7 @@ def _constrain_indices(constraints: list, fix_rec: dict[int, list], externals: d
 
 
 def _fill_templates(
-    st: OpStep, res: Resolved, types: list, values: list, fix_rec: dict[int, list], device: str
+    st: OpStep, res: Resolved, types: list, values: list, fix_rec: dict[int, list], placement: Placement
 ) -> None:
     """The call's positional and keyword templates: recorded values converted, tensors as fix-ups."""
     rec_val: dict[int, Any] = {}
@@ -452,7 +475,9 @@ def _fill_templates(
         elif isinstance(v, list) and i in fix_rec:
             rec_val[i] = [None if (isinstance(x, str) and x == "<None>") or isinstance(x, list) else x for x in v]
         else:
-            rec_val[i] = convert_scalar(v, t, res.arg_types.get(i), device)
+            rec_val[i] = convert_scalar(
+                v, t, res.arg_types.get(i), placement.of(v) if t == "Device" else placement.target
+            )
     for p, (kind, x) in enumerate(res.positional):
         if kind == "rec":
             st.pos.append(_copy(rec_val.get(x)))

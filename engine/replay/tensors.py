@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.replay.placement import Placement
+
 _INT_DTYPES = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}
 
 
@@ -37,6 +39,8 @@ class TensorRec:
     dtype: str
     shape: tuple
     strides: tuple | None
+    device: str = ""
+    """The device the trace recorded ("cpu", "cuda:0"; "" when it recorded none)."""
 
     def torch_dtype(self) -> torch.dtype:
         dt = getattr(torch, self.dtype, None) if self.dtype else None
@@ -281,6 +285,8 @@ class StorageManager:
 
     device: str
     seed: int = 0
+    placement: Placement | None = None
+    """Where each recorded device's tensors go (engine.replay.placement); None: all on `device`."""
     _buffers: dict = field(default_factory=dict)
     _sizes: dict = field(default_factory=dict)
     _filled: dict = field(default_factory=dict)
@@ -303,7 +309,7 @@ class StorageManager:
         prefilled = False
         if buf is None:
             nbytes = max(self._sizes.get(key, rec.nbytes()), rec.nbytes(), 1)
-            buf = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+            buf = torch.empty(nbytes, dtype=torch.uint8, device=self._device(rec))
             self._buffers[key] = buf
             if (dt.is_floating_point or dt.is_complex) and nbytes % dt.itemsize == 0:
                 # fill the whole storage once in the first view's dtype: later views of the same
@@ -320,7 +326,7 @@ class StorageManager:
                 self._filled[key] = dt
         else:
             prefilled = self._filled.get(key) == dt and e.constraint is None
-        t = torch.empty(0, dtype=dt, device=self.device)
+        t = torch.empty(0, dtype=dt, device=buf.device)
         t.set_(buf.untyped_storage(), rec.offset, tuple(int(s) for s in rec.shape), rec.stride_tuple())
         if not prefilled and not (self._filled.get(key) == dt and e.constraint is None):
             fill_(t, rec.dtype, e.constraint, gen)
@@ -330,10 +336,13 @@ class StorageManager:
         """A fresh tensor for `e` with no shared buffer (lazy mode: freed after last use)."""
         rec = e.rec
         t = torch.empty_strided(
-            tuple(int(s) for s in rec.shape), rec.stride_tuple(), dtype=rec.torch_dtype(), device=self.device
+            tuple(int(s) for s in rec.shape), rec.stride_tuple(), dtype=rec.torch_dtype(), device=self._device(rec)
         )
         fill_(t, rec.dtype, e.constraint, gen)
         return t
+
+    def _device(self, rec: TensorRec) -> str:
+        return self.placement.of(rec.device) if self.placement is not None else self.device
 
     def release(self) -> None:
         self._buffers.clear()

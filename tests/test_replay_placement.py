@@ -61,6 +61,13 @@ def test_a_cuda_traces_host_tensors_stay_on_the_cpu(shared_traces, cache_dir):
     assert on_cpu and on_cpu == {k for k in placed if raw.get(k) == {"cpu"}}
     assert all(placed[k] == "meta" for k in placed if raw.get(k) == {"cuda:0"})
     assert len(placed) - len(on_cpu) > 100  # the model's weights and activations: on the device
+    # a selection of host-only ops is still part of a GPU job: where the job ran decides
+    trace = T.load(et)
+    devs = trace.tensors.groupby("op_id")["device"].agg(lambda d: set(map(str, d)))
+    host_only = [int(i) for i, d in devs.items() if d == {"cpu"}]
+    assert host_only
+    plan = build_plan(trace.ops, host_only, device="meta", allow_trace_code=False)
+    assert plan.placement.keep_host
 
 
 def test_a_cpu_trace_moves_wholly_to_the_replays_device(cache_dir):

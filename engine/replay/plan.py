@@ -229,7 +229,7 @@ def build_plan(
     sel = ops[ops["id"].isin(ids)].sort_values("id", kind="stable")
     ctx = _PlanContext(
         device=device,
-        placement=Placement.for_trace(device, _recorded_devices(sel)),
+        placement=Placement.for_trace(device, _recorded_devices(ops)),  # the whole rank: where the job ran
         allow_trace_code=allow_trace_code,
         collectives=collectives,
         custom=custom,

@@ -61,13 +61,6 @@ def test_a_cuda_traces_host_tensors_stay_on_the_cpu(shared_traces, cache_dir):
     assert on_cpu and on_cpu == {k for k in placed if raw.get(k) == {"cpu"}}
     assert all(placed[k] == "meta" for k in placed if raw.get(k) == {"cuda:0"})
     assert len(placed) - len(on_cpu) > 100  # the model's weights and activations: on the device
-    # a selection of host-only ops is still part of a GPU job: where the job ran decides
-    trace = T.load(et)
-    devs = trace.tensors.groupby("op_id")["device"].agg(lambda d: set(map(str, d)))
-    host_only = [int(i) for i, d in devs.items() if d == {"cpu"}]
-    assert host_only
-    plan = build_plan(trace.ops, host_only, device="meta", allow_trace_code=False)
-    assert plan.placement.keep_host
 
 
 def test_a_cpu_trace_moves_wholly_to_the_replays_device(cache_dir):
@@ -103,6 +96,13 @@ def test_a_recorded_device_argument_follows_the_same_rule(tmp_path, cache_dir, r
         [(b.tensor(), "Tensor(float)", [16], [1])],
         hostile=False,
     )  # fmt: skip
+    host_op = b.add(  # an op on host tensors only, in the same GPU job
+        "aten::mul",
+        "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor",
+        [(b.tensor(), "Tensor(float)", [16], [1]), (b.tensor(), "Tensor(float)", [16], [1])],
+        [(b.tensor(), "Tensor(float)", [16], [1])],
+        hostile=False,
+    )
     et = tmp_path / "cuda_et.json.gz"
     et.write_bytes(gzip.compress(json.dumps(b.doc).encode()))
     trace = T.load(et)
@@ -111,6 +111,9 @@ def test_a_recorded_device_argument_follows_the_same_rule(tmp_path, cache_dir, r
     assert st.runnable, st.reason
     devices = [x for x in (*st.pos, *st.kw.values()) if isinstance(x, torch.device)]
     assert devices == [torch.device(expected)]
+    # selected alone, the host-only op stays on the host: where the job ran decides, not the selection
+    plan = build_plan(trace.ops, [host_op], device="meta", allow_trace_code=False)
+    assert plan.placement.keep_host and {e.rec.device for e in plan.externals.values()} == {"cpu"}
 
 
 @pytest.mark.gpu

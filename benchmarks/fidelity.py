@@ -172,6 +172,7 @@ def run_model(
         "trace": str(folder),
         "fresh_capture": fresh,
         "host_gaps": host_gaps,
+        "host_tensors_on_cpu": res.config.get("host_tensors_on_cpu"),  # engine/replay/placement.py
     }
 
 

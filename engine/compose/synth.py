@@ -55,7 +55,7 @@ from engine.trace.categories import OP_NAME
 from engine.trace.dtypes import dtype_of, itemsize_of
 from engine.trace.vocab import LEGACY_CATS
 
-SYNTH_VERSION = "s5"
+SYNTH_VERSION = "s6"
 PROVENANCE_KEY = "mystique_kineto"
 _HOST_CATS = ("cpu_op", "user_annotation")
 _NON_TENSOR = frozenset(("", "Scalar", "ScalarList", "TensorList", "GenericList", "None"))
@@ -321,9 +321,9 @@ _STR_NEUTRAL = {"reduce_op": "sum", "red_op": "sum", "group_name": "0"}
 _NEUTRAL_BY_OP = {("aten::transpose", "dim0"): -2, ("aten::transpose", "dim1"): -1}
 
 
-def _fill_unknown(schema, vals: list, ets: list, unknown: list[int]) -> str | None:
+def _fill_unknown(schema, vals: list, ets: list, unknown: list[int], device: str = "cpu") -> str | None:
     """Values for arguments the trace did not give: the schema default, else a neutral value
-    (scalars only); a problem text when a list has neither."""
+    (scalars only; a device: the trace's own, `device`); a problem text when a list has neither."""
     args = schema.arguments
     for i in unknown:
         a = args[i] if i < len(args) else None
@@ -359,8 +359,8 @@ def _fill_unknown(schema, vals: list, ets: list, unknown: list[int]) -> str | No
         if ets[i].startswith("GenericList") or (ets[i] == "?" and "List" in full) or "Tensor" in full:
             return f"argument '{a.name if a is not None else i}' ({full}) is not recorded"
         st = full.replace("Optional[", "").rstrip("]")
-        if st == "Device":  # the replay puts every device argument on its own device
-            vals[i], ets[i] = "cpu", "Device"
+        if st == "Device":  # the trace's device: a GPU job's replay keeps only recorded "cpu" on the host
+            vals[i], ets[i] = device, "Device"
             continue
         if st == "Stream":  # the replay binds its own current stream (engine/replay/accel.py)
             vals[i], ets[i] = 0, "Int"
@@ -736,7 +736,7 @@ def _op_node(
         (guessed if guess else inferred).extend(got)
         unknown = [i for i in unknown if i not in got]
     if unknown:
-        problem = _fill_unknown(ov._schema, vals, ets, unknown)
+        problem = _fill_unknown(ov._schema, vals, ets, unknown, ctx.device)
         if problem is not None:
             return None, (SynthSkip.UNKNOWN_VALUE, problem)
     node = _node(nid, name, parent, attrs, {"values": vals, "shapes": shapes, "types": ets, "strides": sts})

@@ -4,11 +4,11 @@ ran on an accelerator, which stay on the CPU.
 Why: a CUDA job keeps some tensors on the host on purpose: the optimizer's step counters (Adam
 reads each one with `.item()`), scalars it multiplies GPU tensors by, what it copies back with
 `.to("cpu")`. The ET records each tensor's device (`[..., "cpu"]`, `[..., "cuda:0"]`). Replayed
-on the GPU with every tensor moved there, each `.item()` on a step counter became a
-device-to-host copy that waits for the GPU queue to drain: a transformer step with single-tensor
-Adam (29 parameters) then left the GPU idle while the host issued each parameter's update, and
-replayed 13-17 % slower than the original on an H200 (benchmarks/results/gpu_run_cuda.json,
-`compare.gpu_side`: the same kernels, 28.4 ms of them per step, in a 33.6 ms step). A trace
+on the GPU with every tensor moved there, each `.item()` on a step counter becomes a
+device-to-host copy that waits for the GPU queue to drain, and the GPU idles while the host
+issues the next parameter's update: the likely cause of a transformer (Adam, 29 parameters)
+replaying 12-17 % slower than the original on an H200 with the same kernels, 28.4 ms of them in
+a 33.6 ms step (benchmarks/results/gpu_run_cuda.json, `compare.gpu_side`). A trace
 recorded on the CPU only is replayed wholly on the chosen device, as before: there, "cpu" is
 where the job ran, not a choice to keep something on the host.
 """

@@ -1,7 +1,7 @@
 """A trace that ran on an accelerator keeps its host tensors on the CPU when replayed on one
-(engine/replay/placement.py). Found on an H200 (issue 33): the transformer's Adam step counters,
-recorded on the CPU, were moved to the GPU, so each `.item()` drained the GPU queue and the
-replay ran 13-17 % over the original with the very same kernels. The `meta` device stands in
+(engine/replay/placement.py). Found in an H200 run's figures (issue 33): the transformer replayed
+12-17 % over the original with the very same kernels; its Adam step counters, recorded on the
+CPU, were moved to the GPU, where each `.item()` drains the GPU queue (the likely cause). The `meta` device stands in
 for the GPU here: placement is decided before any kernel runs."""
 
 from __future__ import annotations

@@ -272,12 +272,12 @@ _TENSOR_DEVICE = re.compile(r'\[\s*-?\d+\s*,\s*-?\d+\s*,\s*-?\d+\s*,\s*-?\d+\s*,
 """A six-element tensor record's device, in an op's raw inputs/outputs JSON."""
 
 
-def _recorded_devices(sel: pd.DataFrame):
-    """The devices of the tensors `sel`'s ops record, in op order (a generator, read lazily: the
-    raw JSON is searched, not parsed)."""
+def _recorded_devices(ops: pd.DataFrame):
+    """The devices of the tensors `ops` record, in op order (a generator, read lazily: the raw
+    JSON is searched, not parsed)."""
     for col in ("inputs", "outputs"):
-        if col in sel.columns:
-            for io in sel[col]:
+        if col in ops.columns:
+            for io in ops[col]:
                 if isinstance(io, str):
                     for m in _TENSOR_DEVICE.finditer(io):
                         yield m.group(1)

@@ -372,3 +372,28 @@ def test_a_second_load_reuses_the_synthesized_et_and_its_report(cache, tmp_path,
     assert synth.load_synthesized(src).meta["synthesized"]["cpu_ops"] == want["cpu_ops"]
     assert len(calls) == 1  # the broken report was made again, from a new synthesis
     assert side.read_bytes().startswith(b"{")
+
+
+@pytest.mark.parametrize("name", ["transformer", "gpt2_hf"])
+def test_meta_run_memo_changes_no_byte_of_the_synthesized_et(name, monkeypatch):
+    """Synthesis runs each replayed-level op on meta tensors; a step repeats a few signatures
+    (synth_flow._MEMO), so the answers are remembered. With the memo on, the ET must equal, byte
+    for byte, the one made with a memo that never answers: this fails when the key leaves out
+    anything a meta run reads (a size list, a dim, a dtype)."""
+    import itertools
+
+    from engine import jsonio
+    from engine.compose import synth_flow
+    from engine.compose.synth import synthesize_file
+
+    src = SAMPLES / name / f"{name}_kineto.json.gz"
+    calls: list[str] = []
+    real_key = synth_flow._memo_key
+    monkeypatch.setattr(synth_flow, "_MEMO", {})
+    monkeypatch.setattr(synth_flow, "_memo_key", lambda node: calls.append(real_key(node)) or calls[-1])
+    with_memo = jsonio.dumps(synthesize_file(src)[0])
+    assert len(set(calls)) < 0.8 * len(calls), (len(set(calls)), len(calls))  # the memo really answered
+    fresh = itertools.count()
+    monkeypatch.setattr(synth_flow, "_MEMO", {})
+    monkeypatch.setattr(synth_flow, "_memo_key", lambda node: f"never-{next(fresh)}")
+    assert jsonio.dumps(synthesize_file(src)[0]) == with_memo

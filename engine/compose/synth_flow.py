@@ -50,8 +50,38 @@ def _sig(shape, et: str, strides) -> tuple:
     return (tuple(shape or ()), et, tuple(strides or ()))
 
 
+# (op, schema, types, shapes, strides, non-tensor values) -> _meta_outputs' answer. A training
+# step calls the same few signatures again and again (every layer, every micro-batch): on the
+# 2022 DLRM-like trace 32,347 meta runs had 1,512 distinct signatures. A meta run reads nothing
+# else (meta tensors hold no data; the recorded tensor ids and offsets do not enter it), so the
+# answer is the same; callers only read the outputs' shape, strides and dtype. Bounded: cleared
+# when full.
+_MEMO: dict[str, tuple | None] = {}
+_MEMO_MAX = 65_536
+
+
+def _memo_key(node: dict) -> str:
+    ins = node["inputs"]
+    types = ins["types"]
+    vals = [None if t.startswith(("Tensor(", "GenericList[Tensor")) else v for t, v in zip(types, ins["values"])]
+    schema = next((a["value"] for a in node["attrs"] if a["name"] == "op_schema"), "")
+    return repr((node["name"], schema, types, ins["shapes"], ins["strides"], vals))
+
+
 def _meta_outputs(node: dict):
     """The op's outputs on meta tensors (a list of tensors), or None when it cannot run there."""
+    key = _memo_key(node)
+    if key in _MEMO:
+        got = _MEMO[key]
+        return None if got is None else (got[0], list(got[1]))
+    got = _run_meta(node)
+    if len(_MEMO) >= _MEMO_MAX:
+        _MEMO.clear()
+    _MEMO[key] = got
+    return None if got is None else (got[0], list(got[1]))
+
+
+def _run_meta(node: dict):
     from engine.compose.meta_run import meta_dtype, meta_tensor, run_on_meta
     from engine.replay.dispatch import resolve
     from engine.replay.resolved import DispatchError

@@ -144,6 +144,7 @@ def split_list_type(type_str: str) -> tuple[str, ...]:
 _BITS = {"bool": 8, "uint8": 8, "int8": 8, "qint8": 8, "quint8": 8, "float4_e2m1fn_x2": 8}
 
 
+@lru_cache(maxsize=256)
 def itemsize_of(dtype: str) -> int:
     """Bytes per element of a torch dtype name ("float32" -> 4, "float8_e4m3fn" -> 1)."""
     if dtype in _BITS:

@@ -123,3 +123,34 @@ def test_the_launchers_sizes_skip_outsized_ops_in_every_rank(tmp_path, cache_dir
         for i, mib in zip(ids, OUTSIZED_MIB, strict=True):
             assert "on the meta device" in skipped[i]["reason"] and f"{mib:,.1f} MiB" in skipped[i]["detail"]
     assert res.world_size == 2
+
+
+@pytest.mark.parametrize("rel", ["param_resnet/resnet_et.json.gz"])
+def test_each_distinct_call_runs_once_and_every_op_keeps_its_own_size(rel, shared_traces, cache_dir, monkeypatch):
+    """meta_sizes runs each distinct call (its key: overload, values, tensor geometry and sharing)
+    on the meta device once: other teams' ResNet ET repeats a few calls per layer. The sizes must
+    equal, op by op, what each op's own meta run gives: this fails when the key leaves out
+    anything the meta kernel reads."""
+    import engine.trace as T
+    from engine.graph import replay_ops
+    from engine.replay import ReplayConfig, metacheck
+    from engine.replay.custom import CustomOps
+    from engine.replay.plan import build_plan
+
+    trace = T.load(shared_traces / rel)
+    ids = replay_ops(trace, ReplayConfig().mode, rank=0)
+    plan = build_plan(trace.ops, ids, device="cpu", allow_trace_code=False, custom=CustomOps())
+    runs = []
+    real = metacheck.meta_output_bytes
+    monkeypatch.setattr(
+        metacheck, "meta_output_bytes", lambda st, recs, call=None: runs.append(st) or real(st, recs, call)
+    )
+    sizes = metacheck.meta_sizes(plan)
+    assert len(sizes) > 1000 and len(runs) < 0.5 * len(sizes), (len(runs), len(sizes))
+    recs = {e.slot: e.rec for e in plan.externals.values()}
+    for st in plan.steps:
+        for _, _, slot, rec in st.outs:
+            recs[slot] = rec
+    one_by_one = {int(st.op_id): real(st, recs) for st in plan.steps if int(st.op_id) in sizes}
+    assert sizes == one_by_one
+    assert sum(v is not None and v > 0 for v in sizes.values()) > 500  # real sizes, not all unknown

@@ -135,16 +135,26 @@ def meta_sizes(plan: Plan) -> dict[int, int | None]:
         for _, _, slot, rec in st.outs:
             recs[slot] = rec
     calls = {int(st.op_id): (st, _meta_call(st, recs)) for st in plan.steps if _checked(st)}
+    keys = {op_id: _call_key(call) if call is not None else None for op_id, (_, call) in calls.items()}
     h = hashlib.sha256(f"{META_VERSION}|{torch.__version__}".encode())
-    for op_id, (_, call) in calls.items():
-        h.update(f"|{op_id}:{_call_key(call) if call is not None else None}".encode())
+    for op_id, key in keys.items():
+        h.update(f"|{op_id}:{key}".encode())
     memo = _memo_path(h.hexdigest())
     known = _read_memo(memo, set(calls))
     if known is not None:
         return known
-    sizes = {
-        op_id: meta_output_bytes(st, recs, call) if call is not None else None for op_id, (st, call) in calls.items()
-    }
+    # a step repeats a few calls (every layer, every parameter): each distinct call, as the key
+    # describes it (overload, values, tensor geometry and sharing), runs on the meta device once
+    by_key: dict[str, int | None] = {}
+    sizes: dict[int, int | None] = {}
+    for op_id, (st, call) in calls.items():
+        key = keys[op_id]
+        if key is None:
+            sizes[op_id] = None
+        else:
+            if key not in by_key:
+                by_key[key] = meta_output_bytes(st, recs, call)
+            sizes[op_id] = by_key[key]
     _write_memo(memo, sizes)
     return sizes
 

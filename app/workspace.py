@@ -16,6 +16,7 @@ import streamlit as st
 from app.markup import md_escape
 from engine import envvars
 from engine.errors import TraceError
+from engine.outdir import atomic_write
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -125,7 +126,7 @@ def save_upload(name: str, data: bytes) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     p = d / Path(name).name
     if not p.exists():
-        p.write_bytes(data)
+        atomic_write(p, data)  # a second session reading the same upload never sees half of it
     return p
 
 

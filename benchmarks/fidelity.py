@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 
 from harness import ROOT  # first: puts the repo root on sys.path (benchmarks/harness.py)
 
-from engine import jsonio
 from engine.compare.fidelity import geomean_error, iqr_over_median, step_errors
+from engine.outdir import write_json
 
 if TYPE_CHECKING:
     from benchmarks.report import pct, table
@@ -236,7 +236,7 @@ def main(argv=None) -> int:
         )
     print(f"geomean error: {geo:.2%}   (wall {time.perf_counter() - t_start:.1f} s)")
     out = Path(args.out)
-    jsonio.write_json(
+    write_json(
         out,
         {
             "records": records,

@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING
 
 from harness import ROOT  # first: puts the repo root on sys.path (benchmarks/harness.py)
 
-from engine import envvars, jsonio
+from engine import envvars
+from engine.outdir import write_json
 
 if TYPE_CHECKING:
     from benchmarks.report import table
@@ -290,7 +291,7 @@ def main(argv=None) -> int:
             f"{side['min_round_ratio']:.2f}x; goal 3x)"
         )
     out = Path(args.out)
-    jsonio.write_json(
+    write_json(
         out,
         {
             "results": results,

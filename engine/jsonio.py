@@ -51,12 +51,3 @@ except ImportError:  # pragma: no cover - exercised by tests/test_minimal_instal
 
 
 __all__ = ["OPT_INDENT_2", "OPT_NON_STR_KEYS", "OPT_SERIALIZE_NUMPY", "JSONDecodeError", "dumps", "loads"]
-
-
-def write_json(path, obj) -> None:
-    """`obj` as indented JSON at `path` (parent folders made); numpy values serialize."""
-    from pathlib import Path
-
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_bytes(dumps(obj, option=OPT_INDENT_2 | OPT_SERIALIZE_NUMPY | OPT_NON_STR_KEYS, default=str))

@@ -97,6 +97,17 @@ def atomic_folder(final: str | os.PathLike, prefix: str = ".tmp-") -> Iterator[P
         raise
 
 
+def write_json(path: str | os.PathLike, obj) -> Path:
+    """`obj` as indented JSON at `path`, written atomically (parent folders made; numpy values
+    and non-string keys serialize)."""
+    from engine import jsonio
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    opts = jsonio.OPT_INDENT_2 | jsonio.OPT_SERIALIZE_NUMPY | jsonio.OPT_NON_STR_KEYS
+    return atomic_write(p, jsonio.dumps(obj, option=opts, default=str))
+
+
 def atomic_fill(path: str | os.PathLike, fill: Callable[[BinaryIO], object], failure: str | None = None) -> Path:
     """`atomic_write` for a writer that wants a file object (`fill(fh)`: Parquet, a stream);
     `failure` is the one-line message with a `{}` for the reason."""

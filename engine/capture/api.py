@@ -349,14 +349,15 @@ class CaptureSession:
         et_path = c.out_dir / f"{c.name}_et.json.gz"
         kineto_path = c.out_dir / f"{c.name}_kineto.json.gz"
         meta_path = c.out_dir / f"{c.name}_meta.json"
-        for src, dst in ((et_src, et_path), (self._kineto_tmp, kineto_path)):
+        from engine.outdir import atomic_copy, atomic_write
+
+        def _gzip(fin, raw):
             # mtime=0: identical content gives identical bytes (stable sha256 cache keys)
-            with (
-                open(src, "rb") as fin,
-                open(dst, "wb") as raw,
-                gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as fout,
-            ):
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as fout:
                 shutil.copyfileobj(fin, fout)
+
+        for src, dst in ((et_src, et_path), (self._kineto_tmp, kineto_path)):
+            atomic_copy(src, dst, _gzip)
         median = statistics.median(self._step_ms)
         meta = {
             "format": "mystique-capture/1",
@@ -375,7 +376,7 @@ class CaptureSession:
             "modules": self._labels.classes if self._labels is not None else {},
             **environment(c.device),
         }
-        meta_path.write_bytes(jsonio.dumps(meta, option=jsonio.OPT_INDENT_2 | jsonio.OPT_SERIALIZE_NUMPY))
+        atomic_write(meta_path, jsonio.dumps(meta, option=jsonio.OPT_INDENT_2 | jsonio.OPT_SERIALIZE_NUMPY))
         report(self.progress, 1.0, "done")
         return CaptureResult(
             et_path=et_path,

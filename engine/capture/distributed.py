@@ -152,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         meta = dict(res.meta)
         meta.update(rank=rank, world_size=world, dist_backend=dist.get_backend())
-        res.meta_path.write_bytes(jsonio.dumps(meta, option=jsonio.OPT_INDENT_2 | jsonio.OPT_SERIALIZE_NUMPY))
+        from engine.outdir import atomic_write
+
+        atomic_write(res.meta_path, jsonio.dumps(meta, option=jsonio.OPT_INDENT_2 | jsonio.OPT_SERIALIZE_NUMPY))
         dist.barrier()
         dist.destroy_process_group()
         del torch

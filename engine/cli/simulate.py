@@ -182,9 +182,11 @@ def run(args: argparse.Namespace) -> int:
         kpath = export_kineto(result.predicted.events, out / "predicted_kineto.json.gz", trace.meta)
         data["predicted_trace"] = str(kpath)
         from engine import jsonio
+        from engine.outdir import atomic_write
 
-        (out / "simulate.json").write_bytes(
-            jsonio.dumps(data, option=jsonio.OPT_INDENT_2 | jsonio.OPT_SERIALIZE_NUMPY, default=str)
+        atomic_write(
+            out / "simulate.json",
+            jsonio.dumps(data, option=jsonio.OPT_INDENT_2 | jsonio.OPT_SERIALIZE_NUMPY, default=str),
         )
     if args.json:
         print_json(data)
@@ -247,8 +249,10 @@ def _run_fleet(args: argparse.Namespace, spec, cfg) -> int:
     data["store"] = str(store)
     if args.out:
         out = Path(args.out)
+        from engine.outdir import atomic_write
+
         out.mkdir(parents=True, exist_ok=True)
-        (out / "simulate.json").write_bytes(jsonio.dumps(data, option=jsonio.OPT_INDENT_2, default=str))
+        atomic_write(out / "simulate.json", jsonio.dumps(data, option=jsonio.OPT_INDENT_2, default=str))
     if args.json:
         print_json(data)
         return 0

@@ -214,9 +214,9 @@ def write_script(bench: Benchmark, out_dir) -> Path:
         .replace("__ITERS__", str(int(bench.spec.iters)))
         .replace("__WARMUP__", str(int(bench.spec.warmup)))
     )
-    p = Path(out_dir) / "run_benchmark.py"
-    p.write_text(text)
-    return p
+    from engine.outdir import atomic_write
+
+    return atomic_write(Path(out_dir) / "run_benchmark.py", text)
 
 
 __all__ = ["write_script"]

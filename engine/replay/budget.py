@@ -87,10 +87,12 @@ def baseline_bytes(paths: list[str], fbgemm: bool, key: str = "") -> int:
     value = _measure(paths, fbgemm)
     if value is not None:
         try:
+            from engine.outdir import atomic_write
+
             memo.parent.mkdir(parents=True, exist_ok=True)
-            memo.write_bytes(jsonio.dumps({"rss_bytes": value}))
-        except OSError:
-            pass  # a read-only cache: measured again next time
+            atomic_write(memo, jsonio.dumps({"rss_bytes": value}))
+        except (OSError, TraceError):
+            pass  # a read-only or full cache: measured again next time
         return value
     return 512 << 20  # could not measure: a torch process with a trace is about this much
 

@@ -137,7 +137,9 @@ def replay_distributed(
         "meta_bytes": {str(r): {str(k): v for k, v in sizes.items()} for r, sizes in budget.meta_bytes.items()},
     }
     spec_path = out / "run_spec.json"
-    spec_path.write_bytes(jsonio.dumps(spec, option=jsonio.OPT_INDENT_2))
+    from engine.outdir import atomic_write
+
+    atomic_write(spec_path, jsonio.dumps(spec, option=jsonio.OPT_INDENT_2))
     try:
         launch(
             "engine.replay.dist_worker",

@@ -127,8 +127,10 @@ def measure(device: str = "cpu", threads: int = 1, progress=None) -> dict[str, l
 
         out["embedding_fwd"].append({"lookups": lk, "dim": dim, "rows": rows, "t_us": get(key + "|fwd", fwd)})
         out["embedding_bwd"].append({"lookups": lk, "dim": dim, "rows": rows, "t_us": get(key + "|bwd_op", bwd)})
+    from engine.outdir import atomic_write
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(cache, indent=1))
+    atomic_write(path, json.dumps(cache, indent=1))
     return out
 
 
@@ -150,8 +152,10 @@ def calibrate(device: str = "cpu", threads: int = 1, progress=None) -> dict[str,
     emb = {kind: fit_embedding(data[kind]) for kind in ("embedding_fwd", "embedding_bwd")}
     out = {"curves": curves, "embedding": emb, "device": device, "threads": threads}
     cpath = cache_dir() / f"curves_{device.replace(':', '_')}.json"
-    cpath.write_text(json.dumps(curves, indent=1))
-    (cache_dir() / f"embedding_{device.replace(':', '_')}.json").write_text(json.dumps(emb, indent=1))
+    from engine.outdir import atomic_write
+
+    atomic_write(cpath, json.dumps(curves, indent=1))
+    atomic_write(cache_dir() / f"embedding_{device.replace(':', '_')}.json", json.dumps(emb, indent=1))
     return out
 
 

@@ -224,12 +224,10 @@ def export_kineto(events: pd.DataFrame, path: str | Path, meta: dict | None = No
     if meta and meta.get("world_size"):
         ranks = meta.get("ranks") or [0]
         doc["distributedInfo"] = {"rank": int(ranks[0]), "world_size": int(meta["world_size"])}
+    from engine.outdir import atomic_write
+
     data = jsonio.dumps(doc)
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    if p.name.endswith(".gz"):
-        with gzip.open(p, "wb", compresslevel=5) as fh:
-            fh.write(data)
-    else:
-        p.write_bytes(data)
-    return p
+    # mtime=0: the same prediction gives the same bytes
+    return atomic_write(p, gzip.compress(data, compresslevel=5, mtime=0) if p.name.endswith(".gz") else data)

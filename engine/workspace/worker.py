@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from engine.outdir import atomic_fill, atomic_write
 from engine.workspace.catalog import Catalog, JobStatus
 
 
@@ -116,8 +117,8 @@ def run_fleet_ingest(job: dict, out_dir, progress) -> dict:
     good = [r for r in rows if "skipped" not in r]
     skipped = [r for r in rows if "skipped" in r]
     out = Path(out_dir)
-    pd.DataFrame(good).to_parquet(out / "signatures.parquet", index=False)
-    (out / "fleet.json").write_text(json.dumps({"jobs": len(good), "skipped": skipped, "paths": p["paths"]}))
+    atomic_fill(out / "signatures.parquet", lambda fh: pd.DataFrame(good).to_parquet(fh, index=False))
+    atomic_write(out / "fleet.json", json.dumps({"jobs": len(good), "skipped": skipped, "paths": p["paths"]}))
     return {
         "result_path": str(out / "signatures.parquet"),
         "summary": {"fleet": str(out), "jobs": len(good), "skipped": len(skipped)},
@@ -148,7 +149,7 @@ def run_fleet_suite(job: dict, out_dir, progress) -> dict:
     )
     doc = manifest(sigs, budget, suite, base, [m.to_dict() for m in members])
     doc["fleet"] = str(p["fleet"])
-    (out / "manifest.json").write_text(json.dumps(doc, indent=2))
+    atomic_write(out / "manifest.json", json.dumps(doc, indent=2))
     composed = sum(m.benchmark is not None for m in members)
     return {
         "result_path": str(out / "manifest.json"),

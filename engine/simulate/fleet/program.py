@@ -177,9 +177,10 @@ def build_program(job: RankJob) -> dict:
     meta: TraceMeta = {"world_size": job.world_size, "rank": job.rank}
     g, ctx = build_graph_of(events, spec, cfg, meta)
     arrays = reduce_graph(g)
+    from engine.outdir import atomic_fill
+
     job.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(job.out, "wb") as fh:
-        np.savez(fh, **arrays)  # type: ignore[arg-type]
+    atomic_fill(job.out, lambda fh: np.savez(fh, **arrays))  # type: ignore[arg-type]
     return {
         "rank": job.rank,
         "path": str(job.out),

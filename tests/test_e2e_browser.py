@@ -13,15 +13,12 @@ chromedriver, selenium or the shared trace are missing.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from engine.testing.browser import CHROMEDRIVER, CHROMIUM, chrome, free_port
+from engine.testing.browser import chrome, missing, serve
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,13 +26,9 @@ ART = ROOT / "artifacts" / "e2e"
 
 
 def _need_browser():
-    try:
-        import selenium  # noqa: F401 -- availability probe
-    except ImportError:
-        pytest.skip("selenium is not installed (pip install selenium; it is in the test extra)")
-    for exe in (CHROMIUM, CHROMEDRIVER):
-        if not os.access(exe, os.X_OK):
-            pytest.skip(f"{Path(exe).name} not found (apt-get install chromium chromium-driver, or `make browser`)")
+    why = missing()
+    if why:
+        pytest.skip(why)
 
 
 @pytest.fixture(scope="module")
@@ -50,54 +43,13 @@ def fresh_server(tmp_path):
 
 
 def _serve(tmp: Path):
-    """Start `streamlit run app/main.py` on a free localhost port; yield its URL; stop it."""
+    """`streamlit run app/main.py` on a free localhost port (engine.testing.browser.serve: its
+    own cache and UI folders under `tmp`, stopped with everything it started); yields its URL."""
     _need_browser()
     if not (ROOT / "sample_traces" / "mlp" / "mlp_et.json.gz").exists():
         pytest.skip("bundled mlp sample missing (make samples)")
-    port = free_port()
-    env = dict(os.environ, MYSTIQUE_CACHE_DIR=str(tmp / "cache"), MYSTIQUE_UI_DIR=str(tmp / "ui"))
-    log = open(tmp / "streamlit.log", "w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            str(ROOT / "app" / "main.py"),
-            "--server.port",
-            str(port),
-            "--server.headless",
-            "true",
-            "--server.address",
-            "localhost",
-            "--browser.gatherUsageStats",
-            "false",
-        ],
-        cwd=str(ROOT),
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://localhost:{port}"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                break
-        except OSError:
-            time.sleep(0.3)
-        if proc.poll() is not None:
-            break
-    else:
-        proc.kill()
-        pytest.fail(f"streamlit did not start: {(tmp / 'streamlit.log').read_text()[-2000:]}")
-    yield url
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+    with serve(tmp, timeout_s=60) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -117,16 +117,7 @@ def _object(trace: Trace, ops: pd.DataFrame, events: pd.DataFrame, src: dict | N
         top = _top(cpu["name"], cpu["dur_us"])
     link = meta.get("link") or {}
     iters = [it for it in meta.get("iterations", []) if it.get("rank") in ranks] if events is not None else []
-    if src is not None:
-        rank_decl = src.get("rank_in_file")
-        if rank_decl is None:
-            from engine.trace.layout import rank_in_name
-
-            rank_decl = rank_in_name(src["path"])
-        world = src.get("world_size")
-    else:
-        rank_decl = ranks[0] if len(ranks) == 1 else None
-        world = meta.get("world_size")
+    rank_decl, world = declared(src, ranks, meta)
     return {
         "path": src["path"] if src else ", ".join(s["path"] for s in meta.get("sources", [])),
         "kind": kind,
@@ -148,6 +139,19 @@ def _object(trace: Trace, ops: pd.DataFrame, events: pd.DataFrame, src: dict | N
         "warnings": _warnings(meta, src),
         "resources": sorted(meta.get("resources", {})),
     }
+
+
+def declared(src: dict | None, ranks: list[int], meta: TraceMeta) -> tuple[int | None, int | None]:
+    """(rank, world size) a summary's source declares: the file's own record, else the rank in
+    its name; for a whole multi-file trace, its one rank (if one) and the trace's world size."""
+    if src is None:
+        return (ranks[0] if len(ranks) == 1 else None), meta.get("world_size")
+    rank = src.get("rank_in_file")
+    if rank is None:
+        from engine.trace.layout import rank_in_name
+
+        rank = rank_in_name(src["path"])
+    return rank, src.get("world_size")
 
 
 def _steps(events: pd.DataFrame | None) -> dict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from engine.trace.summary import _TOP, KEYS, _warnings, class_rows
+from engine.trace.summary import _TOP, KEYS, _warnings, class_rows, declared
 
 _HOST = ("cpu_op", "user_annotation")
 
@@ -74,7 +74,6 @@ def _kernel_classes(con, src: int | None) -> list[dict]:
 
 def _object(trace, con, src: dict | None) -> dict:
     from engine.trace.categories import categorize
-    from engine.trace.layout import rank_in_name
     from engine.trace.model import CATEGORIES
 
     meta = trace.meta
@@ -98,14 +97,7 @@ def _object(trace, con, src: dict | None) -> dict:
         "SELECT name, count(*) AS size, coalesce(sum(dur_us), 0) AS total, count(dur_us) AS has, min(ev) AS first "
         f"FROM events WHERE cat = 'cpu_op' {_and(i)} GROUP BY name ORDER BY total DESC, size DESC, first LIMIT {_TOP}"
     ).df()
-    if src is not None:
-        rank_decl = src.get("rank_in_file")
-        if rank_decl is None:
-            rank_decl = rank_in_name(src["path"])
-        world = src.get("world_size")
-    else:
-        rank_decl = ranks[0] if len(ranks) == 1 else None
-        world = meta.get("world_size")
+    rank_decl, world = declared(src, ranks, meta)
     iters = [it for it in meta.get("iterations", []) if it.get("rank") in ranks]
     warnings = _warnings(meta, src) + [f"read through the trace store: {meta['whole_table']}"]
     obj = {

@@ -41,14 +41,16 @@ META_VERSION = "m1"
 """Part of the cache key of remembered sizes: bump when what `meta_output_bytes` counts changes."""
 
 
-def _device_args(ov) -> tuple[set[int], set[str]]:
-    pos, names = set(), set()
-    for i, a in enumerate(ov._schema.arguments):
-        if "Device" in str(a.type):
-            names.add(a.name)
-            if not a.kwarg_only:
-                pos.add(i)
-    return pos, names
+_DEVICE_ARGS: dict = {}
+
+
+def _device_args(ov) -> tuple[frozenset[int], frozenset[str]]:
+    """(positions, names) of the overload's Device arguments (read once per overload)."""
+    got = _DEVICE_ARGS.get(ov)
+    if got is None:
+        args = [(i, a) for i, a in enumerate(ov._schema.arguments) if "Device" in str(a.type)]
+        got = _DEVICE_ARGS[ov] = (frozenset(i for i, a in args if not a.kwarg_only), frozenset(a.name for _, a in args))
+    return got
 
 
 def _meta_call(st: OpStep, recs: dict):

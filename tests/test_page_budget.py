@@ -3,8 +3,9 @@ for minutes on a 37 MB critical-path figure).
 
 Each page is rendered through Streamlit's AppTest with a big shared trace loaded; a page fails past
 2 MB of figure payload (the plotly JSON of its charts, summed: what the browser must parse and
-draw) or 5 s of server time for one render. The three largest Kineto traces run by default; the
-other shared Kineto traces run with the `slow` marker (`pytest -m slow`).
+draw) or 5 s of server CPU time for one render (CPU time: the test runs in make test's parallel
+pass). The three largest Kineto traces are unmarked; the other shared Kineto traces carry the
+`slow` marker (`pytest -m "not slow"` leaves them out; make test runs them).
 """
 
 from __future__ import annotations
@@ -47,9 +48,12 @@ OTHERS = [
 
 
 def _timed(at: AppTest) -> float:
-    t0 = time.perf_counter()
+    """The server's CPU seconds for one render: this process runs only the app (AppTest), and
+    CPU time, unlike wall time, does not grow when another test shares the machine, so the
+    bound holds in the parallel pass (a render here waits on nothing but its own work)."""
+    t0 = time.process_time()
     at.run()
-    took = time.perf_counter() - t0
+    took = time.process_time() - t0
     assert not at.exception, [e.value for e in at.exception]
     return took
 
@@ -80,7 +84,6 @@ def _walk(at: AppTest) -> dict[str, tuple[float, dict[str, int]]]:
     return out
 
 
-@pytest.mark.perf
 @pytest.mark.parametrize(
     "rel", [*LARGEST, *(pytest.param(r, marks=pytest.mark.slow) for r in OTHERS)], ids=lambda r: r.split("/")[-1]
 )
@@ -102,7 +105,7 @@ def test_every_page_stays_within_its_budget(rel, shared_traces, tmp_path, monkey
     }
     worst = max(pages.items(), key=lambda kv: sum(kv[1][1].values()))
     print(
-        f"{rel}: slowest {max(s for s, _ in pages.values()):.2f} s, largest {worst[0]} {sum(worst[1][1].values()):,} B"
+        f"{rel}: slowest {max(s for s, _ in pages.values()):.2f} CPU-s, largest {worst[0]} {sum(worst[1][1].values()):,} B"
     )
     assert not over, f"{rel}: pages over 2 MB of figures or 5 s: {over}"
     assert pages["explore/Analysis"][1].get("a_cp_fig"), "the critical path is drawn"

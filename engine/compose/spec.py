@@ -171,9 +171,9 @@ def load_spec(path: str | os.PathLike) -> BenchmarkSpec:
 
 
 def save_spec(spec: BenchmarkSpec, path: str | os.PathLike) -> Path:
-    p = Path(path)
     from engine.outdir import atomic_write
 
+    p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     return atomic_write(p, jsonio.dumps(spec.to_dict(), option=jsonio.OPT_INDENT_2))
 

@@ -71,13 +71,11 @@ def _memo_key(node: dict) -> str:
 def _meta_outputs(node: dict):
     """The op's outputs on meta tensors (a list of tensors), or None when it cannot run there."""
     key = _memo_key(node)
-    if key in _MEMO:
-        got = _MEMO[key]
-        return None if got is None else (got[0], list(got[1]))
-    got = _run_meta(node)
-    if len(_MEMO) >= _MEMO_MAX:
-        _MEMO.clear()
-    _MEMO[key] = got
+    if key not in _MEMO:
+        if len(_MEMO) >= _MEMO_MAX:
+            _MEMO.clear()
+        _MEMO[key] = _run_meta(node)
+    got = _MEMO[key]
     return None if got is None else (got[0], list(got[1]))
 
 

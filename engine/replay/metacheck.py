@@ -151,12 +151,9 @@ def meta_sizes(plan: Plan) -> dict[int, int | None]:
     sizes: dict[int, int | None] = {}
     for op_id, (st, call) in calls.items():
         key = keys[op_id]
-        if key is None:
-            sizes[op_id] = None
-        else:
-            if key not in by_key:
-                by_key[key] = meta_output_bytes(st, recs, call)
-            sizes[op_id] = by_key[key]
+        if key is not None and key not in by_key:
+            by_key[key] = meta_output_bytes(st, recs, call)
+        sizes[op_id] = by_key[key] if key is not None else None
     _write_memo(memo, sizes)
     return sizes
 

@@ -44,6 +44,7 @@ KINDS = (
     ("replay rank (engine.replay.dist_worker)", r"engine\.replay\.dist_worker"),
     ("workspace worker (the dashboard's long work)", r"engine\.workspace\.worker"),
     ("capture rank (engine.capture.distributed)", r"engine\.capture\.distributed"),
+    ("CLI forked by the tests' pre-imported parent (tests/cliserver.py)", r"cliserver\.py"),
     ("Streamlit server", r"streamlit"),
     ("Chromium", r"chrom"),
     ("Dask", r"dask|distributed\.cli"),

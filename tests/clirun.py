@@ -8,14 +8,26 @@ intact) and the API where there is one. Faults are real where the machine allows
 (address space), `ulimit -f` (file size: a "full disk" for the writer, since Python ignores
 SIGXFSZ and write() then fails with EFBIG), a FIFO, a SIGKILLed run, a second process holding
 the output folder.
+
+`cli` runs the CLI in a process forked from a parent that has already imported torch, pandas and
+numpy (tests/cliserver.py: the same exit code, stdout, stderr, folder and environment, ~1.5 CPU-s
+less per replay), unless the call needs a fresh interpreter: `pre` (rlimits), `fresh=True` (a
+peak RSS measured), an environment that differs from the parent's beyond `MYSTIQUE_*` (and pytest's own), or
+MYSTIQUE_TEST_FRESH_CLI=1 (every call fresh, to check that the two agree).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import json
 import os
 import shlex
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from conftest import ROOT, SAMPLES
@@ -25,20 +37,117 @@ CNN = SAMPLES / "cnn"
 DDP = SAMPLES / "ddp"
 
 
-def run_fresh(cmd: list[str], *, cache: Path | None, timeout: float, pre: str = "") -> subprocess.CompletedProcess:
-    """`cmd` in a fresh process at the repo root (optionally after shell `pre`, e.g. a ulimit):
-    its rlimits and peak RSS are its own; `cache`: a private parse cache."""
+def run_fresh(
+    cmd: list[str], *, cache: Path | None, timeout: float, pre: str = "", cwd: Path = ROOT
+) -> subprocess.CompletedProcess:
+    """`cmd` in a fresh process at `cwd` (the repo root; optionally after shell `pre`, e.g. a
+    ulimit): its rlimits and peak RSS are its own; `cache`: a private parse cache."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if cache is not None:
         env["MYSTIQUE_CACHE_DIR"] = str(cache)
     if pre:
         cmd = ["bash", "-c", f"{pre}; exec {shlex.join(cmd)}"]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
 
 
-def cli(*args, cache: Path, timeout: float = 180, pre: str = "") -> subprocess.CompletedProcess:
-    """`mystique ARGS` in a fresh process."""
-    return run_fresh([sys.executable, "-m", "engine.cli.main", *map(str, args)], cache=cache, timeout=timeout, pre=pre)
+def cli(
+    *args, cache: Path | None, timeout: float = 180, pre: str = "", fresh: bool = False, cwd: Path = ROOT
+) -> subprocess.CompletedProcess:
+    """`mystique ARGS` in a process of its own: forked from the pre-imported parent where nothing
+    needs a fresh interpreter (module docstring), else fresh. `cache`: a private parse cache
+    (None: the session's)."""
+    cmd = [sys.executable, "-m", "engine.cli.main", *map(str, args)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if cache is not None:
+        env["MYSTIQUE_CACHE_DIR"] = str(cache)
+    server = None if pre or fresh or os.environ.get("MYSTIQUE_TEST_FRESH_CLI") == "1" else _server()
+    if server is None or not _same_startup(env, server.env):
+        return run_fresh(cmd, cache=cache, timeout=timeout, pre=pre, cwd=cwd)
+    return server.run(cmd, env, timeout, cwd)
+
+
+def _same_startup(env: dict[str, str], base: dict[str, str]) -> bool:
+    """Whether a fresh interpreter started with `env` would import the preloaded libraries as the
+    parent did: only the project's own variables (read at call time) and pytest's
+    (PYTEST_CURRENT_TEST, set per test) may differ."""
+    keys = {k for k in set(env) | set(base) if not k.startswith(("MYSTIQUE_", "PYTEST_"))}
+    return all(env.get(k) == base.get(k) for k in keys)
+
+
+class _Server:
+    """The forking parent of this test process (one per pytest worker), started on first use."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="mystique-cli-")
+        self.path = os.path.join(self.dir, "s")
+        self.env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("cliserver.py")), self.path],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, env=self.env, text=True,
+        )  # fmt: skip
+        self.ready = self.proc.stdout.readline().strip() == "ready"
+        self.cpu_s = 0.0  # the forked processes' CPU time (not in this process's RUSAGE_CHILDREN)
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+            os.rmdir(self.dir)
+
+    def run(self, cmd: list[str], env: dict[str, str], timeout: float, cwd: Path) -> subprocess.CompletedProcess:
+        with (
+            tempfile.TemporaryFile() as out,
+            tempfile.TemporaryFile() as err,
+            socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s,
+        ):
+            s.connect(self.path)
+            req = {"argv": [str(ROOT / "engine" / "cli" / "main.py"), *cmd[3:]], "cwd": str(cwd), "env": env}
+            socket.send_fds(s, [json.dumps(req).encode()], [out.fileno(), err.fileno()])
+            pid = json.loads(s.recv(4096))["pid"]
+            s.settimeout(timeout)
+            try:
+                done = json.loads(s.recv(4096))
+                rc = done["rc"]
+                self.cpu_s += done["cpu_s"]
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                raise subprocess.TimeoutExpired(cmd, timeout, _text(out), _text(err)) from None
+            return subprocess.CompletedProcess(cmd, rc, _text(out), _text(err))
+
+
+def _text(f) -> str:
+    """A captured stream as `subprocess.run(text=True)` gives it (locale encoding, universal newlines)."""
+    import locale
+
+    f.seek(0)
+    data = f.read().decode(locale.getpreferredencoding(False))
+    return data.replace("\r\n", "\n").replace("\r", "\n")
+
+
+_SERVERS: list[_Server] = []
+
+
+def helper_pids() -> set[int]:
+    """Pids of this process's children that are test machinery, not work a test started (the
+    forking parent): what a "no child left behind" check leaves out. Its forked CLI processes
+    are not in it."""
+    return {s.proc.pid for s in _SERVERS if s.proc.poll() is None}
+
+
+def _server() -> _Server | None:
+    """This process's forking parent, started once (None where it did not start or has gone: the
+    calls then run fresh)."""
+    if not _SERVERS:
+        _SERVERS.append(_Server())
+    s = _SERVERS[0]
+    return s if s.ready and s.proc.poll() is None else None
 
 
 def python(code: str, *, cache: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -113,16 +113,10 @@ def test_a_permute_recorded_as_an_allocation_fails_in_one_line_not_sigsegv(kjt_t
     [0, 3946, 0, 111935488]) and FBGEMM read lengths rows that far out: the replay process died
     with SIGSEGV (rc 139). The guard (engine/replay/guards.py) records the op as failed with its
     reason; the replay finishes."""
-    import subprocess
-    import sys
+    from clirun import cli
 
     out = tmp_path / "run"
-    r = subprocess.run(
-        [sys.executable, "-m", "engine.cli.main", "replay", str(kjt_trace.et_path), "--iters", "2", "--out", str(out), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )  # fmt: skip
+    r = cli("replay", kjt_trace.et_path, "--iters", "2", "--out", out, "--json", cache=None, timeout=300)
     assert r.returncode == 0, (r.returncode, r.stderr[-500:])  # before the guard: -11 (SIGSEGV)
     skipped = json.loads((out / "replay.json").read_text())["skipped_ops"]
     perms = [s for s in skipped if s["name"] == "fbgemm::permute_2D_sparse_data"]

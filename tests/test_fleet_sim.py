@@ -191,26 +191,23 @@ def test_fleet_refuses_what_cannot_fit_in_one_line(tmp_path, monkeypatch):
 
 def test_cli_simulates_a_store_folder(tmp_path):
     import json
-    import subprocess
-    import sys
+
+    from clirun import cli
 
     store = make_fleet_store(DDP0, 3, tmp_path / "fleet", seed=2)
-    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
-    run = [sys.executable, "-m", "engine.cli.main", "simulate", str(store), "--scheduler", "serial"]
-    p = subprocess.run([*run, "--json"], capture_output=True, text=True, env=env, timeout=120)
+    run = ["simulate", str(store), "--scheduler", "serial"]
+    p = cli(*run, "--json", cache=None, timeout=120)
     assert p.returncode == 0, p.stderr
     data = json.loads(p.stdout)
     assert data["ranks"] == 3 and data["tasks"] == 3 * _tasks_of(DDP0) and data["collectives_matched"] > 0
     assert sorted(data["step_ms"]) == ["0", "1", "2"]
     # traces given with --fleet: the store is built first; --out writes the summary
     out = tmp_path / "out"
-    argv = [sys.executable, "-m", "engine.cli.main", "simulate", "--fleet", str(ROOT / "sample_traces" / "ddp")]
-    p = subprocess.run(
-        [*argv, "--scheduler", "serial", "--out", str(out)], capture_output=True, text=True, env=env, timeout=120
-    )
+    argv = ["simulate", "--fleet", str(ROOT / "sample_traces" / "ddp")]
+    p = cli(*argv, "--scheduler", "serial", "--out", str(out), cache=None, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "predicted iteration" in p.stdout and json.loads((out / "simulate.json").read_text())["ranks"] == 2
-    bad = subprocess.run([*run[:-1], "nowhere"], capture_output=True, text=True, env=env, timeout=60)
+    bad = cli(*run[:-1], "nowhere", cache=None, timeout=60)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
 
 

@@ -7,7 +7,6 @@ import io
 import json
 import os
 import random
-import subprocess
 import sys
 import tarfile
 import uuid
@@ -160,15 +159,9 @@ def test_bad_input_cli_exit_2_one_line(name, tmp_path, cache_dir, monkeypatch, c
 
 def test_bad_input_subprocess_has_no_traceback(tmp_path):
     path, fragment = _case(tmp_path, "tar_dotdot")
-    env = dict(os.environ, MYSTIQUE_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=ROOT)
-    out = subprocess.run(
-        [sys.executable, "-m", "engine.cli.main", "info", str(path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=120,
-    )
+    from clirun import cli
+
+    out = cli("info", str(path), cache=tmp_path / "cache", cwd=tmp_path, timeout=120)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and fragment in out.stderr and "Traceback" not in out.stderr
 

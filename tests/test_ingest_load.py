@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -93,15 +91,9 @@ def test_every_manifest_file_matches_info_json(shared_traces, manifest, cache_di
 def test_info_json_subprocess_single_and_pair(shared_traces, manifest, cache_dir):
     by_path = {e["path"]: e for e in manifest}
     paths = ["hta_simple_add/benchmark_simple_add_et.json.gz", "hta_simple_add/benchmark_simple_add_trace.json.gz"]
-    env = dict(os.environ, MYSTIQUE_CACHE_DIR=str(cache_dir), PYTHONPATH=ROOT)
-    out = subprocess.run(
-        [sys.executable, "-m", "engine.cli.main", "info", "--json", *[str(shared_traces / p) for p in paths]],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=120,
-    )
+    from clirun import cli
+
+    out = cli("info", "--json", *[str(shared_traces / p) for p in paths], cache=cache_dir, timeout=120)
     assert out.returncode == 0, out.stderr
     objs = json.loads(out.stdout)
     assert isinstance(objs, list) and len(objs) == 2

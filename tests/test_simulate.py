@@ -98,14 +98,9 @@ def test_dependency_cycle_reports_tasks(cache_dir):
 
 
 def _cli(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "engine.cli.main", "simulate", *args],
-        cwd=ROOT,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    from clirun import cli
+
+    return cli("simulate", *args, cache=None, timeout=300)
 
 
 def test_cli_json_and_spec_errors(tmp_path):

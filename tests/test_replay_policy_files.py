@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from clirun import cli
 from conftest import ROOT
 from crafted_et import FILLED, craft, snapshot
 
@@ -37,11 +38,15 @@ def crafted(tmp_path):
 
 
 def _run(tmp_path: Path, *args: str, script: str | None = None) -> subprocess.CompletedProcess:
-    """`python -m engine.cli.main ARGS` (or `python -I SCRIPT ARGS`) in a fresh process whose
-    working folder is `tmp_path/cwd` (where a relative path in the trace would land)."""
-    cmd = [sys.executable, "-I", script] if script else [sys.executable, "-m", "engine.cli.main"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MYSTIQUE_CACHE_DIR": str(tmp_path / "cache")}
-    r = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=300, cwd=tmp_path / "cwd", env=env)
+    """`python -m engine.cli.main ARGS` (tests/clirun.py) or `python -I SCRIPT ARGS` (fresh) in a
+    process of its own whose working folder is `tmp_path/cwd` (where a relative path in the trace
+    would land)."""
+    if script:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "MYSTIQUE_CACHE_DIR": str(tmp_path / "cache")}
+        cmd = [sys.executable, "-I", script, *args]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path / "cwd", env=env)
+    else:
+        r = cli(*args, cache=tmp_path / "cache", cwd=tmp_path / "cwd", timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Traceback" not in r.stderr
     return r

@@ -79,6 +79,9 @@ class _Server:
 
     def __init__(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="mystique-cli-")
+        if len(self.dir) > 90:  # a socket's path holds 107 bytes at most
+            os.rmdir(self.dir)
+            self.dir = tempfile.mkdtemp(prefix="mystique-cli-", dir="/tmp")
         self.path = os.path.join(self.dir, "s")
         self.env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(

@@ -12,8 +12,9 @@ the output folder.
 `cli` runs the CLI in a process forked from a parent that has already imported torch, pandas and
 numpy (tests/cliserver.py: the same exit code, stdout, stderr, folder and environment, ~1.5 CPU-s
 less per replay), unless the call needs a fresh interpreter: `pre` (rlimits), `fresh=True` (a
-peak RSS measured), an environment that differs from the parent's beyond `MYSTIQUE_*` (and pytest's own), or
-MYSTIQUE_TEST_FRESH_CLI=1 (every call fresh, to check that the two agree).
+peak RSS measured), or MYSTIQUE_TEST_FRESH_CLI=1 (every call fresh, to check that the two
+agree). A parent serves the calls of one startup environment (`startup_env`); another
+environment starts another.
 """
 
 from __future__ import annotations
@@ -60,30 +61,30 @@ def cli(
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if cache is not None:
         env["MYSTIQUE_CACHE_DIR"] = str(cache)
-    server = None if pre or fresh or os.environ.get("MYSTIQUE_TEST_FRESH_CLI") == "1" else _server()
-    if server is None or not _same_startup(env, server.env):
+    server = None if pre or fresh or os.environ.get("MYSTIQUE_TEST_FRESH_CLI") == "1" else _server(env)
+    if server is None:
         return run_fresh(cmd, cache=cache, timeout=timeout, pre=pre, cwd=cwd)
     return server.run(cmd, env, timeout, cwd)
 
 
-def _same_startup(env: dict[str, str], base: dict[str, str]) -> bool:
-    """Whether a fresh interpreter started with `env` would import the preloaded libraries as the
-    parent did: only the project's own variables (read at call time) and pytest's
-    (PYTEST_CURRENT_TEST, set per test) may differ."""
-    keys = {k for k in set(env) | set(base) if not k.startswith(("MYSTIQUE_", "PYTEST_"))}
-    return all(env.get(k) == base.get(k) for k in keys)
+def startup_env(env: dict[str, str]) -> frozenset:
+    """What of `env` a fresh interpreter reads before the CLI runs (Python's own variables,
+    OMP_NUM_THREADS when torch loads, ...): all of it but the project's own variables, which the
+    engine reads at call time, and pytest's (PYTEST_CURRENT_TEST, set per test). A forking parent
+    serves only requests whose startup environment is its own."""
+    return frozenset((k, v) for k, v in env.items() if not k.startswith(("MYSTIQUE_", "PYTEST_")))
 
 
 class _Server:
-    """The forking parent of this test process (one per pytest worker), started on first use."""
+    """A forking parent of this test process, started with one startup environment."""
 
-    def __init__(self) -> None:
+    def __init__(self, env: dict[str, str]) -> None:
         self.dir = tempfile.mkdtemp(prefix="mystique-cli-")
         if len(self.dir) > 90:  # a socket's path holds 107 bytes at most
             os.rmdir(self.dir)
             self.dir = tempfile.mkdtemp(prefix="mystique-cli-", dir="/tmp")
         self.path = os.path.join(self.dir, "s")
-        self.env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.env = env
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("cliserver.py")), self.path],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT, env=self.env, text=True,
@@ -134,22 +135,26 @@ def _text(f) -> str:
     return data.replace("\r\n", "\n").replace("\r", "\n")
 
 
-_SERVERS: list[_Server] = []
+_SERVERS: dict[frozenset, _Server] = {}
+MAX_SERVERS = 4  # one per startup environment seen (a Dask cluster in the test process sets OMP_NUM_THREADS, ...)
 
 
 def helper_pids() -> set[int]:
     """Pids of this process's children that are test machinery, not work a test started (the
-    forking parent): what a "no child left behind" check leaves out. Its forked CLI processes
+    forking parents): what a "no child left behind" check leaves out. Their forked CLI processes
     are not in it."""
-    return {s.proc.pid for s in _SERVERS if s.proc.poll() is None}
+    return {s.proc.pid for s in _SERVERS.values() if s.proc.poll() is None}
 
 
-def _server() -> _Server | None:
-    """This process's forking parent, started once (None where it did not start or has gone: the
-    calls then run fresh)."""
-    if not _SERVERS:
-        _SERVERS.append(_Server())
-    s = _SERVERS[0]
+def _server(env: dict[str, str]) -> _Server | None:
+    """The forking parent for `env`'s startup environment, started on its first request (None
+    where it did not start, has gone, or too many are running: the call then runs fresh)."""
+    key = startup_env(env)
+    if key not in _SERVERS:
+        if len(_SERVERS) >= MAX_SERVERS:
+            return None
+        _SERVERS[key] = _Server(env)
+    s = _SERVERS[key]
     return s if s.ready and s.proc.poll() is None else None
 
 

@@ -5,10 +5,11 @@ one get it."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
-from clirun import MLP_ET, _same_startup, _server, cli, helper_pids
+from clirun import _SERVERS, MLP_ET, cli, helper_pids, startup_env
 from conftest import ROOT, SAMPLES
 
 # a summary, a prediction (its own timings left out), two refusals
@@ -39,7 +40,7 @@ COMMANDS = (
 @pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a)[:40])
 def test_forked_and_fresh_cli_answer_alike(args, tmp_path):
     forked = cli(*args, cache=tmp_path / "a")
-    assert _server() is not None, "the forking parent did not start"
+    assert any(s.ready for s in _SERVERS.values()), "the forking parent did not start"
     fresh = cli(*args, cache=tmp_path / "b", fresh=True)
     assert forked.returncode == fresh.returncode and forked.stderr == fresh.stderr, (forked.stderr, fresh.stderr)
     assert _untimed(forked.stdout) == _untimed(fresh.stdout)
@@ -58,14 +59,28 @@ def test_forked_cli_keeps_its_exit_code_folder_and_environment(tmp_path, monkeyp
     assert (tmp_path / "mine").is_dir()  # the parse cache the child was told to use
 
 
-def test_an_environment_the_parent_did_not_start_with_runs_fresh():
+def test_each_startup_environment_has_its_own_parent(tmp_path, monkeypatch):
+    """A variable that a fresh interpreter reads before the CLI runs (OMP_NUM_THREADS: when torch
+    loads) gets a parent started with it; the project's own and pytest's variables do not."""
     base = {"PATH": "/bin", "OMP_NUM_THREADS": "2", "MYSTIQUE_CACHE_DIR": "/a"}
-    assert _same_startup({**base, "MYSTIQUE_CACHE_DIR": "/b", "PYTEST_CURRENT_TEST": "t"}, base)
-    assert not _same_startup({**base, "OMP_NUM_THREADS": "1"}, base)  # read when torch loads
-    assert not _same_startup({**base, "PYTHONPATH": "/x"}, base)
+    assert startup_env({**base, "MYSTIQUE_CACHE_DIR": "/b", "PYTEST_CURRENT_TEST": "t"}) == startup_env(base)
+    assert startup_env({**base, "OMP_NUM_THREADS": "1"}) != startup_env(base)
     gone = dict(base)
     del gone["PATH"]
-    assert not _same_startup(gone, base)
+    assert startup_env(gone) != startup_env(base)
+    cli("info", MLP_ET, cache=tmp_path / "a")
+    import clirun
+
+    n = len(_SERVERS)
+    monkeypatch.setattr(clirun, "MAX_SERVERS", n + 1)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # not Dask's 1 (a cluster earlier in this process sets it)
+    r = cli("info", MLP_ET, cache=tmp_path / "b")
+    assert r.returncode == 0 and len(_SERVERS) == n + 1
+    import psutil
+
+    # the new parent itself started (and loaded torch's OpenMP) with the variable
+    new = _SERVERS[startup_env({**os.environ, "PYTHONPATH": str(ROOT)})]
+    assert psutil.Process(new.proc.pid).environ().get("OMP_NUM_THREADS") == "3"
 
 
 def test_a_timeout_kills_the_forked_process(tmp_path):
@@ -73,9 +88,11 @@ def test_a_timeout_kills_the_forked_process(tmp_path):
     import psutil
 
     big = ROOT / "sample_traces" / "transformer"
+    cli("info", MLP_ET, cache=tmp_path / "c")  # the forking parent is up before the snapshot
+    before = {c.pid for c in psutil.Process().children(recursive=True)}
     with pytest.raises(subprocess.TimeoutExpired):
         cli("replay", big, "--iters", "100000", "--out", tmp_path / "o", cache=tmp_path / "c", timeout=3)
-    ignore = helper_pids()
+    ignore = before | helper_pids()
     for _ in range(50):
         left = [c for c in psutil.Process().children(recursive=True) if c.pid not in ignore]
         if not left:

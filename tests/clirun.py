@@ -62,9 +62,8 @@ def cli(
     if cache is not None:
         env["MYSTIQUE_CACHE_DIR"] = str(cache)
     server = None if pre or fresh or os.environ.get("MYSTIQUE_TEST_FRESH_CLI") == "1" else _server(env)
-    if server is None:
-        return run_fresh(cmd, cache=cache, timeout=timeout, pre=pre, cwd=cwd)
-    return server.run(cmd, env, timeout, cwd)
+    r = server.run(cmd, env, timeout, cwd) if server is not None else None
+    return r if r is not None else run_fresh(cmd, cache=cache, timeout=timeout, pre=pre, cwd=cwd)
 
 
 def startup_env(env: dict[str, str]) -> frozenset:
@@ -102,21 +101,30 @@ class _Server:
                 self.proc.kill()
         with contextlib.suppress(OSError):
             os.unlink(self.path)
+        with contextlib.suppress(OSError):
             os.rmdir(self.dir)
 
-    def run(self, cmd: list[str], env: dict[str, str], timeout: float, cwd: Path) -> subprocess.CompletedProcess:
+    def run(self, cmd: list[str], env: dict[str, str], timeout: float, cwd: Path) -> subprocess.CompletedProcess | None:
+        """`cmd` forked; None when the parent could not start it (gone, refused): then nothing ran."""
         with (
             tempfile.TemporaryFile() as out,
             tempfile.TemporaryFile() as err,
             socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s,
         ):
-            s.connect(self.path)
             req = {"argv": [str(ROOT / "engine" / "cli" / "main.py"), *cmd[3:]], "cwd": str(cwd), "env": env}
-            socket.send_fds(s, [json.dumps(req).encode()], [out.fileno(), err.fileno()])
-            pid = json.loads(s.recv(4096))["pid"]
+            try:
+                s.connect(self.path)
+                socket.send_fds(s, [json.dumps(req).encode()], [out.fileno(), err.fileno()])
+                pid = json.loads(s.recv(4096))["pid"]
+            except (OSError, ValueError, KeyError):
+                self.ready = False  # the later calls run fresh too
+                return None
             s.settimeout(timeout)
             try:
-                done = json.loads(s.recv(4096))
+                reply = s.recv(4096)
+                if not reply:
+                    raise RuntimeError(f"the forking parent {self.proc.pid} went away while {pid} ran: {cmd[3:]}")
+                done = json.loads(reply)
                 rc = done["rc"]
                 self.cpu_s += done["cpu_s"]
             except TimeoutError:

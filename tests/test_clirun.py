@@ -99,3 +99,19 @@ def test_a_timeout_kills_the_forked_process(tmp_path):
             break
         psutil.wait_procs(left, timeout=0.2)
     assert not left, [c.cmdline() for c in left]
+
+
+def test_a_parent_that_cannot_start_the_call_leaves_it_to_a_fresh_process(tmp_path):
+    """A parent whose socket is gone answers None (nothing ran) and serves no more; `cli` then
+    runs the call fresh."""
+    import clirun
+
+    srv = clirun._Server({**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert srv.ready
+        os.unlink(srv.path)
+        cmd = ["python", "-m", "engine.cli.main", "info", str(MLP_ET)]
+        assert srv.run(cmd, dict(os.environ), 30, ROOT) is None and not srv.ready
+    finally:
+        srv.close()
+    assert srv.proc.poll() is not None  # closing its stdin stopped it

@@ -12,6 +12,10 @@ import pytest
 from clirun import _SERVERS, MLP_ET, cli, helper_pids, startup_env
 from conftest import ROOT, SAMPLES
 
+forking = pytest.mark.skipif(
+    os.environ.get("MYSTIQUE_TEST_FRESH_CLI") == "1", reason="MYSTIQUE_TEST_FRESH_CLI=1: every CLI call runs fresh"
+)
+
 # a summary, a prediction (its own timings left out), two refusals
 TIMINGS = {"seconds", "sim_s", "build_s", "tasks_per_s", "tasks_per_s_schedule"}
 
@@ -37,6 +41,7 @@ COMMANDS = (
 )
 
 
+@forking
 @pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a)[:40])
 def test_forked_and_fresh_cli_answer_alike(args, tmp_path):
     forked = cli(*args, cache=tmp_path / "a")
@@ -59,6 +64,7 @@ def test_forked_cli_keeps_its_exit_code_folder_and_environment(tmp_path, monkeyp
     assert (tmp_path / "mine").is_dir()  # the parse cache the child was told to use
 
 
+@forking
 def test_each_startup_environment_has_its_own_parent(tmp_path, monkeypatch):
     """A variable that a fresh interpreter reads before the CLI runs (OMP_NUM_THREADS: when torch
     loads) gets a parent started with it; the project's own and pytest's variables do not."""

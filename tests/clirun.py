@@ -38,14 +38,20 @@ CNN = SAMPLES / "cnn"
 DDP = SAMPLES / "ddp"
 
 
+def _env(cache: Path | None) -> dict[str, str]:
+    """This process's environment with the repo on PYTHONPATH and, given one, a private parse cache."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if cache is not None:
+        env["MYSTIQUE_CACHE_DIR"] = str(cache)
+    return env
+
+
 def run_fresh(
     cmd: list[str], *, cache: Path | None, timeout: float, pre: str = "", cwd: Path = ROOT
 ) -> subprocess.CompletedProcess:
     """`cmd` in a fresh process at `cwd` (the repo root; optionally after shell `pre`, e.g. a
     ulimit): its rlimits and peak RSS are its own; `cache`: a private parse cache."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    if cache is not None:
-        env["MYSTIQUE_CACHE_DIR"] = str(cache)
+    env = _env(cache)
     if pre:
         cmd = ["bash", "-c", f"{pre}; exec {shlex.join(cmd)}"]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
@@ -58,9 +64,7 @@ def cli(
     needs a fresh interpreter (module docstring), else fresh. `cache`: a private parse cache
     (None: the session's)."""
     cmd = [sys.executable, "-m", "engine.cli.main", *map(str, args)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    if cache is not None:
-        env["MYSTIQUE_CACHE_DIR"] = str(cache)
+    env = _env(cache)
     server = None if pre or fresh or os.environ.get("MYSTIQUE_TEST_FRESH_CLI") == "1" else _server(env)
     r = server.run(cmd, env, timeout, cwd) if server is not None else None
     return r if r is not None else run_fresh(cmd, cache=cache, timeout=timeout, pre=pre, cwd=cwd)

@@ -13,9 +13,10 @@ its environment before the child sets it.
 
 What differs from a fresh interpreter, and how the caller keeps it from mattering:
 - the libraries below are already imported: so the server refuses to start when importing them
-  printed anything (a fresh process would have printed it to the user's stderr), and a request
-  whose environment differs from the server's in anything but the project's own `MYSTIQUE_*`
-  variables (which the engine reads at call time) is run fresh by the caller;
+  printed anything (a fresh process would have printed it to the user's stderr), and it serves
+  only requests whose environment equals its own but for the project's `MYSTIQUE_*` variables
+  (which the engine reads at call time) and pytest's (the caller starts one parent per such
+  startup environment: `clirun.startup_env`);
 - its resident memory starts at the server's (~300 MB): a test that measures a CLI's peak RSS or
   rlimits asks for a fresh process.
 

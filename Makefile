@@ -78,7 +78,7 @@ XDIST ?= -n 2 --dist loadfile --no-loadscope-reorder
 # suite's ~400 processes compiles the project's modules again, and each pytest collection rewrites
 # and compiles all 112 test files (~4 s of a pass's 11 s collection); __pycache__ is ignored by git.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -p no:cacheprovider --durations=30
-# The type checks (~150 CPU-s on a fresh machine, most of it reading torch's and streamlit's own
+# The type checks (~130 CPU-s on a fresh machine, most of it reading torch's and streamlit's own
 # annotations) run at low priority beside the main pass, on the CPU its waits leave idle (ranks on
 # their peers, journeys on the browser); the perf pass starts only after they are done, so no
 # timing shares the CPU with them. Their output is printed after the main pass; either failing

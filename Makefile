@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PORT ?= 8501
 PYTEST_ARGS ?=
 
-.PHONY: run test lint style typecheck setup browser clean samples bench docs
+.PHONY: run test lint setup browser clean samples bench docs
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -48,21 +48,14 @@ browser:
 run: setup
 	$(BIN)/streamlit run app/main.py --server.address localhost --server.port $(PORT)
 
-# The gates (config in pyproject.toml): `style` is ruff's lint and format, `typecheck` is mypy over
-# engine/, app/ and pages/; `make lint` runs both.
-lint: setup style typecheck
-
-style: setup
+# Gates before the tests (config in pyproject.toml): lint, format, types over engine/.
+lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-
-# The two type checks side by side (one core each; their caches are per Python version); the
-# second is the engine's floor (requires-python). NICE lowers their priority (make test: below).
-NICE ?=
-typecheck: setup
-	@$(NICE) $(BIN)/mypy & p=$$!; rc=0; \
-	$(NICE) $(BIN)/mypy --python-version 3.10 -p engine || rc=1; \
-	wait $$p || rc=1; exit $$rc
+	@# the two type checks run side by side (one core each; their caches are per Python version)
+	@$(BIN)/mypy & p=$$!; rc=0; \
+	$(BIN)/mypy --python-version 3.10 -p engine || rc=1; \
+	wait $$p || rc=1; exit $$rc  # the second: the engine's floor (requires-python)
 
 # Two passes: everything but the wall-clock assertions on both cores (pytest-xdist, one file per
 # worker so module fixtures are built once, heaviest files first: tests/conftest.py), then the `perf` and `alone` tests by themselves, so that a timing bound or a peak-RSS measurement
@@ -78,17 +71,9 @@ XDIST ?= -n 2 --dist loadfile --no-loadscope-reorder
 # suite's ~400 processes compiles the project's modules again, and each pytest collection rewrites
 # and compiles all 112 test files (~4 s of a pass's 11 s collection); __pycache__ is ignored by git.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -p no:cacheprovider --durations=30
-# The type checks (~130 CPU-s on a fresh machine, most of it reading torch's and streamlit's own
-# annotations) run at low priority beside the main pass, on the CPU its waits leave idle (ranks on
-# their peers, journeys on the browser); the perf pass starts only after they are done, so no
-# timing shares the CPU with them. Their output is printed after the main pass; either failing
-# fails `make test`. The style gates (seconds) run first.
-test: setup browser style
+test: setup browser lint
 	@t=$$(mktemp -d "$${TMPDIR:-/tmp}/mystique-test.XXXXXX") && echo "make test: temp folders under $$t" && \
-	{ $(MAKE) --no-print-directory typecheck NICE="nice -n 15" > "$$t/typecheck.log" 2>&1 & tc=$$!; } && \
-	{ $(PYTEST) --basetemp="$$t/main" $(XDIST) -m "not perf and not alone" $(PYTEST_ARGS); r=$$?; } ; \
-	wait $$tc; rt=$$?; echo "make test: type checks (beside the main pass):"; cat "$$t/typecheck.log"; \
-	[ $$r -eq 0 ] && [ $$rt -eq 0 ] && \
+	$(PYTEST) --basetemp="$$t/main" $(XDIST) -m "not perf and not alone" $(PYTEST_ARGS) && \
 	{ $(PYTEST) --basetemp="$$t/perf" -m "perf or alone" $(PYTEST_ARGS) || [ $$? -eq 5 ]; } && rm -rf "$$t" || \
 	{ echo "make test: failed; its temp folders are kept in $$t"; exit 1; }
 

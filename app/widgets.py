@@ -1,5 +1,6 @@
-"""Widgets several pages draw: the trace picker, the drill-down graph panel and the critical-path
-block (Explore's Analysis and the What-if page show the same one; only the metrics above it differ).
+"""Widgets several pages draw: the trace picker, the drill-down graph panel, the critical-path
+block (Explore's Analysis and the What-if page show the same one; only the metrics above it differ)
+and the rows of a page's running worker jobs (Replay, Ranks, Fleet).
 
 They read and write the session (app/session.py) and draw from the cached views (app/views.py);
 they run no engine work of their own.
@@ -7,9 +8,11 @@ they run no engine work of their own.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import streamlit as st
 
-from app import views
+from app import views, workspace
 from app.markup import md_escape
 from app.session import get_trace, reset_searches, traces
 from engine.errors import TraceError
@@ -126,3 +129,27 @@ def show_critical_path(cp: dict, segments, top_ops, *, title: str, key: str) -> 
         key=f"{key}_by",
     )
     st.dataframe(critfig.path_table(top_ops), hide_index=True, key=key, width="stretch")
+
+
+def _job_label(job: dict) -> str:
+    return f"job {job['id']} · {job['status'].value}"
+
+
+def job_rows(
+    jobs: Sequence[dict], *, key: str, label: Callable[[dict], str] = _job_label, border: bool = False
+) -> None:
+    """One row per running or queued worker job: a progress bar with its label and last message
+    (escaped, at most 160 characters) and a Cancel button (`{key}_{id}`). A cancel reruns the
+    page; a catalog that refuses it (read-only) shows its one line instead, which a rerun would
+    wipe before anyone read it (`workspace.catalog_error` shows it once per session)."""
+    for j in jobs:
+        with st.container(border=border):
+            cols = st.columns([5, 1])
+            cols[0].progress(float(j["fraction"] or 0.0), text=md_escape(f"{label(j)} · {j['message'] or ''}"[:160]))
+            if cols[1].button("Cancel", key=f"{key}_{j['id']}"):
+                try:
+                    workspace.runner().cancel(j["id"])
+                except TraceError as exc:  # CatalogError: a read-only catalog cannot record it
+                    workspace.catalog_error(exc)
+                else:
+                    st.rerun()

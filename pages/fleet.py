@@ -7,7 +7,7 @@ from pathlib import Path
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from app import fleet, scheduler, session, workspace
+from app import fleet, scheduler, session, widgets, workspace
 from app.markup import md_escape as md
 from engine.errors import TraceError
 from engine.figures.fleet import jobs_scatter, mix_bars
@@ -38,17 +38,7 @@ if go:
 def _progress() -> None:
     workspace.runner().pump()
     act = fleet.active()
-    for j in act:
-        c: Sequence[DeltaGenerator] = st.columns([5, 1])
-        c[0].progress(
-            float(j["fraction"] or 0.0), text=md(f"job {j['id']} · {j['status'].value} · {j['message'] or ''}")
-        )
-        if c[1].button("Cancel", key=f"fleet_cancel_{j['id']}"):
-            try:
-                workspace.runner().cancel(j["id"])
-            except TraceError as exc:
-                workspace.catalog_error(exc)
-            st.rerun()
+    widgets.job_rows(act, key="fleet_cancel")
     if st.session_state.get("_fleet_active") and not act:
         st.session_state["_fleet_active"] = False
         st.rerun(scope="app")

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from app import overview, scheduler, session, workspace
+from app import overview, scheduler, session, widgets, workspace
 from app.markup import md_escape
 from engine.errors import TraceError
 
@@ -40,17 +40,7 @@ table = overview.summary(store) if store else None
 def _jobs_panel() -> None:
     workspace.runner().pump()
     active = overview.active_jobs(paths)
-    for j in active:
-        c: Sequence[DeltaGenerator] = st.columns([5, 1])
-        c[0].progress(
-            float(j["fraction"] or 0.0), text=f"job {j['id']} · {j['status'].value} · {md_escape(j['message'] or '')}"
-        )
-        if c[1].button("Cancel", key=f"ov_cancel_{j['id']}"):
-            try:
-                workspace.runner().cancel(j["id"])
-            except TraceError as exc:
-                workspace.catalog_error(exc)
-            st.rerun()
+    widgets.job_rows(active, key="ov_cancel")
     if st.session_state.get("_ov_active") and not active:
         st.session_state["_ov_active"] = False
         st.rerun()  # finished: draw the overview

@@ -171,23 +171,14 @@ if st.button("Run replay", type="primary", key="run_replay", disabled=not fits):
 
 
 def _jobs_panel() -> None:
-    runner = workspace.runner()
-    runner.pump()
+    workspace.runner().pump()
     jobs = [j for j in workspace.catalog().jobs(kind="replay") if j["trace"] == name]
     active = [j for j in jobs if not j["status"].finished]
     if active:
         st.subheader("Running and queued")
-    for j in active:
-        with st.container(border=True):
-            cols = st.columns([5, 1])
-            label = f"job {j['id']} · {j['target']} · {j['status'].value}"
-            cols[0].progress(float(j["fraction"] or 0.0), text=md_escape(f"{label} · {j['message'] or ''}"[:160]))
-            if cols[1].button("Cancel", key=f"cancel_{j['id']}"):
-                try:
-                    runner.cancel(j["id"])
-                    st.rerun()
-                except TraceError as exc:  # CatalogError: a read-only catalog cannot record it
-                    workspace.catalog_error(exc)
+    widgets.job_rows(
+        active, key="cancel", label=lambda j: f"job {j['id']} · {j['target']} · {j['status'].value}", border=True
+    )
     failed = [j for j in jobs if j["status"].value in ("failed", "cancelled")]
     for j in failed[-3:]:
         st.caption(f"job {j['id']} {j['status'].value}: {md_escape(j.get('error') or '')}")

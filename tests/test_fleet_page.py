@@ -60,3 +60,38 @@ def test_fleet_page_signs_picks_writes_and_opens(tmp_path, monkeypatch, cache_di
     at.run()
     _ok(at)
     assert at.session_state["current"] == members["job"].iat[0].split("/")[-1]
+
+
+def test_a_running_signing_shows_its_progress_and_can_be_cancelled(tmp_path, monkeypatch, cache_dir):
+    """The page's job row (app/widgets.py `job_rows`, shared with Replay and Ranks): while the
+    worker signs the fleet, a progress bar names the job and its status, and Cancel stops it."""
+    import time
+
+    from engine.workspace import Catalog
+
+    planted_fleet(tmp_path / "jobs", 80, steps=30)
+    monkeypatch.setenv("MYSTIQUE_UI_DIR", str(tmp_path / "ui"))
+    monkeypatch.setenv("MYSTIQUE_APP_SCHEDULER", "serial")
+    at = AppTest.from_file(MAIN, default_timeout=180)
+    at.run()
+    at.switch_page("../pages/fleet.py")
+    at.run()
+    at.text_area(key="fleet_paths").set_value(str(tmp_path / "jobs"))
+    at.button[0].click()
+    at.run()
+    _ok(at)
+    cat = Catalog(Path(os.environ["MYSTIQUE_UI_DIR"]) / "workspace")
+    (job,) = cat.jobs(kind="fleet_ingest")
+    end = time.monotonic() + 120
+    while (j := cat.job(job["id"]))["status"].value != "running" or not j["fraction"]:
+        assert not j["status"].finished and time.monotonic() < end, j
+        time.sleep(0.05)
+    at.run()
+    _ok(at)
+    bars = at.get("progress")
+    assert bars and f"job {job['id']} · running · " in bars[0].proto.text, [b.proto.text for b in bars]
+    at.button(key=f"fleet_cancel_{job['id']}").click()
+    at.run()
+    _ok(at)
+    assert cat.job(job["id"])["status"].value == "cancelled"
+    assert not at.get("progress") and not at.metric  # nothing half-signed is shown

@@ -23,7 +23,7 @@ from engine.errors import TraceError
 from engine.rules import choices
 
 if TYPE_CHECKING:
-    from engine.compose.build import Benchmark
+    from engine.compose.benchmark import Benchmark
     from engine.trace.model import Trace
 
 DTYPES = ("as traced", *(choices(BenchmarkSpec.rules_of("dtype")) or ()))  # the spec's dtype rule; null: as traced
@@ -151,7 +151,7 @@ def compose_spec(trace, spec: dict):
     The op list and memory come from the composed benchmark (rank 0); the closure table lists
     the tensors each segment reads from outside its selection (synthesized at replay).
     """
-    from engine.compose.export import rank_summary
+    from engine.compose.benchmark import rank_summary
     from engine.graph import select, selection_from_dict
 
     if not spec["segments"]:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from engine.compose.build import Benchmark, compose
+from engine.compose.benchmark import Benchmark
+from engine.compose.build import compose
 from engine.compose.export import export
 from engine.compose.spec import BenchmarkSpec, Segment, Sharding, load_spec, save_spec, spec_from_dict
 from engine.compose.validate import validate_et

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from engine.compose.benchmark import Benchmark, rank_summary
 from engine.compose.context import ORIGIN_KEY, ComposeContext
 from engine.compose.nodes import ROOT_ID, is_defined, label_node, node_from_row, root_node, set_slot, tensors_of
 from engine.compose.spec import BenchmarkSpec
@@ -29,51 +30,6 @@ if TYPE_CHECKING:
     from engine.trace.model import Trace
 
 _SKIP_ANCESTORS = ("[pytorch|profiler|execution_trace|",)
-
-
-@dataclass(kw_only=True, slots=True)
-class Benchmark:
-    """Composed benchmark: per-rank ET node lists (chakra 1.1.1 dicts, root first) + metadata.
-
-    `replay_ids[rank]` are the node ids a replay runs (one level per call path); `meta` holds
-    the batch size, transforms applied, sharding plan, per-rank lookups, collectives, warnings;
-    `context` what the transforms read about the sources (engine.compose.context; not exported).
-    """
-
-    spec: BenchmarkSpec
-    ranks: dict[int, list[dict]]
-    replay_ids: dict[int, list[int]]
-    meta: dict = field(default_factory=dict)
-    context: ComposeContext = field(default_factory=ComposeContext)
-
-    @property
-    def world_size(self) -> int:
-        return len(self.ranks)
-
-    def et_doc(self, rank: int = 0) -> dict:
-        """The rank's ET as a JSON-ready dict (schema 1.1.1-chakra.0.0.4)."""
-        nodes = self.ranks[rank]
-        doc: dict[str, Any] = {
-            "schema": "1.1.1-chakra.0.0.4",
-            "pid": 0,
-            "time": self.meta.get("time", ""),
-            "start_ts": 0,
-            "finish_ts": 0,
-            "nodes": nodes,
-        }
-        if self.world_size > 1:
-            doc["distributedInfo"] = {"rank": rank, "world_size": self.world_size, "backend": "nccl"}
-        return doc
-
-    def summary(self) -> dict:
-        from engine.compose.export import rank_summary
-
-        return {
-            "name": self.spec.name,
-            "world_size": self.world_size,
-            "ranks": {r: rank_summary(self, r) for r in sorted(self.ranks)},
-            "meta": {k: v for k, v in self.meta.items() if k != "time"},
-        }
 
 
 class _Ids:
@@ -392,8 +348,6 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
         from engine.compose.shard import apply_sharding
 
         apply_sharding(bench, traces, paths, scaled(progress, 0.8, 1.0))
-    from engine.compose.export import rank_summary
-
     limits.check_ranks({r: rank_summary(bench, r)["estimated_memory_bytes"] for r in bench.ranks})
     report(progress, 1.0, "composed")
     return bench

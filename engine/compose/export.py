@@ -13,49 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine import jsonio
-from engine.compose.nodes import is_defined, tensors_of
 from engine.errors import TraceError
 from engine.progress import Progress, report
-from engine.trace.vocab import COMM_PREFIXES
 
 if TYPE_CHECKING:
-    from engine.compose.build import Benchmark
-
-
-def rank_summary(bench: Benchmark, rank: int) -> dict:
-    """Op counts, external inputs and a memory estimate (bytes of distinct storages) of one rank."""
-    nodes = bench.ranks[rank]
-    replay = set(bench.replay_ids[rank])
-    produced: set = set()
-    ext: dict = {}
-    storages: dict = {}
-    comm = 0
-    comm_bytes = 0
-    for n in nodes:
-        if n["id"] not in replay:
-            continue
-        if n["name"].startswith(COMM_PREFIXES):
-            comm += 1
-            comm_bytes += int(next((a["value"] for a in n["attrs"] if a["name"] == "comm_bytes"), 0) or 0)
-        for io, _, _, _, v in tensors_of(n):
-            if not is_defined(v):
-                continue
-            key = (v[0], v[1])
-            nbytes = int(v[3]) * int(v[4])
-            storages[v[1]] = max(storages.get(v[1], 0), (int(v[2]) + int(v[3])) * int(v[4]))
-            if io == "out":
-                produced.add(key)
-            elif key not in produced and key not in ext:
-                ext[key] = nbytes
-    return {
-        "nodes": len(nodes),
-        "replay_ops": len(replay),
-        "communication_ops": comm,
-        "communication_bytes": comm_bytes,
-        "external_inputs": len(ext),
-        "external_input_bytes": int(sum(ext.values())),
-        "estimated_memory_bytes": int(sum(storages.values())),
-    }
+    from engine.compose.benchmark import Benchmark
 
 
 _README = """# {name}
@@ -129,4 +91,4 @@ def export(
     return res
 
 
-__all__ = ["export", "rank_summary"]
+__all__ = ["export"]

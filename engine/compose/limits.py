@@ -85,7 +85,7 @@ class ComposeLimits(Settings):
 
     def check_ranks(self, per_rank_bytes: dict[int, int]) -> None:
         """Refuse a composition one of whose ranks needs more memory than any machine has (the
-        tensors its ops touch, engine.compose.export.rank_summary): a TBE of 40 TB per rank was
+        tensors its ops touch, engine.compose.benchmark.rank_summary): a TBE of 40 TB per rank was
         accepted and failed only at replay."""
         if not per_rank_bytes:
             return

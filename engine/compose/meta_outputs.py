@@ -12,7 +12,7 @@ from engine.compose.nodes import get_slot, is_defined, slot_type, tensor_slots
 from engine.errors import TraceError
 
 if TYPE_CHECKING:
-    from engine.compose.meta_check import _Runner
+    from engine.compose.meta_state import MetaWalk
 
 _AUX_OUTPUT_OPS = frozenset(("embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"))
 
@@ -24,7 +24,7 @@ def _scaled(got: int, rec: int, s: float) -> bool:
     return abs(got - exact) < 1e-9 or (exact != int(exact) and abs(got - exact) < 1.0)
 
 
-def bind_outputs(run: _Runner, node, res, outs, out) -> None:
+def bind_outputs(run: MetaWalk, node, res, outs, out) -> None:
     """Bind the op's meta outputs to their recorded tensors: check (or, with `mutate`, rewrite)
     each output's shape against its recording scaled by the batch dims."""
     base = node["name"].split("::", 1)[-1].split(".", 1)[0]
@@ -95,7 +95,7 @@ def bind_outputs(run: _Runner, node, res, outs, out) -> None:
         run.put((v[0], v[1]), t, rec)
 
 
-def sync_out_args(run: _Runner, ins: dict, outs: dict) -> None:
+def sync_out_args(run: MetaWalk, ins: dict, outs: dict) -> None:
     """An `out=` (or in-place) argument has the shape the op gave its output: a guess made when
     it was read (a DDP gradient bucket view is no batch tensor) must not stay in the node."""
     out_keys = {(v[0], v[1]) for v in (get_slot(outs, "values", a, s) for a, s in tensor_slots(outs)) if is_defined(v)}
@@ -106,7 +106,7 @@ def sync_out_args(run: _Runner, ins: dict, outs: dict) -> None:
             run._write(ins, arg, sub, hit[0])
 
 
-def keep_recorded(run: _Runner, node, outs, why: str, count: bool = True) -> None:
+def keep_recorded(run: MetaWalk, node, outs, why: str, count: bool = True) -> None:
     """No meta run: outputs keep recorded shapes, with batch-carrying dims scaled."""
     if count and any(True for _ in tensor_slots(outs)):
         run.report.unchecked.append(why)

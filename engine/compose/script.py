@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from engine.compose.build import Benchmark
+    from engine.compose.benchmark import Benchmark
 
 _TEMPLATE = r'''#!/usr/bin/env python3
 """Standalone replay of a mystique-composed benchmark (needs only torch).

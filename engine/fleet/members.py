@@ -179,7 +179,7 @@ def _compose_rank(rs: RankSource, step: str | None, name: str):
 
 def _merge(benches: list, ranks: list[int]):
     """One benchmark whose rank k is the k-th composed rank (recorded ranks renumbered 0..n-1)."""
-    from engine.compose.build import Benchmark
+    from engine.compose.benchmark import Benchmark
 
     first = benches[0]
     if len(benches) == 1:

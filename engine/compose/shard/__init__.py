@@ -11,7 +11,7 @@ from engine.progress import Progress
 from engine.settings import Applies
 
 if TYPE_CHECKING:
-    from engine.compose.build import Benchmark
+    from engine.compose.benchmark import Benchmark
     from engine.trace.model import Trace
 
 

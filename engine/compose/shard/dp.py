@@ -17,7 +17,7 @@ from engine.compose.nodes import label_node, make_attrs, set_attr
 from engine.errors import TraceError
 
 if TYPE_CHECKING:
-    from engine.compose.build import Benchmark
+    from engine.compose.benchmark import Benchmark
     from engine.compose.shard.kinds import DpSharding
 
 BUCKET_CAP_BYTES = 25 * 1024 * 1024

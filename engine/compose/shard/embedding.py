@@ -47,7 +47,7 @@ from engine.simulate.planners import Shard as TableShard
 from engine.simulate.planners import Table as CostTable
 
 if TYPE_CHECKING:
-    from engine.compose.build import Benchmark
+    from engine.compose.benchmark import Benchmark
     from engine.compose.shard.kinds import EmbeddingSharding
 
 FWD = ("aten::embedding_bag", "aten::_embedding_bag", "aten::_embedding_bag_forward_only")

@@ -22,7 +22,7 @@ from engine.settings import Settings
 from engine.simulate.planners import PLANNERS
 
 if TYPE_CHECKING:
-    from engine.compose.build import Benchmark
+    from engine.compose.benchmark import Benchmark
     from engine.trace.model import Trace
 
 EMBEDDING_PLANS = tuple(PLANNERS)  # the planners compose and the what-if share (engine.simulate.planners)

@@ -31,7 +31,7 @@ from engine.compose.transforms.scale import prune_to_replay
 from engine.errors import TraceError
 
 if TYPE_CHECKING:
-    from engine.compose.build import Benchmark
+    from engine.compose.benchmark import Benchmark
     from engine.compose.shard.kinds import TpSharding
 
 PhaseOf = Callable[[dict], str]  # a node's phase in its source (ComposeContext.phase_of)

@@ -21,7 +21,7 @@ from engine.compose.nodes import get_slot, set_slot, tensor_slots
 from engine.errors import TraceError
 
 if TYPE_CHECKING:
-    from engine.compose.build import Benchmark
+    from engine.compose.benchmark import Benchmark
 
 _TARGET = {"fp32": ("float", 4, 6), "bf16": ("c10::BFloat16", 2, 15), "fp16": ("c10::Half", 2, 5)}
 _FLOAT_NAMES = ("float", "c10::BFloat16", "c10::Half", "BFloat16", "Half", "at::Half", "at::BFloat16")

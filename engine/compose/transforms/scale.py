@@ -18,7 +18,7 @@ from engine.compose.transforms.kjt import kjt_seeds
 from engine.errors import TraceError
 
 if TYPE_CHECKING:
-    from engine.compose.build import Benchmark
+    from engine.compose.benchmark import Benchmark
 
 # aten op -> (arg, most dims or 0 for any) of operands whose dim 0 is never a batch dim: a matrix
 # product's reduction operand (mm/addmm's mat2, a 1-D/2-D matmul `other`), a row-broadcast

@@ -2,32 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from engine.settings import Applies
 from engine.simulate.config import SimConfig
+from engine.simulate.whatif.context import EditContext
 from engine.simulate.whatif.spec import EDITS, Edit, SpecError, WhatIfSpec, register
 
 if TYPE_CHECKING:
     from engine.trace.model import Trace
 
 __all__ = ["EDITS", "Edit", "EditContext", "SpecError", "WhatIfSpec", "apply_edits", "register"]
-
-
-@dataclass(kw_only=True, slots=True)
-class EditContext:
-    """What edits read and write: the source trace, the (possibly rewritten) events, the graph."""
-
-    trace: Trace
-    config: SimConfig
-    events: pd.DataFrame
-    graph: Any = None
-    predicted_events: Any = None  # set before "result"-stage edits run
-    warnings: list[str] = field(default_factory=list)
-    report: dict[str, Any] = field(default_factory=dict)
 
 
 def apply_edits(spec: WhatIfSpec, trace: Trace, config: SimConfig, *, stage: str, ctx: EditContext | None = None):

@@ -16,7 +16,7 @@ from engine.simulate.whatif.spec import Edit, register
 from engine.user_regex import Regex, compile_user
 
 if TYPE_CHECKING:
-    from engine.simulate.whatif import EditContext
+    from engine.simulate.whatif.context import EditContext
 
 
 @register("dependency")

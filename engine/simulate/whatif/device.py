@@ -43,7 +43,7 @@ from engine.trace.devices import CATALOG, ITEMSIZE, Device, Dtype, detect, dtype
 from engine.trace.kernels import MEMORY_BOUND, KernelClass, kernel_classes
 
 if TYPE_CHECKING:
-    from engine.simulate.whatif import EditContext
+    from engine.simulate.whatif.context import EditContext
 
 COMPUTE = (KernelClass.GEMM, KernelClass.CONV, KernelClass.ATTENTION)
 BANDWIDTH = (*MEMORY_BOUND, KernelClass.OTHER)

@@ -31,7 +31,7 @@ from engine.simulate.whatif.kineto_shapes import SKIP_CATEGORIES
 from engine.simulate.whatif.spec import Edit, register
 
 if TYPE_CHECKING:
-    from engine.simulate.whatif import EditContext
+    from engine.simulate.whatif.context import EditContext
     from engine.trace.model import Trace
 
 _RANK_KEY = 1 << 40  # op ids restart on every rank: (rank, op id) as one integer key

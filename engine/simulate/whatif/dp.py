@@ -26,7 +26,7 @@ from engine.simulate.collectives import comm_mask
 from engine.simulate.whatif.spec import Edit, SpecError, register
 
 if TYPE_CHECKING:
-    from engine.simulate.whatif import EditContext
+    from engine.simulate.whatif.context import EditContext
 
 KINDS = {
     "all_reduce": (re.compile(r"all_?reduce", re.IGNORECASE), lambda n: 2 * (n - 1), lambda n: 2 * (n - 1) / n),

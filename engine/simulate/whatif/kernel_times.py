@@ -32,7 +32,7 @@ from engine.simulate.whatif.launch_ops import task_dims, top_ops
 from engine.simulate.whatif.spec import Edit, SpecError, register
 
 if TYPE_CHECKING:
-    from engine.simulate.whatif import EditContext
+    from engine.simulate.whatif.context import EditContext
 
 MIN_MATCHED = 0.9
 

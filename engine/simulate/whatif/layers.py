@@ -31,7 +31,7 @@ from engine.trace.vocab import GPU_CATS
 from engine.user_regex import Regex, compile_user
 
 if TYPE_CHECKING:
-    from engine.simulate.whatif import EditContext
+    from engine.simulate.whatif.context import EditContext
     from engine.trace.model import Trace
 
 OPT_SPAN = re.compile(r"^## optimizer ##$|^Optimizer\.step")

@@ -23,7 +23,7 @@ from engine.rules import MAX_US, Between
 from engine.simulate.whatif.spec import Edit, SpecError, register
 
 if TYPE_CHECKING:
-    from engine.simulate.whatif import EditContext
+    from engine.simulate.whatif.context import EditContext
 
 SPANS = {"forward": "## forward ##", "backward": "## backward ##", "optimizer": "## optimizer ##"}
 

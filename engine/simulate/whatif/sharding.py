@@ -20,7 +20,7 @@ from engine.simulate.planners import PLANNERS, EmbeddingModel, rank_us, tables_f
 from engine.simulate.whatif.spec import Edit, SpecError, register
 
 if TYPE_CHECKING:
-    from engine.simulate.whatif import EditContext
+    from engine.simulate.whatif.context import EditContext
 
 
 def _embedding_like(ops) -> list[tuple[str, dict, str | None]]:

@@ -34,7 +34,7 @@ from engine.errors import TraceError
 from engine.rules import Rule, bounds, field_rules, problem_with
 
 if TYPE_CHECKING:
-    from engine.simulate.whatif import EditContext
+    from engine.simulate.whatif.context import EditContext
 
 SPEC_VERSION = 1
 

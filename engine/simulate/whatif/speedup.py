@@ -23,7 +23,7 @@ from engine.simulate.whatif.spec import Edit, SpecError, bad, register
 from engine.user_regex import Regex
 
 if TYPE_CHECKING:
-    from engine.simulate.whatif import EditContext
+    from engine.simulate.whatif.context import EditContext
 
 # categories that select GPU tasks only: nothing is nested in a GPU task
 GPU_ONLY = ("gpu", "kernel", "memcpy", "memory_bound")

@@ -29,7 +29,7 @@ from engine.trace.steps import step_mask
 
 if TYPE_CHECKING:
     from engine.simulate.taskgraph import TaskGraph
-    from engine.simulate.whatif import EditContext
+    from engine.simulate.whatif.context import EditContext
 
 MIN_FACTOR = 1 / 50  # the host at most 50x faster than recorded
 ROUNDS = 14  # bisection on log factor: about 0.03 % of the factor's range

@@ -23,10 +23,8 @@ def _ok(at):
     assert not at.exception, [e.value for e in at.exception]
 
 
-def test_fleet_page_signs_picks_writes_and_opens(tmp_path, monkeypatch, cache_dir):
-    from engine.workspace import Catalog, JobRunner
-
-    jobs = planted_fleet(tmp_path / "jobs", 15)
+def _sign(tmp_path, monkeypatch):
+    """The Fleet page, empty, then its form submitted with the planted jobs under tmp_path/jobs."""
     monkeypatch.setenv("MYSTIQUE_UI_DIR", str(tmp_path / "ui"))
     monkeypatch.setenv("MYSTIQUE_APP_SCHEDULER", "serial")
     at = AppTest.from_file(MAIN, default_timeout=180)
@@ -39,6 +37,14 @@ def test_fleet_page_signs_picks_writes_and_opens(tmp_path, monkeypatch, cache_di
     at.button[0].click()  # the form's submit button
     at.run()
     _ok(at)
+    return at
+
+
+def test_fleet_page_signs_picks_writes_and_opens(tmp_path, monkeypatch, cache_dir):
+    from engine.workspace import Catalog, JobRunner
+
+    jobs = planted_fleet(tmp_path / "jobs", 15)
+    at = _sign(tmp_path, monkeypatch)
     cat = Catalog(Path(os.environ["MYSTIQUE_UI_DIR"]) / "workspace")
     (job,) = cat.jobs(kind="fleet_ingest")
     done = JobRunner(cat).wait(job["id"], timeout_s=300)
@@ -70,16 +76,7 @@ def test_a_running_signing_shows_its_progress_and_can_be_cancelled(tmp_path, mon
     from engine.workspace import Catalog
 
     planted_fleet(tmp_path / "jobs", 80, steps=30)
-    monkeypatch.setenv("MYSTIQUE_UI_DIR", str(tmp_path / "ui"))
-    monkeypatch.setenv("MYSTIQUE_APP_SCHEDULER", "serial")
-    at = AppTest.from_file(MAIN, default_timeout=180)
-    at.run()
-    at.switch_page("../pages/fleet.py")
-    at.run()
-    at.text_area(key="fleet_paths").set_value(str(tmp_path / "jobs"))
-    at.button[0].click()
-    at.run()
-    _ok(at)
+    at = _sign(tmp_path, monkeypatch)
     cat = Catalog(Path(os.environ["MYSTIQUE_UI_DIR"]) / "workspace")
     (job,) = cat.jobs(kind="fleet_ingest")
     end = time.monotonic() + 120

@@ -40,6 +40,8 @@ from engine.compose.meta_sizes import (
 from engine.compose.meta_state import MetaReport, MetaWalk
 from engine.compose.nodes import get_slot, is_defined, tensor_slots, tensors_of
 from engine.errors import TraceError
+from engine.replay.dispatch import resolve
+from engine.replay.resolved import DispatchError
 from engine.trace.categories import OP_NAME
 
 DDP_BUCKET_TO_GRAD = "reducer::copy_bucket_to_grad"  # the record_function around DDP's bucket -> grad copy
@@ -125,9 +127,6 @@ def _mark_inner(run: MetaWalk, nodes: list[dict], run_ids: set) -> None:
 def _run_node(run: MetaWalk, node: dict, is_replay: bool, strict: bool) -> None:
     """One node on meta tensors: its inputs from the walk, its size arguments rewritten, its
     outputs bound (meta_outputs.py); an op that cannot run keeps its recorded shapes."""
-    from engine.replay.dispatch import resolve
-    from engine.replay.resolved import DispatchError
-
     scale, mutate = run.s, run.mutate
     ins, outs = node.get("inputs") or {}, node.get("outputs") or {}
     if (
@@ -327,8 +326,6 @@ def _as_reshape(node, ins, types, tensors, size_arg, cands, mutate: bool):
     """Run a `view` as `aten::reshape` (a copy where a view cannot be: the copy the program's
     `.contiguous()` makes at this batch); with `mutate` the node becomes that reshape.
     Returns (output or None, the resolved op)."""
-    from engine.replay.dispatch import resolve
-
     res = resolve("aten::reshape", RESHAPE_SCHEMA, types, "cpu")
     for cand in cands:
         try:

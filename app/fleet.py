@@ -92,7 +92,7 @@ def fleets() -> list[dict]:
 def last_failure() -> str | None:
     js = sorted((j for k in KINDS for j in jobs(k)), key=lambda j: j["id"])
     if js and js[-1]["status"].value in ("failed", "cancelled"):
-        return f"job {js[-1]['id']} {js[-1]['status'].value}: {js[-1].get('error') or ''}".strip()
+        return workspace.failure_line(js[-1])
     return None
 
 

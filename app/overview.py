@@ -90,8 +90,7 @@ def active_jobs(paths: list[str]) -> list[dict]:
 def last_failure(paths: list[str]) -> str | None:
     jobs = [j for j in workspace.catalog().jobs(kind=KIND) if j["params"].get("paths") == paths]
     if jobs and jobs[-1]["status"].value in ("failed", "cancelled"):
-        j = jobs[-1]
-        return f"job {j['id']} {j['status'].value}: {j.get('error') or ''}".strip()
+        return workspace.failure_line(jobs[-1])
     return None
 
 

@@ -83,6 +83,14 @@ def runner():
     return JobRunner(catalog())
 
 
+def failure_line(job: dict) -> str:
+    """One plain line for a failed or cancelled job: "job 3 failed: <reason>", or "job 3
+    cancelled" where no reason was recorded (a Cancel), never a colon with nothing after it."""
+    head = f"job {job['id']} {job['status'].value}"
+    why = (job.get("error") or "").strip()
+    return f"{head}: {why}" if why else head
+
+
 def replay_runs() -> list[dict]:
     """Finished replay jobs of the workspace, oldest first (what Compare offers)."""
     out: list[dict] = []

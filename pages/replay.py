@@ -181,7 +181,7 @@ def _jobs_panel() -> None:
     )
     failed = [j for j in jobs if j["status"].value in ("failed", "cancelled")]
     for j in failed[-3:]:
-        st.caption(f"job {j['id']} {j['status'].value}: {md_escape(j.get('error') or '')}")
+        st.caption(md_escape(workspace.failure_line(j)))
     runs = [r for r in workspace.replay_runs() if r["trace"] == name]
     if st.session_state.get("_replay_active") and not active:
         st.session_state["_replay_active"] = False

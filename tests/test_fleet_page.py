@@ -92,3 +92,5 @@ def test_a_running_signing_shows_its_progress_and_can_be_cancelled(tmp_path, mon
     _ok(at)
     assert cat.job(job["id"])["status"].value == "cancelled"
     assert not at.get("progress") and not at.metric  # nothing half-signed is shown
+    # the cancel's caption names the job and what happened, not "job 1 cancelled:" with no reason
+    assert [c.value for c in at.caption if c.value.startswith("job ")] == [f"job {job['id']} cancelled"]

@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PORT ?= 8501
 PYTEST_ARGS ?=
 
-.PHONY: run test lint setup browser clean samples bench docs
+.PHONY: run test quick lint setup browser clean samples bench docs
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -76,6 +76,12 @@ test: setup browser lint
 	$(PYTEST) --basetemp="$$t/main" $(XDIST) -m "not perf and not alone" $(PYTEST_ARGS) && \
 	{ $(PYTEST) --basetemp="$$t/perf" -m "perf or alone" $(PYTEST_ARGS) || [ $$? -eq 5 ]; } && rm -rf "$$t" || \
 	{ echo "make test: failed; its temp folders are kept in $$t"; exit 1; }
+
+# The inner loop while changing code: the tests not marked slow (over tests/conftest.py SLOW_S),
+# e2e, perf or alone, on both cores; no gates. It is not the check: `make test` runs everything.
+quick: setup
+	@t=$$(mktemp -d "$${TMPDIR:-/tmp}/mystique-quick.XXXXXX") && \
+	$(PYTEST) --basetemp="$$t" $(XDIST) -m "not slow and not e2e and not perf and not alone" $(PYTEST_ARGS) && rm -rf "$$t"
 
 samples: setup
 	$(BIN)/mystique capture --all-samples --out sample_traces

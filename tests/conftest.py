@@ -178,8 +178,17 @@ def heaviest_files_first(items: list) -> None:
     items.sort(key=lambda it: -w.get(_file_of(it.nodeid), DEFAULT_FILE_S))
 
 
+# A test that takes longer than SLOW_S (set-up, call and tear-down together, in `make test`'s
+# first pass on 2 cores) is marked `slow`: `make quick`, the inner loop, leaves those out. The
+# summary names the unmarked ones over it, so the mark follows the suite as it grows.
+SLOW_S = 3.0
+_UNMARKED_S: dict[str, float] = {}
+
+
 def pytest_runtest_logreport(report):
     _MEASURED[_file_of(report.nodeid)] = _MEASURED.get(_file_of(report.nodeid), 0.0) + report.duration
+    if "slow" not in getattr(report, "keywords", ()):
+        _UNMARKED_S[report.nodeid] = _UNMARKED_S.get(report.nodeid, 0.0) + report.duration
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -219,6 +228,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             f"shared layer: {len(_DESELECTED_SHARED)} tests on real traces not run: {SHARED_TRACES} is absent "
             "(the core suite covers the same code on sample_traces/ and engine.testing)"
         )
+    over = sorted(((d, n) for n, d in _UNMARKED_S.items() if d >= SLOW_S), reverse=True)
+    if over:
+        tr.section(f"not marked slow but over {SLOW_S:g} s (`make quick` runs them; mark them slow)", sep="-")
+        for d, n in over[:20]:
+            tr.write_line(f"{d:6.1f} s {n}")
     perf = [
         r
         for key in ("passed", "failed", "error")

@@ -81,6 +81,7 @@ def _step_gpu_busy(bd: dict) -> float:
     return (bd["compute_ms"] + bd["exposed_communication_ms"]) / bd["step_ms"] if bd["step_ms"] else 0.0
 
 
+@pytest.mark.slow
 def test_critical_path_is_the_step_on_every_shared_gpu_trace(shared_sims):
     """Must show: on every shared GPU trace with a step span the critical path's length is the
     simulated step (0.5 %); on GPU-bound ones (GPU busy > 50 % of the step and the host blocked
@@ -180,6 +181,7 @@ def _pairs(paths: list[Path], tr, cache: Path) -> None:
 
 
 @pytest.mark.parametrize("rel", MULTI_RANK)
+@pytest.mark.slow
 def test_pages_agree_on_shared_multi_rank_traces(rel, shared_traces, cache_dir):
     """Explore Analysis, What-if (unchanged) and `simulate --json` show one breakdown; on these
     GPU traces the unchanged prediction's breakdown is the trace's (within 0.5 % of the step)."""

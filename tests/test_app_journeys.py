@@ -190,6 +190,7 @@ def _wait_job(ui: Path, n: int) -> dict:
     return JobRunner(cat).wait(jobs[n - 1]["id"], timeout_s=300)
 
 
+@pytest.mark.slow
 def test_p5_session_survives_reload_and_restart(ui):
     """4eb7f39: a new session (reload/restart) had only the bundled sample; settings reset
     across pages; nothing was written to a workspace."""
@@ -225,6 +226,7 @@ def test_p5_session_survives_reload_and_restart(ui):
     assert (ui / "workspace" / "catalog.sqlite").exists()
 
 
+@pytest.mark.slow
 def test_p6_replays_run_in_workers_with_progress_cancel_and_queue(ui):
     """4eb7f39: the replay ran inside the page script (blocking, no cancel, no queue, the
     server's RSS); there was no job catalog."""
@@ -293,6 +295,7 @@ def test_p9_compare_window_self_time_names_legends(ui, shared_traces):
     assert "Self time" in cat["layout"]["title"]["text"]
 
 
+@pytest.mark.slow
 def test_p7_embedding_sharding_says_what_it_drops_and_shows_every_rank(ui):
     """4eb7f39: picked non-embedding ops vanished silently, only rank 0 was shown, and the
     export folder kept the first benchmark name typed."""
@@ -414,6 +417,7 @@ def test_explore_views_are_prefetched_and_reruns_recompute_nothing(ui, monkeypat
     assert calls == built  # a new filter: a slice of the cached layout, no new layout
 
 
+@pytest.mark.slow
 def test_replay_form_and_compare_picks_survive_a_reload_with_the_memory_estimate_shown(ui):
     """Issue 32: a reload reset the Replay form to "whole trace, World size 1", Compare forgot its
     mode and picks, and an 8-rank world was preset with no memory estimate before Run."""

@@ -200,6 +200,7 @@ def test_explore_renders_graph_timeline_and_breakdowns(app):
     assert "annotation" not in set(top["category"].astype(str))  # annotations apart (issue 23)
 
 
+@pytest.mark.slow
 def test_compose_replay_compare_flow(app):
     from engine.graph import replay_ops
     from engine.trace import load
@@ -376,6 +377,7 @@ def test_a_trace_rewritten_in_place_is_shown_as_it_is_now(app, tmp_path):
     assert views.search_events(key, None, "conv")  # the same cached view, rebuilt on the CNN
 
 
+@pytest.mark.slow
 def test_replay_world_size_defaults_to_the_rank_count_of_a_two_rank_folder(app, tmp_path):
     """Issue 21 item 5: after the page showed a one-rank trace (World size 1), picking a 2-rank
     composed TP benchmark folder in the same page defaults World size to 2. Before: the folder
@@ -465,6 +467,7 @@ def test_compose_settings_and_searches_belong_to_the_trace_shown(app):
     assert at.selectbox(key="wi_trace").value == "cnn"  # what-if opens on the trace just loaded
 
 
+@pytest.mark.slow
 def test_replay_page_hints_mirror_rank_for_one_rank_of_a_multi_rank_job(app):
     """Issue 21 item 7: rank 0's ET of the 2-rank DDP sample replayed alone: the result says the
     trace records a 2-rank job and offers --mirror-rank with World size 2."""

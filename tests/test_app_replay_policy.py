@@ -40,6 +40,7 @@ def _run_job(at, n: int) -> dict:
     return done
 
 
+@pytest.mark.slow
 def test_replay_page_gate_is_off_by_default(tmp_path, monkeypatch, cache_dir):
     c = craft(tmp_path, relative=False)
     monkeypatch.setenv("MYSTIQUE_UI_DIR", str(tmp_path / "ui"))

@@ -54,6 +54,7 @@ def test_tbe_sample_records_fbgemm_ops(cache_dir):
     assert "fbgemm::bounds_check_indices" in names
 
 
+@pytest.mark.slow
 def test_capture_distributed_two_ranks(tmp_path, cache_dir):
     """The multi-process capture itself: 2 gloo ranks, per-rank ET/Kineto/meta, job time = slowest."""
     import psutil

@@ -43,6 +43,7 @@ COMMANDS = (
 
 @forking
 @pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a)[:40])
+@pytest.mark.slow
 def test_forked_and_fresh_cli_answer_alike(args, tmp_path):
     forked = cli(*args, cache=tmp_path / "a")
     assert any(s.ready for s in _SERVERS.values()), "the forking parent did not start"
@@ -65,6 +66,7 @@ def test_forked_cli_keeps_its_exit_code_folder_and_environment(tmp_path, monkeyp
 
 
 @forking
+@pytest.mark.slow
 def test_each_startup_environment_has_its_own_parent(tmp_path, monkeypatch):
     """A variable that a fresh interpreter reads before the CLI runs (OMP_NUM_THREADS: when torch
     loads) gets a parent started with it; the project's own and pytest's variables do not."""
@@ -89,6 +91,7 @@ def test_each_startup_environment_has_its_own_parent(tmp_path, monkeypatch):
     assert psutil.Process(new.proc.pid).environ().get("OMP_NUM_THREADS") == "3"
 
 
+@pytest.mark.slow
 def test_a_timeout_kills_the_forked_process(tmp_path):
     """As `subprocess.run` does: TimeoutExpired, and the process is gone (no child left)."""
     import psutil
@@ -107,6 +110,7 @@ def test_a_timeout_kills_the_forked_process(tmp_path):
     assert not left, [c.cmdline() for c in left]
 
 
+@pytest.mark.slow
 def test_a_parent_that_cannot_start_the_call_leaves_it_to_a_fresh_process(tmp_path):
     """A parent whose socket is gone answers None (nothing ran) and serves no more; `cli` then
     runs the call fresh."""

@@ -88,6 +88,7 @@ def test_plain_id_match_refuses_different_names(cache_dir):
     assert cmp.matching["matched"] == 0 and cmp.matching["name_mismatch"] == 1
 
 
+@pytest.mark.slow
 def test_distributed_tp2_replay_records_each_rank_et_and_compare_matches_every_rank(tmp_path, cache_dir):
     """Issue 21 item 5: a distributed replay of a composed TP-2 benchmark names each rank's ET and
     its sha256 (merged and per-rank replay.json), and compare maps every rank through its own

@@ -37,6 +37,7 @@ def diff_pair(shared_traces, tmp_path_factory):
         yield a, b, compare(a, b), d
 
 
+@pytest.mark.slow
 def test_trace_diff_counts_match_manifest(diff_pair, manifest):
     _, _, diff, _ = diff_pair
     assert isinstance(diff, TraceDiff)
@@ -50,6 +51,7 @@ def test_trace_diff_counts_match_manifest(diff_pair, manifest):
     assert cat.loc["cpu_op", "delta_count"] == 31236 - 40506
 
 
+@pytest.mark.slow
 def test_trace_diff_durations_match_raw_files(diff_pair):
     _, _, diff, d = diff_pair
     ca, da = _raw_x_events(d / "control.json.gz")
@@ -69,6 +71,7 @@ def test_trace_diff_durations_match_raw_files(diff_pair):
     assert diff.by_name["dur_us_a"].combine(diff.by_name["dur_us_b"], max).is_monotonic_decreasing
 
 
+@pytest.mark.slow
 def test_trace_diff_json_is_strict_and_bounded(diff_pair):
     _, _, diff, _ = diff_pair
     doc = diff.to_json(top=20)
@@ -100,6 +103,7 @@ def _raw_gpu(path: Path) -> list[dict]:
     ],
     ids=["timesformer", "bert_small"],
 )
+@pytest.mark.slow
 def test_two_gpus_pair_ops_by_launch_order_and_say_a_direction(pair, shared_traces, cache_dir, capsys):
     """Issue 32: H100 against MI300X said "difference 9.4 %" with no direction, led by python
     frames and "PyTorch Profiler (0)"; vendor kernels never paired. The same program launches

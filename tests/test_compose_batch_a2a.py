@@ -47,6 +47,7 @@ def _splits(path) -> list[tuple[list[int], list[int]]]:
     return out
 
 
+@pytest.mark.slow
 def test_dlrm_a2a_batch_x2_doubles_embeddings_and_all_to_all_and_replays_on_2_ranks(tmp_path, capsys, cache_dir):
     from engine.cli.main import main
 

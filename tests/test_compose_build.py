@@ -161,6 +161,7 @@ def test_dp_degree_must_divide_batch(cache_dir, sample_path):
         )
 
 
+@pytest.mark.slow
 def test_cli_json_and_standalone_script(tmp_path, capsys, cache_dir):
     import subprocess
     import sys

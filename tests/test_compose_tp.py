@@ -131,6 +131,7 @@ def test_gpt2_attention_blocks_are_found_and_every_block_says_what_was_split(cac
     assert all(b["split"] or b["why"] for b in sh.meta["sharding"]["blocks"])
 
 
+@pytest.mark.slow
 def test_gpt2_tp2_no_rank_holds_a_full_qkv_or_all_heads_and_it_replays_on_2_ranks(tmp_path, capsys, cache_dir):
     """GPT-2 (HF Conv1D addmm, fused QKV [256, 768], 4 heads of 64): each rank's ET has QKV
     weights [256, 384], attention scores over 2 heads, out-projection weights [128, 256], and the

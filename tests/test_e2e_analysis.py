@@ -57,6 +57,7 @@ def _path_bars(d, key: str) -> dict:
     )
 
 
+@pytest.mark.slow
 def test_analysis_and_whatif_draw_the_critical_path_across_ranks(server, driver):  # noqa: F811
     d = driver
     d.get(server)

@@ -201,6 +201,7 @@ def _big_trace() -> list[Path]:
     return files
 
 
+@pytest.mark.slow
 def test_big_trace_load_explore_compose_replay_compare_reload(server, driver):
     """Issue 13 must-show: load -> Explore -> pick on the graph and on the timeline of a trace
     with >100k events (param_resnet, 111,631 events) -> Compose -> Replay in the worker ->
@@ -231,6 +232,7 @@ def _load_by_path(d, files: list[Path], name: str) -> None:
     _wait_text(d, f"loaded {name}", timeout=240)
 
 
+@pytest.mark.slow
 def test_p8_pickers_follow_the_trace_just_loaded(fresh_server, driver):
     """Problem 8: after a load, "Show summary of" kept showing the previous trace (4eb7f39: the
     picker still read sample:mlp after loading another trace). Only a real browser keeps a
@@ -377,6 +379,7 @@ def _number_input_value(d, label: str) -> str | None:
     )
 
 
+@pytest.mark.slow
 def test_multi_rank_journey_compose_tp2_replay_two_ranks_compare_by_provenance(fresh_server, driver, tmp_path):
     """Issue 21 items 5 and 6 in a browser: a TP-2 spec loaded on Compose and exported; Replay opens
     on that benchmark with World size 2 (before: 1, and it ran as one SPMD rank); the 2-rank run's

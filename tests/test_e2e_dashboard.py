@@ -54,6 +54,7 @@ def _pick(d, key: str, value: str) -> None:
     _idle(d, 300)
 
 
+@pytest.mark.slow
 def test_analysis_and_cross_gpu_compare_on_other_teams_traces(server, driver):  # noqa: F811
     d = driver
     d.set_window_size(1400, 1000)

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_fleet_page_in_chromium(tmp_path, cache_dir):
     from selenium.webdriver.common.by import By
 
@@ -61,6 +62,7 @@ def _wait(d, css: str, timeout: float = 90):
     return WebDriverWait(d, timeout).until(EC.element_to_be_clickable((By.CSS_SELECTOR, css)))
 
 
+@pytest.mark.slow
 def test_fleet_page_composes_and_replays_the_suite_in_chromium(tmp_path, cache_dir):
     """A 3-job fleet (the mlp sample's Kineto file alone, the cnn sample with its ET, a GPU-only
     job): signed, the suite of 3 composed by a worker (two benchmarks, one pick refused with its

@@ -56,6 +56,7 @@ def _figure(d, other_than: str | None = None, timeout: float = 120) -> dict:
         time.sleep(0.5)
 
 
+@pytest.mark.slow
 def test_timeline_shows_a_busy_labelled_gpu_and_folds_python_frames(server, driver):  # noqa: F811
     d = driver
     d.set_window_size(1400, 1100)
@@ -115,6 +116,7 @@ return out;
 """
 
 
+@pytest.mark.slow
 def test_cross_gpu_compare_aligns_the_two_timelines_by_step(server, driver):  # noqa: F811
     from test_e2e_dashboard import _load_fresh, _pick
 
@@ -197,6 +199,7 @@ return {columns: xs.size, text: text, title: gd._fullLayout.title.text};
 """
 
 
+@pytest.mark.slow
 def test_graph_opens_a_group_without_selecting_it_and_names_its_groups(server, driver):  # noqa: F811
     """GPT-2 (bundled sample): in "opens it" mode a click on a group (forward, backward or the
     optimizer) drills in and selects nothing; then the backward level's 121 groups are named for
@@ -257,6 +260,7 @@ def test_graph_opens_a_group_without_selecting_it_and_names_its_groups(server, d
     _shot(d, "32_graph_gpt2_backward_grid")
 
 
+@pytest.mark.slow
 def test_embedding_sharding_counts_the_tbe_lookup_as_embedding(server, driver):  # noqa: F811
     """DLRM with an FBGEMM TBE (bundled dlrm_tbe rank 0): picking the TBE lookup and sharding its
     tables over ranks called the lookup a "non-embedding op" and drew 0 µs on every rank."""
@@ -308,6 +312,7 @@ def test_embedding_sharding_counts_the_tbe_lookup_as_embedding(server, driver): 
     _shot(d, "32_compose_embedding_sharding_tbe")
 
 
+@pytest.mark.slow
 def test_et_only_summary_says_it_has_no_times_instead_of_an_empty_chart(server, driver):  # noqa: F811
     from test_e2e_browser import _text
 
@@ -335,6 +340,7 @@ def _server_process(url: str):
     raise AssertionError(f"no streamlit process on port {port}")
 
 
+@pytest.mark.slow
 def test_a_finished_replay_leaves_no_defunct_child(server, driver):  # noqa: F811
     """The replay worker is the server's child: nothing waited on it, so each finished replay
     left a <defunct> process under the Streamlit server."""

@@ -23,6 +23,7 @@ NAV = '[data-testid="stSidebarNavLink"]'
 LAG = '.st-key-ov_lag [data-testid="stDataFrame"]'  # the straggler table
 
 
+@pytest.mark.slow
 def test_ranks_page_of_a_16_rank_job_in_chromium(shared_traces, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys

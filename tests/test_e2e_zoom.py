@@ -79,6 +79,7 @@ def _drag(d, a: float, b: float) -> None:
     ).pause(0.1).move_by_offset(int(px[1] - px[0]) - int((px[1] - px[0]) / 2), 0).pause(0.2).release().perform()
 
 
+@pytest.mark.slow
 def test_zoom_lays_out_the_new_window_with_its_detail(server, driver):  # noqa: F811
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By

@@ -64,6 +64,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_serial_local_and_cluster_stores_are_identical(fleet, cache_dir):
     serial = _tables(fleet, "serial")
     assert serial["events"]["rank"].drop_duplicates().tolist() == list(range(N_RANKS))
@@ -128,6 +129,7 @@ def test_serial_local_and_cluster_stores_are_identical(fleet, cache_dir):
     "scheduler, needle",
     [("tcp://127.0.0.1:1", "cannot reach the Dask scheduler at tcp://127.0.0.1:1"), ("nowhere", "bad --scheduler")],
 )
+@pytest.mark.slow
 def test_bad_scheduler_is_one_line_exit_2(fleet, tmp_path, scheduler, needle):
     """A port nobody listens on is refused at once (Dask's Client retried the refused connection
     until its 10 s timeout: the process took 11 s; now its start-up alone), with the reason."""

@@ -23,6 +23,7 @@ from engine.errors import TraceError
 
 
 # 3 -------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_3_et_paired_with_another_ranks_kineto(tmp_path, cache_dir):
     """Was: IndexError traceback in info, replay --kineto and compare."""
     from engine.trace import load
@@ -44,6 +45,7 @@ def test_3_et_paired_with_another_ranks_kineto(tmp_path, cache_dir):
 
 
 # 6 -------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_6_memory_rlimit_bomb_and_estimate(tmp_path, cache_dir):
     """Was: each read reserved a quarter of RAM (MemoryError under ulimit -v 3 GB), a gzip bomb
     was inflated whole (RSS > its size), and the memory budget ignored rlimits."""
@@ -96,6 +98,7 @@ def test_6_memory_rlimit_bomb_and_estimate(tmp_path, cache_dir):
 
 
 # 7 -------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_7_dtype_validated_by_meta_run_and_slow_dtype_warned(tmp_path, cache_dir):
     """Was: bf16 on GPT-2 composed "ok" and failed at replay (new_zeros/to kept dtype=float, so a
     matmul met fp32 and bf16); bf16 convolutions on CPU ran for minutes with no warning."""
@@ -129,6 +132,7 @@ def test_7_dtype_validated_by_meta_run_and_slow_dtype_warned(tmp_path, cache_dir
 
 
 # 8 -------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_8_transforms_on_real_library_models():
     """Was: batch scaling of GPT-2 (batch 1) scaled the sequence/hidden dim, TP found no linear
     pair (GPT-2's Conv1D is addmm), embedding sharding found no table in an FBGEMM TBE model."""
@@ -251,6 +255,7 @@ def test_8_all_to_all_split_sizes_follow_their_scaled_tensors():
 
 
 # 9 -------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_9_spec_and_input_loading(tmp_path, cache_dir):
     """Was: a FIFO spec hung forever, a folder spec raised a traceback, a null per_op row
     crashed compare."""
@@ -285,6 +290,7 @@ def test_9_spec_and_input_loading(tmp_path, cache_dir):
 
 
 # 10 ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_10_compare_refuses_mismatched_stale_and_leftover(tmp_path, cache_dir, shared_traces):
     """Was: compare accepted another trace's replay (exit 0, huge error), a killed run's folder,
     a Kineto-only leftover, and a GPU original vs a CPU replay without a word."""

@@ -20,6 +20,7 @@ from engine.errors import TraceError
 
 
 # 1 -------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_1_compose_refuses_oversized_before_building(tmp_path, cache_dir):
     """Was: `repeat: 1000000000` built nodes until memory ran out, 100,000 embedding ranks spun."""
     from engine.compose import compose, spec_from_dict
@@ -64,6 +65,7 @@ def test_1_compose_refuses_oversized_before_building(tmp_path, cache_dir):
 
 
 # 2 -------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_2_result_writes_checked_early_atomic_and_one_line(tmp_path, cache_dir):
     """Was: a file-valued/unwritable/full --out raised a traceback after the whole run, and a
     failed re-run truncated the previous good replay.json."""
@@ -162,6 +164,7 @@ def test_4_interrupted_compose_is_not_replayed(tmp_path, cache_dir):
 
 
 # 5 -------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_5_second_writer_on_the_same_out_is_refused(tmp_path, cache_dir):
     """Was: two runs sharing --out raced (a crash or a silent overwrite)."""
     out = tmp_path / "out"

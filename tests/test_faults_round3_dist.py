@@ -180,6 +180,7 @@ def test_3_tbe_tables_are_counted_and_bound_the_measured_peak(tmp_path, cache_di
     none_left(out)
 
 
+@pytest.mark.slow
 def test_3_world_that_does_not_fit_is_refused_before_launch(tmp_path, cache_dir, good_dist):
     """Was: world sizes to 1024 were accepted and 64 mirrored ranks were OOM-killed; the Replay
     page's worker (engine.workspace.worker.run_replay) took the same path."""
@@ -213,6 +214,7 @@ def test_3_world_that_does_not_fit_is_refused_before_launch(tmp_path, cache_dir,
     none_left(out)
 
 
+@pytest.mark.slow
 def test_3_world_checked_against_a_small_cgroup(tmp_path, cache_dir, good_dist):
     """Was: 4 ranks started in a 1.5 GB cgroup and were OOM-killed part-way."""
     out = tmp_path / "o"
@@ -253,6 +255,7 @@ def _wait_ranks_running(out: Path, proc: subprocess.Popen, world: int = 2) -> li
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.slow
 def test_4_ranks_die_with_their_launcher(tmp_path, cache_dir, good_dist, sig):
     """Was: SIGTERM or SIGKILL of the launcher left both ranks running under pid 1 and a stale
     RUNNING marker; the previous result must survive the interrupted rerun."""
@@ -295,6 +298,7 @@ def _mismatched(tmp_path: Path) -> Path:
     return d
 
 
+@pytest.mark.slow
 def test_4_failed_rerun_keeps_the_previous_result(tmp_path, cache_dir, good_dist):
     """Was: a rerun deleted replay.json and rank*/replay.json before launch, then failed."""
     out = tmp_path / "o"
@@ -308,6 +312,7 @@ def test_4_failed_rerun_keeps_the_previous_result(tmp_path, cache_dir, good_dist
     none_left(out)
 
 
+@pytest.mark.slow
 def test_4_two_files_declaring_the_same_rank_exit_2(tmp_path, cache_dir, good_dist):
     """Was: they ran as one rank with doubled ops."""
     out = tmp_path / "o"
@@ -363,6 +368,7 @@ def _p2p(tmp_path: Path, recv_numel: int | None = None) -> Path:
     return d
 
 
+@pytest.mark.slow
 def test_4_matching_send_recv_pair_passes_the_pre_check(tmp_path, cache_dir):
     """Was: a send on rank 0 and its recv on rank 1 were rejected as a collective mismatch."""
     import engine.trace as T
@@ -387,6 +393,7 @@ def test_4_matching_send_recv_pair_passes_the_pre_check(tmp_path, cache_dir):
     assert not (tmp_path / "o2" / "logs").exists()
 
 
+@pytest.mark.slow
 def test_4_a_stopped_rank_is_blamed_not_its_waiting_peer(tmp_path, cache_dir, good_dist):
     """Was: the run blamed the rank that timed out waiting for the SIGSTOPped one."""
     out = tmp_path / "o"
@@ -426,6 +433,7 @@ def test_8_torchrun_worker_refuses_a_bad_timeout(tmp_path, cache_dir, value):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_8_full_out_says_no_space_and_leaves_no_tmp(tmp_path, cache_dir):
     """Was: a full --out left replay_kineto.json.tmp and said "No such file"."""
     mnt = tmp_path / "mnt"
@@ -462,6 +470,7 @@ def _a2a_splits(tmp_path: Path) -> Path:
     return d
 
 
+@pytest.mark.slow
 def test_8_all_to_all_split_mismatch_names_both_sides(tmp_path, cache_dir):
     """Was: the message showed the same op description on both sides."""
     import engine.trace as T

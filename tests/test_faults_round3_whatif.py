@@ -65,6 +65,7 @@ def _bad_sim(spec_arg, good, cache, *needles, trace=SAMPLES / "mlp", pre="", tim
 
 
 # 2 -------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_2_layers_edits_refused_before_the_graph_is_built(tmp_path, cache_dir, good_sim, monkeypatch):
     """Was: three `layers` edits of copies 1000 passed their rules and grew one process to
     23 GB (here: killed by `ulimit -v` with a MemoryError traceback, or past the timeout)."""
@@ -94,6 +95,7 @@ def test_2_layers_edits_refused_before_the_graph_is_built(tmp_path, cache_dir, g
     assert simulate(tr, {"version": 1, "edits": [dict(edits[0], copies=2)]}).predicted_iteration_ms > 0
 
 
+@pytest.mark.slow
 def test_2_spec_files_are_read_like_compose_specs(tmp_path, cache_dir, good_sim):
     """Was: `--what-if /dev/zero` read 10 GB (MemoryError traceback under ulimit -v) and a FIFO
     blocked the read forever (past the timeout)."""
@@ -112,6 +114,7 @@ def test_2_spec_files_are_read_like_compose_specs(tmp_path, cache_dir, good_sim)
 
 
 # 6 -------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_6_regexes_run_in_linear_time(tmp_path, cache_dir, good_sim):
     """Was: a catastrophic pattern in a what-if `name` or `--config sync_regex` ran for minutes
     (past the timeout); a bad `sync_regex` raised re.error with a traceback."""
@@ -157,6 +160,7 @@ WHATIF_NUMBERS = [
 
 
 @pytest.mark.parametrize(("edit", "field", "problem"), WHATIF_NUMBERS, ids=lambda v: str(v)[:24])
+@pytest.mark.slow
 def test_6_whatif_numbers_name_their_field(tmp_path, cache_dir, good_sim, edit, field, problem):
     """Was: NaN/Inf in delay_us, alpha_us or a factor gave null predictions (exit 0), 1e30 and
     1e300 were accepted, and 5,000-digit numbers raised ValueError with a traceback."""
@@ -178,6 +182,7 @@ def test_6_whatif_numbers_name_their_field(tmp_path, cache_dir, good_sim, edit, 
     ],
     ids=["deep", "non-utf8"],
 )
+@pytest.mark.slow
 def test_6_whatif_documents_refused_in_one_line(tmp_path, cache_dir, good_sim, text, problem):
     """Was: RecursionError and UnicodeDecodeError tracebacks."""
     from engine.simulate.whatif import SpecError, WhatIfSpec
@@ -247,6 +252,7 @@ def _tbe_et(tmp_path, name: str, edit) -> str:
     return str(p)
 
 
+@pytest.mark.slow
 def test_6_compose_numbers_and_tbe_dimensions(tmp_path, cache_dir, good_compose):
     """Was: `batch_scale: 1e300` and a negative TBE dimension raised tracebacks (torch overflow
     and negative shapes)."""
@@ -278,6 +284,7 @@ def _lpt_reference(shards, n, model):
     return max(load)
 
 
+@pytest.mark.slow
 def test_7_greedy_sharding_is_fast_and_unchanged(cache_dir):
     """Was: the greedy planner re-ran a shard-by-shard LPT for every split it tried: 6 s at 64
     ranks, 70 s at 256, hours at 4,096 (past the timeout)."""
@@ -408,6 +415,7 @@ def test_7_compose_estimate_bounds_the_measured_peak(tmp_path, cache_dir):
     ],
     ids=["name-int", "name-nul", "device"],
 )
+@pytest.mark.slow
 def test_8_compose_name_and_device(tmp_path, cache_dir, good_compose, fields, problem):
     """Was: accepted (exit 0)."""
     from engine.compose import spec_from_dict
@@ -418,6 +426,7 @@ def test_8_compose_name_and_device(tmp_path, cache_dir, good_compose, fields, pr
     _bad_compose(spec, good_compose, cache_dir, problem)
 
 
+@pytest.mark.slow
 def test_8_compose_tbe_of_40_tb_per_rank(tmp_path, cache_dir, good_compose):
     """Was: a TBE of 10^13 weights (40 TB) per rank composed (exit 0) and failed only at replay."""
     from engine.compose import compose, spec_from_dict

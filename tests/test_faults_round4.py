@@ -25,6 +25,7 @@ def _sha(p: Path) -> str:
 
 
 # 12 -------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_12_duplicate_top_level_keys_are_refused_by_loader_and_store(tmp_path, cache_dir):
     """Two `traceEvents` arrays: `info` read the last, the store the first. Both refuse now, and
     so for any top-level key written twice (also through a JSON escape in the key)."""
@@ -299,6 +300,7 @@ def test_8_tls_scheduler_without_tls_settings_is_one_line(cache_dir):
     one_line_error(r, "tls://127.0.0.1:8786", "TLS settings")
 
 
+@pytest.mark.slow
 def test_11_a_listener_that_does_not_speak_dask_is_refused_in_seconds(cache_dir, monkeypatch):
     """Something listens at the address (a plain TCP server that accepts and says nothing): the
     client's start-up hung past 120 s. Its whole start-up, handshake included, has one deadline,
@@ -342,6 +344,7 @@ def test_11_a_listener_that_does_not_speak_dask_is_refused_in_seconds(cache_dir,
 
 
 @pytest.mark.parametrize("value", ["0", "601", "1.5", "soon"])
+@pytest.mark.slow
 def test_11_a_bad_connect_deadline_is_refused_not_clamped(cache_dir, monkeypatch, value):
     """MYSTIQUE_DASK_CONNECT_S outside whole seconds 1-600 is one line naming it, before any
     connection is tried (the address is a refused port: a clamp would report that instead)."""
@@ -351,6 +354,7 @@ def test_11_a_bad_connect_deadline_is_refused_not_clamped(cache_dir, monkeypatch
 
 
 # 5 --------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_5_replay_bounds_ops_whose_outputs_come_from_scalars_or_shapes(tmp_path, cache_dir):
     """`arange(end=N)`, `eye(n)` and `outer(a, b)` recorded with 16-element outputs allocated what
     their arguments say (1.93 GB against a bound of 509 MB, then an OOM kill). Their outputs are

@@ -52,6 +52,7 @@ def _real_step_ops() -> int:
     return len(select(t, selection_from_dict({"module": "ProfilerStep#1"})).replay_ids)
 
 
+@pytest.mark.slow
 def test_suite_composes_members_and_replays_them(tmp_path, cache_dir):
     fleet = _fleet(tmp_path)
     suite = tmp_path / "suite"
@@ -104,6 +105,7 @@ def test_suite_composes_members_and_replays_them(tmp_path, cache_dir):
     assert res["replayed"] == 2 and res["refused"] == 1 and not res["all_meet_target"]
 
 
+@pytest.mark.slow
 def test_member_ranks_are_trimmed_with_reasons(tmp_path, cache_dir):
     """The ddp sample (2 recorded ranks): both kept when they fit; one when the CPU cap or the
     launcher's memory check (its per-rank estimate) allows one; refused when none fits."""
@@ -131,6 +133,7 @@ def test_member_ranks_are_trimmed_with_reasons(tmp_path, cache_dir):
     assert m.benchmark is None and "not even one rank fits" in m.refused
 
 
+@pytest.mark.slow
 def test_replay_refuses_a_suite_that_was_not_composed(tmp_path, cache_dir):
     fleet = _fleet(tmp_path)
     suite = tmp_path / "suite"

@@ -40,6 +40,7 @@ def _sign(tmp_path, monkeypatch):
     return at
 
 
+@pytest.mark.slow
 def test_fleet_page_signs_picks_writes_and_opens(tmp_path, monkeypatch, cache_dir):
     from engine.workspace import Catalog, JobRunner
 
@@ -68,6 +69,7 @@ def test_fleet_page_signs_picks_writes_and_opens(tmp_path, monkeypatch, cache_di
     assert at.session_state["current"] == members["job"].iat[0].split("/")[-1]
 
 
+@pytest.mark.slow
 def test_a_running_signing_shows_its_progress_and_can_be_cancelled(tmp_path, monkeypatch, cache_dir):
     """The page's job row (app/widgets.py `job_rows`, shared with Replay and Ranks): while the
     worker signs the fleet, a progress bar names the job and its status, and Cancel stops it."""

@@ -126,6 +126,7 @@ def test_fleet_equals_whole_table_simulator_on_a_generated_fleet(tmp_path):
 
 
 @pytest.mark.skipif(not CONTROL.exists(), reason="shared traces absent (../shared/traces)")
+@pytest.mark.slow
 def test_fleet_equals_whole_table_simulator_on_gpu_collectives(tmp_path):
     """3 perturbed copies of a real 8-rank NCCL rank (hta control: 75k events, 60 NCCL kernels)."""
     from engine.testing.fleet import make_fleet
@@ -158,6 +159,7 @@ def test_fleet_dp_1024_never_shortens_the_step(tmp_path):
     assert base.tasks == 4 * 2 * _tasks_of(DDP0)
 
 
+@pytest.mark.slow
 def test_fleet_same_answer_serially_and_on_a_local_cluster(tmp_path):
     from engine.simulate.fleet import simulate_fleet
 
@@ -189,6 +191,7 @@ def test_fleet_refuses_what_cannot_fit_in_one_line(tmp_path, monkeypatch):
     check_memory(done)  # fits: no error
 
 
+@pytest.mark.slow
 def test_cli_simulates_a_store_folder(tmp_path):
     import json
 

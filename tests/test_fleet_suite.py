@@ -55,6 +55,7 @@ def _busy_share(path) -> float:
     return busy / total
 
 
+@pytest.mark.slow
 def test_dataloader_pair_signatures(shared_traces, cache_dir):
     d = shared_traces / "kineto_resnet50_dataloader"
     nw0 = signature_of(Job(name="nw0", files=(str(d / "nw0_worker0.pt.trace.json.gz"),)))
@@ -78,6 +79,7 @@ def real_fleet(shared_traces, tmp_path_factory):
     return pd.DataFrame([r for r in rows if "skipped" not in r]), [r for r in rows if "skipped" in r]
 
 
+@pytest.mark.slow
 def test_suite_of_five_matches_the_real_fleet(real_fleet):
     sigs, skipped = real_fleet
     assert len(sigs) >= 25
@@ -108,6 +110,7 @@ def test_planted_fleet_groups_are_recovered(tmp_path, cache_dir):
     assert 0.5 < float(np.mean(host)) < 0.7
 
 
+@pytest.mark.slow
 def test_fleet_cli_ingest_suite_and_refusals(tmp_path, cache_dir):
     jobs = planted_fleet(tmp_path / "jobs", 10)
     out = tmp_path / "fleet"

@@ -172,6 +172,7 @@ def test_19_row_sharded_tbe_runs_as_tbe_with_fbgemm_and_its_estimate_holds_no_de
     assert weight_bytes <= planned < 1.25 * weight_bytes, (planned, weight_bytes)
 
 
+@pytest.mark.slow
 def test_19_without_fbgemm_the_tbe_is_substituted_and_counted(tmp_path, cache_dir, monkeypatch):
     """No FBGEMM on the replay machine: the rank's TBE ops run as torch stand-ins, and the coverage
     counts each as substituted, naming what ran instead (the CLI and the Replay page print it)."""
@@ -253,6 +254,7 @@ def _view_of_shifted_labels(nodes: list[dict]) -> dict:
     return next(n for n in nodes if n["name"] == "aten::view" and n["inputs"]["values"][0][1] == storage)
 
 
+@pytest.mark.slow
 def test_20_hf_causal_lm_loss_at_batch_1_scales_to_batch_2(tmp_path, cache_dir):
     """Was: "batch scale 2 breaks shape at node 4703 (aten::view)" on HF GPT-2 at batch 1. At batch
     1 the shifted labels `labels[..., 1:]` are contiguous (a dim of 1 has no stride), so

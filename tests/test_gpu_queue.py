@@ -100,6 +100,7 @@ def test_info_json_carries_the_gpu_analyses(shared_traces, capsys, cache_dir):
     assert row["calls"] == 12 and row["gflops_per_call"] == pytest.approx(2 * 25089 * 768 * 3072 / 1e9, abs=1e-4)
 
 
+@pytest.mark.slow
 def test_explore_analysis_shows_the_gpu_views_with_csv_downloads(shared_traces, tmp_path, monkeypatch, cache_dir):
     """Explore → Analysis on the H100 trace: the queue figure (bounded), the GEMM table holding the
     hand-counted addmm row, and a CSV download under every table."""
@@ -141,6 +142,7 @@ def test_explore_analysis_shows_the_gpu_views_with_csv_downloads(shared_traces, 
     ],
     ids=lambda r: r.split("/")[-1],
 )
+@pytest.mark.slow
 def test_no_gemm_beats_its_device_peak(load_shared, rel):
     """A physical bound: achieved TFLOP/s never exceeds the device's dense peak for the kernel's
     dtype. Float GEMMs that ran on TF32 tensor cores were held to the fp32 peak (5.7x over it)

@@ -210,6 +210,7 @@ def test_stream_overlap_of_a_hand_written_trace(tmp_path, monkeypatch):
     assert got["overlap_frac"] == pytest.approx(0.25)
 
 
+@pytest.mark.slow
 def test_a_spent_budget_skips_every_step_with_its_reason(tmp_path):
     cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_run.py"), "--device", "cpu", "--quick", "--budget-s", "0"]
     p = subprocess.run(cmd + ["--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)

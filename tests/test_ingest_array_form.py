@@ -33,6 +33,7 @@ def _raw(path) -> list:
 
 
 @pytest.mark.parametrize("name", ["nw0_worker0.pt.trace.json.gz", "nw4_worker0.pt.trace.json.gz"])
+@pytest.mark.slow
 def test_array_form_loads_with_legacy_categories(shared_traces, cache_dir, name):
     path = shared_traces / "kineto_resnet50_dataloader" / name
     raw = _raw(path)

@@ -90,6 +90,7 @@ def _mutate(doc, draw_path, value, mode):
     value=json_value,
     mode=st.integers(0, 1),
 )
+@pytest.mark.slow
 def test_fuzz_mutated_real_traces(tmp_path, cache_dir, small_docs, which, paths, value, mode):
     doc = copy.deepcopy(small_docs[which])
     for p in paths:

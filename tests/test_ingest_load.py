@@ -75,6 +75,7 @@ def _check_against_manifest(obj: dict, entry: dict) -> None:
         assert obj["world_size"] == entry["world_size"]
 
 
+@pytest.mark.slow
 def test_every_manifest_file_matches_info_json(shared_traces, manifest, cache_dir, capsys):
     assert len(manifest) >= 13
     for entry in manifest:

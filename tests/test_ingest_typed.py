@@ -47,6 +47,7 @@ def test_samples_take_the_typed_path_and_match(model, cache_dir):
 
 
 @pytest.mark.parametrize("rel", ["param_resnet/resnet_et.json.gz", "chakra_1.0.2/1.0.2-chakra.0.0.4.json.gz"])
+@pytest.mark.slow
 def test_shared_chakra_traces_match(rel, shared_traces, cache_dir):
     path = shared_traces / rel
     doc = decode_chakra(gzip.decompress(path.read_bytes()))

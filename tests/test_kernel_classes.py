@@ -27,6 +27,7 @@ def _gpu_traces(manifest) -> list[dict]:
     return [m for m in manifest if m["kind"] == "kineto" and m.get("kernels")]
 
 
+@pytest.mark.slow
 def test_vendor_gemm_attention_and_comm_kernels(shared_traces, manifest):
     seen = {"cijk": 0, "flash": 0, "nccl": 0}
     for m in _gpu_traces(manifest):
@@ -43,6 +44,7 @@ def test_vendor_gemm_attention_and_comm_kernels(shared_traces, manifest):
     assert all(seen.values()), seen
 
 
+@pytest.mark.slow
 def test_class_shares_on_every_shared_gpu_trace(shared_traces, manifest, cache_dir):
     for m in _gpu_traces(manifest):
         path = shared_traces / m["path"]

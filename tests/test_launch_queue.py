@@ -68,6 +68,7 @@ def traces(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", MACHINES)
+@pytest.mark.slow
 def test_the_unchanged_trace_reproduces(name, traces):
     _, truth, base = traces(name)
     assert base.predicted_iteration_ms == pytest.approx(truth.mean_step_ms, rel=0.005)
@@ -85,6 +86,7 @@ def test_the_path_of_a_gpu_bound_step_runs_through_its_kernels(name, traces):
 
 @pytest.mark.parametrize("whatif", WHATIFS)
 @pytest.mark.parametrize("name", MACHINES)
+@pytest.mark.slow
 def test_a_faster_or_slower_gpu_or_host_lands_on_the_physics(name, whatif, traces):
     """Within 2 % of the same machine played forward with that speed-up. One exception, with
     its reason: a host-bound trace never shows the device's gap between back-to-back kernels

@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 BLOCKED = (
     "streamlit",
@@ -66,6 +68,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_engine_paths_work_with_only_torch_pandas_networkx(tmp_path):
     env = {**os.environ, "MYSTIQUE_CACHE_DIR": str(tmp_path / "cache")}
     p = subprocess.run(

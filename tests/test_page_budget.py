@@ -4,8 +4,8 @@ for minutes on a 37 MB critical-path figure).
 Each page is rendered through Streamlit's AppTest with a big shared trace loaded; a page fails past
 2 MB of figure payload (the plotly JSON of its charts, summed: what the browser must parse and
 draw) or 5 s of server CPU time for one render (CPU time: the test runs in make test's parallel
-pass). The three largest Kineto traces are unmarked; the other shared Kineto traces carry the
-`slow` marker (`pytest -m "not slow"` leaves them out; make test runs them).
+pass). Every render takes seconds, so the test is marked `slow`: `make quick` leaves it out and
+`make test` runs it on every shared Kineto trace, the three largest first.
 """
 
 from __future__ import annotations
@@ -84,9 +84,8 @@ def _walk(at: AppTest) -> dict[str, tuple[float, dict[str, int]]]:
     return out
 
 
-@pytest.mark.parametrize(
-    "rel", [*LARGEST, *(pytest.param(r, marks=pytest.mark.slow) for r in OTHERS)], ids=lambda r: r.split("/")[-1]
-)
+@pytest.mark.slow
+@pytest.mark.parametrize("rel", [*LARGEST, *OTHERS], ids=lambda r: r.split("/")[-1])
 def test_every_page_stays_within_its_budget(rel, shared_traces, tmp_path, monkeypatch, cache_dir):
     path = shared_traces / rel
     monkeypatch.setenv("MYSTIQUE_UI_DIR", str(tmp_path / "ui"))

@@ -43,6 +43,7 @@ def _reference(files: list[Path]) -> pd.DataFrame:
     return pd.concat([TimeBreakdown.from_events(load(f).events).table for f in files], ignore_index=True)
 
 
+@pytest.mark.slow
 def test_rank_summaries_equal_time_breakdown_of_the_loaded_ranks(fleet):
     files, store = fleet
     got = rk.summarize(store, scheduler="serial", use_cache=False)
@@ -60,6 +61,7 @@ def test_rank_summaries_equal_time_breakdown_of_the_loaded_ranks(fleet):
     assert got.groupby("rank")["compute_ms"].sum().nunique() == 4
 
 
+@pytest.mark.slow
 def test_summaries_are_the_same_on_a_local_dask_cluster(fleet):
     _, store = fleet
     serial = rk.summarize(store, scheduler="serial", use_cache=False)
@@ -79,6 +81,7 @@ def test_cpu_ranks_without_gpu_work_match_too(cache_dir):
     )
 
 
+@pytest.mark.slow
 def test_summaries_are_cached_beside_the_store_and_rebuilt_when_stale(fleet):
     _, store = fleet
     first = rk.summarize(store, scheduler="serial")
@@ -99,6 +102,7 @@ def test_summaries_are_cached_beside_the_store_and_rebuilt_when_stale(fleet):
     assert not [p for p in path.parent.iterdir() if p.name.startswith(".")]  # no temporary left
 
 
+@pytest.mark.slow
 def test_straggler_table_is_sorted_with_lateness_against_the_median(fleet):
     _, store = fleet
     t = rk.summarize(store, scheduler="serial")
@@ -117,6 +121,7 @@ def test_straggler_table_is_sorted_with_lateness_against_the_median(fleet):
     )
 
 
+@pytest.mark.slow
 def test_a_rank_window_read_from_the_store_equals_the_loaders_rows(fleet):
     files, store = fleet
     ev = load(files[2]).events

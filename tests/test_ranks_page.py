@@ -127,6 +127,7 @@ def test_a_bad_scheduler_setting_is_one_line_and_blocks_the_build(app, tmp_path)
     assert app.button(key="ov_build").disabled
 
 
+@pytest.mark.slow
 def test_a_running_summary_job_shows_progress_and_can_be_cancelled(app, shared_traces, tmp_path):
     from engine.analysis import ranks as rk
     from engine.testing.fleet import make_fleet_store

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SPEC = {"version": 1, "edits": [{"kind": "batch", "scale": 2.0}]}
 
 
+@pytest.mark.slow
 def test_kineto_only_batch_whatif_on_a_module_annotated_gpu_trace(shared_traces):
     """TimeSformer on H100, Kineto only: the batch (8, the leading dim of its recorded activations)
     is inferred from Input Dims, and batch x2 lengthens the predicted step."""
@@ -44,6 +45,7 @@ def test_kineto_without_shapes_refuses_in_one_line(shared_traces):
     assert "\\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_matrix_script_no_error_no_wrong(shared_traces, tmp_path):
     """The matrix on two small traces (a Kineto+ET pair and a Kineto-only GPU trace), compose
     without replay: every case is ok or a refusal the rules accept."""
@@ -125,6 +127,7 @@ def test_tp2_of_a_ddp_trace_splits_the_gradient_bucket_views(cache_dir):
 
 
 @pytest.mark.parametrize("model", ["dlrm_a2a", "dlrm_tbe"])
+@pytest.mark.slow
 def test_tp2_keeps_the_embedding_all_to_all_and_replays_on_2_ranks(model, tmp_path, capsys, cache_dir):
     """The model-parallel DLRMs return the pooled-embedding gradient through an all_to_all whose
     output buffer aten::empty makes as [512, 128]: the recorded shape of a split top-MLP weight,

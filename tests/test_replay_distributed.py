@@ -42,6 +42,7 @@ def _workers_gone(before: set[int]) -> bool:
     return {p.pid for p in psutil.Process().children(recursive=True)} <= before
 
 
+@pytest.mark.slow
 def test_two_rank_sample_replays_with_collectives_and_merged_result(tmp_path, capsys, cache_dir):
     """dlrm_tbe (all_to_all + all_reduce + broadcast + FBGEMM) when the dlrm extra is installed,
     else dlrm_a2a: coverage with communication counted, counts/bytes per collective type equal
@@ -101,6 +102,7 @@ def test_two_rank_sample_replays_with_collectives_and_merged_result(tmp_path, ca
     assert _workers_gone(before)
 
 
+@pytest.mark.slow
 def test_mirror_rank_runs_one_rank_as_spmd(tmp_path, capsys, cache_dir, monkeypatch):
     monkeypatch.chdir(tmp_path)  # runs without --out default to ./replay_out/<name>: never the checkout
     et = SAMPLES / "ddp" / "ddp_rank0_et.json.gz"
@@ -144,6 +146,7 @@ def test_mismatched_rank_files_exit_2_before_launch_naming_rank_and_op(tmp_path,
     assert time.perf_counter() - t0 < 30 and _workers_gone(before)
 
 
+@pytest.mark.slow
 def test_never_matching_collective_times_out_naming_a_rank(tmp_path, capsys, cache_dir):
     d = _mismatched(tmp_path)
     before = {p.pid for p in psutil.Process().children(recursive=True)}
@@ -158,6 +161,7 @@ def test_never_matching_collective_times_out_naming_a_rank(tmp_path, capsys, cac
     assert _workers_gone(before)
 
 
+@pytest.mark.slow
 def test_killed_rank_brings_the_run_down_and_leaves_nothing(tmp_path):
     out = tmp_path / "o"
     cmd = [sys.executable, "-m", "engine.cli.main", "replay", str(SAMPLES / "ddp"), "--iters", "2000"]
@@ -192,6 +196,7 @@ def test_killed_rank_brings_the_run_down_and_leaves_nothing(tmp_path):
     assert not alive, alive
 
 
+@pytest.mark.slow
 def test_embedding_sharded_composition_replays_across_ranks_with_all_to_all(tmp_path, capsys, cache_dir):
     """The DLRM greedy example resharded over 2 ranks: both ranks run, their all_to_all execute."""
     from engine.compose import compose, export, spec_from_dict

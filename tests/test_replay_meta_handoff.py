@@ -52,6 +52,7 @@ def _launcher_sizes(et) -> dict:
     return {str(k): v for k, v in b.meta_bytes[0].items()}
 
 
+@pytest.mark.slow
 def test_a_rank_given_the_launchers_sizes_imports_neither_dynamo_nor_sympy(cache_dir, tmp_path):
     sizes = _launcher_sizes(MLP_ET)
     assert len(sizes) > 20 and all(v is None or v >= 0 for v in sizes.values())
@@ -62,6 +63,7 @@ def test_a_rank_given_the_launchers_sizes_imports_neither_dynamo_nor_sympy(cache
     assert handed["skipped"] == alone["skipped"]
 
 
+@pytest.mark.slow
 def test_a_second_replay_of_a_plan_finds_its_sizes_in_the_cache(tmp_path):
     """The crafted arange/eye/outer: the first process computes the sizes (and imports dynamo),
     the second of the same plan reads them and still skips the three hand-counted ops; the same
@@ -94,6 +96,7 @@ def test_a_second_replay_of_a_plan_finds_its_sizes_in_the_cache(tmp_path):
     assert len(list((cache / "meta-sizes").iterdir())) == 2
 
 
+@pytest.mark.slow
 def test_the_launchers_sizes_skip_outsized_ops_in_every_rank(tmp_path, cache_dir):
     """The crafted arange/eye/outer (tests/crafted_et.py) on two mirrored ranks: the launcher's
     sizes hold the hand-counted MiB, and each rank skips the three with the meta check's reason
@@ -126,6 +129,7 @@ def test_the_launchers_sizes_skip_outsized_ops_in_every_rank(tmp_path, cache_dir
 
 
 @pytest.mark.parametrize("rel", ["param_resnet/resnet_et.json.gz"])
+@pytest.mark.slow
 def test_each_distinct_call_runs_once_and_every_op_keeps_its_own_size(rel, shared_traces, cache_dir, monkeypatch):
     """meta_sizes runs each distinct call (its key: overload, values, tensor geometry and sharing)
     on the meta device once: other teams' ResNet ET repeats a few calls per layer. The sizes must

@@ -49,6 +49,7 @@ def _materialized(trace, device: str):
     }
 
 
+@pytest.mark.slow
 def test_a_cuda_traces_host_tensors_stay_on_the_cpu(shared_traces, cache_dir):
     """param_resnet (a CUDA ET): 651 tensor records on the CPU among 32,547 on cuda:0. Every
     external input lands where the raw JSON says it was: the CPU ones on the CPU, the rest on

@@ -71,6 +71,7 @@ def _unchanged(tmp_path: Path, before: dict, *skip: Path) -> None:
 
 
 @pytest.mark.parametrize("mirror", [False, True], ids=["single-process", "mirror-rank"])
+@pytest.mark.slow
 def test_crafted_trace_touches_no_file_outside_out(crafted, tmp_path, mirror):
     out = tmp_path / "out"
     before = snapshot(tmp_path, skip=(out, tmp_path / "cache"))
@@ -89,6 +90,7 @@ def test_crafted_trace_touches_no_file_outside_out(crafted, tmp_path, mirror):
 
 
 @pytest.mark.parametrize("mirror", [False, True], ids=["single-process", "mirror-rank"])
+@pytest.mark.slow
 def test_allow_trace_code_really_runs_the_op(crafted, tmp_path, mirror):
     extra = ("--world-size", "2", "--mirror-rank", "0") if mirror else ()  # the opt-in reaches every rank
     doc = _replay(crafted.et, tmp_path / "out", tmp_path, "--allow-trace-code", *extra)
@@ -99,6 +101,7 @@ def test_allow_trace_code_really_runs_the_op(crafted, tmp_path, mirror):
     assert UNSAFE not in doc["coverage"]["by_reason"]
 
 
+@pytest.mark.slow
 def test_compose_and_its_standalone_script_touch_no_file(crafted, tmp_path):
     """`compose` runs ops in its shape check, and `run_benchmark.py` replays with torch only."""
     spec = tmp_path / "spec.json"

@@ -191,6 +191,7 @@ def test_policy_skips_no_op_of_any_bundled_sample(rel, cache_dir):
     assert SkipReason.UNSAFE_OP.value not in default.values() and default == opted
 
 
+@pytest.mark.slow
 def test_policy_skips_no_op_of_the_shared_traces(shared_et, cache_dir):
     default, opted = _plan_skips(shared_et, False), _plan_skips(shared_et, True)
     assert SkipReason.UNSAFE_OP.value not in default.values() and default == opted

@@ -82,6 +82,7 @@ def _prod(s):
 @pytest.mark.parametrize(
     "folder,file", [("param_resnet", "resnet_et.json.gz"), ("param_resnet_2gpu", "resnet_2gpu_et.json.gz")]
 )
+@pytest.mark.slow
 def test_resnet_slice_substitutes_cudnn_and_skips_collectives(shared_traces, cache_dir, folder, file):
     trace = T.load(shared_traces / folder / file)
     ids = _cheap_slice(trace)

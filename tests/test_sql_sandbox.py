@@ -202,6 +202,7 @@ def test_deadline_interrupts_a_query_that_never_ends(cache_dir):
 @pytest.mark.parametrize(
     ("sig", "code", "word"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
 )
+@pytest.mark.slow
 def test_signals_interrupt_a_running_query(cache_dir, sig, code, word):
     """Ctrl-C and SIGTERM stopped nothing while DuckDB ran (item 10): now the query is interrupted
     and the process exits within seconds."""

@@ -160,6 +160,7 @@ def test_step_detectors_use_the_step_model_not_the_prefix():
     assert users == []
 
 
+@pytest.mark.slow
 def test_step_ms_is_the_median_host_step_of_the_raw_json_and_every_reader_reports_it(shared_traces, cache_dir):
     """`step_ms(trace)` against a hand count: the median of the host `ProfilerStep#N` spans read
     from the raw JSON. nw4's first step is a warm-up outlier (~215 ms against ~174 ms), so a mean

@@ -62,6 +62,7 @@ def _check_equal(path: Path) -> None:
     assert [it for s in stored for it in s["iterations"]] == tr.meta["iterations"], path.name
 
 
+@pytest.mark.slow
 def test_store_equals_loader_on_every_shared_kineto_trace(shared_traces, manifest, cache_dir):
     kineto = [e for e in manifest if e["kind"] == "kineto"]
     assert len(kineto) >= 10
@@ -70,6 +71,7 @@ def test_store_equals_loader_on_every_shared_kineto_trace(shared_traces, manifes
 
 
 @pytest.mark.parametrize("path", SAMPLE_KINETO, ids=lambda p: p.parent.name + "/" + p.name)
+@pytest.mark.slow
 def test_store_equals_loader_on_samples(path, cache_dir):
     _check_equal(path)
 
@@ -132,6 +134,7 @@ def test_scanner_matches_whole_document_parse(block, cache_dir):
         (b'{"traceEvents": [{"ph": "X", "name": nope}]}', "not valid JSON"),
     ],
 )
+@pytest.mark.slow
 def test_hostile_documents_are_one_line_errors(tmp_path, cache_dir, text, problem):
     p = tmp_path / "bad.json"
     p.write_bytes(text)
@@ -151,6 +154,7 @@ def test_gzip_bomb_is_refused_while_streaming(tmp_path, cache_dir, monkeypatch):
     assert not list((cache_dir / "store").glob("*/manifest.json"))  # nothing half-written is kept
 
 
+@pytest.mark.slow
 def test_sql_cannot_read_or_write_files_outside_the_store(tmp_path, cache_dir):
     path = SAMPLE_KINETO[0]
     tmp_path = tmp_path / "outside"

@@ -45,6 +45,7 @@ def test_tiled_trace_over_many_blocks_equals_loader(tmp_path, cache_dir, monkeyp
     _check_equal(tmp_path / "tiled.json")
 
 
+@pytest.mark.slow
 def test_tiled_shared_trace_with_steps_equals_loader(shared_traces, tmp_path, cache_dir, monkeypatch):
     """The benchmark's input (a real MI300 trace's ProfilerStep window tiled twice) in 1 MiB blocks."""
     monkeypatch.setattr(stream, "BLOCK", 1 << 20)

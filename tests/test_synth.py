@@ -42,6 +42,7 @@ def cache(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_shared_traces_with_shapes_become_nodes(shared_traces):
     from engine.compose.synth import synthesize_file
 

@@ -117,6 +117,7 @@ def test_recorded_sample_has_two_tables(recorded):
 
 @pytest.mark.parametrize("name", RENAMES)
 @pytest.mark.parametrize("plan", ["table", "row", "greedy"])
+@pytest.mark.slow
 def test_every_renamed_form_shards_to_the_same_tables(tmp_path, cache_dir, recorded, name, plan):
     tables, tbe = _tables(_renamed(tmp_path, name), plan)
     assert tables == recorded[plan]

@@ -61,6 +61,7 @@ def traces(load_shared):
 # ---- inclusive speed-ups ----
 
 
+@pytest.mark.slow
 def test_inclusive_speedup_takes_the_loaders_nested_host_work(traces, shared_traces):
     from engine.simulate import simulate
 
@@ -83,6 +84,7 @@ def test_inclusive_speedup_takes_the_loaders_nested_host_work(traces, shared_tra
     assert span_ms(incl) < 0.01 * loader_ms
 
 
+@pytest.mark.slow
 def test_inclusive_speedup_moves_the_nw0_step_by_most_of_the_loader(traces, shared_traces):
     from engine.simulate import simulate
 
@@ -108,6 +110,7 @@ def test_inclusive_refuses_gpu_only_selections(traces):
 
 
 @pytest.mark.parametrize("pair", [TF, BERT, BERT[::-1]], ids=["timesformer", "bert", "bert-reverse"])
+@pytest.mark.slow
 def test_kernel_times_match_the_pairs_and_carry_the_other_sides_gpu_time(pair, traces, shared_traces):
     from engine.simulate import simulate
 

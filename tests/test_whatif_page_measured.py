@@ -42,6 +42,7 @@ def page(tmp_path, monkeypatch, cache_dir, shared_traces) -> AppTest:
     return at
 
 
+@pytest.mark.slow
 def test_kernel_times_from_a_second_trace_shows_predicted_vs_measured(page):
     at = page
     at.checkbox(key="wi_kt").check().run()
@@ -59,6 +60,7 @@ def test_kernel_times_from_a_second_trace_shows_predicted_vs_measured(page):
     assert errs and "matched" in errs[0] and "\n" not in errs[0]
 
 
+@pytest.mark.slow
 def test_device_picker_retargets(page):
     at = page
     at.checkbox(key="wi_dev").check().run()

@@ -141,6 +141,7 @@ def _recovered(ws: Path, seen: list[str], at, damaged: bytes, reason: str) -> No
     assert at.session_state["traces"], "the session has a trace to show"
 
 
+@pytest.mark.slow
 def test_corrupt_catalog_is_moved_aside_and_rebuilt_from_run_folders(ws):
     before = _result(ws).read_bytes()
     cat = ws / "catalog.sqlite"
@@ -154,6 +155,7 @@ def test_corrupt_catalog_is_moved_aside_and_rebuilt_from_run_folders(ws):
     assert any(e["paths"] == [str(MLP / "mlp_et.json.gz")] for e in at.session_state["traces"].values())
 
 
+@pytest.mark.slow
 def test_truncated_catalog_keeps_what_is_readable(ws):
     before = _result(ws).read_bytes()
     cat = ws / "catalog.sqlite"
@@ -170,6 +172,7 @@ def test_truncated_catalog_keeps_what_is_readable(ws):
     assert at.session_state["specs"]["mine"]["segments"] == SPEC["segments"]
 
 
+@pytest.mark.slow
 def test_restructured_catalog_salvages_rows_by_column_name(ws):
     cat = ws / "catalog.sqlite"
     with contextlib.closing(sqlite3.connect(cat)) as db:
@@ -202,6 +205,7 @@ def read_only(ws, request):
         target.chmod(0o644 if target == cat else 0o755)
 
 
+@pytest.mark.slow
 def test_read_only_catalog_opens_read_only_and_refuses_saves_with_one_line(ws, read_only):
     before = _sha(read_only)
     at, seen = _open_every_page(ws)
@@ -308,6 +312,7 @@ def test_full_disk_save_in_the_app_is_one_error_and_the_session_keeps_it(ws):
     assert "cnn" in at.session_state["traces"]
 
 
+@pytest.mark.slow
 def test_full_disk_worker_records_its_finished_job_from_the_run_folder(saved_ws, tmp_path, cache_dir):
     """The worker's catalog writes fail (file size limit below the WAL's size, as a full disk
     would), its result fits: the job ends done with its result_path, the failure is one line
@@ -354,6 +359,7 @@ def test_full_disk_worker_records_its_finished_job_from_the_run_folder(saved_ws,
     assert not psutil.pid_exists(proc.pid)
 
 
+@pytest.mark.slow
 def test_cancel_ends_a_stopped_worker_and_the_queue_moves_on(saved_ws, tmp_path):
     from engine.workspace import Catalog, JobRunner, JobStatus
 
@@ -392,6 +398,7 @@ def _pgid(pid: int) -> int | None:
         return None
 
 
+@pytest.mark.slow
 def test_profiled_replay_keeps_profiler_chatter_off_stderr(tmp_path, cache_dir):
     """The profiler's USDT/STAGE lines went to the user's stderr on every replay; now the CLI's
     stderr is empty on success (clirun.one_line_error no longer filters them either)."""

@@ -194,17 +194,49 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
     """Build the benchmark a spec describes (see module docstring and engine.compose).
     `limits` (engine.compose.limits.ComposeLimits, default its defaults) bounds the size,
     checked on an estimate before any node is built."""
-    import engine.trace as et_load
     from engine.compose.limits import ComposeLimits, estimate
-    from engine.graph import select, selection_from_dict
 
     if not isinstance(spec, BenchmarkSpec):
         raise TraceError(f"compose() needs a BenchmarkSpec, not {type(spec).__name__}")
     limits = limits if limits is not None else ComposeLimits()
     limits.check_spec(spec)
     paths = spec.source_paths()
+    traces = _load_sources(paths, progress)
+    prepared = _select_segments(spec, traces, paths, progress)
+    world = spec.sharding.world_size if spec.sharding is not None else 1
+    limits.check(
+        estimate(
+            [
+                (len(sn), sum(1 for n in sn for _ in tensors_of(n)), seg.repeat)
+                for seg, (_, sn, _r, _p) in zip(spec.segments, prepared)
+            ],
+            world,
+        )
+    )
+    ctx = ComposeContext()
+    nodes, replay, seg_meta = _emit_segments(spec, traces, prepared, ctx, progress)
+    meta: dict[str, Any] = {"segments": seg_meta, "sources": [str(p) for p in paths], "warnings": [], "transforms": []}
+    _note_synthesized(spec, traces, paths, meta)
+    from engine.compose.transforms.scale import param_storages, parameters
+
+    meta["param_storages"] = sorted(param_storages(traces[0]))
+    if spec.sharding is not None and spec.sharding.needs_params:
+        ctx.params = parameters(traces[spec.segments[0].source])
+    meta["time"] = __import__("datetime").datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    bench = Benchmark(spec=spec, ranks={0: nodes}, replay_ids={0: replay}, meta=meta, context=ctx)
+    _transform(bench, traces, paths, progress)
+    limits.check_ranks({r: rank_summary(bench, r)["estimated_memory_bytes"] for r in bench.ranks})
+    report(progress, 1.0, "composed")
+    return bench
+
+
+def _load_sources(paths: list, progress: Progress | None) -> list[Trace]:
+    """Each source's trace, in spec order (a source listed many times is loaded once); a
+    Kineto-only source gets its ET synthesized."""
+    import engine.trace as et_load
+
     traces = []
-    loaded: dict = {}  # a source listed many times is loaded once
+    loaded: dict = {}
     for k, p in enumerate(paths):
         report(progress, 0.3 * k / len(paths), f"loading {p.name}")
         if not p.exists():
@@ -217,8 +249,16 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
 
                 loaded[key] = load_synthesized(p)
         traces.append(loaded[key])
+    return traces
+
+
+def _select_segments(spec: BenchmarkSpec, traces: list[Trace], paths: list, progress: Progress | None) -> list:
+    """Per segment: (its subgraph, its nodes, replay ids, phases); the same selection on the same
+    trace is computed once."""
+    from engine.graph import select, selection_from_dict
+
     prepared = []
-    memo: dict = {}  # the same selection on the same trace is computed once
+    memo: dict = {}
     for si, seg in enumerate(spec.segments):
         report(progress, 0.3 + 0.1 * si / len(spec.segments), f"selecting segment {si}")
         trace = traces[seg.source]
@@ -232,18 +272,15 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
                 raise TraceError(f"segments[{si}]: selection has no replayable operators", paths[seg.source])
             memo[memo_key] = (sub, *_segment_nodes(trace, sub))
         prepared.append(memo[memo_key])
-    world = spec.sharding.world_size if spec.sharding is not None else 1
-    limits.check(
-        estimate(
-            [
-                (len(sn), sum(1 for n in sn for _ in tensors_of(n)), seg.repeat)
-                for seg, (_, sn, _r, _p) in zip(spec.segments, prepared)
-            ],
-            world,
-        )
-    )
+    return prepared
+
+
+def _emit_segments(
+    spec: BenchmarkSpec, traces: list[Trace], prepared: list, ctx: ComposeContext, progress: Progress | None
+) -> tuple[list[dict], list[int], list[dict]]:
+    """Rank 0's nodes (root, then each segment's repeats under their label), its replay ids and
+    the per-segment meta; a repeat reads the previous repeat's outputs where they chain."""
     ids = _Ids(max(_max_tensor_id(t) for t in traces) + 1)
-    ctx = ComposeContext()
     nodes: list[dict] = [root_node()]
     replay: list[int] = []
     seg_meta = []
@@ -298,32 +335,34 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
                 "node_ids": [first_rep_node, ids.node],
             }
         )
-    meta: dict[str, Any] = {"segments": seg_meta, "sources": [str(p) for p in paths], "warnings": [], "transforms": []}
+    return nodes, replay, seg_meta
+
+
+def _note_synthesized(spec: BenchmarkSpec, traces: list[Trace], paths: list, meta: dict) -> None:
+    """Sources whose ET was synthesized from Kineto are said in the output, and refuse the knobs
+    that need every tensor's producer."""
     from engine.compose.synth import SynthReport
 
     synth = {k: t.meta["synthesized"] for k, t in enumerate(traces) if t.meta.get("synthesized")}
-    if synth:  # said in the output: these sources had no ET
-        meta["synthesized"] = synth
-        meta["warnings"].extend(
-            f"sources[{k}]: {r['path']}: " + SynthReport.from_dict(r).line() for k, r in synth.items()
+    if not synth:
+        return
+    meta["synthesized"] = synth
+    meta["warnings"].extend(f"sources[{k}]: {r['path']}: " + SynthReport.from_dict(r).line() for k, r in synth.items())
+    knob = "sharding" if spec.sharding is not None else "batch scaling" if spec.batch_scale != 1.0 else None
+    if knob is not None:  # both follow the batch from the inputs through every op's tensors
+        raise TraceError(
+            f"{knob} needs the whole tensor flow (every tensor's producer), which a Kineto-only source "
+            "does not record: its ET is synthesized and most of its tensors are fresh inputs",
+            paths[next(iter(synth))],
         )
-        knob = "sharding" if spec.sharding is not None else "batch scaling" if spec.batch_scale != 1.0 else None
-        if knob is not None:  # both follow the batch from the inputs through every op's tensors
-            raise TraceError(
-                f"{knob} needs the whole tensor flow (every tensor's producer), which a Kineto-only source "
-                "does not record: its ET is synthesized and most of its tensors are fresh inputs",
-                paths[next(iter(synth))],
-            )
-    from engine.compose.transforms.scale import param_storages, parameters
 
-    meta["param_storages"] = sorted(param_storages(traces[0]))
-    if spec.sharding is not None and spec.sharding.needs_params:
-        ctx.params = parameters(traces[spec.segments[0].source])
-    meta["time"] = __import__("datetime").datetime.now().strftime("%Y-%m-%d %H:%M:%S")
-    bench = Benchmark(spec=spec, ranks={0: nodes}, replay_ids={0: replay}, meta=meta, context=ctx)
+
+def _transform(bench: Benchmark, traces: list[Trace], paths: list, progress: Progress | None) -> None:
+    """The spec's transforms in order: batch scale, dtype, sharding (which makes the ranks)."""
     from engine.compose.transforms.dtype import change_dtype
     from engine.compose.transforms.scale import scale_batch
 
+    spec, meta, ctx = bench.spec, bench.meta, bench.context
     if spec.batch_scale != 1.0 or spec.sharding is not None or spec.batch_size is not None:
         from engine.compose.transforms.scale import infer_batch
 
@@ -348,9 +387,6 @@ def compose(spec: BenchmarkSpec, progress: Progress | None = None, limits=None) 
         from engine.compose.shard import apply_sharding
 
         apply_sharding(bench, traces, paths, scaled(progress, 0.8, 1.0))
-    limits.check_ranks({r: rank_summary(bench, r)["estimated_memory_bytes"] for r in bench.ranks})
-    report(progress, 1.0, "composed")
-    return bench
 
 
 def _canon(ids: _Ids, source: int) -> dict:

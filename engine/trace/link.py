@@ -214,9 +214,46 @@ def link(ops: pd.DataFrame, events: pd.DataFrame, warnings_out: list[str]) -> tu
         ops["k_ts_us"], ops["k_dur_us"], ops["gpu_dur_us"] = k_ts, k_dur, gpu
         return info, ev_op
     host = isin(events["cat"], _HOST_CATS)
-    methods = set()
+    linked_ev, methods = _link_host_ops(ops, events, elig, host, info, warnings_out)
+    linked = linked_ev >= 0
+    ts = events["ts_us"].to_numpy()
+    dur = events["dur_us"].to_numpy()
+    k_ts[linked] = ts[linked_ev[linked]]
+    k_dur[linked] = dur[linked_ev[linked]]
+    ev_op_direct = np.full(n_ev, -1, dtype=np.int64)  # op row of each linked host event
+    ev_op_direct[linked_ev[linked]] = np.flatnonzero(linked)
+    ev_op_row = _op_row_of_events(events, host, ev_op_direct)
+    g = np.flatnonzero(isin(events["cat"], _GPU_CATS))
+    gl = g[ev_op_row[g] >= 0]
+    info["gpu_events"], info["gpu_events_linked"] = len(g), len(gl)
+    if methods:
+        gpu = _inclusive_gpu_us(ops, np.bincount(ev_op_row[gl], weights=dur[gl], minlength=n_ops)[:n_ops], linked)
+    ops["k_ts_us"], ops["k_dur_us"], ops["gpu_dur_us"] = k_ts, k_dur, gpu
+    ids = ops["id"].to_numpy()
+    ev_op = np.where(ev_op_row >= 0, ids[np.maximum(ev_op_row, 0)], -1)
+    n_linked = int((linked & elig).sum())
+    if info["et_ops"] and n_linked < 0.5 * info["et_ops"]:
+        warnings_out.append(
+            f"only {n_linked} of {info['et_ops']} ET ops found their Kineto op: the ET and "
+            "Kineto files may come from different runs or programs"
+        )
+    info.update(
+        linked=n_linked,
+        link_rate=round(n_linked / info["et_ops"], 6) if info["et_ops"] else 0.0,
+        method="+".join(sorted(methods)) or "none",
+    )
+    return info, ev_op
+
+
+def _link_host_ops(
+    ops: pd.DataFrame, events: pd.DataFrame, elig: np.ndarray, host: np.ndarray, info: dict, warnings_out: list[str]
+) -> tuple[np.ndarray, set[str]]:
+    """Each eligible ET op's host event row (-1: none), rank by rank: by record-function id where
+    the Kineto file has them, else by External id with per-thread-block offsets; and the methods
+    used. An id shared by ops of different names links nothing (counted in `info`)."""
+    methods: set[str] = set()
     mismatched = 0
-    linked_ev = np.full(n_ops, -1, dtype=np.int64)  # event row linked to each op
+    linked_ev = np.full(len(ops), -1, dtype=np.int64)  # event row linked to each op
     ev_rank = events["rank"].to_numpy()
     op_rank = ops["rank"].to_numpy()
     for r in np.unique(op_rank):
@@ -257,27 +294,27 @@ def link(ops: pd.DataFrame, events: pd.DataFrame, warnings_out: list[str]) -> tu
             "Kineto trace has no 'Record function id': ET ops linked by 'External id' "
             "with per-thread-block offsets and equal names (approximate)"
         )
-    linked = linked_ev >= 0
-    ts = events["ts_us"].to_numpy()
-    dur = events["dur_us"].to_numpy()
-    k_ts[linked] = ts[linked_ev[linked]]
-    k_dur[linked] = dur[linked_ev[linked]]
-    ev_op_direct = np.full(n_ev, -1, dtype=np.int64)  # op row of each linked host event
-    ev_op_direct[linked_ev[linked]] = np.flatnonzero(linked)
+    return linked_ev, methods
 
-    # Host events -> innermost enclosing *linked* host event (self included).
+
+def _op_row_of_events(events: pd.DataFrame, host: np.ndarray, ev_op_direct: np.ndarray) -> np.ndarray:
+    """The op row each event belongs to (-1: none): a host event to the innermost enclosing
+    linked host event (itself included), a runtime launch to the linked op around it (else the
+    one of its External id), a GPU event to its launch by correlation id."""
+    ts = events["ts_us"].to_numpy()
+    end = ts + events["dur_us"].to_numpy()
+    ev_rank = events["rank"].to_numpy()
     h_all = np.flatnonzero(host)
     pid_codes = events["pid"].cat.codes.to_numpy().astype(np.int64)
     tid_codes = events["tid"].cat.codes.to_numpy().astype(np.int64)
     key = (ev_rank.astype(np.int64) << 40) + (pid_codes << 20) + tid_codes
     lh = h_all[ev_op_direct[h_all] >= 0]
-    end = ts + dur
     enc_h = enclosing(ts[lh], end[lh], key[lh], ts[h_all], key[h_all])
     # (no linked host event at all: nothing encloses anything; indexing lh would fail)
     op_of_host = (
         np.where(enc_h >= 0, ev_op_direct[lh[np.maximum(enc_h, 0)]], -1) if len(lh) else np.full(len(h_all), -1)
     )
-    ev_op_row = np.full(n_ev, -1, dtype=np.int64)
+    ev_op_row = np.full(len(events), -1, dtype=np.int64)
     ev_op_row[h_all] = op_of_host
     ev_op_row[lh] = ev_op_direct[lh]
     # Runtime launches and GPU activity by correlation.
@@ -294,7 +331,6 @@ def link(ops: pd.DataFrame, events: pd.DataFrame, warnings_out: list[str]) -> tu
         ev_op_row[loose[ok]] = ev_op_direct[lh[first][found[ok]]]
     corr = events["correlation"].to_numpy(dtype=np.int64, na_value=-1)
     g = np.flatnonzero(isin(events["cat"], _GPU_CATS))
-    info["gpu_events"] = len(g)
     if len(g) and len(rt):
         rt_c = (ev_rank[rt].astype(np.int64) << 40) + corr[rt]
         rt_ok = corr[rt] >= 0
@@ -305,38 +341,24 @@ def link(ops: pd.DataFrame, events: pd.DataFrame, warnings_out: list[str]) -> tu
         found = lut.get_indexer((ev_rank[g].astype(np.int64) << 40) + corr[g])
         hit = (found >= 0) & (corr[g] >= 0)
         ev_op_row[g[hit]] = ev_op_row[rt_rows[found[hit]]]
-    gl = g[ev_op_row[g] >= 0]
-    info["gpu_events_linked"] = len(gl)
-    # GPU time: direct per op, then inclusive over ET descendants (bottom-up by depth).
-    if methods:
-        direct = np.bincount(ev_op_row[gl], weights=dur[gl], minlength=n_ops)[:n_ops]
-        has = np.zeros(n_ops, dtype=bool)
-        has[linked] = True
-        incl = direct.copy()
-        ppos = pd.Index(ops["rank"].to_numpy().astype(np.int64) << 40 | ops["id"].to_numpy()).get_indexer(
-            ops["rank"].to_numpy().astype(np.int64) << 40 | ops["parent"].to_numpy()
-        )
-        ppos[ops["parent"].to_numpy() < 0] = -1
-        depth = ops["depth"].to_numpy()
-        order = np.argsort(-depth, kind="stable")
-        bounds = np.flatnonzero(np.diff(depth[order])) + 1
-        for level in np.split(order, bounds):
-            level = level[ppos[level] >= 0]
-            np.add.at(incl, ppos[level], incl[level])
-            np.logical_or.at(has, ppos[level], has[level])
-        gpu = np.where(has, incl, np.nan)
-    ops["k_ts_us"], ops["k_dur_us"], ops["gpu_dur_us"] = k_ts, k_dur, gpu
-    ids = ops["id"].to_numpy()
-    ev_op = np.where(ev_op_row >= 0, ids[np.maximum(ev_op_row, 0)], -1)
-    n_linked = int((linked & elig).sum())
-    if info["et_ops"] and n_linked < 0.5 * info["et_ops"]:
-        warnings_out.append(
-            f"only {n_linked} of {info['et_ops']} ET ops found their Kineto op: the ET and "
-            "Kineto files may come from different runs or programs"
-        )
-    info.update(
-        linked=n_linked,
-        link_rate=round(n_linked / info["et_ops"], 6) if info["et_ops"] else 0.0,
-        method="+".join(sorted(methods)) or "none",
+    return ev_op_row
+
+
+def _inclusive_gpu_us(ops: pd.DataFrame, direct: np.ndarray, linked: np.ndarray) -> np.ndarray:
+    """GPU time per op: its own kernels' (`direct`), then inclusive over its ET descendants
+    (bottom-up by depth); NaN where neither the op nor a descendant was linked."""
+    has = np.zeros(len(ops), dtype=bool)
+    has[linked] = True
+    incl = direct.copy()
+    ppos = pd.Index(ops["rank"].to_numpy().astype(np.int64) << 40 | ops["id"].to_numpy()).get_indexer(
+        ops["rank"].to_numpy().astype(np.int64) << 40 | ops["parent"].to_numpy()
     )
-    return info, ev_op
+    ppos[ops["parent"].to_numpy() < 0] = -1
+    depth = ops["depth"].to_numpy()
+    order = np.argsort(-depth, kind="stable")
+    bounds = np.flatnonzero(np.diff(depth[order])) + 1
+    for level in np.split(order, bounds):
+        level = level[ppos[level] >= 0]
+        np.add.at(incl, ppos[level], incl[level])
+        np.logical_or.at(has, ppos[level], has[level])
+    return np.where(has, incl, np.nan)

@@ -321,6 +321,20 @@ _STR_NEUTRAL = {"reduce_op": "sum", "red_op": "sum", "group_name": "0"}
 _NEUTRAL_BY_OP = {("aten::transpose", "dim0"): -2, ("aten::transpose", "dim1"): -1}
 
 
+def _scalar_value(d) -> tuple[Any, str] | None:
+    """A schema default as an ET value and its type (Bool, Int, Double, String); None for any
+    other kind of default."""
+    if isinstance(d, bool):  # before int: a bool is an int
+        return d, "Bool"
+    if isinstance(d, int):
+        return d, "Int"
+    if isinstance(d, float):
+        return d, "Double"
+    if isinstance(d, str):
+        return d, "String"
+    return None
+
+
 def _fill_unknown(schema, vals: list, ets: list, unknown: list[int], device: str = "cpu") -> str | None:
     """Values for arguments the trace did not give: the schema default, else a neutral value
     (scalars only; a device: the trace's own, `device`); a problem text when a list has neither."""
@@ -339,14 +353,8 @@ def _fill_unknown(schema, vals: list, ets: list, unknown: list[int], device: str
                 continue  # a Scalar was recorded as passed (its value not): the neutral 1, not None
             if d is None:
                 vals[i], ets[i] = "<None>", "None"
-            elif isinstance(d, bool):
-                vals[i], ets[i] = d, "Bool"
-            elif isinstance(d, int):
-                vals[i], ets[i] = d, "Int"
-            elif isinstance(d, float):
-                vals[i], ets[i] = d, "Double"
-            elif isinstance(d, str):
-                vals[i], ets[i] = d, "String"
+            elif (scalar := _scalar_value(d)) is not None:
+                vals[i], ets[i] = scalar
             elif isinstance(d, (list, tuple)) and all(type(x) is int for x in d):
                 vals[i], ets[i] = list(d), f"GenericList[{','.join('Int' for _ in d)}]"
             else:
@@ -435,16 +443,13 @@ def _match(ctx: _Ctx, name: str, ets: list[str]):
 def _defaults_for_none(schema, vals: list, ets: list) -> None:
     """A recorded None on a non-optional argument with a default takes the default."""
     for i, a in enumerate(schema.arguments[: len(ets)]):
-        if ets[i] == "None" and a.has_default_value() and not str(a.type).startswith("Optional["):
-            d = a.default_value
-            if isinstance(d, str):
-                vals[i], ets[i] = d, "String"
-            elif isinstance(d, bool):
-                vals[i], ets[i] = d, "Bool"
-            elif isinstance(d, int):
-                vals[i], ets[i] = d, "Int"
-            elif isinstance(d, float):
-                vals[i], ets[i] = d, "Double"
+        if (
+            ets[i] == "None"
+            and a.has_default_value()
+            and not str(a.type).startswith("Optional[")
+            and (scalar := _scalar_value(a.default_value)) is not None
+        ):
+            vals[i], ets[i] = scalar
 
 
 # ---------------------------------------------------------------------------------- nodes

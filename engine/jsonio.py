@@ -9,6 +9,7 @@ writes NaN/Infinity literals where orjson writes null; the loader reads both.
 
 from __future__ import annotations
 
+import json as _json
 from typing import Any
 
 try:
@@ -51,3 +52,38 @@ except ImportError:  # pragma: no cover - exercised by tests/test_minimal_instal
 
 
 __all__ = ["OPT_INDENT_2", "OPT_NON_STR_KEYS", "OPT_SERIALIZE_NUMPY", "JSONDecodeError", "dumps", "loads"]
+
+
+class DocumentError(ValueError):
+    """A user's JSON document that cannot be read: the text says why (no path; the caller names
+    the file and the kind of document)."""
+
+
+class BigInt(int):
+    """An integer literal too long for Python's int() (over 4,300 digits), kept as its digit
+    count so the field it sits in is named (`engine.rules.Finite` refuses it) instead of the
+    parser raising."""
+
+    digits: int
+
+
+def _big_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # over sys.get_int_max_str_digits(): a finite stand-in far past 64 bits
+        n = BigInt(1 << 80)
+        n.digits = len(text.lstrip("-"))
+        return n
+
+
+def loads_document(text: str, what: str) -> Any:
+    """JSON text of a document a user wrote (a what-if spec, simulator settings) -> objects. NaN
+    and Infinity literals are read, as are integers of any length (`BigInt`): the field rules
+    then name the field that holds them. Bad JSON or nesting too deep for `what` is a
+    DocumentError."""
+    try:
+        return _json.loads(text, parse_int=_big_int)
+    except _json.JSONDecodeError as exc:
+        raise DocumentError(f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise DocumentError(f"nested too deeply to be {what}") from None

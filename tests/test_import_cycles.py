@@ -169,9 +169,10 @@ def test_the_shared_types_live_below_their_users():
     check and the what-if package are in no circle: the composed `Benchmark`
     (compose/benchmark.py), the meta walk's state (compose/meta_state.py) and the edits'
     `EditContext` (simulate/whatif/context.py) each live below every module that names them.
-    Two small circles remain, each closed by one late import of a declaration that loads its
-    implementation when it runs: a sharding kind's `apply` (compose/shard/kinds.py) and
-    `SimConfig.parse`, which reads JSON as what-if specs do (simulate/config.py)."""
+    The simulator's settings are in none either: `SimConfig.parse` reads JSON through
+    engine/jsonio.py `loads_document`, as what-if specs do, not through the what-if package. One
+    small circle remains, closed by one late import of a declaration that loads its
+    implementation when it runs: a sharding kind's `apply` (compose/shard/kinds.py)."""
     circles = import_circles(type_only=True)
     below = {
         "engine.compose.build",
@@ -181,9 +182,11 @@ def test_the_shared_types_live_below_their_users():
         "engine.simulate.whatif",
         "engine.simulate.result",
         "engine.simulate.graph",
+        "engine.simulate.config",
+        "engine.simulate.whatif.spec",
     }
     assert not below & {m for c in circles for m in c}, circles
-    assert all({"engine.compose.shard.kinds", "engine.simulate.config"} & set(c) for c in circles), circles
+    assert all("engine.compose.shard.kinds" in c for c in circles), circles
 
 
 def test_every_engine_package_has_a_layer():

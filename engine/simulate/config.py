@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Annotated, Any
 
 from engine.errors import TraceError
+from engine.jsonio import DocumentError, loads_document
 from engine.rules import MAX_US, Between
 from engine.settings import Settings
 from engine.user_regex import Regex
@@ -58,10 +59,8 @@ class SimConfig(Settings):
     def parse(cls, text: str) -> SimConfig:
         """From JSON text (the CLI's --config); NaN, deep nesting and huge numbers are read, then
         refused naming their field, as in what-if specs."""
-        from engine.simulate.whatif.spec import SpecError, _loads
-
         try:
-            data = _loads(text, None, "simulator settings")
-        except SpecError as exc:
-            raise TraceError(exc.detail) from None
+            data = loads_document(text, "simulator settings")
+        except DocumentError as exc:
+            raise TraceError(str(exc)) from None
         return cls.from_dict(data)

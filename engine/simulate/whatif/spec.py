@@ -16,7 +16,6 @@ offending field (`edits[2].scale`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import types
 import typing
@@ -31,6 +30,7 @@ else:  # pragma: no cover -- Python 3.10
     from typing_extensions import dataclass_transform
 
 from engine.errors import TraceError
+from engine.jsonio import BigInt, DocumentError, loads_document
 from engine.rules import Rule, bounds, field_rules, problem_with
 
 if TYPE_CHECKING:
@@ -155,31 +155,12 @@ def _check_type(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
-class BigInt(int):
-    """An integer literal too long for Python's int() (over 4,300 digits), kept as its digit
-    count so the field it sits in is named (`Finite` refuses it) instead of the parser raising."""
-
-    digits: int
-
-
-def _big_int(text: str) -> int:
+def _loads(text: str, path: str | None) -> Any:
+    """JSON text -> objects (engine.jsonio.loads_document), every failure a SpecError."""
     try:
-        return int(text)
-    except ValueError:  # over sys.get_int_max_str_digits(): a finite stand-in far past 64 bits
-        n = BigInt(1 << 80)
-        n.digits = len(text.lstrip("-"))
-        return n
-
-
-def _loads(text: str, path: str | None, what: str = "a what-if spec") -> Any:
-    """JSON text -> objects, every failure a SpecError: NaN and Infinity literals are read (the
-    field rules then name the field that holds them), as are integers of any length."""
-    try:
-        return json.loads(text, parse_int=_big_int)
-    except json.JSONDecodeError as exc:
-        raise SpecError("(document)", f"not valid JSON ({exc.msg} at line {exc.lineno})", path) from None
-    except RecursionError:
-        raise SpecError("(document)", f"nested too deeply to be {what}", path) from None
+        return loads_document(text, "a what-if spec")
+    except DocumentError as exc:
+        raise SpecError("(document)", str(exc), path) from None
 
 
 def parse_edit(data: Any, where: str) -> Edit:

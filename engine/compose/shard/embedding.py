@@ -395,88 +395,34 @@ def shard_embeddings(bench: Benchmark, path, sh: EmbeddingSharding) -> dict:
         )
     model = cost_model(tables, str(bench.spec.device))
     shards = plan_shards(tables, plan, n_ranks, model)
-    batch = tables[0].batch
-    bsplit = _split(batch, n_ranks)
-    fresh = _Fresh(
-        max((v[0] for n in nodes for _, _, _, _, v in tensors_of(n)), default=0)
-        + max((v[1] for n in nodes for _, _, _, _, v in tensors_of(n)), default=0)
-        + 1
-    )
-    per_rank_dim = [sum(s.dim for s in shards if s.rank == r) for r in range(n_ranks)]
     tbe_src = {x["table"]: x["tbe_node"] for x in tbe_info}  # table -> its source TBE lookup node
-    by_id = {n["id"]: n for n in nodes} if tbe_src else {}
-    want = set(replay)
+    build = _RankBuild(
+        nodes=nodes,
+        tables=tables,
+        recorded=recorded,
+        tbe_src=tbe_src,
+        by_id={n["id"]: n for n in nodes} if tbe_src else {},
+        want=set(replay),
+        bsplit=_split(tables[0].batch, n_ranks),
+        per_rank_dim=[sum(s.dim for s in shards if s.rank == r) for r in range(n_ranks)],
+        wtype=tables[0].fwd["outputs"]["types"][0],
+        fresh=_Fresh(
+            max((v[0] for n in nodes for _, _, _, _, v in tensors_of(n)), default=0)
+            + max((v[1] for n in nodes for _, _, _, _, v in tensors_of(n)), default=0)
+            + 1
+        ),
+    )
     ranks: dict = {}
     rids: dict = {}
     per_rank: dict[int, dict[str, Any]] = {}
-    itemsize = tables[0].itemsize
-    wtype = tables[0].fwd["outputs"]["types"][0]  # pooled embeddings' dtype (after any dtype change)
     for r in range(n_ranks):
-        mine = [s for s in shards if s.rank == r]
-        out = [root_node()]
-        nid = [ROOT_ID]
-
-        def nxt(nid: list[int] = nid) -> int:  # bound now: one counter per rank
-            nid[0] += 1
-            return nid[0]
-
-        fw_label = label_node(nxt(), ROOT_ID, "## forward ##")
-        out.append(fw_label)
-        ids = []
-        pairs: list[tuple[dict | None, dict | None]]
-        if tbe_src:  # TBE tables: one TBE per source lookup over this rank's shards of it
-            pairs = []
-            groups: dict[int, list[Shard]] = {}
-            for s in mine:
-                groups.setdefault(tbe_src[s.table], []).append(s)
-            for src_id, group in groups.items():
-                fw_nodes, bw_nodes = rank_tbe_nodes(nodes, by_id[src_id], group, batch, fresh, want)
-                names = ",".join(str(t) for t in sorted({s.table for s in group}))
-                lab = label_node(nxt(), fw_label["id"], f"nn.Module: tables.{names}")
-                out.append(lab)
-                for f in fw_nodes:
-                    f["id"], f["ctrl_deps"] = nxt(), lab["id"]
-                    out.append(f)
-                    ids.append(f["id"])
-                pairs += [(None, b) for b in bw_nodes]
-        else:
-            shard_pairs = [_shard_nodes(tables[s.table], s, fresh, recorded.get(s.table)) for s in mine]
-            for (f, _), s in zip(shard_pairs, mine):
-                lab = label_node(nxt(), fw_label["id"], f"nn.Module: tables.{s.table}")
-                f["id"], f["ctrl_deps"] = nxt(), lab["id"]
-                out += [lab, f]
-                ids.append(f["id"])
-            pairs = list(shard_pairs)
-        send = [bsplit[j] * per_rank_dim[r] for j in range(n_ranks)]
-        recv = [bsplit[r] * per_rank_dim[i] for i in range(n_ranks)]
-        a = _a2a(nxt(), fw_label["id"], send, recv, itemsize, fresh, n_ranks, "forward", wtype)
-        out.append(a)
-        ids.append(a["id"])
-        bw_label = label_node(nxt(), ROOT_ID, "## backward ##")
-        out.append(bw_label)
-        a = _a2a(nxt(), bw_label["id"], recv, send, itemsize, fresh, n_ranks, "backward", wtype)
-        out.append(a)
-        ids.append(a["id"])
-        for _, b in pairs:
-            if b is not None:
-                b["id"], b["ctrl_deps"] = nxt(), bw_label["id"]
-                out.append(b)
-                ids.append(b["id"])
-        ranks[r], rids[r] = out, ids
-        per_rank[r] = {
-            "tables": sorted({s.table for s in mine}),
-            "shards": len(mine),
-            "lookups": sum(s.lookups for s in mine),
-            "cost": round(sum(s.cost for s in mine), 1),
-            "weight_bytes": sum(s.rows * s.dim * itemsize for s in mine),
-            "all_to_all_bytes": int(max(sum(send), sum(recv)) * itemsize),
-        }
+        ranks[r], rids[r], per_rank[r] = _rank_et(build, r, [s for s in shards if s.rank == r])
     bench.ranks, bench.replay_ids = ranks, rids
     info = {
         "kind": "embedding",
         "plan": plan,
         "ranks": n_ranks,
-        "batch": batch,
+        "batch": tables[0].batch,
         "tables": [
             {
                 "index": t.index,
@@ -512,6 +458,88 @@ def shard_embeddings(bench: Benchmark, path, sh: EmbeddingSharding) -> dict:
             )
     bench.meta["sharding"] = info
     return info
+
+
+@dataclass(kw_only=True, slots=True)
+class _RankBuild:
+    """What every rank's ET is built from: the source rank's nodes and tables, and the layout the
+    planner chose."""
+
+    nodes: list[dict]
+    tables: list[Table]
+    recorded: dict  # table -> (batch, lookups) as recorded, where the batch was scaled
+    tbe_src: dict[int, int]  # table -> its source TBE lookup node (FBGEMM tables only)
+    by_id: dict[int, dict]
+    want: set[int]  # the source's replayed node ids
+    bsplit: list[int]  # each rank's part of the batch
+    per_rank_dim: list[int]  # each rank's summed embedding dims (what its all-to-all carries)
+    wtype: str  # the pooled embeddings' dtype (after any dtype change)
+    fresh: _Fresh
+
+
+def _rank_et(b: _RankBuild, r: int, mine: list[Shard]) -> tuple[list[dict], list[int], dict[str, Any]]:
+    """Rank `r`'s ET nodes, replay ids and summary: its shards' lookups under the forward label
+    and the pooled embeddings' all-to-all, then the backward all-to-all and the lookups'
+    backward."""
+    n_ranks, itemsize = len(b.bsplit), b.tables[0].itemsize
+    out = [root_node()]
+    nid = [ROOT_ID]
+
+    def nxt() -> int:
+        nid[0] += 1
+        return nid[0]
+
+    fw_label = label_node(nxt(), ROOT_ID, "## forward ##")
+    out.append(fw_label)
+    ids = []
+    pairs: list[tuple[dict | None, dict | None]]
+    if b.tbe_src:  # TBE tables: one TBE per source lookup over this rank's shards of it
+        pairs = []
+        groups: dict[int, list[Shard]] = {}
+        for s in mine:
+            groups.setdefault(b.tbe_src[s.table], []).append(s)
+        for src_id, group in groups.items():
+            fw_nodes, bw_nodes = rank_tbe_nodes(b.nodes, b.by_id[src_id], group, b.tables[0].batch, b.fresh, b.want)
+            names = ",".join(str(t) for t in sorted({s.table for s in group}))
+            lab = label_node(nxt(), fw_label["id"], f"nn.Module: tables.{names}")
+            out.append(lab)
+            for f in fw_nodes:
+                f["id"], f["ctrl_deps"] = nxt(), lab["id"]
+                out.append(f)
+                ids.append(f["id"])
+            pairs += [(None, bw) for bw in bw_nodes]
+    else:
+        shard_pairs = [_shard_nodes(b.tables[s.table], s, b.fresh, b.recorded.get(s.table)) for s in mine]
+        for (f, _), s in zip(shard_pairs, mine):
+            lab = label_node(nxt(), fw_label["id"], f"nn.Module: tables.{s.table}")
+            f["id"], f["ctrl_deps"] = nxt(), lab["id"]
+            out += [lab, f]
+            ids.append(f["id"])
+        pairs = list(shard_pairs)
+    send = [b.bsplit[j] * b.per_rank_dim[r] for j in range(n_ranks)]
+    recv = [b.bsplit[r] * b.per_rank_dim[i] for i in range(n_ranks)]
+    a = _a2a(nxt(), fw_label["id"], send, recv, itemsize, b.fresh, n_ranks, "forward", b.wtype)
+    out.append(a)
+    ids.append(a["id"])
+    bw_label = label_node(nxt(), ROOT_ID, "## backward ##")
+    out.append(bw_label)
+    a = _a2a(nxt(), bw_label["id"], recv, send, itemsize, b.fresh, n_ranks, "backward", b.wtype)
+    out.append(a)
+    ids.append(a["id"])
+    for _, bw in pairs:
+        if bw is not None:
+            bw["id"], bw["ctrl_deps"] = nxt(), bw_label["id"]
+            out.append(bw)
+            ids.append(bw["id"])
+    summary = {
+        "tables": sorted({s.table for s in mine}),
+        "shards": len(mine),
+        "lookups": sum(s.lookups for s in mine),
+        "cost": round(sum(s.cost for s in mine), 1),
+        "weight_bytes": sum(s.rows * s.dim * itemsize for s in mine),
+        "all_to_all_bytes": int(max(sum(send), sum(recv)) * itemsize),
+    }
+    return out, ids, summary
 
 
 __all__ = ["Shard", "Table", "find_tables", "plan_shards", "shard_embeddings"]

@@ -183,11 +183,12 @@ def heaviest_files_first(items: list) -> None:
 # summary names the unmarked ones over it, so the mark follows the suite as it grows.
 SLOW_S = 3.0
 _UNMARKED_S: dict[str, float] = {}
+_NOT_QUICK = {"slow", "e2e", "perf", "alone"}  # the markers `make quick` leaves out
 
 
 def pytest_runtest_logreport(report):
     _MEASURED[_file_of(report.nodeid)] = _MEASURED.get(_file_of(report.nodeid), 0.0) + report.duration
-    if "slow" not in getattr(report, "keywords", ()):
+    if not _NOT_QUICK & set(getattr(report, "keywords", ())):  # a test `make quick` runs
         _UNMARKED_S[report.nodeid] = _UNMARKED_S.get(report.nodeid, 0.0) + report.duration
 
 

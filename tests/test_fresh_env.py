@@ -74,3 +74,15 @@ def test_make_test_uses_a_new_basetemp_per_pass():
     assert recipe.count("$(PYTEST) --basetemp=") == 2 and "mktemp -d" in recipe
     assert re.search(r"\$\{TMPDIR:-/tmp\}", recipe.replace("$$", "$"))
     assert re.search(r"^PYTEST := .*-p no:cacheprovider", make, re.M)  # no lastfailed state between runs
+
+
+def test_make_quick_leaves_out_what_the_slow_summary_leaves_out():
+    """`make quick` deselects exactly the markers whose tests tests/conftest.py leaves out of its
+    "not marked slow but over SLOW_S" summary, and runs in a new temp folder like `make test`."""
+    from conftest import _NOT_QUICK
+
+    make = (ROOT / "Makefile").read_text()
+    recipe = make.split("\nquick:", 1)[1].split("\n\n", 1)[0]
+    (expr,) = re.findall(r'-m "([^"]+)"', recipe)
+    assert set(re.findall(r"not (\w+)", expr)) == _NOT_QUICK and " or " not in expr, expr
+    assert "$(PYTEST) --basetemp=" in recipe and "mktemp -d" in recipe

@@ -222,8 +222,8 @@ def link(ops: pd.DataFrame, events: pd.DataFrame, warnings_out: list[str]) -> tu
     k_dur[linked] = dur[linked_ev[linked]]
     ev_op_direct = np.full(n_ev, -1, dtype=np.int64)  # op row of each linked host event
     ev_op_direct[linked_ev[linked]] = np.flatnonzero(linked)
-    ev_op_row = _op_row_of_events(events, host, ev_op_direct)
     g = np.flatnonzero(isin(events["cat"], _GPU_CATS))
+    ev_op_row = _op_row_of_events(events, host, g, ev_op_direct)
     gl = g[ev_op_row[g] >= 0]
     info["gpu_events"], info["gpu_events_linked"] = len(g), len(gl)
     if methods:
@@ -297,10 +297,10 @@ def _link_host_ops(
     return linked_ev, methods
 
 
-def _op_row_of_events(events: pd.DataFrame, host: np.ndarray, ev_op_direct: np.ndarray) -> np.ndarray:
+def _op_row_of_events(events: pd.DataFrame, host: np.ndarray, g: np.ndarray, ev_op_direct: np.ndarray) -> np.ndarray:
     """The op row each event belongs to (-1: none): a host event to the innermost enclosing
     linked host event (itself included), a runtime launch to the linked op around it (else the
-    one of its External id), a GPU event to its launch by correlation id."""
+    one of its External id), a GPU event (rows `g`) to its launch by correlation id."""
     ts = events["ts_us"].to_numpy()
     end = ts + events["dur_us"].to_numpy()
     ev_rank = events["rank"].to_numpy()
@@ -330,7 +330,6 @@ def _op_row_of_events(events: pd.DataFrame, host: np.ndarray, ev_op_direct: np.n
         ok = found >= 0
         ev_op_row[loose[ok]] = ev_op_direct[lh[first][found[ok]]]
     corr = events["correlation"].to_numpy(dtype=np.int64, na_value=-1)
-    g = np.flatnonzero(isin(events["cat"], _GPU_CATS))
     if len(g) and len(rt):
         rt_c = (ev_rank[rt].astype(np.int64) << 40) + corr[rt]
         rt_ok = corr[rt] >= 0

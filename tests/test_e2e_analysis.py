@@ -30,11 +30,16 @@ def _shared(rel: str) -> Path:
 
 
 def _view(d, label: str) -> None:
+    """Pick Explore's view `label`, waiting for the picker: on a loaded machine the page may still
+    be drawing when the app first reads idle (a fresh clone's `make test` once found no label)."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
-    next(
-        lab for lab in d.find_elements(By.CSS_SELECTOR, ".st-key-explore_view label") if lab.text.strip() == label
-    ).click()
+    def found(drv):
+        labels = drv.find_elements(By.CSS_SELECTOR, ".st-key-explore_view label")
+        return next((lab for lab in labels if lab.text.strip() == label), False)
+
+    WebDriverWait(d, 120).until(found).click()
     _idle(d, 300)
 
 
